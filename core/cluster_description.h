@@ -1,0 +1,103 @@
+// The cluster description (configs/clusters/*.json): the GPUs, how they are connected, the host and its
+// storage, and the runtime overhead a real process carries. Every rate is one the simulator uses; measured
+// figures name where they were measured ("provenance" in the file).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/units.h"
+
+namespace zeroplan {
+
+enum class CollectiveKind { all_reduce, reduce_scatter, all_gather };
+std::string to_string(CollectiveKind kind);
+
+// One measured point of a collective's bus bandwidth (nccl-tests' busbw) at a message size (the full buffer S,
+// as nccl-tests counts it), for a group of `ranks` GPUs.
+struct CollectiveBandwidthPoint {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  int ranks = 0;
+  Bytes message_bytes = 0;
+  double bus_bandwidth = 0.0;  // bytes/s
+};
+
+// A link class (NVLink inside a node, the network between nodes): asymptotic bus bandwidth and per-collective
+// latency alpha, plus optional measured points that override the asymptote at their sizes.
+struct InterconnectDescription {
+  std::string name;                     // "NVLink 4 (NV18)", "4x HDR InfiniBand"
+  double bus_bandwidth = 0.0;           // bytes/s, large-message busbw
+  double latency_seconds = 0.0;         // alpha per collective call
+  std::vector<CollectiveBandwidthPoint> measured;  // may be empty
+};
+
+// Achievable GEMM rate as a fraction of peak, by problem size (FLOPs of one GEMM): the simulator interpolates
+// in log(flops). Default curve in the loader when the file has none.
+struct GemmEfficiencyPoint {
+  double flops = 0.0;
+  double efficiency = 0.0;  // 0..1 of the dense peak of the precision in use
+};
+
+// What every GPU process carries beyond tensors (zero-formulas.md section 3): CUDA context, cuBLAS(Lt)
+// workspace, NCCL communicator buffers, and an allocator reserve for fragmentation/caching.
+struct RuntimeOverhead {
+  Bytes cuda_context_bytes = 0;
+  Bytes cublas_workspace_bytes = 0;
+  Bytes nccl_buffer_bytes = 0;          // per communicator; 0 when world size is 1
+  double allocator_reserve_fraction = 0.0;  // of the tensor bytes (caching allocator fragmentation)
+};
+
+struct ClusterDescription {
+  std::string name;
+  std::string source;
+  std::string provenance;  // where the figures come from
+
+  // GPU
+  std::string gpu_model;
+  Bytes gpu_memory_bytes = 0;      // usable device memory as cudaMemGetInfo reports total
+  double peak_flops_bf16 = 0.0;    // dense, FLOP/s (datasheet)
+  double peak_flops_fp16 = 0.0;
+  double peak_flops_fp32 = 0.0;
+  double measured_gemm_flops_bf16 = 0.0;  // 0 when not measured
+  double hbm_bandwidth = 0.0;      // bytes/s
+  std::vector<GemmEfficiencyPoint> gemm_efficiency;
+
+  // Topology
+  int gpus_per_node = 0;
+  int nodes = 0;
+  InterconnectDescription intra_node;
+  InterconnectDescription inter_node;  // bus_bandwidth 0 when nodes == 1 is allowed
+
+  // Host (per node)
+  Bytes host_memory_bytes = 0;
+  int host_cores = 0;
+  double pcie_bandwidth = 0.0;              // bytes/s per direction, pinned host memory, per GPU
+  double cpu_optimizer_params_per_second = 0.0;  // Adam parameter updates per second for the node
+
+  // NVMe (per node)
+  Bytes nvme_capacity_bytes = 0;
+  double nvme_read_bandwidth = 0.0;   // bytes/s
+  double nvme_write_bandwidth = 0.0;  // bytes/s
+
+  RuntimeOverhead runtime;
+
+  int total_gpus() const { return gpus_per_node * nodes; }
+  double peak_flops(const std::string& precision) const;  // "bf16" | "fp16" | "fp32"
+};
+
+ClusterDescription cluster_from_json(const nlohmann::json& document, const std::string& source);
+nlohmann::json cluster_to_json(const ClusterDescription& cluster);
+
+// Resolves --cluster: a bundled name (configs/clusters/NAME.json) or a file.
+ClusterDescription load_cluster(const std::string& name_or_path);
+std::vector<std::string> bundled_cluster_names();
+inline constexpr const char* kDefaultClusterName = "h200x4";
+
+// The cluster resized to `gpus` GPUs of the same kind (--gpus): fills nodes of gpus_per_node first; a count
+// below one node makes a single partial node. Throws InputError for gpus < 1.
+ClusterDescription with_gpu_count(const ClusterDescription& cluster, int gpus);
+
+}  // namespace zeroplan

@@ -1,0 +1,96 @@
+// The model description: one shared answer to "what is being trained", read by the planner, the simulator,
+// the executor and the GUI. Two forms (models/*.json):
+//   - a transformer form (family gpt2 or llama) that expand_transformer() turns into its layers with exact
+//     parameter counts;
+//   - a generic layer-list form (per layer: parameters and activation elements per sample) for other networks.
+// A Hugging Face config.json is read into the same structure (core/hf_config_import.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace zeroplan {
+
+enum class ModelFamily { gpt2, llama, generic };
+enum class NormKind { layer_norm, rms_norm };
+enum class ActivationKind { gelu, swiglu, relu };
+
+std::string to_string(ModelFamily family);
+std::string to_string(NormKind norm);
+std::string to_string(ActivationKind activation);
+
+// The shape of a decoder-only transformer. gpt2: learned positions, LayerNorm, GELU, biases, 4h MLP.
+// llama: rotary positions (no position parameters), RMSNorm, SwiGLU (gate, up, down), grouped-query attention.
+struct TransformerShape {
+  ModelFamily family = ModelFamily::gpt2;
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden = 0;       // h
+  std::int64_t layers = 0;       // L
+  std::int64_t heads = 0;        // a
+  std::int64_t kv_heads = 0;     // key/value heads (== heads without grouped-query attention)
+  std::int64_t ffn_hidden = 0;   // MLP inner size (4h for gpt2)
+  std::int64_t max_seq = 0;      // maximum sequence length (gpt2: size of the learned position table)
+  NormKind norm = NormKind::layer_norm;
+  ActivationKind activation = ActivationKind::gelu;
+  bool attention_bias = true;    // biases on the q/k/v and output projections
+  bool mlp_bias = true;          // biases on the MLP projections
+  bool tied_embeddings = true;   // output projection shares the token embedding
+  bool learned_positions = true; // a max_seq x h position embedding table (gpt2)
+  bool embedding_norm = false;   // a norm right after the embedding (BLOOM's word_embeddings_layernorm)
+  double dropout = 0.0;          // dropout probability (adds 1-byte masks to the activations when > 0)
+
+  std::int64_t head_dim() const { return hidden / heads; }
+  std::int64_t kv_dim() const { return head_dim() * kv_heads; }
+};
+
+// One layer as the planner and simulator see it: a unit of parameters, activations and compute, in execution
+// order. For a transformer: the embedding, each block, the final norm, the output head (when untied).
+struct LayerDescription {
+  std::string name;                            // "embedding", "block.0", ..., "final_norm", "lm_head"
+  std::string kind;                            // "embedding" | "transformer_block" | "norm" | "lm_head" | "generic"
+  std::int64_t params = 0;                     // exact parameter count of the layer
+  std::int64_t largest_module_params = 0;      // largest parameter count owned directly by one module in it
+  std::int64_t module_count = 0;               // modules owning parameters (stage-3 gathers one per module)
+  std::int64_t small_module_params = 0;        // params in modules whose size is < every persistence threshold
+                                               //   we care about (norms, biases); see sim for its use
+  // Generic form only (transformer layers derive these from the shape, the sequence and the micro-batch):
+  std::int64_t activation_elements_per_sample = 0;  // elements saved for backward, per sample
+  double forward_flops_per_sample = 0.0;            // forward FLOPs per sample (0: 2 * params, a dense layer)
+};
+
+struct ModelDescription {
+  std::string name;
+  std::string source;  // file it came from, or "bundled:NAME"
+  std::string reference;  // where its parameter count is published (paper, model card)
+  ModelFamily family = ModelFamily::generic;
+  std::optional<TransformerShape> transformer;
+  std::vector<LayerDescription> layers;
+  std::int64_t input_elements_per_sample = 0;  // generic form: size of one input sample (e.g. 3*32*32)
+
+  std::int64_t params() const;
+  // DeepSpeed's largest_layer_params: the largest sum of parameters owned directly by one module
+  // (deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs_all_live).
+  std::int64_t largest_layer_params() const;
+};
+
+// Expands a transformer shape into its layers with exact parameter counts. Throws InputError (naming `source`)
+// when the shape is inconsistent (hidden not divisible by heads, heads not divisible by kv_heads, ...).
+ModelDescription expand_transformer(const std::string& name, const TransformerShape& shape,
+                                    const std::string& source);
+
+// Reads a zeroplan model description (JSON object with "transformer" or "layers").
+ModelDescription model_from_json(const nlohmann::json& document, const std::string& source);
+nlohmann::json model_to_json(const ModelDescription& model);
+
+// Resolves --model: a bundled name (models/NAME.json), a zeroplan model description file, or a Hugging Face
+// config.json (told apart by its keys: "model_type"/"architectures"/"n_embd"/"hidden_size").
+ModelDescription load_model(const std::string& name_or_path);
+
+// Names of the bundled model descriptions (the files in models/), sorted.
+std::vector<std::string> bundled_model_names();
+
+}  // namespace zeroplan

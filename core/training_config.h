@@ -1,0 +1,94 @@
+// The training configuration: micro-batch, sequence, precision, optimizer, ZeRO stage and offload,
+// activation checkpointing, bucket and prefetch sizes. Built from defaults, a DeepSpeed config file
+// (core/deepspeed_config.h) and command-line flags (flags win).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace zeroplan {
+
+enum class Precision { fp32, fp16, bf16 };
+enum class OptimizerKind { adamw, sgd_momentum, adam_8bit };
+enum class OffloadDevice { none, cpu, nvme };
+enum class Checkpointing { none, selective, full };
+
+std::string to_string(Precision precision);
+std::string to_string(OptimizerKind optimizer);
+std::string to_string(OffloadDevice device);
+std::string to_string(Checkpointing checkpointing);
+// Parse the names above; throw InputError(source, field, "expected one of ...") on anything else.
+Precision parse_precision(const std::string& text, const std::string& source, const std::string& field);
+OptimizerKind parse_optimizer(const std::string& text, const std::string& source, const std::string& field);
+OffloadDevice parse_offload_device(const std::string& text, const std::string& source, const std::string& field);
+Checkpointing parse_checkpointing(const std::string& text, const std::string& source, const std::string& field);
+
+// Bytes per element of a 16/32-bit training precision's model weights and gradients.
+int precision_bytes(Precision precision);
+// Optimizer state bytes per parameter, excluding the fp32 master copy: AdamW 8 (momentum + variance fp32),
+// SGD with momentum 4, 8-bit Adam 2 (two 1-byte states; block-wise quantization constants are added by sim).
+int optimizer_state_bytes_per_param(OptimizerKind optimizer);
+
+// DeepSpeed's zero_optimization section, with DeepSpeed's code defaults (zero-formulas.md section 3).
+struct ZeroConfig {
+  int stage = 0;                                   // 0, 1, 2 or 3
+  OffloadDevice offload_optimizer = OffloadDevice::none;
+  OffloadDevice offload_param = OffloadDevice::none;  // stage 3 only
+  bool overlap_comm = false;                       // DeepSpeed: default true for stage 3 only
+  bool contiguous_gradients = true;
+  std::int64_t reduce_bucket_size = 500'000'000;   // elements
+  std::int64_t allgather_bucket_size = 500'000'000;  // elements (stage 1/2 parameter all-gather)
+  std::int64_t prefetch_bucket_size = 50'000'000;  // elements (stage3_prefetch_bucket_size)
+  std::int64_t max_live_parameters = 1'000'000'000;  // elements (stage3_max_live_parameters)
+  std::int64_t max_reuse_distance = 1'000'000'000;   // elements (stage3_max_reuse_distance)
+  std::int64_t param_persistence_threshold = 100'000;  // elements (stage3_param_persistence_threshold)
+  std::int64_t sub_group_size = 1'000'000'000;     // elements (optimizer step granularity)
+  bool pin_memory = true;                          // offload buffers pinned
+  // NVMe staging buffers (offload_param / offload_optimizer "buffer_count" and "buffer_size").
+  std::int64_t param_buffer_count = 5;
+  std::int64_t param_buffer_size = 100'000'000;    // elements
+  std::int64_t optimizer_buffer_count = 4;
+};
+
+// fp16 dynamic loss scaling, DeepSpeed semantics (deepspeed/runtime/fp16/loss_scaler.py).
+struct LossScaleConfig {
+  double initial_scale_power = 16;   // initial scale 2^16
+  std::int64_t loss_scale_window = 1000;
+  std::int64_t hysteresis = 2;
+  double min_loss_scale = 1.0;
+  double static_loss_scale = 0.0;    // "loss_scale" > 0 fixes the scale
+};
+
+struct TrainingConfig {
+  std::int64_t micro_batch = 1;        // samples per GPU per micro-step
+  std::int64_t seq_len = 1024;         // tokens per sample (transformers)
+  std::int64_t grad_accum = 1;         // micro-steps per optimizer step
+  Precision precision = Precision::bf16;
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  ZeroConfig zero;
+  Checkpointing checkpointing = Checkpointing::none;
+  bool fused_attention = true;         // flash-style attention: no s x s score matrix stored
+  bool fused_cross_entropy = false;    // loss gradient written in place over the 16-bit logits
+  bool fp32_loss = true;               // logits upcast to fp32 for the loss (HF/DeepSpeed default)
+  double gradient_clipping = 1.0;      // 0: off
+  LossScaleConfig loss_scale;
+  double learning_rate = 3e-4;
+  double weight_decay = 0.1;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_epsilon = 1e-8;
+
+  // What was resolved or assumed while reading the inputs ("auto" resolutions, derived values), printed
+  // with the plan so nothing is silent; and warnings (unknown DeepSpeed keys).
+  std::vector<std::string> notes;
+  std::vector<std::string> warnings;
+
+  std::int64_t tokens_per_micro_step() const { return micro_batch * seq_len; }
+};
+
+nlohmann::json training_to_json(const TrainingConfig& training);
+
+}  // namespace zeroplan

@@ -1,0 +1,46 @@
+// Communication volume per GPU per optimizer step, by collective (ZeRO paper sec. 7: 2P for stages 0-2, 3P for
+// stage 3), with gradient accumulation, and the PCIe/NVMe traffic of offload (ZeRO-Offload paper: 4P bytes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cluster_description.h"
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "core/units.h"
+#include "sim/plan_choice.h"
+
+namespace zeroplan {
+
+// One collective's traffic for one GPU in one optimizer step.
+struct CollectiveVolume {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  std::int64_t calls = 0;          // collective calls per step (buckets, layers, micro-steps)
+  std::int64_t elements = 0;       // elements of the full buffer S summed over calls (nccl-tests' count * n)
+  Bytes bytes = 0;                 // elements * dtype bytes
+  Bytes wire_bytes = 0;            // bytes each GPU sends under a ring: bytes * factor(n) (2(n-1)/n or (n-1)/n)
+  std::string when;                // "backward, per bucket", "before each layer's forward", ...
+};
+
+struct CommVolume {
+  std::vector<CollectiveVolume> collectives;  // all_reduce, reduce_scatter, all_gather (those that occur)
+  Bytes total_bytes = 0;
+  Bytes total_wire_bytes = 0;
+  Bytes pcie_host_to_device_bytes = 0;  // per GPU per step (offload)
+  Bytes pcie_device_to_host_bytes = 0;
+  Bytes nvme_read_bytes = 0;            // per GPU per step
+  Bytes nvme_write_bytes = 0;
+  // The paper's multiple of P: total elements / P (2 for stages 0-2, 3 for stage 3, before accumulation).
+  double multiple_of_params = 0.0;
+};
+
+// Ring factor on the full buffer (nccl-tests PERFORMANCE.md): all-reduce 2(n-1)/n, all-gather and
+// reduce-scatter (n-1)/n.
+double ring_factor(CollectiveKind kind, int ranks);
+
+CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription& cluster,
+                         const TrainingConfig& training, const PlanChoice& choice);
+
+}  // namespace zeroplan

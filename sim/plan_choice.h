@@ -1,0 +1,35 @@
+// A plan choice: which ZeRO stage and which offload targets. The planner evaluates every valid choice.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/training_config.h"
+
+namespace zeroplan {
+
+struct PlanChoice {
+  int stage = 0;
+  OffloadDevice offload_optimizer = OffloadDevice::none;
+  OffloadDevice offload_param = OffloadDevice::none;  // stage 3 only
+
+  std::string label() const;  // "stage 3 + opt:cpu + param:nvme", "stage 2"
+  bool operator==(const PlanChoice&) const = default;
+};
+
+// Every choice zeroplan compares: stage 0; stages 1 and 2 with offload_optimizer none/cpu/nvme; stage 3 with
+// every (offload_optimizer, offload_param) pair where param offload implies optimizer offload (DeepSpeed
+// requires it), 9 choices in all... narrowed by the filters (-1 / unset means "any").
+struct PlanChoiceFilter {
+  int stage = -1;
+  bool offload_optimizer_set = false;
+  OffloadDevice offload_optimizer = OffloadDevice::none;
+  bool offload_param_set = false;
+  OffloadDevice offload_param = OffloadDevice::none;
+};
+std::vector<PlanChoice> enumerate_plan_choices(const PlanChoiceFilter& filter = {});
+
+// The training configuration with the choice applied (zero.stage and offloads set).
+TrainingConfig apply_choice(const TrainingConfig& training, const PlanChoice& choice);
+
+}  // namespace zeroplan
