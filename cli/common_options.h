@@ -1,0 +1,54 @@
+// The flags every zeroplan command shares (--model, --cluster, --gpus, --micro-batch, --seq, --grad-accum,
+// --precision, --optimizer, --stage, --offload-optimizer, --offload-param, --checkpointing, --ds-config,
+// --format) and their resolution into the shared descriptions. Precedence: defaults < DeepSpeed config < flags.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/cluster_description.h"
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "sim/plan_choice.h"
+
+namespace zeroplan {
+
+enum class OutputFormat { table, json, csv, markdown };
+
+struct CommonOptions {
+  std::string model;
+  std::string cluster = kDefaultClusterName;
+  std::optional<int> gpus;
+  std::optional<std::int64_t> micro_batch;
+  std::optional<std::int64_t> seq;
+  std::optional<std::int64_t> grad_accum;
+  std::optional<std::string> precision;
+  std::optional<std::string> optimizer;
+  std::optional<std::string> stage;  // "0".."3" or "all"
+  std::optional<std::string> offload_optimizer;
+  std::optional<std::string> offload_param;
+  std::optional<std::string> checkpointing;
+  std::optional<std::string> ds_config;
+  std::string format = "table";
+};
+
+// Registers the shared flags on a subcommand. model_required: --model must be given.
+void add_common_options(CLI::App& command, CommonOptions& options, bool model_required = true);
+
+// Everything a command needs, resolved and validated.
+struct ResolvedInputs {
+  ModelDescription model;
+  ClusterDescription cluster;     // resized to --gpus when given
+  TrainingConfig training;        // defaults + DeepSpeed config + flags (stage/offload of the asked-for plan)
+  PlanChoiceFilter filter;        // what --stage/--offload-* (or the DeepSpeed config) narrow the comparison to
+  OutputFormat format = OutputFormat::table;
+};
+
+// Throws InputError naming the flag or file at fault.
+ResolvedInputs resolve_inputs(const CommonOptions& options);
+
+OutputFormat parse_output_format(const std::string& text);
+
+}  // namespace zeroplan
