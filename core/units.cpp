@@ -35,6 +35,19 @@ std::string format_bandwidth(double bytes_per_second) {
   return printf_string("%.1f %s", bytes_per_second / kGB, "GB/s");
 }
 
+std::string format_integer(std::int64_t value) {
+  const bool negative = value < 0;
+  // Work on the unsigned magnitude so INT64_MIN does not overflow.
+  std::uint64_t magnitude = negative ? 0 - static_cast<std::uint64_t>(value) : static_cast<std::uint64_t>(value);
+  const std::string digits = std::to_string(magnitude);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return negative ? "-" + out : out;
+}
+
 std::string format_count(double count) {
   const double magnitude = std::fabs(count);
   if (magnitude >= 1e12) return printf_string("%.2f%s", count / 1e12, "T");
