@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what zeroplan needs on Debian 12 (idempotent), configures and builds it in build/.
+# The CUDA executor is built when a CUDA toolkit (nvcc) and NCCL are present (e.g. /usr/local/cuda); without
+# them the planner, simulator, CPU executor backend and GUI are still built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libcli11-dev
+          libgtest-dev libgmock-dev libbenchmark-dev qt6-base-dev qt6-charts-dev libgl1-mesa-dev xvfb xauth
+          libopenmpi-dev openmpi-bin)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "zeroplan setup: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$jobs"
