@@ -1,0 +1,227 @@
+// End-to-end tests of the zeroplan binary: what a user sees (exit status, JSON schema, one-line errors).
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CommandResult {
+  int status = -1;
+  std::string output;  // stdout (stderr separately)
+  std::string errors;
+};
+
+std::filesystem::path temp_dir() {
+  static const std::filesystem::path dir = [] {
+    std::filesystem::path path = std::filesystem::temp_directory_path() / ("zeroplan_cli_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+    return path;
+  }();
+  return dir;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+CommandResult run(const std::string& arguments) {
+  const std::filesystem::path err = temp_dir() / "stderr.txt";
+  const std::string command = std::string(ZEROPLAN_BINARY) + " " + arguments + " 2>" + err.string();
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  result.errors = read_file(err);
+  return result;
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const std::filesystem::path path = temp_dir() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// One line, naming what it must name.
+void expect_one_line_error(const CommandResult& result, const std::vector<std::string>& mentions) {
+  EXPECT_EQ(result.status, 2) << result.output << result.errors;
+  ASSERT_FALSE(result.errors.empty());
+  EXPECT_EQ(result.errors.find('\n'), result.errors.size() - 1) << "error should be one line: " << result.errors;
+  for (const std::string& mention : mentions) {
+    EXPECT_NE(result.errors.find(mention), std::string::npos) << "missing '" << mention << "' in: " << result.errors;
+  }
+}
+
+TEST(PlanCommand, JsonHasThePlanSchema) {
+  const CommandResult result = run("plan --model gpt2-1.5b --gpus 4 --micro-batch 8 --seq 1024 --format json "
+                                   "--compare deepspeed");
+  ASSERT_EQ(result.status, 0) << result.errors;
+  const nlohmann::json document = nlohmann::json::parse(result.output);
+  EXPECT_EQ(document.at("params").get<std::int64_t>(), 1'557'611'200);
+  EXPECT_TRUE(document.contains("largest_layer_params"));
+  const auto& plans = document.at("plans");
+  ASSERT_GE(plans.size(), 4u);
+  for (const auto& plan : plans) {
+    for (const char* key : {"stage", "offload_optimizer", "offload_param", "gpu_bytes", "host_bytes", "nvme_bytes",
+                            "comm_bytes_per_step", "fits", "max_micro_batch"}) {
+      EXPECT_TRUE(plan.contains(key)) << key;
+    }
+    const auto& gpu = plan.at("gpu_bytes");
+    std::int64_t sum = 0;
+    for (const auto& [name, value] : gpu.items()) {
+      if (name != "total") sum += value.get<std::int64_t>();
+    }
+    EXPECT_EQ(sum, gpu.at("total").get<std::int64_t>()) << "components must add up to the total";
+    const int stage = plan.at("stage").get<int>();
+    if (stage >= 1 && plan.at("offload_optimizer") != "nvme") {
+      EXPECT_TRUE(plan.contains("deepspeed_estimate")) << plan.at("label");
+    }
+  }
+}
+
+TEST(PlanCommand, StageThreeCommunicatesThreeTimesTheParameters) {
+  const CommandResult result = run("plan --model gpt2-1.5b --gpus 4 --format json");
+  ASSERT_EQ(result.status, 0) << result.errors;
+  for (const auto& plan : nlohmann::json::parse(result.output).at("plans")) {
+    const double multiple = plan.at("comm_bytes_per_step").at("multiple_of_params").get<double>();
+    if (plan.at("stage").get<int>() == 3) {
+      EXPECT_NEAR(multiple, 3.0, 0.05);
+    } else {
+      EXPECT_NEAR(multiple, 2.0, 0.05);
+    }
+  }
+}
+
+TEST(PlanCommand, ExitStatusSaysWhetherThePlanFits) {
+  EXPECT_EQ(run("plan --model gpt2-124m --gpus 1 --stage 0 --micro-batch 1 --seq 1024").status, 0);
+  // A 175B model cannot hold 16 bytes per parameter on one GPU without sharding.
+  EXPECT_EQ(run("plan --model gpt3-175b --gpus 1 --stage 0").status, 1);
+}
+
+TEST(PlanCommand, TableAndMarkdownAndCsvPrint) {
+  for (const char* format : {"table", "markdown", "csv"}) {
+    const CommandResult result = run(std::string("plan --model llama2-7b --format ") + format);
+    EXPECT_LE(result.status, 1) << result.errors;
+    EXPECT_NE(result.output.find("stage 3"), std::string::npos) << format;
+  }
+}
+
+TEST(PlanCommand, ExplainShowsFormulasAndSources) {
+  const CommandResult result = run("plan --model gpt2-1.5b --stage 2 --explain");
+  EXPECT_EQ(result.status, 0) << result.errors;
+  EXPECT_NE(result.output.find("formula"), std::string::npos);
+  EXPECT_NE(result.output.find("ZeRO"), std::string::npos);
+}
+
+TEST(PlanCommand, ZeroGpusIsAnInputError) {
+  expect_one_line_error(run("plan --model gpt2-124m --gpus 0"), {"--gpus"});
+}
+
+TEST(PlanCommand, UnknownStageIsAnInputError) {
+  expect_one_line_error(run("plan --model gpt2-124m --stage 4"), {"--stage", "4"});
+}
+
+TEST(PlanCommand, NegativeMicroBatchIsAnInputError) {
+  expect_one_line_error(run("plan --model gpt2-124m --micro-batch -3"), {"--micro-batch"});
+}
+
+TEST(PlanCommand, UnknownModelNameIsAnInputError) {
+  expect_one_line_error(run("plan --model no-such-model"), {"no-such-model"});
+}
+
+TEST(PlanCommand, MalformedModelFileNamesTheFile) {
+  const auto path = write_temp("broken_model.json", "{\"name\": \"x\", \"transformer\": {\"hidden\": 12,, }");
+  expect_one_line_error(run("plan --model " + path.string()), {path.string()});
+}
+
+TEST(PlanCommand, MissingModelFieldNamesTheField) {
+  const auto path = write_temp("no_layers_model.json",
+                               R"({"name": "x", "transformer": {"family": "gpt2", "vocab_size": 100, "hidden": 64,
+                                   "heads": 4, "ffn_hidden": 256, "max_seq": 128}})");
+  expect_one_line_error(run("plan --model " + path.string()), {path.string(), "layers"});
+}
+
+TEST(PlanCommand, ContradictoryDeepSpeedConfigNamesTheFields) {
+  const auto path = write_temp("contradiction_ds.json", R"({
+    // a user's config: 4 GPUs x 2 x 1 is 8, not 64
+    "train_batch_size": 64,
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 1,
+    "zero_optimization": {"stage": 2}
+  })");
+  expect_one_line_error(run("plan --model gpt2-124m --gpus 4 --ds-config " + path.string()),
+                        {path.string(), "train_batch_size"});
+}
+
+TEST(PlanCommand, DeepSpeedConfigWithCommentsAndAutoIsRead) {
+  const auto path = write_temp("auto_ds.json", R"({
+    // written as users write them
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "bf16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                          "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto"}
+  })");
+  const CommandResult result = run("plan --model gpt2-1.5b --gpus 4 --format json --ds-config " + path.string());
+  ASSERT_LE(result.status, 1) << result.errors;
+  const nlohmann::json document = nlohmann::json::parse(result.output);
+  ASSERT_EQ(document.at("plans").size(), 1u) << "the config asks for one stage";
+  EXPECT_EQ(document.at("plans")[0].at("stage").get<int>(), 3);
+  EXPECT_FALSE(document.at("notes").empty()) << "auto resolutions must be said";
+}
+
+TEST(PlanCommand, EmitDsConfigNeverOverwritesAFile) {
+  const auto path = write_temp("users_config.json", "{\"precious\": true}\n");
+  const CommandResult result = run("plan --model gpt2-124m --stage 2 --emit-ds-config " + path.string());
+  EXPECT_EQ(result.status, 2);
+  EXPECT_EQ(read_file(path), "{\"precious\": true}\n") << "the user's file must be left as it was";
+}
+
+TEST(PlanCommand, EmitDsConfigWritesAReadableConfig) {
+  const std::filesystem::path path = temp_dir() / "emitted_ds_config.json";
+  std::filesystem::remove(path);
+  ASSERT_EQ(run("plan --model gpt2-1.5b --gpus 4 --stage 2 --emit-ds-config " + path.string()).status, 0);
+  const nlohmann::json config = nlohmann::json::parse(read_file(path));
+  EXPECT_EQ(config.at("zero_optimization").at("stage").get<int>(), 2);
+  // And zeroplan reads back what it wrote, to the same plan.
+  const CommandResult again = run("plan --model gpt2-1.5b --gpus 4 --format json --ds-config " + path.string());
+  ASSERT_EQ(again.status, 0) << again.errors;
+  EXPECT_EQ(nlohmann::json::parse(again.output).at("plans")[0].at("stage").get<int>(), 2);
+}
+
+TEST(ModelCommand, JsonHasParamsAtTheTop) {
+  const CommandResult result = run("model gpt2-124m --format json");
+  ASSERT_EQ(result.status, 0) << result.errors;
+  const nlohmann::json document = nlohmann::json::parse(result.output);
+  EXPECT_EQ(document.at("params").get<std::int64_t>(), 124'439'808);
+  EXPECT_GT(document.at("largest_layer_params").get<std::int64_t>(), 0);
+}
+
+TEST(ModelCommand, ListsBundledModels) {
+  const CommandResult result = run("model --list");
+  ASSERT_EQ(result.status, 0) << result.errors;
+  for (const char* name : {"gpt2-1.5b", "llama2-70b", "llama3-8b", "mistral-7b", "gpt3-175b", "bloom-176b",
+                           "resnet101"}) {
+    EXPECT_NE(result.output.find(name), std::string::npos) << name;
+  }
+}
+
+TEST(Cli, BadFlagExitsTwo) { EXPECT_EQ(run("plan --model gpt2-124m --no-such-flag").status, 2); }
+
+TEST(Cli, BadFormatIsAnInputError) {
+  expect_one_line_error(run("plan --model gpt2-124m --format yaml"), {"--format", "yaml"});
+}
+
+}  // namespace
