@@ -46,6 +46,8 @@ struct ZeroConfig {
   std::int64_t max_reuse_distance = 1'000'000'000;   // elements (stage3_max_reuse_distance)
   std::int64_t param_persistence_threshold = 100'000;  // elements (stage3_param_persistence_threshold)
   std::int64_t sub_group_size = 1'000'000'000;     // elements (optimizer step granularity)
+  bool zero_init = true;                           // stage 3: model built partitioned (deepspeed.zero.Init, as HF
+                                                   //   from_pretrained does); false: materialized whole first
   bool pin_memory = true;                          // offload buffers pinned
   // NVMe staging buffers (offload_param / offload_optimizer "buffer_count" and "buffer_size").
   std::int64_t param_buffer_count = 5;
