@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@ struct TransformerShape {
   NormKind norm = NormKind::layer_norm;
   ActivationKind activation = ActivationKind::gelu;
   bool attention_bias = true;    // biases on the q/k/v and output projections
+  bool attention_output_bias = true;  // with attention_bias: a bias on the output projection too (Qwen2 has
+                                      //   q/k/v biases but none on o_proj: attention_bias true, this false)
   bool mlp_bias = true;          // biases on the MLP projections
   bool tied_embeddings = true;   // output projection shares the token embedding
   bool learned_positions = true; // a max_seq x h position embedding table (gpt2)
@@ -81,6 +84,26 @@ struct ModelDescription {
 // when the shape is inconsistent (hidden not divisible by heads, heads not divisible by kv_heads, ...).
 ModelDescription expand_transformer(const std::string& name, const TransformerShape& shape,
                                     const std::string& source);
+
+// The keys a shape's fields were read from, so that expand_transformer's errors name the field as the user
+// wrote it ("transformer.hidden" in a model description, "n_embd" in a GPT-2 config.json).
+struct TransformerFieldNames {
+  std::string vocab_size = "vocab_size";
+  std::string hidden = "hidden";
+  std::string layers = "layers";
+  std::string heads = "heads";
+  std::string kv_heads = "kv_heads";
+  std::string ffn_hidden = "ffn_hidden";
+  std::string max_seq = "max_seq";
+  std::string dropout = "dropout";
+};
+ModelDescription expand_transformer(const std::string& name, const TransformerShape& shape,
+                                    const std::string& source, const TransformerFieldNames& fields);
+
+// Limits that keep every later byte computation inside int64: at most kMaxModelParams parameters (so that
+// 64 bytes per parameter still fits) and kMaxTransformerLayers layers (a description, not a hang).
+inline constexpr std::int64_t kMaxModelParams = INT64_MAX / 64;
+inline constexpr std::int64_t kMaxTransformerLayers = 100'000;
 
 // Reads a zeroplan model description (JSON object with "transformer" or "layers").
 ModelDescription model_from_json(const nlohmann::json& document, const std::string& source);
