@@ -53,6 +53,8 @@ struct ZeroConfig {
   std::int64_t param_buffer_count = 5;
   std::int64_t param_buffer_size = 100'000'000;    // elements
   std::int64_t optimizer_buffer_count = 4;
+  // Where NVMe offload swaps (offload_optimizer / offload_param "nvme_path"); DeepSpeed's docs use /local_nvme.
+  std::string nvme_path = "/local_nvme";
 };
 
 // fp16 dynamic loss scaling, DeepSpeed semantics (deepspeed/runtime/fp16/loss_scaler.py).
@@ -72,6 +74,10 @@ struct TrainingConfig {
   OptimizerKind optimizer = OptimizerKind::adamw;
   ZeroConfig zero;
   Checkpointing checkpointing = Checkpointing::none;
+  // DeepSpeed activation_checkpointing (ZeRO-R Pa / Pa+cpu): checkpoints partitioned across model-parallel
+  // ranks, or kept in host memory. They take effect only with checkpointing on.
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
   bool fused_attention = true;         // flash-style attention: no s x s score matrix stored
   bool fused_cross_entropy = false;    // loss gradient written in place over the 16-bit logits
   bool fp32_loss = true;               // logits upcast to fp32 for the loss (HF/DeepSpeed default)
