@@ -1,0 +1,161 @@
+#include "sim/collective_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "core/input_error.h"
+
+namespace zeroplan {
+
+double collective_factor(CollectiveKind kind, int ranks) {
+  if (ranks <= 1) return 0.0;
+  const double n = ranks;
+  // nccl-tests doc/PERFORMANCE.md: all-reduce moves 2(n-1)/n of the buffer per rank, the others (n-1)/n.
+  return kind == CollectiveKind::all_reduce ? 2.0 * (n - 1.0) / n : (n - 1.0) / n;
+}
+
+double algorithm_bandwidth(Bytes bytes, double seconds) {
+  return seconds > 0.0 ? static_cast<double>(bytes) / seconds : std::numeric_limits<double>::infinity();
+}
+
+double bus_bandwidth(CollectiveKind kind, int ranks, Bytes bytes, double seconds) {
+  return algorithm_bandwidth(bytes, seconds) * collective_factor(kind, ranks);
+}
+
+BandwidthCurve::BandwidthCurve(const std::vector<CollectiveBandwidthPoint>& points, double factor,
+                               double latency_seconds, double asymptotic_bus_bandwidth)
+    : factor_(factor), latency_(latency_seconds), asymptote_(asymptotic_bus_bandwidth) {
+  std::vector<std::pair<double, double>> sorted;
+  sorted.reserve(points.size());
+  for (const CollectiveBandwidthPoint& point : points) {
+    const double bytes = static_cast<double>(point.message_bytes);
+    // The measured call time, then the bandwidth of the term after alpha (see the header).
+    const double measured_seconds = bytes * factor / point.bus_bandwidth;
+    const double bandwidth_seconds = measured_seconds - latency_seconds;
+    if (!(bandwidth_seconds > 0.0)) {
+      throw InputError("cluster description", "latency_seconds",
+                       "latency " + std::to_string(latency_seconds) + " s is not below the measured " +
+                           to_string(point.kind) + " time at " + std::to_string(point.message_bytes) +
+                           " bytes (" + std::to_string(measured_seconds) +
+                           " s); expected alpha smaller than every measured call");
+    }
+    sorted.emplace_back(std::log(bytes), bytes * factor / bandwidth_seconds);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  for (const auto& [log_bytes, bandwidth] : sorted) {
+    log_bytes_.push_back(log_bytes);
+    bandwidth_.push_back(bandwidth);
+  }
+}
+
+double BandwidthCurve::seconds(double bytes) const {
+  if (bytes <= 0.0 || factor_ == 0.0) return 0.0;
+  double bandwidth = asymptote_;
+  if (!log_bytes_.empty()) {
+    const double x = std::log(bytes);
+    if (x <= log_bytes_.front()) {
+      bandwidth = bandwidth_.front();
+    } else if (x >= log_bytes_.back()) {
+      bandwidth = bandwidth_.back();
+    } else {
+      // Few points (three sizes per collective in a typical profile): a linear scan beats a binary search.
+      std::size_t i = 1;
+      while (log_bytes_[i] < x) ++i;
+      const double w = (x - log_bytes_[i - 1]) / (log_bytes_[i] - log_bytes_[i - 1]);
+      bandwidth = bandwidth_[i - 1] + w * (bandwidth_[i] - bandwidth_[i - 1]);
+    }
+  }
+  return latency_ + bytes * factor_ / bandwidth;
+}
+
+namespace {
+
+// The measured points of one collective for the group size closest to `ranks` (exact size first, then the
+// nearest, the smaller on a tie).
+std::vector<CollectiveBandwidthPoint> points_for(const InterconnectDescription& link, CollectiveKind kind,
+                                                 int ranks) {
+  int best_ranks = 0;
+  for (const CollectiveBandwidthPoint& point : link.measured) {
+    if (point.kind != kind) continue;
+    const int distance = std::abs(point.ranks - ranks);
+    const int best_distance = std::abs(best_ranks - ranks);
+    if (best_ranks == 0 || distance < best_distance || (distance == best_distance && point.ranks < best_ranks)) {
+      best_ranks = point.ranks;
+    }
+  }
+  std::vector<CollectiveBandwidthPoint> points;
+  for (const CollectiveBandwidthPoint& point : link.measured) {
+    if (point.kind == kind && point.ranks == best_ranks) points.push_back(point);
+  }
+  return points;
+}
+
+std::array<BandwidthCurve, 3> curves_for(const ClusterDescription& cluster, const InterconnectDescription& link,
+                                         const std::string& field, int ranks) {
+  std::array<BandwidthCurve, 3> curves;
+  if (ranks <= 1) return curves;
+  for (CollectiveKind kind :
+       {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    auto points = points_for(link, kind, ranks);
+    if (points.empty() && !(link.bus_bandwidth > 0.0)) {
+      throw InputError(cluster.source, field + ".bus_bandwidth",
+                       "is " + std::to_string(link.bus_bandwidth) + " and no measured " + to_string(kind) +
+                           " points are given; expected a bandwidth > 0 bytes/s for a group of " +
+                           std::to_string(ranks) + " GPUs");
+    }
+    if (!(link.latency_seconds >= 0.0) || !std::isfinite(link.latency_seconds)) {
+      throw InputError(cluster.source, field + ".latency_seconds", "expected a finite latency >= 0 seconds");
+    }
+    try {
+      curves[static_cast<int>(kind)] =
+          BandwidthCurve(points, collective_factor(kind, ranks), link.latency_seconds, link.bus_bandwidth);
+    } catch (const InputError& error) {
+      throw InputError(cluster.source, field + "." + error.field(), error.problem());
+    }
+  }
+  return curves;
+}
+
+}  // namespace
+
+CollectiveTimer::CollectiveTimer(const ClusterDescription& cluster, int ranks) : ranks_(ranks) {
+  if (ranks < 1) throw InputError(cluster.source, "gpus", "a collective needs at least 1 GPU, got " +
+                                                              std::to_string(ranks));
+  if (cluster.gpus_per_node < 1) {
+    throw InputError(cluster.source, "gpus_per_node", "expected at least 1 GPU per node");
+  }
+  if (ranks <= cluster.gpus_per_node) {
+    gpus_per_node_ = ranks;
+    nodes_ = 1;
+  } else {
+    gpus_per_node_ = cluster.gpus_per_node;
+    nodes_ = (ranks + cluster.gpus_per_node - 1) / cluster.gpus_per_node;
+  }
+  intra_ = curves_for(cluster, cluster.intra_node, "intra_node", gpus_per_node_);
+  if (nodes_ > 1) inter_ = curves_for(cluster, cluster.inter_node, "inter_node", nodes_);
+}
+
+double CollectiveTimer::seconds(CollectiveKind kind, Bytes bytes) const {
+  if (ranks_ <= 1 || bytes <= 0) return 0.0;
+  const double s = static_cast<double>(bytes);
+  const auto intra = [&](CollectiveKind k, double b) { return intra_[static_cast<int>(k)].seconds(b); };
+  if (nodes_ == 1) return intra(kind, s);
+  const auto inter = [&](CollectiveKind k, double b) { return inter_[static_cast<int>(k)].seconds(b); };
+  const double per_rail = s / gpus_per_node_;  // each GPU's rail carries its 1/g slice across nodes
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      return intra(CollectiveKind::reduce_scatter, s) + inter(CollectiveKind::all_reduce, per_rail) +
+             intra(CollectiveKind::all_gather, s);
+    case CollectiveKind::reduce_scatter:
+      return intra(CollectiveKind::reduce_scatter, s) + inter(CollectiveKind::reduce_scatter, per_rail);
+    case CollectiveKind::all_gather:
+      return inter(CollectiveKind::all_gather, per_rail) + intra(CollectiveKind::all_gather, s);
+  }
+  return 0.0;
+}
+
+}  // namespace zeroplan

@@ -1,0 +1,201 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/input_error.h"
+#include "sim/collective_time.h"
+#include "sim/compute_time.h"
+#include "sim/memory_model.h"
+#include "sim/zero_schedule.h"
+
+namespace zeroplan {
+
+namespace {
+
+constexpr const char* kTrainingSource = "training configuration";
+
+void require_positive(std::int64_t value, const char* field) {
+  if (value < 1) {
+    throw InputError(kTrainingSource, field, "is " + std::to_string(value) + "; expected an integer >= 1");
+  }
+}
+
+void require_rate(const ClusterDescription& cluster, double value, const char* field, const std::string& why) {
+  if (!(value > 0.0)) {
+    throw InputError(cluster.source, field, "is " + std::to_string(value) + "; expected > 0 (" + why + ")");
+  }
+}
+
+void validate(const ModelDescription& model, const ClusterDescription& cluster, const TrainingConfig& training) {
+  if (model.layers.empty()) throw InputError(model.source, "layers", "the model has no layers to simulate");
+  require_positive(training.micro_batch, "micro_batch");
+  require_positive(training.seq_len, "seq_len");
+  require_positive(training.grad_accum, "gradient_accumulation_steps");
+  const ZeroConfig& zero = training.zero;
+  if (zero.stage < 0 || zero.stage > 3) {
+    throw InputError(kTrainingSource, "zero_optimization.stage",
+                     "is " + std::to_string(zero.stage) + "; expected 0, 1, 2 or 3");
+  }
+  if (zero.offload_param != OffloadDevice::none && zero.stage != 3) {
+    throw InputError(kTrainingSource, "zero_optimization.offload_param",
+                     "parameter offload needs stage 3 (DeepSpeed only partitions parameters there)");
+  }
+  if (zero.offload_optimizer != OffloadDevice::none && zero.stage == 0) {
+    throw InputError(kTrainingSource, "zero_optimization.offload_optimizer",
+                     "optimizer offload needs stage 1, 2 or 3");
+  }
+  require_positive(zero.reduce_bucket_size, "zero_optimization.reduce_bucket_size");
+  require_positive(zero.allgather_bucket_size, "zero_optimization.allgather_bucket_size");
+  require_positive(zero.sub_group_size, "zero_optimization.sub_group_size");
+  if (zero.prefetch_bucket_size < 0) {
+    throw InputError(kTrainingSource, "zero_optimization.stage3_prefetch_bucket_size", "expected >= 0 elements");
+  }
+  if (zero.max_live_parameters < 0) {
+    throw InputError(kTrainingSource, "zero_optimization.stage3_max_live_parameters", "expected >= 0 elements");
+  }
+  if (cluster.total_gpus() < 1) {
+    throw InputError(cluster.source, "nodes", "the cluster has no GPUs; expected gpus_per_node >= 1, nodes >= 1");
+  }
+  const bool offload = zero.offload_optimizer != OffloadDevice::none || zero.offload_param != OffloadDevice::none;
+  if (offload) require_rate(cluster, cluster.pcie_bandwidth, "pcie_bandwidth", "offload copies over PCIe");
+  if (zero.offload_optimizer != OffloadDevice::none) {
+    require_rate(cluster, cluster.cpu_optimizer_params_per_second, "cpu_optimizer_params_per_second",
+                 "the offloaded optimizer runs on the host CPU");
+  }
+  if (zero.offload_optimizer == OffloadDevice::nvme || zero.offload_param == OffloadDevice::nvme) {
+    require_rate(cluster, cluster.nvme_read_bandwidth, "nvme_read_bandwidth", "NVMe offload");
+    require_rate(cluster, cluster.nvme_write_bandwidth, "nvme_write_bandwidth", "NVMe offload");
+  }
+}
+
+// Spreads the memory model's activation bytes (the peak, one micro-step) over the layers that save them:
+// every transformer block alike; a generic layer by its activation elements per sample.
+std::vector<Bytes> activation_bytes_per_layer(const ModelDescription& model, Bytes total) {
+  std::vector<double> weight(model.layers.size(), 0.0);
+  double weight_sum = 0.0;
+  for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    const LayerDescription& layer = model.layers[i];
+    weight[i] = model.transformer ? (layer.kind == "transformer_block" ? 1.0 : 0.0)
+                                  : static_cast<double>(layer.activation_elements_per_sample);
+    weight_sum += weight[i];
+  }
+  std::vector<Bytes> bytes(model.layers.size(), 0);
+  if (weight_sum <= 0.0) {
+    if (!bytes.empty()) bytes.back() = total;
+    return bytes;
+  }
+  Bytes assigned = 0;
+  std::size_t last = 0;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] = static_cast<Bytes>(static_cast<double>(total) * weight[i] / weight_sum);
+    assigned += bytes[i];
+    if (weight[i] > 0.0) last = i;
+  }
+  bytes[last] += total - assigned;  // rounding: the sum is exactly the memory model's figure
+  return bytes;
+}
+
+std::string peak_label(Precision precision) { return "datasheet dense " + to_string(precision); }
+
+}  // namespace
+
+StepSimulation simulate_step(const ModelDescription& model, const ClusterDescription& cluster,
+                             const TrainingConfig& base_training, const PlanChoice& choice,
+                             const SimulationOptions& options) {
+  const TrainingConfig training = apply_choice(base_training, choice);
+  validate(model, cluster, training);
+  const int world_size = cluster.total_gpus();
+  const int gpus_in_node = std::min(world_size, cluster.gpus_per_node);
+
+  const MemoryEstimate memory = estimate_memory(model, cluster, training, choice);
+  const std::vector<LayerCompute> compute = layer_compute_times(model, cluster, training);
+  const CollectiveTimer collectives(cluster, world_size);
+
+  StepScheduleInputs inputs;
+  inputs.model = &model;
+  inputs.training = &training;
+  inputs.world_size = world_size;
+  inputs.compute = &compute;
+  inputs.collectives = &collectives;
+  inputs.activation_bytes = activation_bytes_per_layer(model, memory.gpu.activations);
+  inputs.logits_bytes = memory.gpu.logits;
+  inputs.prefetch_window = std::max(0, options.prefetch_window);
+  inputs.hbm_bandwidth = cluster.hbm_bandwidth;
+  inputs.pcie_bandwidth = cluster.pcie_bandwidth;
+  // The node's host CPU and NVMe serve every GPU process of the node at once: each rank gets its share.
+  inputs.cpu_optimizer_params_per_second = cluster.cpu_optimizer_params_per_second / gpus_in_node;
+  inputs.nvme_read_bandwidth = cluster.nvme_read_bandwidth / gpus_in_node;
+  inputs.nvme_write_bandwidth = cluster.nvme_write_bandwidth / gpus_in_node;
+
+  // One workspace per thread: after the first step of a given size, building a step allocates nothing.
+  thread_local Timeline timeline;
+  build_step_schedule(inputs, timeline);
+
+  StepSimulation result;
+  result.step_seconds = timeline.makespan();
+  const std::int64_t per_gpu_items =
+      training.micro_batch * training.grad_accum * (model.transformer ? training.seq_len : 1);
+  result.tokens_per_step = per_gpu_items * world_size;
+  result.token_unit = model.transformer ? "tokens" : "samples";
+  result.tokens_per_second = static_cast<double>(result.tokens_per_step) / result.step_seconds;
+  result.model_flops_per_token = model_flops_per_token(model, training);
+  result.flop_convention = model.transformer ? "6N + 12*L*h*s per token (PaLM appendix B)"
+                                             : "3 x forward FLOPs per sample (forward + backward at 2x)";
+  result.model_flops_per_second_per_gpu =
+      result.model_flops_per_token * static_cast<double>(per_gpu_items) / result.step_seconds;
+  result.peak_flops = cluster.peak_flops(to_string(training.precision));
+  result.peak_name = peak_label(training.precision);
+  result.mfu = result.model_flops_per_second_per_gpu / result.peak_flops;
+  if (cluster.measured_gemm_flops_bf16 > 0.0 && training.precision == Precision::bf16) {
+    result.mfu_of_measured_gemm = result.model_flops_per_second_per_gpu / cluster.measured_gemm_flops_bf16;
+  }
+
+  result.busy_seconds = timeline.busy_seconds();
+  result.compute_seconds = result.busy_seconds[static_cast<int>(Resource::gpu_compute)];
+  result.communication_seconds = result.busy_seconds[static_cast<int>(Resource::nccl)];
+  result.exposed_comm_seconds = timeline.exposed_seconds(Resource::nccl, Resource::gpu_compute);
+  result.offload_wait_seconds =
+      std::max(0.0, result.step_seconds - result.compute_seconds - result.exposed_comm_seconds);
+
+  std::array<CollectiveTiming, 3> by_kind{};
+  for (const TimelineTask& task : timeline.tasks()) {
+    if (task.kind == TaskKind::recompute) result.recompute_seconds += task.finish - task.start;
+    if (!is_collective(task.kind)) continue;
+    const CollectiveKind kind = task.kind == TaskKind::all_reduce       ? CollectiveKind::all_reduce
+                                : task.kind == TaskKind::reduce_scatter ? CollectiveKind::reduce_scatter
+                                                                        : CollectiveKind::all_gather;
+    CollectiveTiming& timing = by_kind[static_cast<int>(kind)];
+    timing.kind = kind;
+    timing.ranks = world_size;
+    timing.calls += 1;
+    timing.bytes += task.bytes;
+    timing.seconds += task.finish - task.start;
+  }
+  for (CollectiveTiming& timing : by_kind) {
+    if (timing.calls == 0) continue;
+    timing.algbw = algorithm_bandwidth(timing.bytes, timing.seconds);
+    timing.busbw = bus_bandwidth(timing.kind, timing.ranks, timing.bytes, timing.seconds);
+    result.collectives.push_back(timing);
+  }
+
+  // Memory: what the memory model holds for the whole step (model states, buckets, buffers, runtime, stage-3
+  // persistent parameters) plus the timeline's dynamic bytes (activations, logits, gathered parameters).
+  Bytes persistent_bytes = 0;
+  if (training.zero.stage == 3) {
+    for (const LayerDescription& layer : model.layers) persistent_bytes += persistent_params(layer, training.zero);
+    persistent_bytes *= precision_bytes(training.precision);
+  }
+  result.static_gpu_bytes = memory.gpu.total - memory.gpu.activations - memory.gpu.logits -
+                            memory.gpu.gathered_params + persistent_bytes;
+  result.peak_gpu_bytes = timeline.peak_memory(result.static_gpu_bytes, &result.peak_memory_at_seconds);
+
+  if (options.record_events) {
+    result.events = timeline.tasks();
+    result.memory_changes = timeline.memory_changes();
+  }
+  return result;
+}
+
+}  // namespace zeroplan

@@ -1,0 +1,81 @@
+// The step-time simulator's entry point: one optimizer step of a plan, put on a timeline of compute,
+// collectives and offload (sim/zero_schedule.h), and what it shows: step time, tokens/s, model FLOP/s and MFU,
+// compute and communication time, exposed communication, per-resource busy time, per-collective algbw/busbw,
+// and the GPU memory peak over the step read off the timeline.
+//
+// Definitions (every derived figure says how it was derived):
+// - Model FLOPs per token: PaLM appendix B, 6N + 12 * L * h * s (zero-formulas.md section 6); recompute is not
+//   counted (MFU, not hardware FLOP utilization). MFU = model FLOP/s per GPU / the datasheet dense peak of the
+//   training precision (ClusterDescription::peak_flops); mfu_of_measured_gemm uses the measured GEMM rate.
+// - Exposed communication: seconds during which NCCL is busy and the GPU compute stream is idle.
+// - Waiting on offload: seconds the compute stream is idle while NCCL is idle too (PCIe, host CPU, NVMe).
+// - algbw = S / t, busbw = algbw * factor(n) (nccl-tests), summed over the step's calls of each collective.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cluster_description.h"
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "core/units.h"
+#include "sim/plan_choice.h"
+#include "sim/timeline.h"
+
+namespace zeroplan {
+
+struct SimulationOptions {
+  bool record_events = false;  // fill StepSimulation::events and memory_changes (for traces and the GUI)
+  int prefetch_window = 2;     // stage 3: all-gathers in flight ahead of the computing layer
+};
+
+// One collective over the step.
+struct CollectiveTiming {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  int ranks = 0;
+  std::int64_t calls = 0;
+  Bytes bytes = 0;             // full buffers S summed over calls
+  double seconds = 0.0;        // summed over calls
+  double algbw = 0.0;          // bytes / seconds
+  double busbw = 0.0;          // algbw * factor(n)
+};
+
+struct StepSimulation {
+  double step_seconds = 0.0;
+  std::int64_t tokens_per_step = 0;     // all GPUs: micro-batch * seq * grad-accum * N (samples for generic models)
+  std::string token_unit = "tokens";    // "samples" for a generic layer-list model
+  double tokens_per_second = 0.0;
+  double model_flops_per_token = 0.0;
+  std::string flop_convention;          // "6N + 12*L*h*s per token (PaLM appendix B)"
+  double model_flops_per_second_per_gpu = 0.0;
+  double peak_flops = 0.0;              // the peak MFU is taken against
+  std::string peak_name;                // "datasheet dense bf16"
+  double mfu = 0.0;
+  double mfu_of_measured_gemm = 0.0;    // 0 when the cluster has no measured GEMM rate
+
+  double compute_seconds = 0.0;         // GPU compute stream busy
+  double recompute_seconds = 0.0;       // part of compute_seconds
+  double communication_seconds = 0.0;   // NCCL busy
+  double exposed_comm_seconds = 0.0;    // NCCL busy while compute is idle
+  double offload_wait_seconds = 0.0;    // compute idle while NCCL is idle (PCIe, host CPU, NVMe)
+  std::array<double, kResourceCount> busy_seconds{};  // by Resource
+  std::vector<CollectiveTiming> collectives;
+
+  Bytes static_gpu_bytes = 0;           // params, grads, optimizer states, buffers, runtime (memory model)
+  Bytes peak_gpu_bytes = 0;             // static + the peak of the timeline's dynamic memory
+  double peak_memory_at_seconds = 0.0;
+
+  std::vector<TimelineTask> events;         // when options.record_events
+  std::vector<MemoryChange> memory_changes; // when options.record_events (static bytes not included)
+};
+
+// Simulates one optimizer step of `choice` (applied to `training`) on `cluster` (all its GPUs are the
+// data-parallel group). Throws InputError for inputs it cannot simulate (missing rates in the cluster, sizes
+// that are zero or negative), naming the file and field.
+StepSimulation simulate_step(const ModelDescription& model, const ClusterDescription& cluster,
+                             const TrainingConfig& training, const PlanChoice& choice,
+                             const SimulationOptions& options = {});
+
+}  // namespace zeroplan

@@ -1,0 +1,291 @@
+#include "sim/zero_schedule.h"
+
+#include <algorithm>
+#include <array>
+
+namespace zeroplan {
+
+std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& zero) {
+  // stage3.py: a parameter with ds_numel below param_persistence_threshold stays whole on every rank.
+  return zero.param_persistence_threshold > 0 ? std::min(layer.small_module_params, layer.params) : 0;
+}
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+class StepBuilder {
+ public:
+  StepBuilder(const StepScheduleInputs& inputs, Timeline& timeline)
+      : in_(inputs),
+        timeline_(timeline),
+        training_(*inputs.training),
+        zero_(inputs.training->zero),
+        layers_(inputs.model->layers),
+        compute_(*inputs.compute),
+        n_(inputs.world_size),
+        e_(precision_bytes(inputs.training->precision)) {}
+
+  void build() {
+    const std::size_t layer_count = layers_.size();
+    // Tasks per micro-step: up to 4 compute + 3 stage-3 fetch tasks per layer and pass, plus buckets.
+    timeline_.clear();
+    timeline_.reserve(static_cast<std::size_t>(training_.grad_accum) * layer_count * 12 + 64);
+    gather_elements_.assign(layer_count, 0);
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      gather_elements_[i] = layers_[i].params - (zero_.stage == 3 ? persistent_params(layers_[i], zero_) : 0);
+    }
+    gathered_bytes_.assign(layer_count, 0);
+    gather_task_.assign(layer_count, kNoTask);
+
+    for (std::int32_t micro = 0; micro < training_.grad_accum; ++micro) {
+      // Stages 0/1 keep full gradients and reduce at the boundary only; 2/3 reduce every micro-step.
+      const bool boundary = micro + 1 == training_.grad_accum;
+      reduce_this_micro_step_ = zero_.stage >= 2 || boundary;
+      run_pass(/*forward=*/true, micro);
+      run_pass(/*forward=*/false, micro);
+      if (reduce_this_micro_step_ && bucket_elements_ > 0) reduce_bucket(-1, micro, last_backward_);
+    }
+    optimizer_step();
+  }
+
+ private:
+  // --- passes ---------------------------------------------------------------------------------------------
+
+  std::int32_t layer_at(bool forward, std::size_t position) const {
+    return static_cast<std::int32_t>(forward ? position : layers_.size() - 1 - position);
+  }
+
+  void run_pass(bool forward, std::int32_t micro) {
+    const std::size_t count = layers_.size();
+    std::size_t issued = 0;  // positions [0, issued) have their stage-3 fetch issued
+    TaskId previous_compute = last_compute_;
+    for (std::size_t position = 0; position < count; ++position) {
+      const std::int32_t layer = layer_at(forward, position);
+      const auto index = static_cast<std::size_t>(layer);
+      const LayerCompute& work = compute_[index];
+
+      // Stage 3: fetch the layer on demand (when the previous layer's compute is done) unless prefetched.
+      if (zero_.stage == 3 && issued <= position) {
+        gather_task_[index] = fetch(layer, micro, after(previous_compute));
+        issued = position + 1;
+      }
+
+      std::array<Dependency, 2> first_deps{after(zero_.stage == 3 ? gather_task_[index] : kNoTask),
+                                           after(compute_barrier_)};
+      TaskId first = kNoTask;
+      TaskId consumer = kNoTask;
+      if (forward) {
+        first = consumer = timeline_.add(Resource::gpu_compute, TaskKind::forward, work.forward_seconds,
+                                         first_deps.data(), first_deps.size(), layer, micro, 0, work.forward_flops);
+        Bytes allocated = in_.activation_bytes[index];
+        if (index + 1 == count) allocated += in_.logits_bytes;
+        timeline_.set_memory(first, allocated, 0);
+      } else {
+        if (work.recompute_seconds > 0.0) {
+          first = timeline_.add(Resource::gpu_compute, TaskKind::recompute, work.recompute_seconds,
+                                first_deps.data(), first_deps.size(), layer, micro, 0, work.recompute_flops);
+        }
+        const TaskId input = timeline_.add(Resource::gpu_compute, TaskKind::backward_input,
+                                           work.backward_input_seconds, first_deps.data(), first_deps.size(), layer,
+                                           micro, 0, work.backward_flops / 2.0);
+        if (first == kNoTask) first = input;
+        consumer = timeline_.add(Resource::gpu_compute, TaskKind::backward_weight, work.backward_weight_seconds,
+                                 nullptr, 0, layer, micro, 0, work.backward_flops / 2.0);
+        Bytes freed = in_.activation_bytes[index];
+        if (index + 1 == count) freed += in_.logits_bytes;
+        timeline_.free_at_finish(consumer, freed);
+        last_backward_ = consumer;
+      }
+
+      if (zero_.stage == 3) {
+        // Prefetch while this layer computes: the next layers, at most prefetch_window ahead, within the
+        // prefetch bucket, and with no more than max_live_parameters gathered at once.
+        std::int64_t ahead = 0;
+        std::int64_t live = gather_elements_[index];
+        for (std::size_t next = position + 1; next < count && next <= position + static_cast<std::size_t>(in_.prefetch_window); ++next) {
+          const std::int64_t elements = gather_elements_[static_cast<std::size_t>(layer_at(forward, next))];
+          ahead += elements;
+          live += elements;
+          if (ahead > zero_.prefetch_bucket_size || live > zero_.max_live_parameters) break;
+          if (next >= issued) {
+            const std::int32_t next_layer = layer_at(forward, next);
+            gather_task_[static_cast<std::size_t>(next_layer)] = fetch(next_layer, micro, with_start_of(first));
+            issued = next + 1;
+          }
+        }
+        // Released after use (forward: after the layer's forward; backward: after its weight gradient).
+        if (gathered_bytes_[index] > 0) timeline_.free_at_finish(consumer, gathered_bytes_[index]);
+        gathered_bytes_[index] = 0;
+      }
+
+      if (!forward && reduce_this_micro_step_) add_gradients(layer, micro, consumer, layers_[index].params);
+      previous_compute = consumer;
+      last_compute_ = consumer;
+    }
+  }
+
+  // --- stage 3 parameter fetch -----------------------------------------------------------------------------
+
+  TaskId fetch(std::int32_t layer, std::int32_t micro, Dependency when) {
+    const auto index = static_cast<std::size_t>(layer);
+    const std::int64_t elements = gather_elements_[index];
+    if (elements <= 0) return kNoTask;
+    const Bytes full_bytes = elements * e_;
+    const Bytes partition_bytes = ceil_div(full_bytes, n_);
+    Dependency ready = when;
+    TaskId allocating = kNoTask;
+    if (zero_.offload_param != OffloadDevice::none) {
+      if (zero_.offload_param == OffloadDevice::nvme) {
+        const TaskId read = timeline_.add(Resource::nvme, TaskKind::nvme_read,
+                                          static_cast<double>(partition_bytes) / in_.nvme_read_bandwidth, {ready},
+                                          layer, micro, partition_bytes);
+        ready = after(read);
+      }
+      allocating = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
+                                 static_cast<double>(partition_bytes) / in_.pcie_bandwidth, {ready}, layer, micro,
+                                 partition_bytes);
+      ready = after(allocating);
+    }
+    TaskId done = allocating;
+    if (n_ > 1) {
+      done = timeline_.add(Resource::nccl, TaskKind::all_gather,
+                           in_.collectives->seconds(CollectiveKind::all_gather, full_bytes), {ready}, layer, micro,
+                           full_bytes);
+      if (allocating == kNoTask) allocating = done;
+    }
+    if (allocating == kNoTask) return kNoTask;  // one GPU, parameters resident: nothing to fetch
+    timeline_.set_memory(allocating, full_bytes, 0);
+    gathered_bytes_[index] += full_bytes;
+    return done;
+  }
+
+  // --- gradient reduction ----------------------------------------------------------------------------------
+
+  void add_gradients(std::int32_t layer, std::int32_t micro, TaskId produced_by, std::int64_t elements) {
+    last_gradient_ = produced_by;
+    while (elements > 0) {
+      const std::int64_t take = std::min(elements, zero_.reduce_bucket_size - bucket_elements_);
+      bucket_elements_ += take;
+      elements -= take;
+      if (bucket_elements_ >= zero_.reduce_bucket_size) reduce_bucket(layer, micro, produced_by);
+    }
+  }
+
+  void reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId produced_by) {
+    const Bytes bytes = bucket_elements_ * e_;
+    bucket_elements_ = 0;
+    TaskId reduced = produced_by;
+    if (n_ > 1) {
+      // Stage 0 all-reduces (every rank keeps every gradient); stages 1-3 reduce-scatter to the owners.
+      const CollectiveKind kind = zero_.stage == 0 ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+      reduced = timeline_.add(Resource::nccl,
+                              kind == CollectiveKind::all_reduce ? TaskKind::all_reduce : TaskKind::reduce_scatter,
+                              in_.collectives->seconds(kind, bytes), {after(produced_by)}, layer, micro, bytes);
+      last_reduction_ = reduced;
+      // Without overlap_comm the reduction runs inside the backward hook: compute waits for it.
+      if (!zero_.overlap_comm) compute_barrier_ = reduced;
+    }
+    if (zero_.offload_optimizer != OffloadDevice::none) {
+      // This rank's share of the reduced bucket goes to the host (ZeRO-Offload: 16-bit gradients down).
+      const Bytes partition_bytes = ceil_div(bytes, n_);
+      last_download_ = timeline_.add(Resource::device_to_host, TaskKind::grad_download,
+                                     static_cast<double>(partition_bytes) / in_.pcie_bandwidth, {after(reduced)},
+                                     layer, micro, partition_bytes);
+    }
+  }
+
+  // --- optimizer step and the parameter all-gather after it ----------------------------------------------
+
+  void optimizer_step() {
+    const std::int64_t params = in_.model->params();
+    const std::int64_t partition = zero_.stage == 0 ? params : ceil_div(params, n_);
+    const std::int32_t micro = static_cast<std::int32_t>(training_.grad_accum - 1);
+    TaskId updated = kNoTask;
+    if (zero_.offload_optimizer == OffloadDevice::none) {
+      const double seconds =
+          static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.hbm_bandwidth;
+      updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
+                              {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro);
+    } else {
+      // Host CPU, one sub-group at a time; NVMe states read before and written after each; updated 16-bit
+      // parameters up over H2D (stage 1/2, stage 3 without param offload) or kept on the host / NVMe.
+      const double state_bytes_per_param = 4.0 + optimizer_state_bytes_per_param(training_.optimizer);
+      const bool params_stay_on_host = zero_.stage == 3 && zero_.offload_param != OffloadDevice::none;
+      const std::int64_t sub_group = std::max<std::int64_t>(1, zero_.sub_group_size);
+      for (std::int64_t first = 0; first < partition; first += sub_group) {
+        const std::int64_t elements = std::min(sub_group, partition - first);
+        Dependency ready = after(last_download_);
+        if (zero_.offload_optimizer == OffloadDevice::nvme) {
+          const auto bytes = static_cast<Bytes>(static_cast<double>(elements) * state_bytes_per_param);
+          const TaskId read = timeline_.add(Resource::nvme, TaskKind::nvme_read,
+                                            static_cast<double>(bytes) / in_.nvme_read_bandwidth,
+                                            {after(last_download_)}, -1, micro, bytes);
+          ready = after(read);
+        }
+        const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                                          static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
+                                          {ready, after(last_reduction_), after(last_gradient_)}, -1, micro);
+        updated = step;
+        if (zero_.offload_optimizer == OffloadDevice::nvme) {
+          const auto bytes = static_cast<Bytes>(static_cast<double>(elements) * state_bytes_per_param);
+          timeline_.add(Resource::nvme, TaskKind::nvme_write, static_cast<double>(bytes) / in_.nvme_write_bandwidth,
+                        {after(step)}, -1, micro, bytes);
+        }
+        const Bytes param_bytes = elements * e_;
+        if (!params_stay_on_host) {
+          updated = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
+                                  static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
+                                  param_bytes);
+        } else if (zero_.offload_param == OffloadDevice::nvme) {
+          updated = timeline_.add(Resource::nvme, TaskKind::nvme_write,
+                                  static_cast<double>(param_bytes) / in_.nvme_write_bandwidth, {after(step)}, -1,
+                                  micro, param_bytes);
+        }
+        last_update_ = updated;
+      }
+      updated = last_update_;
+    }
+    if ((zero_.stage == 1 || zero_.stage == 2) && n_ > 1) {
+      // stage_1_and_2.py all_gather_dp_groups: the updated partitions, allgather_bucket_size elements a call.
+      const std::int64_t chunk = std::max<std::int64_t>(1, zero_.allgather_bucket_size);
+      for (std::int64_t first = 0; first < params; first += chunk) {
+        const Bytes bytes = std::min(chunk, params - first) * e_;
+        timeline_.add(Resource::nccl, TaskKind::all_gather,
+                      in_.collectives->seconds(CollectiveKind::all_gather, bytes), {after(updated)}, -1, micro,
+                      bytes);
+      }
+    }
+  }
+
+  const StepScheduleInputs& in_;
+  Timeline& timeline_;
+  const TrainingConfig& training_;
+  const ZeroConfig& zero_;
+  const std::vector<LayerDescription>& layers_;
+  const std::vector<LayerCompute>& compute_;
+  const int n_;
+  const Bytes e_;
+
+  std::vector<std::int64_t> gather_elements_;  // per layer: stage-3 elements all-gathered (all but persistent)
+  std::vector<Bytes> gathered_bytes_;          // per layer: gathered bytes awaiting release
+  std::vector<TaskId> gather_task_;            // per layer: the fetch the layer's compute waits for
+
+  bool reduce_this_micro_step_ = false;
+  std::int64_t bucket_elements_ = 0;
+  TaskId compute_barrier_ = kNoTask;  // a synchronous collective the compute stream must wait for
+  TaskId last_compute_ = kNoTask;
+  TaskId last_backward_ = kNoTask;
+  TaskId last_gradient_ = kNoTask;
+  TaskId last_reduction_ = kNoTask;
+  TaskId last_download_ = kNoTask;
+  TaskId last_update_ = kNoTask;
+};
+
+}  // namespace
+
+void build_step_schedule(const StepScheduleInputs& inputs, Timeline& timeline) {
+  StepBuilder(inputs, timeline).build();
+}
+
+}  // namespace zeroplan

@@ -1,0 +1,68 @@
+// The events of one optimizer step as DeepSpeed's ZeRO engines run them, put on a Timeline. Readable top to
+// bottom in zero_schedule.cpp: micro-steps (forward, backward with recompute), the gradient reduction of each
+// stage, stage 3's parameter all-gathers with their prefetch window, offload traffic over PCIe and NVMe, the
+// optimizer step (GPU, or per sub-group on the host CPU) and stage 1/2's parameter all-gather after it.
+//
+// What the schedule follows (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, partitioned_param_coordinator.py):
+// - Stages 0-2: gradients go into a bucket of reduce_bucket_size elements in backward (layer) order; a full
+//   bucket is reduced (stage 0 all-reduce, stages 1-2 reduce-scatter) when its last gradient is produced. With
+//   overlap_comm the reduction runs on its own stream beside backward; without it the compute stream waits for
+//   it (the reduction runs synchronously inside the backward hook).
+// - Gradient accumulation: stages 0 and 1 keep full gradients and reduce only in the boundary micro-step;
+//   stages 2 and 3 partition gradients, so every micro-step reduces (reduce-scatters) its buckets.
+// - Stages 1-2: after the optimizer step the updated 16-bit partitions are all-gathered in chunks of
+//   allgather_bucket_size elements; nothing overlaps it.
+// - Stage 3: each layer's parameters (except persistent ones: modules under param_persistence_threshold, never
+//   partitioned) are all-gathered before its forward and again before its backward, and released after use.
+//   Prefetch: while layer p computes, the next layers' gathers are issued, at most `prefetch_window` layers
+//   ahead (2 by default), only as many as fit in prefetch_bucket_size elements, and never more gathered
+//   elements alive than max_live_parameters. Gradients are reduce-scattered in reduce_bucket_size buckets.
+//   Parameters are released after their forward even when the reuse distance would keep them (conservative:
+//   the ZeRO paper's 3P volume).
+// - Offload (ZeRO-Offload, ZeRO-Infinity): each reduced bucket's partition goes to the host over the D2H engine;
+//   at the boundary the host CPU steps the optimizer one sub-group (sub_group_size elements) at a time, and each
+//   updated sub-group's 16-bit parameters go back over H2D while the CPU steps the next. NVMe optimizer states
+//   are read before and written after each sub-group's step. Offloaded stage-3 parameters are copied up (and
+//   read from NVMe first) before each all-gather.
+// - GPU memory counter: activations allocated as each layer's forward starts and freed when its backward
+//   finishes; logits with the output layer; stage-3 gathered parameters from their all-gather to their release.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "core/units.h"
+#include "sim/collective_time.h"
+#include "sim/compute_time.h"
+#include "sim/timeline.h"
+
+namespace zeroplan {
+
+// Everything the schedule needs besides the timeline, prepared by the simulator.
+struct StepScheduleInputs {
+  const ModelDescription* model = nullptr;
+  const TrainingConfig* training = nullptr;  // stage and offload applied
+  int world_size = 1;                        // data-parallel degree N
+  const std::vector<LayerCompute>* compute = nullptr;  // per layer, one micro-step
+  const CollectiveTimer* collectives = nullptr;
+  std::vector<Bytes> activation_bytes;       // per layer, one micro-step, saved for backward
+  Bytes logits_bytes = 0;                    // allocated with the last layer's forward, freed after its backward
+  int prefetch_window = 2;                   // stage 3: layers gathered ahead of the one computing
+  double hbm_bandwidth = 0.0;                // bytes/s, for the GPU optimizer step
+  double pcie_bandwidth = 0.0;               // bytes/s per direction for this GPU
+  double cpu_optimizer_params_per_second = 0.0;  // this rank's share of the node's CPU optimizer rate
+  double nvme_read_bandwidth = 0.0;          // this rank's share of the node's NVMe
+  double nvme_write_bandwidth = 0.0;
+};
+
+// Stage-3 parameters of a layer that are never gathered: those in modules under the persistence threshold
+// (LayerDescription::small_module_params), when the threshold is above zero.
+std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& zero);
+
+// Builds the step on `timeline` (cleared first). Throws InputError for inputs that cannot be scheduled
+// (an offload with no PCIe, CPU or NVMe rate in the cluster).
+void build_step_schedule(const StepScheduleInputs& inputs, Timeline& timeline);
+
+}  // namespace zeroplan
