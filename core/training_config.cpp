@@ -120,6 +120,7 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
         {"max_reuse_distance", zero.max_reuse_distance},
         {"param_persistence_threshold", zero.param_persistence_threshold},
         {"sub_group_size", zero.sub_group_size},
+        {"zero_init", zero.zero_init},
         {"pin_memory", zero.pin_memory},
         {"param_buffer_count", zero.param_buffer_count},
         {"param_buffer_size", zero.param_buffer_size},

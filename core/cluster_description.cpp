@@ -1,0 +1,403 @@
+#include "core/cluster_description.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/data_paths.h"
+#include "core/input_error.h"
+#include "core/json_input.h"
+
+namespace zeroplan {
+
+std::string to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_gather: return "all_gather";
+  }
+  return "unknown";
+}
+
+double ClusterDescription::peak_flops(const std::string& precision) const {
+  if (precision == "bf16") return peak_flops_bf16;
+  if (precision == "fp16") return peak_flops_fp16;
+  if (precision == "fp32") return peak_flops_fp32;
+  throw InputError("precision", "", "unknown precision \"" + precision + "\"; expected one of bf16, fp16, fp32");
+}
+
+namespace {
+
+// Runtime overhead defaults, used for a field the cluster file leaves out (the loader records each one it used
+// in the provenance). zero-formulas.md section 3 collects the ranges.
+constexpr Bytes kDefaultCudaContextBytes = 512 * kMiB;
+constexpr const char* kDefaultCudaContextSource =
+    "default 512 MiB: a PyTorch process's CUDA context with lazy module loading (CUDA_MODULE_LOADING=LAZY, the "
+    "default since CUDA 11.7) is about 0.5 GiB on Hopper; zero-formulas.md sec. 3 gives 0.3-2 GB";
+constexpr Bytes kDefaultCublasWorkspaceBytes = 32 * kMiB;
+constexpr const char* kDefaultCublasWorkspaceSource =
+    "default 32 MiB: PyTorch's cuBLAS/cuBLASLt workspace on Hopper (aten/src/ATen/cuda/CublasHandlePool.cpp)";
+constexpr Bytes kDefaultNcclBufferBytes = 512 * kMiB;
+constexpr const char* kDefaultNcclBufferSource =
+    "default 512 MiB per communicator: NVIDIA/nccl issues #864 and #964 report 0.5-1.6 GB, the low end with "
+    "NVLink SHARP (NVLS) off";
+constexpr double kDefaultAllocatorReserveFraction = 0.10;
+constexpr const char* kDefaultAllocatorReserveSource =
+    "default 0.10 of tensor bytes: an assumption for the PyTorch caching allocator's reserved-but-unallocated "
+    "memory (fragmentation); the ZeRO paper (arXiv 1910.02054 sec. 6.3) saw OOM with over 30% free, so raise it "
+    "for long runs with varying shapes";
+
+// Default GEMM efficiency curve for a cluster without measured points: a fixed cost per GEMM plus throughput at
+// the best achievable rate, t(F) = t_fixed + F / (e_max * peak), so efficiency(F) = F / (peak * t(F)).
+// e_max: the cluster's measured large-GEMM rate over its peak, else 0.80 (the H200's 796/989 TFLOP/s for an
+// 8192^3 bf16 GEMM, device-and-peers.md). t_fixed = 4 us: an assumed fixed cost per cuBLAS call (one wave of
+// tiles, prologue and epilogue) that makes small GEMMs latency-bound; replace it with measured points.
+constexpr double kDefaultGemmFixedSeconds = 4e-6;
+constexpr double kDefaultGemmMaxEfficiency = 0.80;
+
+std::vector<GemmEfficiencyPoint> default_gemm_curve(double peak, double measured) {
+  const double best = measured > 0.0 ? std::min(1.0, measured / peak) : kDefaultGemmMaxEfficiency;
+  std::vector<GemmEfficiencyPoint> curve;
+  for (double flops = 1e7; flops <= 1.001e14; flops *= 10.0) {
+    const double seconds = kDefaultGemmFixedSeconds + flops / (best * peak);
+    curve.push_back({flops, flops / (peak * seconds)});
+  }
+  return curve;
+}
+
+const std::vector<std::string> kClusterKeys = {"name",       "source",     "provenance", "notes", "gpu", "topology",
+                                               "intra_node", "inter_node", "host",       "nvme",  "runtime"};
+const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",    "memory_mib",
+                                           "memory_gib",      "peak_flops_bf16", "peak_flops_fp16",
+                                           "peak_flops_fp32", "measured_gemm_flops_bf16",
+                                           "hbm_bandwidth",   "gemm_efficiency"};
+const std::vector<std::string> kTopologyKeys = {"gpus_per_node", "nodes"};
+const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured"};
+const std::vector<std::string> kPointKeys = {"collective", "ranks", "message_bytes", "bus_bandwidth"};
+const std::vector<std::string> kHostKeys = {"memory_bytes", "memory_mib", "memory_gib", "cores", "pcie_bandwidth",
+                                            "cpu_optimizer_params_per_second"};
+const std::vector<std::string> kNvmeKeys = {"capacity_bytes", "capacity_gib", "capacity_gb", "read_bandwidth",
+                                            "write_bandwidth"};
+const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_context_mib",
+                                               "cublas_workspace_bytes", "cublas_workspace_mib",
+                                               "nccl_buffer_bytes",      "nccl_buffer_mib",
+                                               "allocator_reserve_fraction"};
+
+void refuse_unknown_keys(const JsonFields& fields, const std::vector<std::string>& known) {
+  const auto unknown = fields.unknown_keys(known);
+  if (unknown.empty()) return;
+  std::string list;
+  for (const auto& key : known) list += (list.empty() ? "" : ", ") + key;
+  fields.fail(unknown.front(), "unknown key; expected one of " + list);
+}
+
+// A byte size given in one unit: BASE_bytes, BASE_mib (2^20), BASE_gib (2^30) or BASE_gb (1e9); exactly one.
+struct ByteUnit {
+  const char* suffix;
+  Bytes multiplier;
+};
+constexpr ByteUnit kByteUnits[] = {{"_bytes", 1}, {"_mib", kMiB}, {"_gib", kGiB}, {"_gb", 1'000'000'000}};
+
+std::optional<Bytes> optional_bytes(const JsonFields& fields, const std::string& base, bool allow_zero) {
+  std::optional<Bytes> result;
+  std::string used;
+  for (const ByteUnit& unit : kByteUnits) {
+    const std::string key = base + unit.suffix;
+    if (!fields.has(key)) continue;
+    if (result) fields.fail(key, "given together with " + fields.field_path(used) + "; give the size once");
+    const std::int64_t count = allow_zero ? fields.non_negative_integer(key) : fields.positive_integer(key);
+    Bytes bytes = 0;
+    if (__builtin_mul_overflow(count, unit.multiplier, &bytes)) {
+      fields.fail(key, "absurd size: " + std::to_string(count) + unit.suffix + " overflows 64-bit bytes");
+    }
+    result = bytes;
+    used = key;
+  }
+  return result;
+}
+
+Bytes required_bytes(const JsonFields& fields, const std::string& base) {
+  const auto bytes = optional_bytes(fields, base, /*allow_zero=*/false);
+  if (!bytes) fields.fail(base + "_bytes", "missing (required; or give " + base + "_mib / " + base + "_gib)");
+  return *bytes;
+}
+
+CollectiveKind parse_collective(const JsonFields& fields, const std::string& key) {
+  const std::string name = fields.one_of(key, {"all_reduce", "reduce_scatter", "all_gather"});
+  if (name == "all_reduce") return CollectiveKind::all_reduce;
+  if (name == "reduce_scatter") return CollectiveKind::reduce_scatter;
+  return CollectiveKind::all_gather;
+}
+
+InterconnectDescription interconnect_from_json(const JsonFields& fields, int max_ranks) {
+  refuse_unknown_keys(fields, kInterconnectKeys);
+  InterconnectDescription link;
+  link.name = fields.string("name");
+  link.bus_bandwidth = fields.positive_number("bus_bandwidth");
+  link.latency_seconds = fields.non_negative_number("latency_seconds");
+  if (fields.has("measured")) {
+    const nlohmann::json& points = fields.raw("measured");
+    if (!points.is_array()) fields.fail("measured", "expected an array of measured points");
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const JsonFields point(points[i], fields.source(), fields.field_path("measured") + "[" + std::to_string(i) + "]");
+      refuse_unknown_keys(point, kPointKeys);
+      CollectiveBandwidthPoint measured;
+      measured.kind = parse_collective(point, "collective");
+      const std::int64_t ranks = point.positive_integer("ranks");
+      if (ranks < 2 || ranks > max_ranks) {
+        point.fail("ranks", "expected 2.." + std::to_string(max_ranks) + " GPUs, got " + std::to_string(ranks));
+      }
+      measured.ranks = static_cast<int>(ranks);
+      measured.message_bytes = point.positive_integer("message_bytes");
+      measured.bus_bandwidth = point.positive_number("bus_bandwidth");
+      link.measured.push_back(measured);
+    }
+  }
+  return link;
+}
+
+std::string provenance_text(const JsonFields& fields) {
+  if (!fields.has("provenance")) fields.fail("provenance", "missing: say where the figures come from");
+  const nlohmann::json& value = fields.raw("provenance");
+  std::string text;
+  auto append = [&text](const std::string& line) { text += (text.empty() ? "" : "\n") + line; };
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_array()) {
+    for (const auto& line : value) {
+      if (!line.is_string()) fields.fail("provenance", "expected an array of strings");
+      append(line.get<std::string>());
+    }
+    return text;
+  }
+  if (value.is_object()) {
+    for (const auto& item : value.items()) {
+      if (!item.value().is_string()) fields.fail("provenance." + item.key(), "expected a string");
+      append(item.key() + ": " + item.value().get<std::string>());
+    }
+    return text;
+  }
+  fields.fail("provenance", "expected a string, an array of strings or an object of strings");
+}
+
+int int_field(const JsonFields& fields, const std::string& key, std::int64_t limit) {
+  const std::int64_t value = fields.positive_integer(key);
+  if (value > limit) fields.fail(key, "absurd value " + std::to_string(value) + "; at most " + std::to_string(limit));
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+ClusterDescription cluster_from_json(const nlohmann::json& document, const std::string& source) {
+  const JsonFields fields(document, source);
+  refuse_unknown_keys(fields, kClusterKeys);
+  ClusterDescription cluster;
+  cluster.name = fields.string("name");
+  if (cluster.name.empty()) fields.fail("name", "expected a non-empty cluster name");
+  cluster.source = source;
+  cluster.provenance = provenance_text(fields);
+  auto note = [&cluster](const std::string& line) { cluster.provenance += "\n" + line; };
+
+  const JsonFields gpu = fields.object("gpu");
+  refuse_unknown_keys(gpu, kGpuKeys);
+  cluster.gpu_model = gpu.string("model");
+  cluster.gpu_memory_bytes = required_bytes(gpu, "memory");
+  cluster.peak_flops_bf16 = gpu.positive_number("peak_flops_bf16");
+  cluster.peak_flops_fp16 = gpu.positive_number("peak_flops_fp16");
+  cluster.peak_flops_fp32 = gpu.positive_number("peak_flops_fp32");
+  cluster.measured_gemm_flops_bf16 = gpu.non_negative_number_or("measured_gemm_flops_bf16", 0.0);
+  if (cluster.measured_gemm_flops_bf16 > cluster.peak_flops_bf16) {
+    gpu.fail("measured_gemm_flops_bf16", "exceeds peak_flops_bf16; a measured rate cannot beat the peak");
+  }
+  cluster.hbm_bandwidth = gpu.positive_number("hbm_bandwidth");
+  if (gpu.has("gemm_efficiency")) {
+    const nlohmann::json& points = gpu.raw("gemm_efficiency");
+    if (!points.is_array() || points.empty()) gpu.fail("gemm_efficiency", "expected a non-empty array of points");
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const JsonFields point(points[i], source, gpu.field_path("gemm_efficiency") + "[" + std::to_string(i) + "]");
+      refuse_unknown_keys(point, {"flops", "efficiency"});
+      const double efficiency = point.positive_number("efficiency");
+      if (efficiency > 1.0) point.fail("efficiency", "expected a fraction of peak in (0, 1]");
+      cluster.gemm_efficiency.push_back({point.positive_number("flops"), efficiency});
+    }
+    std::sort(cluster.gemm_efficiency.begin(), cluster.gemm_efficiency.end(),
+              [](const GemmEfficiencyPoint& a, const GemmEfficiencyPoint& b) { return a.flops < b.flops; });
+  } else {
+    cluster.gemm_efficiency = default_gemm_curve(cluster.peak_flops_bf16, cluster.measured_gemm_flops_bf16);
+    note("gpu.gemm_efficiency: default curve efficiency(F) = F / (peak * (4 us + F / e_max*peak)), e_max = " +
+         std::string(cluster.measured_gemm_flops_bf16 > 0 ? "measured/peak" : "0.80 (H200 measured 796/989)"));
+  }
+
+  const JsonFields topology = fields.object("topology");
+  refuse_unknown_keys(topology, kTopologyKeys);
+  cluster.gpus_per_node = int_field(topology, "gpus_per_node", 1024);
+  cluster.nodes = int_field(topology, "nodes", 1'000'000);
+
+  if (fields.has("intra_node") || cluster.gpus_per_node > 1) {
+    cluster.intra_node = interconnect_from_json(fields.object("intra_node"), cluster.gpus_per_node);
+  } else {
+    note("intra_node: none (one GPU per node)");
+  }
+  if (fields.has("inter_node")) {
+    cluster.inter_node = interconnect_from_json(fields.object("inter_node"), cluster.total_gpus());
+  } else if (cluster.nodes > 1) {
+    fields.fail("inter_node", "missing: a cluster of " + std::to_string(cluster.nodes) +
+                                  " nodes needs the network between them");
+  }
+
+  const JsonFields host = fields.object("host");
+  refuse_unknown_keys(host, kHostKeys);
+  cluster.host_memory_bytes = required_bytes(host, "memory");
+  cluster.host_cores = int_field(host, "cores", 1'000'000);
+  cluster.pcie_bandwidth = host.positive_number("pcie_bandwidth");
+  cluster.cpu_optimizer_params_per_second = host.positive_number("cpu_optimizer_params_per_second");
+
+  if (fields.has("nvme")) {
+    const JsonFields nvme = fields.object("nvme");
+    refuse_unknown_keys(nvme, kNvmeKeys);
+    const auto capacity = optional_bytes(nvme, "capacity", /*allow_zero=*/true);
+    if (!capacity) nvme.fail("capacity_bytes", "missing (required; or capacity_gib / capacity_gb)");
+    cluster.nvme_capacity_bytes = *capacity;
+    if (cluster.nvme_capacity_bytes > 0) {
+      cluster.nvme_read_bandwidth = nvme.positive_number("read_bandwidth");
+      cluster.nvme_write_bandwidth = nvme.positive_number("write_bandwidth");
+    }
+  } else {
+    note("nvme: none described (capacity 0: NVMe offload does not fit)");
+  }
+
+  RuntimeOverhead& runtime = cluster.runtime;
+  const nlohmann::json empty = nlohmann::json::object();
+  const JsonFields runtime_fields = fields.has("runtime") ? fields.object("runtime")
+                                                          : JsonFields(empty, source, "runtime");
+  refuse_unknown_keys(runtime_fields, kRuntimeKeys);
+  auto runtime_bytes = [&](const std::string& base, Bytes fallback, const char* why) {
+    const auto bytes = optional_bytes(runtime_fields, base, /*allow_zero=*/true);
+    if (bytes) return *bytes;
+    note("runtime." + base + ": " + why);
+    return fallback;
+  };
+  runtime.cuda_context_bytes = runtime_bytes("cuda_context", kDefaultCudaContextBytes, kDefaultCudaContextSource);
+  runtime.cublas_workspace_bytes =
+      runtime_bytes("cublas_workspace", kDefaultCublasWorkspaceBytes, kDefaultCublasWorkspaceSource);
+  runtime.nccl_buffer_bytes = runtime_bytes("nccl_buffer", kDefaultNcclBufferBytes, kDefaultNcclBufferSource);
+  if (runtime_fields.has("allocator_reserve_fraction")) {
+    runtime.allocator_reserve_fraction = runtime_fields.non_negative_number("allocator_reserve_fraction");
+    if (runtime.allocator_reserve_fraction >= 1.0) {
+      runtime_fields.fail("allocator_reserve_fraction", "expected a fraction of tensor bytes in [0, 1)");
+    }
+  } else {
+    runtime.allocator_reserve_fraction = kDefaultAllocatorReserveFraction;
+    note(std::string("runtime.allocator_reserve_fraction: ") + kDefaultAllocatorReserveSource);
+  }
+  return cluster;
+}
+
+namespace {
+nlohmann::json interconnect_to_json(const InterconnectDescription& link) {
+  nlohmann::json measured = nlohmann::json::array();
+  for (const auto& point : link.measured) {
+    measured.push_back({{"collective", to_string(point.kind)},
+                        {"ranks", point.ranks},
+                        {"message_bytes", point.message_bytes},
+                        {"bus_bandwidth", point.bus_bandwidth}});
+  }
+  return {{"name", link.name},
+          {"bus_bandwidth", link.bus_bandwidth},
+          {"latency_seconds", link.latency_seconds},
+          {"measured", std::move(measured)}};
+}
+}  // namespace
+
+nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
+  nlohmann::json gemm = nlohmann::json::array();
+  for (const auto& point : cluster.gemm_efficiency) gemm.push_back({{"flops", point.flops}, {"efficiency", point.efficiency}});
+  nlohmann::json document = {
+      {"name", cluster.name},
+      {"source", cluster.source},
+      {"provenance", cluster.provenance},
+      {"gpu",
+       {{"model", cluster.gpu_model},
+        {"memory_bytes", cluster.gpu_memory_bytes},
+        {"peak_flops_bf16", cluster.peak_flops_bf16},
+        {"peak_flops_fp16", cluster.peak_flops_fp16},
+        {"peak_flops_fp32", cluster.peak_flops_fp32},
+        {"measured_gemm_flops_bf16", cluster.measured_gemm_flops_bf16},
+        {"hbm_bandwidth", cluster.hbm_bandwidth},
+        {"gemm_efficiency", std::move(gemm)}}},
+      {"topology", {{"gpus_per_node", cluster.gpus_per_node}, {"nodes", cluster.nodes}}},
+      {"intra_node", interconnect_to_json(cluster.intra_node)},
+      {"host",
+       {{"memory_bytes", cluster.host_memory_bytes},
+        {"cores", cluster.host_cores},
+        {"pcie_bandwidth", cluster.pcie_bandwidth},
+        {"cpu_optimizer_params_per_second", cluster.cpu_optimizer_params_per_second}}},
+      {"nvme",
+       {{"capacity_bytes", cluster.nvme_capacity_bytes},
+        {"read_bandwidth", cluster.nvme_read_bandwidth},
+        {"write_bandwidth", cluster.nvme_write_bandwidth}}},
+      {"runtime",
+       {{"cuda_context_bytes", cluster.runtime.cuda_context_bytes},
+        {"cublas_workspace_bytes", cluster.runtime.cublas_workspace_bytes},
+        {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
+        {"allocator_reserve_fraction", cluster.runtime.allocator_reserve_fraction}}},
+  };
+  if (cluster.inter_node.bus_bandwidth > 0.0) document["inter_node"] = interconnect_to_json(cluster.inter_node);
+  return document;
+}
+
+std::vector<std::string> bundled_cluster_names() {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(bundled_clusters_directory(), error)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ClusterDescription load_cluster(const std::string& name_or_path) {
+  const auto names = bundled_cluster_names();
+  if (std::find(names.begin(), names.end(), name_or_path) != names.end()) {
+    const auto path = bundled_clusters_directory() / (name_or_path + ".json");
+    return cluster_from_json(read_json_file(path, /*allow_comments=*/true), path.string());
+  }
+  std::error_code error;
+  if (!name_or_path.empty() && std::filesystem::exists(name_or_path, error)) {
+    return cluster_from_json(read_json_file(name_or_path, /*allow_comments=*/true), name_or_path);
+  }
+  std::string list;
+  for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
+  throw InputError("--cluster", "",
+                   "unknown cluster \"" + name_or_path + "\": not a bundled cluster (" +
+                       (list.empty() ? std::string("none found in ") + bundled_clusters_directory().string() : list) +
+                       ") and no such file");
+}
+
+ClusterDescription with_gpu_count(const ClusterDescription& cluster, int gpus) {
+  if (gpus < 1) throw InputError("--gpus", "", "expected at least 1 GPU, got " + std::to_string(gpus));
+  ClusterDescription resized = cluster;
+  if (gpus <= cluster.gpus_per_node) {
+    // Fewer GPUs than a node: one partially used node (its host and NVMe are still the whole node's).
+    resized.gpus_per_node = gpus;
+    resized.nodes = 1;
+    return resized;
+  }
+  if (gpus % cluster.gpus_per_node != 0) {
+    throw InputError("--gpus", "",
+                     std::to_string(gpus) + " GPUs is more than one node of cluster \"" + cluster.name +
+                         "\" and not a multiple of its " + std::to_string(cluster.gpus_per_node) +
+                         " GPUs per node; expected whole nodes");
+  }
+  if (cluster.inter_node.bus_bandwidth <= 0.0) {
+    throw InputError("--gpus", "",
+                     std::to_string(gpus) + " GPUs needs several nodes but cluster \"" + cluster.name +
+                         "\" describes no inter-node network; at most " + std::to_string(cluster.gpus_per_node));
+  }
+  resized.nodes = gpus / cluster.gpus_per_node;
+  return resized;
+}
+
+}  // namespace zeroplan
