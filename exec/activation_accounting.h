@@ -1,0 +1,52 @@
+// What the CUDA executor allocates, per planner component, as closed-form byte counts. The CUDA trainer's
+// allocator measures the same buffers; a GPU test checks the two agree exactly, and the planner
+// (sim/memory_model) is meant to model these formulas.
+//
+// Notation: B micro-batch, T sequence, C hidden, L layers, a heads, Vp padded vocabulary, P = flat parameter
+// count (padded vocabulary rows included), e = element bytes (2 for bf16/fp16, 4 for fp32).
+//
+// params            e*P                     (16-bit model weights; fp32 in fp32 mode)
+// grads             e*P                     (gradients in the model precision, accumulated over micro-steps)
+// master_params     4*P in bf16/fp16, 0 in fp32 (fp32 master weights)
+// optimizer_states  8*P                     (AdamW momentum and variance, fp32)
+// activations       saved for backward, no recompute: per layer, exactly the tensors Korthikanti et al. 2022
+//                   (arXiv 2205.05198, sec. 4.1) count without dropout:
+//                     LN1 input e*sbh, LN1 output e*sbh, QKV 3e*sbh, attention output e*sbh, LN2 input e*sbh,
+//                     LN2 output e*sbh, FC output 4e*sbh, GELU output 4e*sbh          = 16e*sbh (32sbh in 16-bit)
+//                     + LN1/LN2 mean and rstd, fp32                                   = 16*sb
+//                     + flash-attention logsumexp, fp32 (replaces the 5as^2b softmax)  = 4*a*s*b
+//                   plus the output layer: final-LN input and output 2e*sbh and its mean/rstd 8*sb.
+//                   full recompute: every block's input (L+1)*e*sbh (the last is the final-LN input), plus one
+//                   block's recompute buffers (the list above less the LN1 input: 15e*sbh + 16sb + 4asb), plus the
+//                   final-LN output and stats e*sbh + 8sb.
+// logits            e*s*b*Vp (the fused cross-entropy writes dlogits in place) + 4*s*b (per-token losses, fp32)
+// workspace         backward scratch: dresidual e*sbh, d(LN input) e*sbh, d(FC/QKV) 4e*sbh, flash-attention dQ
+//                   accumulator 4*sbh (fp32) and D = rowsum(dO*O) 4*a*s*b, bias-gradient partials 4*4C, grad-norm
+//                   partials and result (kNormPartials + 1 floats), the micro-batch's input and target token ids
+//                   8*s*b (int32), and the cuBLASLt workspace (32 MiB, customary on Hopper)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/exec_config.h"
+
+namespace zeroplan::exec {
+
+inline constexpr std::int64_t kCublasWorkspaceBytes = 32ll << 20;
+inline constexpr std::int64_t kNormPartials = 1024;  // blocks of the grad-norm reduction (fp32 each)
+
+struct ExpectedMemory {
+  std::int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0, activations = 0, logits = 0,
+               workspace = 0;
+  std::int64_t total() const {
+    return params + grads + master_params + optimizer_states + activations + logits + workspace;
+  }
+  std::vector<std::pair<std::string, std::int64_t>> components() const;
+};
+
+ExpectedMemory expected_device_memory(const ExecConfig& config);
+
+}  // namespace zeroplan::exec

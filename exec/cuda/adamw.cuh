@@ -1,0 +1,40 @@
+// The optimizer side of the step over the flat buffers: parameter initialization (exec/init_rng.h, identical to
+// the CPU reference), the global gradient L2 norm (which also detects fp16 overflow: inf/nan propagate), and
+// AdamW with fp32 master weights writing the rounded 16-bit parameters. Weight decay follows the layout's
+// block geometry (param_layout.h) instead of a per-tensor table, so the update is one launch over the buffer.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "exec/init_rng.h"
+
+namespace zeroplan::exec::cuda {
+
+struct DecayGeometry {
+  std::int64_t blocks_begin, block_stride, block_decay, blocks_end;
+};
+
+// params[offset, offset+numel) (and master, when not null) = init; elements at or past `live` are 0.
+template <typename T>
+void init_tensor(T* params, float* master, std::int64_t offset, std::int64_t numel, std::int64_t live, InitKind kind,
+                 std::uint64_t seed, float residual_std, cudaStream_t stream);
+// params = round(src) and master = src (when not null), src fp32 on the device.
+template <typename T>
+void set_from_fp32(T* params, float* master, const float* src, std::int64_t n, cudaStream_t stream);
+// dst (fp32) = src.
+template <typename T>
+void to_fp32(float* dst, const T* src, std::int64_t n, cudaStream_t stream);
+
+// out[0] = sum of squares of g (fp32), through `partials` (kNormPartials floats).
+template <typename T>
+void grad_norm_squared(float* out, float* partials, const T* g, std::int64_t n, cudaStream_t stream);
+
+// grad_scale folds the loss-scale unscale and the clipping factor; master null means params are fp32 masters.
+template <typename T>
+void adamw_update(T* params, float* master, const T* grads, float* m, float* v, std::int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, float grad_scale, int t, DecayGeometry decay,
+                  cudaStream_t stream);
+
+}  // namespace zeroplan::exec::cuda

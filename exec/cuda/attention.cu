@@ -1,0 +1,600 @@
+#include "exec/cuda/attention.cuh"
+
+#include <type_traits>
+
+#include "exec/cuda/cuda_common.cuh"
+
+namespace zeroplan::exec::cuda {
+
+namespace {
+
+using i64 = std::int64_t;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---------------------------------------------------------------------------------------------------------
+// Tensor-core building blocks (PTX ISA, "Matrix multiply-accumulate operation using mma instruction",
+// m16n8k16 fragment layouts; ldmatrix for shared-memory -> fragment loads).
+// ---------------------------------------------------------------------------------------------------------
+constexpr int kTile = 64;      // rows of Q (forward) or K (backward) per block, and of K/V (Q/dO) per step
+constexpr int kHead = 64;      // head size served by the tensor-core path
+constexpr int kLd = kHead + 8; // shared-memory row pitch (elements): +16 bytes so ldmatrix rows hit distinct banks
+constexpr int kThreads = 128;  // 4 warps, 16 rows each
+
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<std::uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<std::uint32_t*>(&v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte async copy global -> shared; rows past the end are zero-filled (src-size 0).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_size));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Copies a 64 x 64 tile (rows `row0`.. of a row-major matrix with pitch `stride` elements) into shared memory.
+template <typename T>
+__device__ __forceinline__ void load_tile(T (*tile)[kLd], const T* base, i64 stride, int rows_valid) {
+  for (int id = threadIdx.x; id < kTile * (kHead / 8); id += kThreads) {
+    const int r = id / (kHead / 8), c = (id % (kHead / 8)) * 8;
+    const bool valid = r < rows_valid;
+    cp_async16(&tile[r][c], base + (valid ? r * stride + c : 0), valid);
+  }
+}
+
+// A-operand fragments of a warp's 16 rows x 64 columns of a row-major shared tile (4 k-steps of 16).
+template <typename T>
+__device__ __forceinline__ void load_a_frags(std::uint32_t (&f)[4][4], const T (*tile)[kLd], int row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    ldmatrix_x4(f[kk], &tile[row0 + (lane % 8) + ((lane / 8) % 2) * 8][kk * 16 + (lane / 16) * 8]);
+}
+
+// acc[16 x 64] += A (16 x 64, fragments) * tile^T, tile rows = the 64 output columns (S = Q K^T form).
+template <typename T>
+__device__ __forceinline__ void mma_a_tileT(float (&acc)[8][4], const std::uint32_t (&a)[4][4], const T (*tile)[kLd]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      std::uint32_t r[4];
+      ldmatrix_x4(r, &tile[np * 16 + (lane % 8) + (lane / 16) * 8][kk * 16 + ((lane / 8) % 2) * 8]);
+      mma16816<T>(acc[2 * np], a[kk], r[0], r[1]);
+      mma16816<T>(acc[2 * np + 1], a[kk], r[2], r[3]);
+    }
+}
+
+// acc[16 x 64] += P (16 x 64 in C-fragment layout, fp32) * tile, tile rows = the 64 reduction indices (O = P V).
+template <typename T>
+__device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[8][4], const T (*tile)[kLd]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    // the C layout of two adjacent n-tiles is the A layout of one k-step (FlashAttention-2's register reuse)
+    const std::uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
+                                pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      std::uint32_t r[4];
+      ldmatrix_x4_trans(r, &tile[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
+      mma16816<T>(acc[2 * np], a, r[0], r[1]);
+      mma16816<T>(acc[2 * np + 1], a, r[2], r[3]);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C,
+                                                                 int NH, float scale_log2) {
+  __shared__ alignas(16) T sQ[kTile][kLd];
+  __shared__ alignas(16) T sK[2][kTile][kLd];
+  __shared__ alignas(16) T sV[2][kTile][kLd];
+  const int nqb = (Tn + kTile - 1) / kTile;
+  const int qb = nqb - 1 - static_cast<int>(blockIdx.x);  // longest rows first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const i64 stride = 3ll * C;
+  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
+  const T* kbase = qbase + C;
+  const T* vbase = qbase + 2 * C;
+
+  load_tile<T>(sQ, qbase + static_cast<i64>(qb) * kTile * stride, stride, Tn - qb * kTile);
+  load_tile<T>(sK[0], kbase, stride, Tn);
+  load_tile<T>(sV[0], vbase, stride, Tn);
+  cp_async_commit();
+
+  float o[8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  std::uint32_t qf[4][4];
+  const int q_row[2] = {qb * kTile + warp * 16 + g, qb * kTile + warp * 16 + g + 8};
+
+  for (int kb = 0; kb <= qb; ++kb) {
+    const int stage = kb & 1;
+    if (kb < qb) {
+      load_tile<T>(sK[stage ^ 1], kbase + static_cast<i64>(kb + 1) * kTile * stride, stride, Tn - (kb + 1) * kTile);
+      load_tile<T>(sV[stage ^ 1], vbase + static_cast<i64>(kb + 1) * kTile * stride, stride, Tn - (kb + 1) * kTile);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (kb == 0) load_a_frags<T>(qf, sQ, warp * 16);
+
+    float s[8][4] = {};
+    mma_a_tileT<T>(s, qf, sK[stage]);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = kb * kTile + j * 8 + tig * 2 + (e & 1);
+        const int r = e >> 1;
+        float v = s[j][e] * scale_log2;
+        if (kb == qb && key > q_row[r]) v = -INFINITY;  // causal mask (also covers keys >= T on the last tile)
+        s[j][e] = v;
+        mx[r] = fmaxf(mx[r], v);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float alpha[2], mnew[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mnew[r] = fmaxf(m[r], mx[r]);
+      const float base = mnew[r] == -INFINITY ? 0.0f : mnew[r];
+      alpha[r] = exp2f(m[r] - base);
+      m[r] = mnew[r];
+      mnew[r] = base;
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        s[j][e] = exp2f(s[j][e] - mnew[r]);
+        rs[r] += s[j][e];
+        o[j][e] *= alpha[r];
+      }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+    mma_c_tile<T>(o, s, sV[stage]);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (q_row[r] >= Tn) continue;
+    const float inv = 1.0f / l[r];
+    T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * kHead;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<std::uint32_t*>(orow + j * 8 + tig * 2) = pack2<T>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    if (tig == 0) lse[(static_cast<i64>(b) * NH + h) * Tn + q_row[r]] = (m[r] + log2f(l[r])) * kLn2;
+  }
+}
+
+// D = rowsum(dO * O) per (b, h, t), FlashAttention-2 Algorithm 2 line 4.
+template <typename T>
+__global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T* out, int B, int Tn, int C, int NH) {
+  const i64 idx = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;  // over B*T*NH, h fastest
+  if (idx >= static_cast<i64>(B) * Tn * NH) return;
+  const int h = static_cast<int>(idx % NH);
+  const i64 bt = idx / NH;
+  const int HS = C / NH;
+  const T* o = out + bt * C + h * HS;
+  const T* d = dout + bt * C + h * HS;
+  float acc = 0.0f;
+  for (int i = 0; i < HS; i += Pack<T>::kSize) {
+    const Pack<T> po = Pack<T>::load(o + i), pd = Pack<T>::load(d + i);
+#pragma unroll
+    for (int j = 0; j < Pack<T>::kSize; ++j) acc += to_f(po.v[j]) * to_f(pd.v[j]);
+  }
+  const i64 b = bt / Tn, t = bt % Tn;
+  d_rowsum[(b * NH + h) * Tn + t] = acc;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
+                                                                  const T* dout, const T* qkv, const float* lse,
+                                                                  int Tn, int C, int NH, float scale) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  using Tile = T[kTile][kLd];
+  Tile* sK = reinterpret_cast<Tile*>(smem_raw);
+  Tile* sV = sK + 1;
+  Tile* sQ = sK + 2;   // [2]
+  Tile* sdO = sK + 4;  // [2]
+  Tile* sdS = sK + 6;
+  float* sLse = reinterpret_cast<float*>(sK + 7);  // [2][64], log2 units
+  float* sD = sLse + 2 * kTile;                    // [2][64]
+
+  const int nqb = (Tn + kTile - 1) / kTile;
+  const int kb = blockIdx.x;  // blocks with small kb have the most query tiles and are scheduled first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const i64 stride = 3ll * C;
+  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
+  const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * kHead;
+  const float* lse_row = lse + (static_cast<i64>(b) * NH + h) * Tn;
+  const float* d_row = d_rowsum + (static_cast<i64>(b) * NH + h) * Tn;
+  const float scale_log2 = scale * kLog2e;
+
+  auto load_q_stage = [&](int qb, int stage) {
+    load_tile<T>(sQ[stage], qbase + static_cast<i64>(qb) * kTile * stride, stride, Tn - qb * kTile);
+    load_tile<T>(sdO[stage], dobase + static_cast<i64>(qb) * kTile * C, C, Tn - qb * kTile);
+    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+      const int q = qb * kTile + i;
+      sLse[stage * kTile + i] = q < Tn ? lse_row[q] * kLog2e : 0.0f;
+      sD[stage * kTile + i] = q < Tn ? d_row[q] : 0.0f;
+    }
+  };
+
+  load_tile<T>(sK[0], qbase + C + static_cast<i64>(kb) * kTile * stride, stride, Tn - kb * kTile);
+  load_tile<T>(sV[0], qbase + 2 * C + static_cast<i64>(kb) * kTile * stride, stride, Tn - kb * kTile);
+  load_q_stage(kb, 0);
+  cp_async_commit();
+
+  std::uint32_t kf[4][4], vf[4][4];
+  float dk[8][4] = {}, dv[8][4] = {};
+  const int key[2] = {kb * kTile + warp * 16 + g, kb * kTile + warp * 16 + g + 8};
+
+  for (int qb = kb; qb < nqb; ++qb) {
+    const int stage = (qb - kb) & 1;
+    if (qb + 1 < nqb) {
+      load_q_stage(qb + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (qb == kb) {
+      load_a_frags<T>(kf, sK[0], warp * 16);
+      load_a_frags<T>(vf, sV[0], warp * 16);
+    }
+    // S^T = K Q^T and dP^T = V dO^T: rows are this warp's 16 keys, columns the tile's 64 queries
+    float p[8][4] = {}, ds[8][4] = {};
+    mma_a_tileT<T>(p, kf, sQ[stage]);
+    mma_a_tileT<T>(ds, vf, sdO[stage]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ql = j * 8 + tig * 2 + (e & 1);
+        const int q = qb * kTile + ql;
+        const bool live = q >= key[e >> 1] && q < Tn;
+        const float pv = live ? exp2f(p[j][e] * scale_log2 - sLse[stage * kTile + ql]) : 0.0f;
+        p[j][e] = pv;
+        ds[j][e] = pv * (ds[j][e] - sD[stage * kTile + ql]) * scale;  // dS * scale (for both dK and dQ)
+      }
+    mma_c_tile<T>(dv, p, sdO[stage]);  // dV += P^T dO
+    mma_c_tile<T>(dk, ds, sQ[stage]);  // dK += dS^T Q
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      *reinterpret_cast<std::uint32_t*>(&sdS[0][warp * 16 + g][j * 8 + tig * 2]) = pack2<T>(ds[j][0], ds[j][1]);
+      *reinterpret_cast<std::uint32_t*>(&sdS[0][warp * 16 + g + 8][j * 8 + tig * 2]) = pack2<T>(ds[j][2], ds[j][3]);
+    }
+    __syncthreads();
+    // dQ (this warp's 16 queries x 64) = dS (16 x 64 keys) K; A = dS read transposed from the [key][query] tile
+    float dq[8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      std::uint32_t a[4];
+      ldmatrix_x4_trans(a, &sdS[0][kk * 16 + (lane % 8) + (lane / 16) * 8][warp * 16 + ((lane / 8) % 2) * 8]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        std::uint32_t r[4];
+        ldmatrix_x4_trans(r, &sK[0][kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
+        mma16816<T>(dq[2 * np], a, r[0], r[1]);
+        mma16816<T>(dq[2 * np + 1], a, r[2], r[3]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = qb * kTile + warp * 16 + g + 8 * r;
+      if (q >= Tn) continue;
+      float* dst = dq_accum + (static_cast<i64>(b) * Tn + q) * C + h * kHead;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        atomicAdd(dst + j * 8 + tig * 2, dq[j][2 * r]);
+        atomicAdd(dst + j * 8 + tig * 2 + 1, dq[j][2 * r + 1]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= Tn) continue;
+    T* row = dqkv + (static_cast<i64>(b) * Tn + key[r]) * stride + h * kHead;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      *reinterpret_cast<std::uint32_t*>(row + C + j * 8 + tig * 2) = pack2<T>(dk[j][2 * r], dk[j][2 * r + 1]);
+      *reinterpret_cast<std::uint32_t*>(row + 2 * C + j * 8 + tig * 2) = pack2<T>(dv[j][2 * r], dv[j][2 * r + 1]);
+    }
+  }
+}
+
+template <typename T>
+__global__ void dq_convert_kernel(T* dqkv, const float* dq_accum, int B, int Tn, int C) {
+  const i64 idx = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (idx >= static_cast<i64>(B) * Tn * C) return;
+  const i64 bt = idx / C, c = idx % C;
+  const float4 v = *reinterpret_cast<const float4*>(dq_accum + idx);
+  T* dst = dqkv + bt * 3 * C + c;
+  dst[0] = from_f<T>(v.x);
+  dst[1] = from_f<T>(v.y);
+  dst[2] = from_f<T>(v.z);
+  dst[3] = from_f<T>(v.w);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Plain path (fp32, any head size <= 256): one warp per query row, online softmax in fp32.
+// ---------------------------------------------------------------------------------------------------------
+constexpr int kMaxPerLane = 8;  // head size up to 256
+
+template <typename T>
+__global__ void plain_forward_kernel(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, float scale) {
+  const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, h, t)
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<i64>(B) * NH * Tn) return;
+  const int t = static_cast<int>(row % Tn), h = static_cast<int>((row / Tn) % NH);
+  const i64 b = row / (static_cast<i64>(Tn) * NH);
+  const int HS = C / NH;
+  const i64 stride = 3ll * C;
+  const T* q = qkv + (b * Tn + t) * stride + h * HS;
+  float qv[kMaxPerLane], acc[kMaxPerLane];
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < HS ? to_f(q[d]) : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int u = 0; u <= t; ++u) {
+    const T* k = qkv + (b * Tn + u) * stride + C + h * HS;
+    const T* v = k + C;
+    float dot = 0.0f;
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HS) dot += qv[i] * to_f(k[d]);
+    }
+    const float s = warp_sum(dot) * scale;
+    const float mn = fmaxf(m, s);
+    const float alpha = expf(m - mn), p = expf(s - mn);
+    l = l * alpha + p;
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HS) acc[i] = acc[i] * alpha + p * to_f(v[d]);
+    }
+    m = mn;
+  }
+  T* o = out + (b * Tn + t) * C + h * HS;
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < HS) o[d] = from_f<T>(acc[i] / l);
+  }
+  if (lane == 0) lse[(b * NH + h) * Tn + t] = m + logf(l);
+}
+
+// dQ for one query row per warp.
+template <typename T>
+__global__ void plain_backward_dq_kernel(T* dqkv, const float* d_rowsum, const T* dout, const T* qkv,
+                                         const float* lse, int B, int Tn, int C, int NH, float scale) {
+  const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<i64>(B) * NH * Tn) return;
+  const int t = static_cast<int>(row % Tn), h = static_cast<int>((row / Tn) % NH);
+  const i64 b = row / (static_cast<i64>(Tn) * NH);
+  const int HS = C / NH;
+  const i64 stride = 3ll * C;
+  const T* q = qkv + (b * Tn + t) * stride + h * HS;
+  const T* dO = dout + (b * Tn + t) * C + h * HS;
+  const float L = lse[(b * NH + h) * Tn + t], D = d_rowsum[(b * NH + h) * Tn + t];
+  float qv[kMaxPerLane], dov[kMaxPerLane], dq[kMaxPerLane];
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < HS ? to_f(q[d]) : 0.0f;
+    dov[i] = d < HS ? to_f(dO[d]) : 0.0f;
+    dq[i] = 0.0f;
+  }
+  for (int u = 0; u <= t; ++u) {
+    const T* k = qkv + (b * Tn + u) * stride + C + h * HS;
+    const T* v = k + C;
+    float s = 0.0f, dp = 0.0f;
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HS) {
+        s += qv[i] * to_f(k[d]);
+        dp += dov[i] * to_f(v[d]);
+      }
+    }
+    s = warp_sum(s);
+    dp = warp_sum(dp);
+    const float p = expf(s * scale - L);
+    const float ds = p * (dp - D) * scale;
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HS) dq[i] += ds * to_f(k[d]);
+    }
+  }
+  T* dst = dqkv + (b * Tn + t) * stride + h * HS;
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < HS) dst[d] = from_f<T>(dq[i]);
+  }
+}
+
+// dK, dV for one key row per warp.
+template <typename T>
+__global__ void plain_backward_dkv_kernel(T* dqkv, const float* d_rowsum, const T* dout, const T* qkv,
+                                          const float* lse, int B, int Tn, int C, int NH, float scale) {
+  const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= static_cast<i64>(B) * NH * Tn) return;
+  const int u = static_cast<int>(row % Tn), h = static_cast<int>((row / Tn) % NH);
+  const i64 b = row / (static_cast<i64>(Tn) * NH);
+  const int HS = C / NH;
+  const i64 stride = 3ll * C;
+  const T* k = qkv + (b * Tn + u) * stride + C + h * HS;
+  const T* v = k + C;
+  float kv[kMaxPerLane], vv[kMaxPerLane], dk[kMaxPerLane], dv[kMaxPerLane];
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    kv[i] = d < HS ? to_f(k[d]) : 0.0f;
+    vv[i] = d < HS ? to_f(v[d]) : 0.0f;
+    dk[i] = dv[i] = 0.0f;
+  }
+  for (int t = u; t < Tn; ++t) {
+    const T* q = qkv + (b * Tn + t) * stride + h * HS;
+    const T* dO = dout + (b * Tn + t) * C + h * HS;
+    float s = 0.0f, dp = 0.0f;
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HS) {
+        s += to_f(q[d]) * kv[i];
+        dp += to_f(dO[d]) * vv[i];
+      }
+    }
+    s = warp_sum(s);
+    dp = warp_sum(dp);
+    const float p = expf(s * scale - lse[(b * NH + h) * Tn + t]);
+    const float ds = p * (dp - d_rowsum[(b * NH + h) * Tn + t]) * scale;
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < HS) {
+        dv[i] += p * to_f(dO[d]);
+        dk[i] += ds * to_f(q[d]);
+      }
+    }
+  }
+  T* dst = dqkv + (b * Tn + u) * stride + h * HS;
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < HS) {
+      dst[C + d] = from_f<T>(dk[i]);
+      dst[2 * C + d] = from_f<T>(dv[i]);
+    }
+  }
+}
+
+constexpr int kBackwardSmem = 7 * kTile * kLd * 2 + 4 * kTile * 4;
+
+}  // namespace
+
+template <typename T>
+bool attention_uses_tensor_cores(int head_size) {
+  return !std::is_same_v<T, float> && head_size == kHead;
+}
+
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
+  const int HS = C / NH;
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  if constexpr (!std::is_same_v<T, float>) {
+    if (HS == kHead) {
+      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
+      flash_forward_kernel<T><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
+  const i64 rows = static_cast<i64>(B) * NH * Tn;
+  plain_forward_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(out, lse, qkv, B, Tn, C, NH, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout, const T* qkv, const T* out,
+                        const float* lse, int B, int Tn, int C, int NH, cudaStream_t stream) {
+  const int HS = C / NH;
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  const i64 rows = static_cast<i64>(B) * NH * Tn;
+  attention_rowsum_kernel<T><<<ceil_div(rows, 256), 256, 0, stream>>>(d_rowsum, dout, out, B, Tn, C, NH);
+  CUDA_CHECK_LAUNCH();
+  if constexpr (!std::is_same_v<T, float>) {
+    if (HS == kHead) {
+      static bool configured = false;  // per template instance
+      if (!configured) {
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        kBackwardSmem));
+        configured = true;
+      }
+      CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(B) * Tn * C * sizeof(float), stream));
+      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
+      flash_backward_kernel<T><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv, lse,
+                                                                         Tn, C, NH, scale);
+      CUDA_CHECK_LAUNCH();
+      const i64 n4 = static_cast<i64>(B) * Tn * C / 4;
+      dq_convert_kernel<T><<<ceil_div(n4, 256), 256, 0, stream>>>(dqkv, dq_accum, B, Tn, C);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
+  plain_backward_dq_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
+  CUDA_CHECK_LAUNCH();
+  plain_backward_dkv_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define ZP_INSTANTIATE(T)                                                                                       \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t);                   \
+  template void attention_backward<T>(T*, float*, float*, const T*, const T*, const T*, const float*, int, int, \
+                                      int, int, cudaStream_t);                                                  \
+  template bool attention_uses_tensor_cores<T>(int);
+ZP_INSTANTIATE(float)
+ZP_INSTANTIATE(__half)
+ZP_INSTANTIATE(__nv_bfloat16)
+#undef ZP_INSTANTIATE
+
+}  // namespace zeroplan::exec::cuda

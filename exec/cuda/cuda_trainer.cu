@@ -1,0 +1,408 @@
+// The GPU training step, read top to bottom: forward (embedding, blocks, final LayerNorm, logits, fused loss),
+// backward (the same in reverse, recomputing each block first under full checkpointing), then the gradient norm,
+// the fp16 overflow check and AdamW. Kernels live one layer per file beside their launchers (exec/cuda/*.cu).
+#include "exec/cuda/cuda_trainer.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "exec/activation_accounting.h"
+#include "exec/cuda/adamw.cuh"
+#include "exec/cuda/attention.cuh"
+#include "exec/cuda/crossentropy.cuh"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/device_allocator.h"
+#include "exec/cuda/encoder.cuh"
+#include "exec/cuda/gelu.cuh"
+#include "exec/cuda/layernorm.cuh"
+#include "exec/cuda/matmul.cuh"
+#include "exec/loss_scaler.h"
+
+namespace zeroplan::exec {
+
+bool cuda_device_available(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string("no usable CUDA device (") + cudaGetErrorString(err) + ")";
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA device present";
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+using i64 = std::int64_t;
+
+template <typename T>
+float host_to_float(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    std::uint16_t bits;
+    std::memcpy(&bits, &x, 2);
+    const std::uint32_t f = static_cast<std::uint32_t>(bits) << 16;
+    float r;
+    std::memcpy(&r, &f, 4);
+    return r;
+  } else {
+    return __half2float(x);
+  }
+}
+
+// One block's saved tensors (activation_accounting.h lists them and their sizes).
+template <typename T>
+struct BlockBuffers {
+  T *ln1, *qkv, *att, *res2, *ln2, *fc, *gelu;
+  float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+};
+
+class CudaEvent {
+ public:
+  CudaEvent() { CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~CudaEvent() { cudaEventDestroy(e_); }
+  cudaEvent_t get() const { return e_; }
+ private:
+  cudaEvent_t e_{};
+};
+
+double elapsed_s(const CudaEvent& a, const CudaEvent& b) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+  return ms * 1e-3;
+}
+
+template <typename T>
+class CudaTrainer final : public Trainer {
+ public:
+  explicit CudaTrainer(const ExecConfig& config)
+      : config_(config), layout_(config.shape), scaler_(config.precision, config.loss_scale) {
+    validate(config_);
+    if (config_.seq_len > (1 << 30) || config_.micro_batch * config_.seq_len > (1ll << 31))
+      throw std::invalid_argument("executor: micro_batch x seq_len too large for 32-bit token indexing");
+    CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    device_name_ = prop.name;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    alloc_ = std::make_unique<DeviceAllocator>();
+    allocate();
+    matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes));
+    initialize();
+  }
+
+  ~CudaTrainer() override {
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      matmul_.reset();
+      alloc_.reset();
+      cudaStreamDestroy(stream_);
+    }
+    if (host_losses_) cudaFreeHost(host_losses_);
+    if (host_scalar_) cudaFreeHost(host_scalar_);
+  }
+
+  const ExecConfig& config() const override { return config_; }
+  const ParamLayout& layout() const override { return layout_; }
+  std::string backend() const override { return "cuda"; }
+  std::string device_name() const override { return device_name_; }
+
+  double forward_loss(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
+    check_tokens(in, tg, 1);
+    forward(in.data(), tg.data(), false, 0);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return mean_loss(1);
+  }
+
+  double forward_backward(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
+    check_tokens(in, tg, 1);
+    const float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(BT()));
+    forward(in.data(), tg.data(), true, 0, dloss);
+    backward(in.data(), true);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return mean_loss(1);
+  }
+
+  StepResult step(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
+    check_tokens(in, tg, config_.grad_accum);
+    StepResult r;
+    const double scale = scaler_.scale();
+    r.loss_scale = scale;
+    const float dloss = static_cast<float>(scale / static_cast<double>(BT() * config_.grad_accum));
+    CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
+    double fwd = 0, bwd = 0;
+    for (i64 k = 0; k < config_.grad_accum; ++k) {
+      CUDA_CHECK(cudaEventRecord(ev_a_.get(), stream_));
+      forward(in.data() + k * BT(), tg.data() + k * BT(), true, k, dloss);
+      CUDA_CHECK(cudaEventRecord(ev_b_.get(), stream_));
+      backward(in.data() + k * BT(), k == 0);
+      CUDA_CHECK(cudaEventRecord(ev_c_.get(), stream_));
+      CUDA_CHECK(cudaEventSynchronize(ev_c_.get()));  // also keeps the token upload buffers free for reuse
+      fwd += elapsed_s(ev_a_, ev_b_);
+      bwd += elapsed_s(ev_b_, ev_c_);
+    }
+    // Global gradient norm of the scaled gradients; inf/nan means fp16 overflow (DeepSpeed's has_overflow).
+    cuda::grad_norm_squared<T>(norm_partials_, norm_partials_ + 1, grads_, layout_.total(), stream_);
+    CUDA_CHECK(cudaMemcpyAsync(host_scalar_, norm_partials_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const double norm = std::sqrt(static_cast<double>(*host_scalar_)) / scale;
+    r.grad_norm = norm;
+    r.skipped = scaler_.update(!std::isfinite(norm));
+    if (!r.skipped) {
+      double clip = 1.0;
+      if (config_.optimizer.grad_clip > 0 && norm > config_.optimizer.grad_clip)
+        clip = config_.optimizer.grad_clip / (norm + 1e-6);
+      ++t_;
+      const auto& o = config_.optimizer;
+      cuda::adamw_update<T>(params_, master_, grads_, m_, v_, layout_.total(), static_cast<float>(o.learning_rate),
+                            static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.epsilon),
+                            static_cast<float>(o.weight_decay), static_cast<float>(clip / scale), t_,
+                            cuda::DecayGeometry{layout_.blocks_begin(), layout_.block_stride(),
+                                                layout_.block_decay_elements(), layout_.blocks_end()},
+                            stream_);
+    }
+    CUDA_CHECK(cudaEventRecord(ev_end_.get(), stream_));
+    CUDA_CHECK(cudaEventSynchronize(ev_end_.get()));
+    r.times.forward_s = fwd;
+    r.times.backward_s = bwd;
+    r.times.step_s = elapsed_s(ev_start_, ev_end_);
+    r.times.optimizer_s = std::max(0.0, r.times.step_s - fwd - bwd);
+    r.loss = mean_loss(config_.grad_accum);
+    alloc_->sample();
+    return r;
+  }
+
+  std::vector<float> params() const override { return download(params_, layout_.total(), 1.0); }
+  std::vector<float> grads() const override { return download(grads_, layout_.total(), 1.0 / scaler_.scale()); }
+  std::vector<float> logits() const override { return download(logits_, BT() * config_.shape.padded_vocab, 1.0); }
+
+  void set_params(const std::vector<float>& flat) override {
+    if (static_cast<i64>(flat.size()) != layout_.total())
+      throw std::invalid_argument("set_params: expected " + std::to_string(layout_.total()) + " values");
+    float* tmp = alloc_->allocate_n<float>("transfer", "set_params upload", layout_.total());
+    CUDA_CHECK(cudaMemcpyAsync(tmp, flat.data(), flat.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    cuda::set_from_fp32<T>(params_, master_, tmp, layout_.total(), stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    alloc_->free(tmp);
+  }
+
+  MemoryReport memory() const override {
+    MemoryReport r;
+    r.peak_by_component = alloc_->peaks();
+    r.peak_total = alloc_->peak_total();
+    r.device_total = alloc_->device_total();
+    r.device_used_baseline = alloc_->baseline_used();
+    r.device_used_peak = alloc_->peak_used();
+    return r;
+  }
+
+ private:
+  i64 BT() const { return config_.micro_batch * config_.seq_len; }
+  T* P(const ParamTensor& t) const { return params_ + t.offset; }
+  T* G(const ParamTensor& t) const { return grads_ + t.offset; }
+  const ParamTensor& W(i64 l, BlockTensor which) const { return layout_.block(l, which); }
+
+  void check_tokens(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg, i64 micro) const {
+    const i64 need = micro * BT();
+    if (static_cast<i64>(in.size()) != need || static_cast<i64>(tg.size()) != need)
+      throw std::invalid_argument("cuda trainer: expected " + std::to_string(need) + " input and target tokens");
+    for (i64 i = 0; i < need; ++i)
+      if (in[i] < 0 || in[i] >= config_.shape.vocab || tg[i] < 0 || tg[i] >= config_.shape.vocab)
+        throw std::invalid_argument("cuda trainer: token outside [0, vocab) at position " + std::to_string(i));
+  }
+
+  void allocate() {
+    const auto& s = config_.shape;
+    const i64 n = layout_.total(), C = s.hidden, L = s.layers, bt = BT();
+    const i64 nb = config_.recompute == ExecRecompute::none ? L : 1;  // blocks whose tensors are kept
+    params_ = alloc_->allocate_n<T>("params", "parameters", n);
+    grads_ = alloc_->allocate_n<T>("grads", "gradients", n);
+    if constexpr (!std::is_same_v<T, float>) master_ = alloc_->allocate_n<float>("master_params", "fp32 master weights", n);
+    m_ = alloc_->allocate_n<float>("optimizer_states", "AdamW momentum", n);
+    v_ = alloc_->allocate_n<float>("optimizer_states", "AdamW variance", n);
+    residual_ = alloc_->allocate_n<T>("activations", "block inputs (residual stream)", (L + 1) * bt * C);
+    // with full recompute the one set of block buffers also holds layer 0's LN1 input (it is residual_[0])
+    blocks_.resize(L);
+    auto A = [&](const char* what, i64 count) { return alloc_->allocate_n<T>("activations", what, count); };
+    auto F = [&](const char* what, i64 count) { return alloc_->allocate_n<float>("activations", what, count); };
+    T* ln1 = A("LN1 outputs", nb * bt * C);
+    T* qkv = A("QKV outputs", nb * bt * 3 * C);
+    T* att = A("attention outputs", nb * bt * C);
+    T* res2 = A("LN2 inputs", nb * bt * C);
+    T* ln2 = A("LN2 outputs", nb * bt * C);
+    T* fc = A("FC outputs (pre-GELU)", nb * bt * 4 * C);
+    T* gelu = A("GELU outputs", nb * bt * 4 * C);
+    float* stats = F("LayerNorm mean/rstd", nb * 4 * bt);
+    float* lse = F("attention logsumexp", nb * bt * s.heads);
+    for (i64 l = 0; l < L; ++l) {
+      const i64 k = nb == L ? l : 0;
+      blocks_[l] = BlockBuffers<T>{ln1 + k * bt * C, qkv + k * bt * 3 * C, att + k * bt * C, res2 + k * bt * C,
+                                   ln2 + k * bt * C, fc + k * bt * 4 * C, gelu + k * bt * 4 * C,
+                                   stats + (k * 4 + 0) * bt, stats + (k * 4 + 1) * bt, stats + (k * 4 + 2) * bt,
+                                   stats + (k * 4 + 3) * bt, lse + k * bt * s.heads};
+    }
+    lnf_ = A("final LN output", bt * C);
+    lnf_stats_ = F("final LN mean/rstd", 2 * bt);
+    logits_ = alloc_->allocate_n<T>("logits", "logits / dlogits (in place)", bt * s.padded_vocab);
+    losses_ = alloc_->allocate_n<float>("logits", "per-token losses", bt);
+    dres_ = alloc_->allocate_n<T>("workspace", "residual gradient", bt * C);
+    dln_ = alloc_->allocate_n<T>("workspace", "LayerNorm-input gradient", bt * C);
+    d4_ = alloc_->allocate_n<T>("workspace", "FC / QKV gradient", bt * 4 * C);
+    dq_accum_ = alloc_->allocate_n<float>("workspace", "attention dQ accumulator (fp32)", bt * C);
+    d_rowsum_ = alloc_->allocate_n<float>("workspace", "attention rowsum(dO*O)", bt * s.heads);
+    partial_ = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", 4 * C);
+    norm_partials_ = alloc_->allocate_n<float>("workspace", "gradient-norm partials", kNormPartials + 1);
+    tokens_ = alloc_->allocate_n<int>("workspace", "input and target tokens", 2 * bt);
+    cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
+    CUDA_CHECK(cudaMallocHost(&host_losses_, config_.grad_accum * bt * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&host_scalar_, sizeof(float)));
+  }
+
+  void initialize() {
+    const float rstd = layout_.residual_std();
+    for (const ParamTensor& t : layout_.tensors()) {
+      const i64 live = &t == &layout_.wte() ? config_.shape.vocab * config_.shape.hidden : t.numel();
+      cuda::init_tensor<T>(params_, master_, t.offset, t.numel(), live, t.init, config_.seed, rstd, stream_);
+    }
+    CUDA_CHECK(cudaMemsetAsync(m_, 0, layout_.total() * sizeof(float), stream_));
+    CUDA_CHECK(cudaMemsetAsync(v_, 0, layout_.total() * sizeof(float), stream_));
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total() * sizeof(T), stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  // One block's forward. `recompute` (full checkpointing, in backward) skips the block output, already stored.
+  void block_forward(i64 l, bool recompute) {
+    const auto& s = config_.shape;
+    const i64 C = s.hidden, bt = BT();
+    const BlockBuffers<T>& a = blocks_[l];
+    const T* x = residual_ + l * bt * C;
+    T* y = residual_ + (l + 1) * bt * C;
+    cuda::layernorm_forward<T>(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(W(l, kLn1W)), P(W(l, kLn1B)), bt, C, stream_);
+    matmul_->forward<T>(a.qkv, a.ln1, P(W(l, kQkvW)), P(W(l, kQkvB)), nullptr, bt, C, 3 * C, stream_);
+    cuda::attention_forward<T>(a.att, a.lse, a.qkv, config_.micro_batch, config_.seq_len, C, s.heads, stream_);
+    matmul_->forward<T>(a.res2, a.att, P(W(l, kAttProjW)), P(W(l, kAttProjB)), x, bt, C, C, stream_);
+    cuda::layernorm_forward<T>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(W(l, kLn2W)), P(W(l, kLn2B)), bt, C, stream_);
+    matmul_->forward_gelu<T>(a.gelu, a.fc, a.ln2, P(W(l, kFcW)), P(W(l, kFcB)), bt, C, 4 * C, stream_);
+    if (!recompute)
+      matmul_->forward<T>(y, a.gelu, P(W(l, kFcProjW)), P(W(l, kFcProjB)), a.res2, bt, 4 * C, C, stream_);
+  }
+
+  void forward(const int* in, const int* tg, bool want_grad, i64 micro, float dloss = 0.0f) {
+    const auto& s = config_.shape;
+    const i64 C = s.hidden, bt = BT();
+    CUDA_CHECK(cudaMemcpyAsync(tokens_, in, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(tokens_ + bt, tg, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), P(layout_.wpe()), config_.micro_batch,
+                             config_.seq_len, C, stream_);
+    for (i64 l = 0; l < s.layers; ++l) block_forward(l, false);
+    cuda::layernorm_forward<T>(lnf_, lnf_stats_, lnf_stats_ + bt, residual_ + s.layers * bt * C, P(layout_.lnf_w()),
+                               P(layout_.lnf_b()), bt, C, stream_);
+    matmul_->forward<T>(logits_, lnf_, P(layout_.wte()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
+    cuda::crossentropy_forward_backward<T>(losses_, logits_, tokens_ + bt, bt, s.vocab, s.padded_vocab, dloss,
+                                           want_grad, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(host_losses_ + micro * bt, losses_, bt * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+
+  // Gradients are written on the first micro-step and accumulated on the others.
+  void backward(const int* /*in: already on the device*/, bool first) {
+    const auto& s = config_.shape;
+    const i64 C = s.hidden, bt = BT(), B = config_.micro_batch, Tn = config_.seq_len;
+    const bool acc = !first;
+    // logits = lnf wte^T
+    matmul_->backward_input<T>(dln_, logits_, P(layout_.wte()), bt, C, s.padded_vocab, stream_);
+    matmul_->backward_weight<T>(G(layout_.wte()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
+    CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
+    cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, dln_,
+                                residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
+                                acc, stream_);
+    for (i64 l = s.layers - 1; l >= 0; --l) {
+      if (config_.recompute == ExecRecompute::full) block_forward(l, true);
+      const BlockBuffers<T>& a = blocks_[l];
+      const T* x = residual_ + l * bt * C;
+      // y = res2 + gelu Wfcproj^T + b
+      matmul_->backward_input<T>(d4_, dres_, P(W(l, kFcProjW)), bt, 4 * C, C, stream_);
+      matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, partial_, bt, C, acc, stream_);
+      cuda::gelu_backward<T>(d4_, a.fc, d4_, bt * 4 * C, stream_);
+      matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
+      matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kFcB)), d4_, partial_, bt, 4 * C, acc, stream_);
+      cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), partial_, dln_, a.res2, P(W(l, kLn2W)),
+                                  a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
+      // res2 = x + att Wproj^T + b
+      matmul_->backward_input<T>(dln_, dres_, P(W(l, kAttProjW)), bt, C, C, stream_);
+      matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, partial_, bt, C, acc, stream_);
+      cuda::attention_backward<T>(d4_, dq_accum_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
+      matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
+      matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, bt, 3 * C, acc, stream_);
+      cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, dln_, x, P(W(l, kLn1W)),
+                                  a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
+    }
+    cuda::encoder_backward<T>(G(layout_.wte()), G(layout_.wpe()), dres_, tokens_, B, Tn, C, acc, stream_);
+  }
+
+  double mean_loss(i64 micro_steps) const {
+    double sum = 0;
+    for (i64 i = 0; i < micro_steps * BT(); ++i) sum += host_losses_[i];
+    return sum / static_cast<double>(micro_steps * BT());
+  }
+
+  std::vector<float> download(const T* src, i64 n, double factor) const {
+    std::vector<T> raw(n);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(raw.data(), src, n * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (i64 i = 0; i < n; ++i) out[i] = static_cast<float>(host_to_float(raw[i]) * factor);
+    return out;
+  }
+
+  ExecConfig config_;
+  ParamLayout layout_;
+  LossScaler scaler_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceAllocator> alloc_;
+  std::unique_ptr<cuda::Matmul> matmul_;
+  CudaEvent ev_start_, ev_a_, ev_b_, ev_c_, ev_end_;
+  int t_ = 0;
+  T *params_ = nullptr, *grads_ = nullptr;
+  float *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  T* residual_ = nullptr;
+  std::vector<BlockBuffers<T>> blocks_;
+  T* lnf_ = nullptr;
+  float* lnf_stats_ = nullptr;
+  T* logits_ = nullptr;
+  float* losses_ = nullptr;
+  T *dres_ = nullptr, *dln_ = nullptr, *d4_ = nullptr;
+  float *dq_accum_ = nullptr, *d_rowsum_ = nullptr, *partial_ = nullptr, *norm_partials_ = nullptr;
+  int* tokens_ = nullptr;
+  void* cublas_ws_ = nullptr;
+  float* host_losses_ = nullptr;
+  float* host_scalar_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Trainer> make_cuda_trainer(const ExecConfig& config) {
+  switch (config.precision) {
+    case ExecPrecision::fp32: return std::make_unique<CudaTrainer<float>>(config);
+    case ExecPrecision::fp16: return std::make_unique<CudaTrainer<__half>>(config);
+    case ExecPrecision::bf16: return std::make_unique<CudaTrainer<__nv_bfloat16>>(config);
+  }
+  throw std::invalid_argument("executor: unknown precision");
+}
+
+}  // namespace zeroplan::exec

@@ -1,0 +1,78 @@
+#include "exec/cuda/encoder.cuh"
+
+#include "exec/cuda/cuda_common.cuh"
+
+namespace zeroplan::exec::cuda {
+
+namespace {
+using i64 = std::int64_t;
+
+template <typename T>
+__global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C) {
+  using P = Pack<T>;
+  const i64 idx = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * P::kSize;
+  if (idx >= static_cast<i64>(B) * Tn * C) return;
+  const i64 bt = idx / C, c = idx % C, t = bt % Tn;
+  const P e = P::load(wte + static_cast<i64>(tokens[bt]) * C + c), p = P::load(wpe + t * C + c);
+  P o;
+#pragma unroll
+  for (int j = 0; j < P::kSize; ++j) o.v[j] = from_f<T>(to_f(e.v[j]) + to_f(p.v[j]));
+  o.store(out + idx);
+}
+
+__device__ __forceinline__ void atomic_add_pair(float* p, float a, float b) {
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+}
+__device__ __forceinline__ void atomic_add_pair(__half* p, float a, float b) {
+  atomicAdd(reinterpret_cast<__half2*>(p), __floats2half2_rn(a, b));
+}
+__device__ __forceinline__ void atomic_add_pair(__nv_bfloat16* p, float a, float b) {
+  atomicAdd(reinterpret_cast<__nv_bfloat162*>(p), __floats2bfloat162_rn(a, b));
+}
+
+template <typename T>
+__global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int* tokens, int B, int Tn, int C) {
+  const i64 idx = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * 2;
+  if (idx >= static_cast<i64>(B) * Tn * C) return;
+  const i64 bt = idx / C, c = idx % C;
+  atomic_add_pair(dwte + static_cast<i64>(tokens[bt]) * C + c, to_f(dout[idx]), to_f(dout[idx + 1]));
+}
+
+template <typename T>
+__global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int Tn, int C, bool accumulate) {
+  const i64 idx = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;  // over T*C
+  if (idx >= static_cast<i64>(Tn) * C) return;
+  float s = accumulate ? to_f(dwpe[idx]) : 0.0f;
+  for (int b = 0; b < B; ++b) s += to_f(dout[static_cast<i64>(b) * Tn * C + idx]);
+  dwpe[idx] = from_f<T>(s);
+}
+}  // namespace
+
+template <typename T>
+void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C, cudaStream_t stream) {
+  const i64 packs = static_cast<i64>(B) * Tn * C / Pack<T>::kSize;
+  encoder_forward_kernel<T><<<ceil_div(packs, 256), 256, 0, stream>>>(out, tokens, wte, wpe, B, Tn, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int B, int Tn, int C, bool accumulate,
+                      cudaStream_t stream) {
+  const i64 pairs = static_cast<i64>(B) * Tn * C / 2;
+  encoder_backward_wte_kernel<T><<<ceil_div(pairs, 256), 256, 0, stream>>>(dwte, dout, tokens, B, Tn, C);
+  CUDA_CHECK_LAUNCH();
+  encoder_backward_wpe_kernel<T><<<ceil_div(static_cast<i64>(Tn) * C, 256), 256, 0, stream>>>(dwpe, dout, B, Tn, C,
+                                                                                              accumulate);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define ZP_INSTANTIATE(T)                                                                            \
+  template void encoder_forward<T>(T*, const int*, const T*, const T*, int, int, int, cudaStream_t); \
+  template void encoder_backward<T>(T*, T*, const T*, const int*, int, int, int, bool, cudaStream_t);
+ZP_INSTANTIATE(float)
+ZP_INSTANTIATE(__half)
+ZP_INSTANTIATE(__nv_bfloat16)
+#undef ZP_INSTANTIATE
+
+}  // namespace zeroplan::exec::cuda

@@ -1,0 +1,163 @@
+#include "exec/cuda/matmul.cuh"
+
+#include "exec/cuda/cuda_common.cuh"
+#include "exec/cuda/gelu.cuh"
+
+namespace zeroplan::exec::cuda {
+
+namespace {
+template <typename T> constexpr cudaDataType_t data_type();
+template <> constexpr cudaDataType_t data_type<float>() { return CUDA_R_32F; }
+template <> constexpr cudaDataType_t data_type<__half>() { return CUDA_R_16F; }
+template <> constexpr cudaDataType_t data_type<__nv_bfloat16>() { return CUDA_R_16BF; }
+}  // namespace
+
+Matmul::Matmul(void* workspace, std::size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+Matmul::~Matmul() {
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+template <typename T>
+bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, bool transa, bool transb,
+                 float beta, cublasLtEpilogue_t epilogue, const T* bias, T* aux, cudaStream_t stream,
+                 bool allow_failure) {
+  // fp32 runs true fp32 GEMMs (no TF32) so the fp32 mode is a precise reference.
+  const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  const cudaDataType_t dt = data_type<T>();
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
+  const cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (aux) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    const std::int64_t ld = m;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+  }
+  // column-major: op(A) m x k, op(B) k x n, C/D m x n
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transa ? k : m, transa ? m : k, transa ? k : m));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transb ? n : k, transb ? k : n, transb ? n : k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dt, m, n, m));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                    sizeof(workspace_bytes_)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, lc, lc, pref, 1, &heuristic, &found);
+  bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (ok) {
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(handle_, op, &alpha, A, la, B, lb, &beta, C ? C : D, lc, D, lc, &heuristic.algo,
+                                workspace_, workspace_bytes_, stream));
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatmulDescDestroy(op);
+  if (!ok && !allow_failure)
+    throw CudaError("cuBLASLt found no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                    std::to_string(k) + " GEMM (epilogue " + std::to_string(static_cast<int>(epilogue)) + ")");
+  return ok;
+}
+
+template <typename T>
+void Matmul::forward(T* out, const T* inp, const T* W, const T* bias, const T* residual, i64 M, i64 K, i64 N,
+                     cudaStream_t stream) {
+  run<T>(out, W, inp, residual, N, M, K, true, false, residual ? 1.0f : 0.0f,
+         bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, nullptr, stream, false);
+}
+
+template <typename T>
+void Matmul::forward_gelu(T* out, T* pre_gelu, const T* inp, const T* W, const T* bias, i64 M, i64 K, i64 N,
+                          cudaStream_t stream) {
+  // cuBLASLt's GELU epilogue is the tanh approximation GPT-2 uses.
+  if (run<T>(out, W, inp, nullptr, N, M, K, true, false, 0.0f, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre_gelu,
+             stream, true))
+    return;
+  run<T>(pre_gelu, W, inp, nullptr, N, M, K, true, false, 0.0f, CUBLASLT_EPILOGUE_BIAS, bias, nullptr, stream, false);
+  gelu_forward(out, pre_gelu, M * N, stream);
+}
+
+template <typename T>
+void Matmul::backward_input(T* dinp, const T* dout, const T* W, i64 M, i64 K, i64 N, cudaStream_t stream) {
+  run<T>(dinp, W, dout, nullptr, K, M, N, false, false, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream,
+         false);
+}
+
+template <typename T>
+void Matmul::backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate,
+                             cudaStream_t stream) {
+  run<T>(dW, inp, dout, accumulate ? dW : nullptr, K, N, M, false, true, accumulate ? 1.0f : 0.0f,
+         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream, false);
+}
+
+namespace {
+constexpr int kBiasRowGroups = 8;
+constexpr int kBiasRowsPerBlock = 256;
+
+template <typename T>
+__global__ void bias_partial_kernel(float* partial, const T* dout, i64 M, i64 N) {
+  using P = Pack<T>;
+  const i64 col = (static_cast<i64>(blockIdx.x) * 32 + threadIdx.x % 32) * P::kSize;
+  const int group = threadIdx.x / 32;
+  float acc[P::kSize] = {};
+  if (col < N) {
+    const i64 r0 = static_cast<i64>(blockIdx.y) * kBiasRowsPerBlock;
+    const i64 r1 = min(r0 + kBiasRowsPerBlock, M);
+    for (i64 r = r0 + group; r < r1; r += kBiasRowGroups) {
+      const P p = P::load(dout + r * N + col);
+#pragma unroll
+      for (int j = 0; j < P::kSize; ++j) acc[j] += to_f(p.v[j]);
+    }
+  }
+  __shared__ float sm[kBiasRowGroups][32 * P::kSize];
+#pragma unroll
+  for (int j = 0; j < P::kSize; ++j) sm[group][(threadIdx.x % 32) * P::kSize + j] = acc[j];
+  __syncthreads();
+  // 256 threads reduce the 8 row groups of 32*kSize columns
+  for (int c = threadIdx.x; c < 32 * P::kSize; c += blockDim.x) {
+    float s = 0;
+#pragma unroll
+    for (int g = 0; g < kBiasRowGroups; ++g) s += sm[g][c];
+    const i64 gc = static_cast<i64>(blockIdx.x) * 32 * P::kSize + c;
+    if (gc < N) atomicAdd(partial + gc, s);
+  }
+}
+
+template <typename T>
+__global__ void bias_finish_kernel(T* dbias, const float* partial, i64 N, bool accumulate) {
+  const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < N) dbias[i] = from_f<T>(partial[i] + (accumulate ? to_f(dbias[i]) : 0.0f));
+}
+}  // namespace
+
+template <typename T>
+void bias_backward(T* dbias, const T* dout, float* partial, i64 M, i64 N, bool accumulate, cudaStream_t stream) {
+  constexpr int pack = Pack<T>::kSize;
+  CUDA_CHECK(cudaMemsetAsync(partial, 0, N * sizeof(float), stream));
+  dim3 grid(ceil_div(N, 32 * pack), ceil_div(M, kBiasRowsPerBlock));
+  bias_partial_kernel<T><<<grid, 32 * kBiasRowGroups, 0, stream>>>(partial, dout, M, N);
+  CUDA_CHECK_LAUNCH();
+  bias_finish_kernel<T><<<ceil_div(N, 256), 256, 0, stream>>>(dbias, partial, N, accumulate);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define ZP_INSTANTIATE(T)                                                                                      \
+  template void Matmul::forward<T>(T*, const T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t);   \
+  template void Matmul::forward_gelu<T>(T*, T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t);    \
+  template void Matmul::backward_input<T>(T*, const T*, const T*, i64, i64, i64, cudaStream_t);                \
+  template void Matmul::backward_weight<T>(T*, const T*, const T*, i64, i64, i64, bool, cudaStream_t);         \
+  template void bias_backward<T>(T*, const T*, float*, i64, i64, bool, cudaStream_t);
+ZP_INSTANTIATE(float)
+ZP_INSTANTIATE(__half)
+ZP_INSTANTIATE(__nv_bfloat16)
+#undef ZP_INSTANTIATE
+
+}  // namespace zeroplan::exec::cuda

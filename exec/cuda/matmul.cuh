@@ -1,0 +1,51 @@
+// Linear layers through cuBLASLt (16-bit or fp32 operands, fp32 accumulation), with the bias, the residual add
+// and GELU fused into the GEMM epilogue where cuBLASLt offers it, plus the bias-gradient reduction kernel.
+// Row-major convention (PyTorch's Linear): inp (M, K), W (N, K), out (M, N). cuBLASLt is column-major, so
+// out^T (N x M) = W^T-as-stored (op T) x inp^T.
+#pragma once
+
+#include <cstdint>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+namespace zeroplan::exec::cuda {
+
+using i64 = std::int64_t;
+
+class Matmul {
+ public:
+  Matmul(void* workspace, std::size_t workspace_bytes);
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  // out = inp W^T + bias (bias may be null) + residual (may be null; may not alias out).
+  template <typename T>
+  void forward(T* out, const T* inp, const T* W, const T* bias, const T* residual, i64 M, i64 K, i64 N,
+               cudaStream_t stream);
+  // out = gelu(inp W^T + bias), pre_gelu = inp W^T + bias (kept for the GELU backward).
+  template <typename T>
+  void forward_gelu(T* out, T* pre_gelu, const T* inp, const T* W, const T* bias, i64 M, i64 K, i64 N,
+                    cudaStream_t stream);
+  // dinp (M, K) = dout (M, N) W (N, K), overwritten.
+  template <typename T>
+  void backward_input(T* dinp, const T* dout, const T* W, i64 M, i64 K, i64 N, cudaStream_t stream);
+  // dW (N, K) (+)= dout^T inp; accumulate adds to dW (gradient accumulation), else overwrites.
+  template <typename T>
+  void backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream);
+
+ private:
+  template <typename T>
+  bool run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, bool transa, bool transb, float beta,
+           cublasLtEpilogue_t epilogue, const T* bias, T* aux, cudaStream_t stream, bool allow_failure);
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_;
+  std::size_t workspace_bytes_;
+};
+
+// dbias (N) (+)= column sums of dout (M, N); partial is an fp32 scratch of N floats.
+template <typename T>
+void bias_backward(T* dbias, const T* dout, float* partial, i64 M, i64 N, bool accumulate, cudaStream_t stream);
+
+}  // namespace zeroplan::exec::cuda

@@ -1,0 +1,72 @@
+// The executor's own view of what it trains: a GPT-2 shape (learned positions, LayerNorm, tanh-GELU, biases,
+// tied embeddings) and the training settings the step needs. cli/run_command.cpp fills it from the shared
+// ModelDescription / TrainingConfig (core/), so exec/ itself has no dependency on core/ or sim/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zeroplan::exec {
+
+enum class ExecPrecision { fp32, fp16, bf16 };
+// selective recompute (Korthikanti et al. 2022) recomputes the attention core; the flash attention kernel
+// never stores the s x s matrix, so "selective" stores the same tensors as "none" here.
+enum class ExecRecompute { none, full };
+
+std::string to_string(ExecPrecision precision);
+int element_bytes(ExecPrecision precision);  // bytes of a parameter / activation / gradient element
+
+struct Gpt2Shape {
+  std::int64_t vocab = 0;          // V: real vocabulary (softmax runs over these columns only)
+  std::int64_t padded_vocab = 0;   // Vp: rows of the token embedding, V rounded up to a multiple of 128
+  std::int64_t hidden = 0;         // h (C)
+  std::int64_t layers = 0;         // L
+  std::int64_t heads = 0;          // a
+  std::int64_t max_seq = 0;        // rows of the position embedding
+
+  std::int64_t head_dim() const { return hidden / heads; }
+};
+
+// V rounded up to a multiple of 128 (tensor-core friendly GEMM width, as llm.c pads 50257 to 50304; 50304
+// is already a multiple of 128).
+std::int64_t pad_vocab(std::int64_t vocab);
+Gpt2Shape make_shape(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
+                     std::int64_t max_seq);
+
+struct OptimizerSettings {
+  double learning_rate = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double epsilon = 1e-8;
+  double weight_decay = 0.1;    // applied to 2-D weights and embeddings only (GPT-2 / nanoGPT convention)
+  double grad_clip = 1.0;       // global L2 norm; <= 0 disables clipping
+};
+
+// DeepSpeed's fp16 section (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler).
+struct LossScaleSettings {
+  double static_scale = 0.0;        // > 0: a fixed scale ("loss_scale" in the DeepSpeed config)
+  double initial_scale_power = 16;  // initial dynamic scale 2^power
+  std::int64_t scale_window = 1000;
+  std::int64_t hysteresis = 2;
+  double min_scale = 1.0;
+};
+
+struct ExecConfig {
+  Gpt2Shape shape;
+  std::int64_t micro_batch = 1;  // B
+  std::int64_t seq_len = 1024;   // T
+  std::int64_t grad_accum = 1;
+  ExecPrecision precision = ExecPrecision::bf16;
+  ExecRecompute recompute = ExecRecompute::none;
+  OptimizerSettings optimizer;
+  LossScaleSettings loss_scale;
+  std::uint64_t seed = 1337;     // parameter initialization
+
+  std::int64_t tokens_per_step() const { return micro_batch * seq_len * grad_accum; }
+};
+
+// Throws std::invalid_argument with a one-line message naming the field when the configuration cannot run
+// (hidden not divisible by heads, seq_len > max_seq, ...).
+void validate(const ExecConfig& config);
+
+}  // namespace zeroplan::exec

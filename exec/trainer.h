@@ -1,0 +1,71 @@
+// The training-step interface both backends implement (cpu: Eigen fp32 reference; cuda: the GPU executor).
+// One Trainer owns one rank's model replica; with world size 1 (this issue) the rank owns every partition.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exec/exec_config.h"
+#include "exec/param_layout.h"
+
+namespace zeroplan::exec {
+
+// Seconds per phase of one optimizer step (CUDA events on the GPU, steady_clock on the CPU).
+struct StepTimes {
+  double forward_s = 0;    // all micro-steps' forward passes (incl. the loss)
+  double backward_s = 0;   // all micro-steps' backward passes (incl. recompute)
+  double optimizer_s = 0;  // gradient norm, clipping, overflow check, AdamW
+  double step_s = 0;       // the whole step
+};
+
+struct StepResult {
+  double loss = 0;         // mean cross-entropy over the step's B*T*grad_accum tokens (nats)
+  double grad_norm = 0;    // global L2 norm of the unscaled gradients before clipping
+  double loss_scale = 1;   // loss scale used in this step (fp16)
+  bool skipped = false;    // fp16 overflow: parameters unchanged
+  StepTimes times;
+};
+
+// The allocator's accounting, in the planner's component names (sim/memory_model.h GpuMemoryBreakdown).
+struct MemoryReport {
+  std::vector<std::pair<std::string, std::int64_t>> peak_by_component;  // bytes at each component's own peak
+  std::int64_t peak_total = 0;           // bytes, peak of the sum of live allocations
+  std::int64_t device_total = 0;         // cudaMemGetInfo total (0 on the CPU)
+  std::int64_t device_used_baseline = 0; // total - free before the first allocation (CUDA context, libraries)
+  std::int64_t device_used_peak = 0;     // total - free, the largest value sampled after each step
+  std::int64_t component(const std::string& name) const {
+    for (const auto& [n, b] : peak_by_component)
+      if (n == name) return b;
+    return 0;
+  }
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  virtual const ExecConfig& config() const = 0;
+  virtual const ParamLayout& layout() const = 0;
+  virtual std::string backend() const = 0;      // "cpu" or "cuda"
+  virtual std::string device_name() const = 0;  // "NVIDIA H200", "CPU (Eigen, fp32)"
+
+  // One optimizer step over grad_accum micro-batches; inputs/targets hold grad_accum * B * T tokens.
+  virtual StepResult step(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
+  // Forward and loss of one micro-batch (B*T tokens), no gradients; logits() then holds its logits.
+  virtual double forward_loss(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
+  // Forward and backward of one micro-batch into zeroed gradients (no optimizer step); returns the loss.
+  virtual double forward_backward(const std::vector<std::int32_t>& inputs,
+                                  const std::vector<std::int32_t>& targets) = 0;
+
+  virtual std::vector<float> params() const = 0;  // flat layout, as float (model precision values)
+  virtual std::vector<float> grads() const = 0;   // flat layout, unscaled
+  virtual std::vector<float> logits() const = 0;  // B*T*Vp of the last forward_loss
+  virtual void set_params(const std::vector<float>& flat) = 0;  // sets params and the fp32 master copy
+  virtual MemoryReport memory() const = 0;
+};
+
+std::unique_ptr<Trainer> make_cpu_trainer(const ExecConfig& config);
+
+}  // namespace zeroplan::exec

@@ -1,0 +1,452 @@
+// GPU tests: every CUDA launcher against the CPU reference operator of the same name, on fresh random inputs,
+// then a whole training step of a small model against the CPU trainer. Each test skips without a GPU.
+// Tolerances (relative L2 error ||gpu - ref|| / ||ref||): fp32 kernels 1e-5..1e-4 (summation order);
+// bf16 kernels 1e-2 (8-bit mantissa operands, fp32 accumulation); whole-step bf16 gradients 6e-2 (two layers of
+// bf16 activations and bf16 gradient storage).
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include "exec/activation_accounting.h"
+#include "exec/cpu/cpu_ops.h"
+#include "exec/cuda/adamw.cuh"
+#include "exec/cuda/attention.cuh"
+#include "exec/cuda/crossentropy.cuh"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_trainer.h"
+#include "exec/cuda/device_allocator.h"
+#include "exec/cuda/encoder.cuh"
+#include "exec/cuda/gelu.cuh"
+#include "exec/cuda/layernorm.cuh"
+#include "exec/cuda/matmul.cuh"
+#include "exec/token_data.h"
+
+using namespace zeroplan::exec;
+
+namespace {
+
+#define REQUIRE_GPU()                                      \
+  do {                                                     \
+    std::string why;                                       \
+    if (!cuda_device_available(&why)) GTEST_SKIP() << why; \
+  } while (0)
+
+std::vector<float> randn(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+template <typename T>
+T to_t(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else if constexpr (std::is_same_v<T, __half>) return __float2half(x);
+  else return __float2bfloat16(x);
+}
+template <typename T>
+float from_t(T x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else if constexpr (std::is_same_v<T, __half>) return __half2float(x);
+  else return __bfloat162float(x);
+}
+
+// Device buffer of T, filled from floats (rounded to T); the host copy keeps the rounded values so the CPU
+// reference sees exactly the GPU's inputs.
+template <typename T>
+struct Buf {
+  T* d = nullptr;
+  std::size_t n = 0;
+  explicit Buf(std::size_t count) : n(count) {
+    CUDA_CHECK(cudaMalloc(&d, n * sizeof(T)));
+    poison();
+  }
+  explicit Buf(std::vector<float>& host) : Buf(host.size()) { upload(host); }
+  ~Buf() { cudaFree(d); }
+  void upload(std::vector<float>& host) {  // rounds host in place to T precision
+    std::vector<T> t(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      t[i] = to_t<T>(host[i]);
+      host[i] = from_t<T>(t[i]);
+    }
+    CUDA_CHECK(cudaMemcpy(d, t.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void poison() { CUDA_CHECK(cudaMemset(d, 0x7F, n * sizeof(T))); }  // NaN-ish garbage: unwritten output shows
+  std::vector<float> get() const {
+    std::vector<T> t(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(t.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = from_t<T>(t[i]);
+    return out;
+  }
+};
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  double d = 0, r = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    d += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
+    r += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(d / std::max(r, 1e-30));
+}
+
+template <typename T>
+double tol(double fp32, double half) {
+  return std::is_same_v<T, float> ? fp32 : half;
+}
+
+template <typename T>
+class KernelTest : public ::testing::Test {};
+using Types = ::testing::Types<float, __nv_bfloat16, __half>;
+TYPED_TEST_SUITE(KernelTest, Types);
+
+TYPED_TEST(KernelTest, LayerNormForwardBackward) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const int N = 300, C = 200;
+  auto x = randn(N * C, 1, 2.0f), w = randn(C, 2), b = randn(C, 3), d = randn(N * C, 4), dinp0 = randn(N * C, 5);
+  auto dw0 = randn(C, 6), db0 = randn(C, 7);
+  Buf<T> X(x), Wb(w), Bb(b), D(d), O(N * C), DI(dinp0), DW(dw0), DB(db0);
+  Buf<float> mean(N), rstd(N), scratch(2 * C);
+  cuda::layernorm_forward<T>(O.d, mean.d, rstd.d, X.d, Wb.d, Bb.d, N, C, 0);
+  cuda::layernorm_backward<T>(DI.d, DW.d, DB.d, scratch.d, D.d, X.d, Wb.d, mean.d, rstd.d, N, C, true, 0);
+  std::vector<float> o(N * C), mu(N), rs(N);
+  cpu::layernorm_forward(o.data(), mu.data(), rs.data(), x.data(), w.data(), b.data(), N, C);
+  auto dinp = dinp0, dw = dw0, db = db0;
+  cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mu.data(), rs.data(), N, C);
+  EXPECT_LT(rel_err(O.get(), o), tol<T>(1e-6, 1e-2));
+  EXPECT_LT(rel_err(rstd.get(), rs), 1e-5);
+  EXPECT_LT(rel_err(DI.get(), dinp), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(DW.get(), dw), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(DB.get(), db), tol<T>(1e-5, 1e-2));
+}
+
+TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const int M = 96, K = 64, N = 136;
+  auto x = randn(M * K, 1), w = randn(N * K, 2, 0.2f), bias = randn(N, 3), res = randn(M * N, 4), dout = randn(M * N, 5);
+  auto dw0 = randn(N * K, 6);
+  Buf<T> X(x), Wt(w), Bi(bias), R(res), D(dout), O(M * N), G(M * N), Pre(M * N), DX(M * K), DW(dw0);
+  Buf<float> partial(N);
+  Buf<T> DB(N);
+  void* ws;
+  CUDA_CHECK(cudaMalloc(&ws, kCublasWorkspaceBytes));
+  {
+    cuda::Matmul mm(ws, kCublasWorkspaceBytes);
+    mm.forward<T>(O.d, X.d, Wt.d, Bi.d, R.d, M, K, N, 0);
+    mm.forward_gelu<T>(G.d, Pre.d, X.d, Wt.d, Bi.d, M, K, N, 0);
+    mm.backward_input<T>(DX.d, D.d, Wt.d, M, K, N, 0);
+    mm.backward_weight<T>(DW.d, D.d, X.d, M, K, N, true, 0);
+    cuda::bias_backward<T>(DB.d, D.d, partial.d, M, N, false, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  CUDA_CHECK(cudaFree(ws));
+  std::vector<float> o(M * N), g(M * N), dx(M * K), dw = dw0, db(N, 0.0f);
+  cpu::matmul_forward(o.data(), x.data(), w.data(), bias.data(), M, K, N);
+  std::vector<float> pre = o;
+  cpu::gelu_forward(g.data(), pre.data(), M * N);
+  for (int i = 0; i < M * N; ++i) o[i] += res[i];
+  cpu::matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), M, K, N);
+  EXPECT_LT(rel_err(O.get(), o), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(Pre.get(), pre), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(G.get(), g), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(DX.get(), dx), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(DW.get(), dw), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(DB.get(), db), tol<T>(1e-5, 1e-2));
+}
+
+TYPED_TEST(KernelTest, GeluBackwardAndEncoder) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const int n = 4096;
+  auto x = randn(n, 1, 2.0f), d = randn(n, 2);
+  Buf<T> X(x), D(d), DI(n);
+  cuda::gelu_backward<T>(DI.d, X.d, D.d, n, 0);
+  std::vector<float> di(n);
+  cpu::gelu_backward(di.data(), x.data(), d.data(), n);
+  EXPECT_LT(rel_err(DI.get(), di), tol<T>(1e-5, 1e-2));
+
+  const int B = 3, Tn = 17, C = 32, V = 50;
+  std::vector<int> tok(B * Tn);
+  std::mt19937 rng(3);
+  for (auto& t : tok) t = static_cast<int>(rng() % 5);  // repeated tokens exercise the atomic adds
+  auto wte = randn(V * C, 4), wpe = randn(Tn * C, 5), dout = randn(B * Tn * C, 6);
+  auto dwte0 = randn(V * C, 7), dwpe0 = randn(Tn * C, 8);
+  Buf<T> WTE(wte), WPE(wpe), O(B * Tn * C), DO(dout), DWTE(dwte0), DWPE(dwpe0);
+  int* dtok;
+  CUDA_CHECK(cudaMalloc(&dtok, tok.size() * sizeof(int)));
+  CUDA_CHECK(cudaMemcpy(dtok, tok.data(), tok.size() * sizeof(int), cudaMemcpyHostToDevice));
+  cuda::encoder_forward<T>(O.d, dtok, WTE.d, WPE.d, B, Tn, C, 0);
+  cuda::encoder_backward<T>(DWTE.d, DWPE.d, DO.d, dtok, B, Tn, C, true, 0);
+  std::vector<float> o(B * Tn * C), dwte = dwte0, dwpe = dwpe0;
+  cpu::encoder_forward(o.data(), tok.data(), wte.data(), wpe.data(), B, Tn, C);
+  cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, Tn, C);
+  EXPECT_LT(rel_err(O.get(), o), tol<T>(1e-6, 1e-2));
+  EXPECT_LT(rel_err(DWTE.get(), dwte), tol<T>(1e-6, 1e-2));
+  EXPECT_LT(rel_err(DWPE.get(), dwpe), tol<T>(1e-6, 1e-2));
+  CUDA_CHECK(cudaFree(dtok));
+}
+
+// Attention on both paths: head size 64 (tensor cores for 16-bit) and 32 (plain path), T not a tile multiple.
+TYPED_TEST(KernelTest, AttentionForwardBackward) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  for (int HS : {64, 32}) {
+    const int B = 2, Tn = 200, NH = 3, C = NH * HS;
+    auto qkv = randn(B * Tn * 3 * C, 1 + HS), dout = randn(B * Tn * C, 2 + HS);
+    Buf<T> QKV(qkv), O(B * Tn * C), DO(dout), DQKV(B * Tn * 3 * C);
+    Buf<float> lse(B * NH * Tn), dq(B * Tn * C), drow(B * NH * Tn);
+    cuda::attention_forward<T>(O.d, lse.d, QKV.d, B, Tn, C, NH, 0);
+    auto o_gpu = O.get();
+    std::vector<float> o(B * Tn * C), l(B * NH * Tn), dqkv(B * Tn * 3 * C);
+    cpu::attention_forward(o.data(), l.data(), qkv.data(), B, Tn, C, NH);
+    EXPECT_LT(rel_err(o_gpu, o), tol<T>(1e-5, 1e-2)) << "HS " << HS;
+    EXPECT_LT(rel_err(lse.get(), l), tol<T>(1e-5, 1e-3)) << "HS " << HS;
+    // the backward consumes the GPU's (rounded) forward output, as in training
+    cuda::attention_backward<T>(DQKV.d, dq.d, drow.d, DO.d, QKV.d, O.d, lse.d, B, Tn, C, NH, 0);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), o_gpu.data(), l.data(), B, Tn, C, NH);
+    const auto got = DQKV.get();
+    std::vector<float> gq, gk, gv, rq, rk, rv;
+    for (int i = 0; i < B * Tn; ++i)
+      for (int c = 0; c < C; ++c) {
+        gq.push_back(got[i * 3 * C + c]); rq.push_back(dqkv[i * 3 * C + c]);
+        gk.push_back(got[i * 3 * C + C + c]); rk.push_back(dqkv[i * 3 * C + C + c]);
+        gv.push_back(got[i * 3 * C + 2 * C + c]); rv.push_back(dqkv[i * 3 * C + 2 * C + c]);
+      }
+    EXPECT_LT(rel_err(gq, rq), tol<T>(1e-4, 2e-2)) << "dQ, HS " << HS;
+    EXPECT_LT(rel_err(gk, rk), tol<T>(1e-4, 2e-2)) << "dK, HS " << HS;
+    EXPECT_LT(rel_err(gv, rv), tol<T>(1e-4, 2e-2)) << "dV, HS " << HS;
+  }
+  EXPECT_EQ(cuda::attention_uses_tensor_cores<T>(64), !std::is_same_v<T, float>);
+}
+
+TYPED_TEST(KernelTest, CrossEntropyInPlace) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const int N = 37, V = 1000, Vp = 1024;
+  auto logits = randn(N * Vp, 1, 3.0f);
+  std::vector<int> tg(N);
+  for (int i = 0; i < N; ++i) tg[i] = (i * 131) % V;
+  Buf<T> L(logits);
+  Buf<float> losses(N);
+  int* dtg;
+  CUDA_CHECK(cudaMalloc(&dtg, N * sizeof(int)));
+  CUDA_CHECK(cudaMemcpy(dtg, tg.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+  cuda::crossentropy_forward_backward<T>(losses.d, L.d, dtg, N, V, Vp, 0.25f, true, 0);
+  std::vector<float> loss(N), d(N * Vp);
+  cpu::crossentropy_forward_backward(loss.data(), d.data(), logits.data(), tg.data(), N, V, Vp, 0.25f);
+  EXPECT_LT(rel_err(losses.get(), loss), 1e-5);
+  EXPECT_LT(rel_err(L.get(), d), tol<T>(1e-5, 1e-2));
+  CUDA_CHECK(cudaFree(dtg));
+}
+
+TYPED_TEST(KernelTest, AdamWAndGradNorm) {
+  REQUIRE_GPU();
+  using T = TypeParam;
+  const ParamLayout layout(make_shape(130, 16, 2, 2, 8));
+  const std::int64_t n = layout.total();
+  auto p = randn(n, 1), g = randn(n, 2, 0.1f), m = randn(n, 3, 0.01f), v = randn(n, 4, 0.01f);
+  for (auto& x : v) x = x * x;
+  Buf<T> Pd(n), Gd(g);
+  Buf<float> master(n), Md(m), Vd(v), norm(kNormPartials + 1);
+  Buf<float> src(p);  // fp32
+  cuda::set_from_fp32<T>(Pd.d, std::is_same_v<T, float> ? nullptr : master.d, src.d, n, 0);
+  if constexpr (std::is_same_v<T, float>) Pd.upload(p);
+  cuda::grad_norm_squared<T>(norm.d, norm.d + 1, Gd.d, n, 0);
+  const float scale = 0.7f;
+  cuda::adamw_update<T>(Pd.d, std::is_same_v<T, float> ? nullptr : master.d, Gd.d, Md.d, Vd.d, n, 1e-2f, 0.9f, 0.95f,
+                        1e-8f, 0.1f, scale, 3,
+                        cuda::DecayGeometry{layout.blocks_begin(), layout.block_stride(),
+                                            layout.block_decay_elements(), layout.blocks_end()},
+                        0);
+  double sq = 0;
+  for (float x : g) sq += static_cast<double>(x) * x;
+  EXPECT_NEAR(norm.get()[0], sq, 1e-5 * sq);
+  std::unique_ptr<bool[]> decay(new bool[n]);
+  for (std::int64_t i = 0; i < n; ++i) decay[i] = layout.decayed(i);
+  cpu::adamw(p.data(), g.data(), m.data(), v.data(), decay.get(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, scale, 3);
+  if constexpr (std::is_same_v<T, float>) EXPECT_LT(rel_err(Pd.get(), p), 1e-6);
+  else EXPECT_LT(rel_err(master.get(), p), 1e-6);
+  EXPECT_LT(rel_err(Md.get(), m), 1e-6);
+  EXPECT_LT(rel_err(Vd.get(), v), 1e-6);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Whole step against the CPU trainer.
+// ---------------------------------------------------------------------------------------------------------
+ExecConfig small_model(ExecPrecision precision) {
+  ExecConfig c;
+  c.shape = make_shape(257, 128, 2, 2, 256);  // head size 64: the tensor-core attention in 16-bit
+  c.micro_batch = 2;
+  c.seq_len = 192;
+  c.precision = precision;
+  c.optimizer.learning_rate = 1e-3;
+  c.optimizer.weight_decay = 0.1;
+  c.seed = 5;
+  return c;
+}
+
+struct StepComparison {
+  double loss_gpu, loss_cpu, logits_err, worst_grad_err;
+  std::string worst_grad;
+};
+
+StepComparison compare_step(ExecConfig c) {
+  auto gpu = make_cuda_trainer(c);
+  ExecConfig cc = c;
+  cc.precision = ExecPrecision::fp32;
+  auto cpu = make_cpu_trainer(cc);
+  auto params = gpu->params();
+  cpu->set_params(params);  // the same (rounded) starting point
+  auto src = TokenSource::synthetic(c.shape.vocab, 9);
+  const auto b = src.next_batch(c.micro_batch, c.seq_len);
+  StepComparison r;
+  r.loss_gpu = gpu->forward_loss(b.inputs, b.targets);
+  r.loss_cpu = cpu->forward_loss(b.inputs, b.targets);
+  r.logits_err = rel_err(gpu->logits(), cpu->logits());
+  gpu->forward_backward(b.inputs, b.targets);
+  cpu->forward_backward(b.inputs, b.targets);
+  const auto gg = gpu->grads(), gc = cpu->grads();
+  r.worst_grad_err = 0;
+  for (const auto& t : gpu->layout().tensors()) {
+    const std::vector<float> a(gg.begin() + t.offset, gg.begin() + t.offset + t.numel());
+    const std::vector<float> e(gc.begin() + t.offset, gc.begin() + t.offset + t.numel());
+    const double err = rel_err(a, e);
+    if (err > r.worst_grad_err) {
+      r.worst_grad_err = err;
+      r.worst_grad = t.name;
+    }
+  }
+  return r;
+}
+
+TEST(CudaTrainer, Fp32StepMatchesCpuReference) {
+  REQUIRE_GPU();
+  const auto r = compare_step(small_model(ExecPrecision::fp32));
+  EXPECT_NEAR(r.loss_gpu, r.loss_cpu, 1e-5);
+  EXPECT_LT(r.logits_err, 1e-5);
+  EXPECT_LT(r.worst_grad_err, 1e-4) << r.worst_grad;
+}
+
+TEST(CudaTrainer, Bf16StepMatchesCpuReference) {
+  REQUIRE_GPU();
+  const auto r = compare_step(small_model(ExecPrecision::bf16));
+  EXPECT_NEAR(r.loss_gpu, r.loss_cpu, 2e-2);
+  EXPECT_LT(r.logits_err, 2e-2);
+  EXPECT_LT(r.worst_grad_err, 6e-2) << r.worst_grad;
+}
+
+TEST(CudaTrainer, Fp16StepMatchesCpuReference) {
+  REQUIRE_GPU();
+  const auto r = compare_step(small_model(ExecPrecision::fp16));
+  EXPECT_NEAR(r.loss_gpu, r.loss_cpu, 1e-2);
+  EXPECT_LT(r.logits_err, 1e-2);
+  EXPECT_LT(r.worst_grad_err, 3e-2) << r.worst_grad;
+}
+
+TEST(CudaTrainer, ParamsAfterAdamWStepsMatchCpu) {
+  REQUIRE_GPU();
+  ExecConfig c = small_model(ExecPrecision::fp32);
+  c.recompute = ExecRecompute::full;  // also covers the recompute path
+  c.grad_accum = 2;
+  auto gpu = make_cuda_trainer(c);
+  auto cpu = make_cpu_trainer(c);
+  auto src = TokenSource::synthetic(c.shape.vocab, 4);
+  for (int s = 0; s < 3; ++s) {
+    const auto b = src.next_batch(c.micro_batch * c.grad_accum, c.seq_len);
+    const auto rg = gpu->step(b.inputs, b.targets);
+    const auto rc = cpu->step(b.inputs, b.targets);
+    EXPECT_NEAR(rg.loss, rc.loss, 1e-4) << "step " << s;
+    EXPECT_NEAR(rg.grad_norm, rc.grad_norm, 1e-3 * rc.grad_norm) << "step " << s;
+  }
+  EXPECT_LT(rel_err(gpu->params(), cpu->params()), 1e-4);
+}
+
+TEST(CudaTrainer, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
+  REQUIRE_GPU();
+  ExecConfig c = small_model(ExecPrecision::fp16);
+  c.loss_scale.initial_scale_power = 40;  // 2^40 x gradients overflows fp16 (max 65504)
+  c.loss_scale.hysteresis = 1;
+  auto gpu = make_cuda_trainer(c);
+  const auto before = gpu->params();
+  auto src = TokenSource::synthetic(c.shape.vocab, 2);
+  const auto b = src.next_batch(c.micro_batch, c.seq_len);
+  const auto r = gpu->step(b.inputs, b.targets);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_EQ(r.loss_scale, std::pow(2.0, 40));
+  EXPECT_EQ(gpu->params(), before);
+  int steps = 1;
+  StepResult last = r;
+  while (last.skipped && steps < 40) {
+    last = gpu->step(b.inputs, b.targets);
+    ++steps;
+  }
+  EXPECT_FALSE(last.skipped);
+  EXPECT_LT(last.loss_scale, std::pow(2.0, 20));
+  EXPECT_TRUE(std::isfinite(last.grad_norm));
+}
+
+TEST(CudaTrainer, AllocatorMatchesTheAccountingFormula) {
+  REQUIRE_GPU();
+  for (auto rec : {ExecRecompute::none, ExecRecompute::full}) {
+    ExecConfig c = small_model(ExecPrecision::bf16);
+    c.recompute = rec;
+    auto gpu = make_cuda_trainer(c);
+    const auto mem = gpu->memory();
+    const auto expected = expected_device_memory(c);
+    for (const auto& [name, bytes] : expected.components()) EXPECT_EQ(mem.component(name), bytes) << name;
+    EXPECT_EQ(mem.peak_total, expected.total());
+    EXPECT_GT(mem.device_total, 0);
+  }
+}
+
+TEST(CudaTrainer, OutOfMemoryNamesTheTensor) {
+  REQUIRE_GPU();
+  ExecConfig c = small_model(ExecPrecision::bf16);
+  c.shape = make_shape(50257, 12288, 96, 96, 2048);  // GPT-3 175B: cannot fit one GPU
+  c.seq_len = 2048;
+  try {
+    auto gpu = make_cuda_trainer(c);
+    FAIL() << "expected DeviceOutOfMemory";
+  } catch (const DeviceOutOfMemory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("out of device memory allocating"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("GiB requested"), std::string::npos) << msg;
+  }
+  // the device is still usable afterwards
+  auto ok = make_cuda_trainer(small_model(ExecPrecision::bf16));
+  EXPECT_GT(ok->memory().peak_total, 0);
+}
+
+TEST(CudaTrainer, LossFallsOnText) {
+  REQUIRE_GPU();
+  ExecConfig c = small_model(ExecPrecision::bf16);
+  c.seq_len = 64;
+  c.micro_batch = 8;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  const std::string path = ::testing::TempDir() + "fox_gpu.txt";
+  { std::ofstream(path) << text; }
+  auto src = TokenSource::from_file(path, c.shape.vocab);
+  auto gpu = make_cuda_trainer(c);
+  double first = 0, last = 0;
+  for (int s = 0; s < 60; ++s) {
+    const auto b = src.next_batch(c.micro_batch, c.seq_len);
+    const auto r = gpu->step(b.inputs, b.targets);
+    if (s == 0) first = r.loss;
+    last = r.loss;
+  }
+  EXPECT_LT(last, 0.3 * first);
+}
+
+}  // namespace
