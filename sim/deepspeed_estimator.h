@@ -25,6 +25,9 @@ struct DeepSpeedEstimate {
 
 Bytes zero2_gpu_bytes(std::int64_t total_params, int gpus_per_node, int nodes, bool cpu_offload);
 Bytes zero2_host_bytes(std::int64_t total_params, int gpus_per_node, int nodes, bool cpu_offload);
+// The stage 1/2 no-offload GPU line before DeepSpeed changed it in June 2024: 4P + int(16P / total_gpus).
+// The DeepSpeed and Hugging Face docs still print its figures; kept to check the implementation against them.
+Bytes zero2_gpu_bytes_before_june_2024(std::int64_t total_params, int gpus_per_node, int nodes, bool cpu_offload);
 DeepSpeedEstimate estimate_zero2(std::int64_t total_params, int gpus_per_node, int nodes, bool cpu_offload);
 DeepSpeedEstimate estimate_zero3(std::int64_t total_params, std::int64_t largest_layer_params, int gpus_per_node,
                                  int nodes, bool cpu_offload, bool cpu_offload_params, bool zero_init);

@@ -55,6 +55,7 @@ struct MemoryEstimate {
   HostMemoryBreakdown host;
   Bytes nvme_bytes = 0;             // per node
   Bytes init_peak_gpu_bytes = 0;    // peak while the engine initializes, when it differs (0 otherwise)
+  Bytes init_peak_host_bytes = 0;   // per node: host peak while every rank builds the model (fp32)
   std::vector<MemoryTerm> terms;    // filled only by explain_memory()
 };
 

@@ -1,0 +1,175 @@
+#include "sim/activation_memory.h"
+
+#include <algorithm>
+
+#include "sim/memory_model.h"
+#include "sim/saturating.h"
+#include "sim/term_format.h"
+
+namespace zeroplan {
+
+namespace {
+constexpr const char* kKorthikanti = "Korthikanti et al. 2022 (arXiv 2205.05198) sec. 4.1";
+constexpr const char* kKorthikantiRecompute = "Korthikanti et al. 2022 (arXiv 2205.05198) sec. 5";
+constexpr const char* kOutputLayer = "Korthikanti et al. 2022 sec. 4.3; zero-formulas.md sec. 4 (logits)";
+
+int mlp_tensors(ActivationKind activation) { return activation == ActivationKind::swiglu ? 3 : 2; }
+int norm_statistics_per_norm(NormKind norm) { return norm == NormKind::layer_norm ? 2 * 4 : 4; }
+
+// Per token: the gradient temporaries alive while one block runs its backward. MLP: the gradients of its
+// inner tensors (2 or 3 of f) plus the residual-stream gradient in and out (2h). Attention: dQ, dK, dV,
+// the incoming and outgoing residual gradients; unfused adds dP and dS (2 a s e), fused flash backward
+// keeps the fp32 row sums D = rowsum(dO * O) (4 a).
+Bytes backward_working_set_per_token(const TransformerShape& shape, const TrainingConfig& training, int e) {
+  const std::int64_t h = shape.hidden, f = shape.ffn_hidden, kv = shape.kv_dim(), a = shape.heads;
+  const Bytes mlp = (mlp_tensors(shape.activation) * f + 2 * h) * e;
+  const Bytes attention =
+      (h + 2 * kv + 2 * h) * e + (training.fused_attention ? 4 * a : sat_mul(2 * a * e, training.seq_len));
+  return std::max(mlp, attention);
+}
+
+Bytes logits_per_token(const TransformerShape& shape, const TrainingConfig& training, int e) {
+  // fused cross entropy writes dlogits in place over the 16-bit logits: one s*b*V buffer. Otherwise the
+  // logits and their gradient, plus an fp32 copy and its gradient when the loss is computed in fp32.
+  if (training.fused_cross_entropy) return shape.vocab_size * e;
+  return shape.vocab_size * (2 * e + (training.fp32_loss ? 2 * 4 : 0));
+}
+}  // namespace
+
+BlockActivationTerms block_activation_terms(const TransformerShape& shape, const TrainingConfig& training,
+                                            int e) {
+  const std::int64_t h = shape.hidden, f = shape.ffn_hidden, kv = shape.kv_dim(), a = shape.heads;
+  const bool dropout = shape.dropout > 0.0;
+  BlockActivationTerms t;
+  t.norm_inputs_outputs = 4 * h * e;
+  t.qkv = (h + 2 * kv) * e;
+  t.attention_output = h * e;
+  t.mlp = mlp_tensors(shape.activation) * f * e;
+  t.dropout_masks = dropout ? 2 * h : 0;
+  t.norm_statistics = 2 * norm_statistics_per_norm(shape.norm);
+  if (training.fused_attention) {
+    t.attention_core = 4 * a;
+  } else {
+    // softmax output a s e; with dropout its 1-byte mask and the dropout output (Korthikanti: 2as^2b +
+    // as^2b + 2as^2b = 5as^2b at e = 2).
+    t.attention_core = sat_mul(a * (dropout ? 2 * e + 1 : e), training.seq_len);
+  }
+  return t;
+}
+
+ActivationBytes activation_bytes(const ModelDescription& model, const TrainingConfig& training,
+                                 const MemoryInputs& in) {
+  ActivationBytes out;
+  const int e = in.activation_bytes;
+  if (model.transformer) {
+    const TransformerShape& shape = *model.transformer;
+    const std::int64_t T = sat_mul(training.seq_len, training.micro_batch);
+    out.tokens = T;
+    out.layers = shape.layers;
+    out.block_terms = block_activation_terms(shape, training, e);
+    const Bytes full_block = out.block_terms.total();
+    switch (training.checkpointing) {
+      case Checkpointing::none:
+        out.block_saved = sat_mul(full_block, T);
+        break;
+      case Checkpointing::selective:  // attention core recomputed (Korthikanti sec. 5): sbh*34 at e = 2
+        out.block_saved = sat_mul(full_block - out.block_terms.attention_core, T);
+        break;
+      case Checkpointing::full:  // only the block input kept (2sbh at e = 2)
+        out.block_saved = sat_mul(shape.hidden * e, T);
+        // The recomputed block's full set is live during its backward (its input is the kept checkpoint).
+        out.recompute_live = sat_mul(full_block - shape.hidden * e, T);
+        break;
+    }
+    out.saved_layers = sat_mul(out.block_saved, shape.layers);
+    out.backward_working_set = sat_mul(backward_working_set_per_token(shape, training, e), T);
+    out.embedding_dropout_mask = shape.dropout > 0.0 ? sat_mul(shape.hidden, T) : 0;
+    out.final_norm = sat_mul(2 * shape.hidden * e + norm_statistics_per_norm(shape.norm), T);
+    out.logits = sat_mul(logits_per_token(shape, training, e), T);
+  } else {
+    // Layer list: activation_elements_per_sample per layer (the model description's own count).
+    out.tokens = training.micro_batch;
+    out.layers = static_cast<std::int64_t>(model.layers.size());
+    std::int64_t elements = 0, largest = 0;
+    for (const LayerDescription& layer : model.layers) {
+      elements += layer.activation_elements_per_sample;
+      largest = std::max(largest, layer.activation_elements_per_sample);
+    }
+    out.saved_layers = sat_mul(elements, training.micro_batch, e);
+    // The gradient of the largest layer's output is the largest backward temporary of a layer list.
+    out.backward_working_set = sat_mul(largest, training.micro_batch, e);
+  }
+  out.total = sat_add(sat_add(sat_add(out.saved_layers, out.recompute_live), out.backward_working_set),
+                      sat_add(out.embedding_dropout_mask, out.final_norm));
+  return out;
+}
+
+void explain_activations(const ModelDescription& model, const TrainingConfig& training, const MemoryInputs& in,
+                         const ActivationBytes& b, std::vector<MemoryTerm>& terms) {
+  const std::string e = num(in.activation_bytes);
+  if (!model.transformer) {
+    terms.push_back({"activations", "saved activations (all layers)", b.saved_layers,
+                     "sum(activation_elements_per_sample) * b * e = sum over " + num(b.layers) + " layers * " +
+                         num(training.micro_batch) + " * " + e +
+                         (training.checkpointing != Checkpointing::none
+                              ? " (checkpointing is not modelled for layer-list models)"
+                              : ""),
+                     "model description (layer list)"});
+    terms.push_back({"activations", "backward working set: gradient of the largest layer output",
+                     b.backward_working_set, "max(activation_elements_per_sample) * b * e", "layer list"});
+    return;
+  }
+  const TransformerShape& shape = *model.transformer;
+  const BlockActivationTerms& t = b.block_terms;
+  const std::string T = num(b.tokens), L = num(b.layers), h = num(shape.hidden);
+  const std::string sb = "s*b = " + num(training.seq_len) + "*" + num(training.micro_batch);
+  const std::string per_block_list =
+      "norm in/out " + num(t.norm_inputs_outputs) + " + QKV " + num(t.qkv) + " + attention out " +
+      num(t.attention_output) + " + MLP " + num(t.mlp) + " + dropout masks " + num(t.dropout_masks) +
+      " + norm stats " + num(t.norm_statistics) + " + attention core " + num(t.attention_core) + " (" +
+      (training.fused_attention ? "fused: 4a fp32 logsumexp" : "unfused softmax") + ")";
+  switch (training.checkpointing) {
+    case Checkpointing::none:
+      terms.push_back({"activations", "saved activations, " + L + " blocks", b.saved_layers,
+                       "L * (" + per_block_list + ") B/token * " + sb + " = " + L + " * " + num(t.total()) +
+                           " * " + T,
+                       kKorthikanti});
+      break;
+    case Checkpointing::selective:
+      terms.push_back({"activations", "saved activations, " + L + " blocks (selective recompute)", b.saved_layers,
+                       "L * (" + per_block_list + " - attention core) B/token * " + sb + " = " + L + " * " +
+                           num(t.total() - t.attention_core) + " * " + T,
+                       kKorthikantiRecompute});
+      break;
+    case Checkpointing::full:
+      terms.push_back({"activations", "checkpointed block inputs, " + L + " blocks (full recompute)", b.saved_layers,
+                       "L * h * e * s*b = " + L + " * " + h + " * " + e + " * " + T, kKorthikantiRecompute});
+      terms.push_back({"activations", "one block's recomputed activations", b.recompute_live,
+                       "(" + per_block_list + " - h*e) B/token * " + T, kKorthikantiRecompute});
+      break;
+  }
+  terms.push_back({"activations", "backward working set of one block (gradient temporaries)",
+                   b.backward_working_set,
+                   "max(MLP: (" + num(mlp_tensors(shape.activation)) + "f + 2h) e, attention: (3h + 2kv) e + " +
+                       (training.fused_attention ? "4a" : "2 a s e") + ") * s*b = " +
+                       num(b.tokens == 0 ? 0 : b.backward_working_set / b.tokens) + " * " + T,
+                   "zeroplan (largest per-layer gradient temporaries)"});
+  if (b.embedding_dropout_mask > 0)
+    terms.push_back({"activations", "embedding dropout mask", b.embedding_dropout_mask, "h * s*b = " + h + " * " + T,
+                     kOutputLayer});
+  terms.push_back({"activations", "final norm input, output and statistics", b.final_norm,
+                   "(2 h e + " + num(norm_statistics_per_norm(shape.norm)) + ") * s*b = " +
+                       num(2 * shape.hidden * in.activation_bytes + norm_statistics_per_norm(shape.norm)) + " * " + T,
+                   kOutputLayer});
+  std::string logits_formula;
+  if (training.fused_cross_entropy)
+    logits_formula = "V * e * s*b (fused cross entropy: dlogits in place) = " + num(shape.vocab_size) + " * " + e +
+                     " * " + T;
+  else
+    logits_formula = "V * (2e" + std::string(training.fp32_loss ? " + 2*4 fp32 copy and its gradient" : "") +
+                     ") * s*b = " + num(shape.vocab_size) + " * " +
+                     num(2 * in.activation_bytes + (training.fp32_loss ? 8 : 0)) + " * " + T;
+  terms.push_back({"logits", "logits and their gradient", b.logits, logits_formula, kOutputLayer});
+}
+
+}  // namespace zeroplan

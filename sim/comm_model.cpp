@@ -1,0 +1,126 @@
+// Communication per GPU per optimizer step (ZeRO paper, arXiv 1910.02054, sec. 7: 2P elements for stages
+// 0-2, 3P for stage 3) and the offload traffic (ZeRO-Offload, arXiv 2101.06840 sec. 4: 16-bit gradients
+// down and 16-bit parameters up, 4 bytes per parameter of the partition per step; ZeRO-Infinity,
+// arXiv 2104.07857, for NVMe).
+//
+// Gradient accumulation (A micro-steps per optimizer step), as DeepSpeed does it:
+//   stage 0: the engine all-reduces at the accumulation boundary only (engine.py allreduce_gradients is
+//            called when is_gradient_accumulation_boundary()): once per step.
+//   stage 1: gradients stay whole and are reduced at the boundary (engine.py: stage 1 calls
+//            optimizer.reduce_gradients() only at the boundary): once per step.
+//   stage 2: gradients are partitioned, so each micro-step's backward reduces its buckets
+//            (stage_1_and_2.py reduce_ready_partitions_and_remove_grads runs in every backward): A times.
+//   stage 3: parameters are gathered for every forward and every backward, gradients reduce-scattered in
+//            every backward: A times; persistent parameters are never gathered.
+//   stages 1-3 all-gather the updated parameters once per step (stage 3 does it lazily in the next forward,
+//   counted with the forward gathers).
+#include "sim/comm_model.h"
+
+#include <algorithm>
+
+#include "sim/memory_inputs.h"
+#include "sim/model_states_memory.h"
+#include "sim/saturating.h"
+
+namespace zeroplan {
+
+double ring_factor(CollectiveKind kind, int ranks) {
+  if (ranks <= 1) return 0.0;
+  const double n = static_cast<double>(ranks);
+  // nccl-tests doc/PERFORMANCE.md: busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (all-gather, reduce-scatter).
+  return kind == CollectiveKind::all_reduce ? 2.0 * (n - 1.0) / n : (n - 1.0) / n;
+}
+
+namespace {
+
+void add(CommVolume& volume, CollectiveKind kind, std::int64_t calls, std::int64_t elements, int element_bytes,
+         int ranks, const char* when) {
+  CollectiveVolume c;
+  c.kind = kind;
+  c.calls = calls;
+  c.elements = elements;
+  c.bytes = sat_mul(elements, element_bytes);
+  c.wire_bytes = static_cast<Bytes>(static_cast<double>(c.bytes) * ring_factor(kind, ranks));
+  c.when = when;
+  volume.total_bytes = sat_add(volume.total_bytes, c.bytes);
+  volume.total_wire_bytes = sat_add(volume.total_wire_bytes, c.wire_bytes);
+  volume.collectives.push_back(std::move(c));
+}
+
+std::int64_t buckets(std::int64_t elements, std::int64_t bucket_size) {
+  return elements <= 0 ? 0 : ceil_div(elements, std::max<std::int64_t>(1, bucket_size));
+}
+
+}  // namespace
+
+CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription& cluster,
+                         const TrainingConfig& training, const PlanChoice& choice) {
+  const MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
+  const ZeroConfig& zero = training.zero;
+  const std::int64_t P = in.params;
+  const std::int64_t A = std::max<std::int64_t>(1, training.grad_accum);
+  const int e = in.param_bytes;
+  const int n = static_cast<int>(in.world_size);
+  CommVolume v;
+  double elements_one_micro_step = 0.0;  // the paper's multiple, without accumulation (all-reduce = 2 passes)
+
+  switch (in.stage) {
+    case 0:
+      add(v, CollectiveKind::all_reduce, buckets(P, zero.reduce_bucket_size), P, e, n,
+          "gradients, at the accumulation boundary, per bucket");
+      elements_one_micro_step = 2.0 * P;
+      break;
+    case 1:
+      add(v, CollectiveKind::reduce_scatter, buckets(P, zero.reduce_bucket_size), P, e, n,
+          "gradients, at the accumulation boundary, per bucket");
+      add(v, CollectiveKind::all_gather, buckets(P, zero.allgather_bucket_size), P, e, n,
+          "updated parameters, after the optimizer step");
+      elements_one_micro_step = 2.0 * P;
+      break;
+    case 2:
+      add(v, CollectiveKind::reduce_scatter, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), e, n,
+          "gradients, every micro-step's backward, per bucket");
+      add(v, CollectiveKind::all_gather, buckets(P, zero.allgather_bucket_size), P, e, n,
+          "updated parameters, after the optimizer step");
+      elements_one_micro_step = 2.0 * P;
+      break;
+    default: {
+      const std::int64_t G = in.gathered_params_total;
+      add(v, CollectiveKind::all_gather, sat_mul(2 * A, in.gathered_modules), sat_mul(2 * A, G), e, n,
+          "parameters, before each module's forward and backward, every micro-step");
+      add(v, CollectiveKind::reduce_scatter, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), e, n,
+          "gradients, every micro-step's backward, per bucket");
+      elements_one_micro_step = 2.0 * G + P;
+      break;
+    }
+  }
+  v.multiple_of_params = P > 0 ? elements_one_micro_step / static_cast<double>(P) : 0.0;
+
+  // Offload traffic over PCIe, per GPU per step, on the rank's partition.
+  const std::int64_t Pp = in.partition_params;
+  const Bytes partition_16bit = sat_mul(e, Pp);
+  if (in.offload_optimizer != OffloadDevice::none) {
+    // Gradients down: stage 1 once (reduced at the boundary), stages 2-3 every micro-step (accumulated on the
+    // host). Parameters up after the CPU step, unless the parameter partition itself lives off the GPU.
+    v.pcie_device_to_host_bytes = in.stage == 1 ? partition_16bit : sat_mul(A, partition_16bit);
+    if (in.offload_param == OffloadDevice::none) v.pcie_host_to_device_bytes = partition_16bit;
+    if (in.offload_optimizer == OffloadDevice::nvme) {
+      // fp32 master + optimizer states swapped in and out of NVMe once per step.
+      const Bytes swapped = sat_add(sat_mul(4, in.stage == 0 ? P : Pp), optimizer_state_bytes(in, Pp));
+      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, swapped);
+      v.nvme_write_bytes = sat_add(v.nvme_write_bytes, swapped);
+    }
+  }
+  if (in.offload_param != OffloadDevice::none) {
+    // Every forward and backward gather fetches the rank's (non-persistent) partition from host/NVMe.
+    const Bytes fetched = sat_mul(2 * A, sat_mul(e, ceil_div(in.gathered_params_total, in.world_size)));
+    v.pcie_host_to_device_bytes = sat_add(v.pcie_host_to_device_bytes, fetched);
+    if (in.offload_param == OffloadDevice::nvme) {
+      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, fetched);
+      v.nvme_write_bytes = sat_add(v.nvme_write_bytes, partition_16bit);  // the updated partition
+    }
+  }
+  return v;
+}
+
+}  // namespace zeroplan

@@ -1,0 +1,92 @@
+#include "sim/host_memory.h"
+
+#include "sim/memory_model.h"
+#include "sim/saturating.h"
+#include "sim/term_format.h"
+
+namespace zeroplan {
+
+namespace {
+constexpr const char* kInitSource =
+    "DeepSpeed estimate_zero{2,3}_model_states_mem_needs cpu term (each rank builds the model in fp32; "
+    "zero.Init keeps only the largest layer whole); zero-formulas.md sec. 2";
+
+bool built_whole(const MemoryInputs& in, const ZeroConfig& zero) { return in.stage < 3 || !zero.zero_init; }
+}  // namespace
+
+HostAndNvmeBytes host_and_nvme_bytes(const MemoryInputs& in, const ZeroConfig& zero, const ModelStatesBytes& s,
+                                     const ZeroBufferBytes& buffers, Bytes runtime_fixed_bytes) {
+  HostAndNvmeBytes h;
+  const std::int64_t ranks = in.ranks_per_node;
+  const Bytes states_per_rank = sat_add(s.host_optimizer, s.host_params);
+  // Offloaded states are pinned when pin_memory is on (DeepSpeed's default); swap and staging buffers are
+  // always page-locked.
+  const Bytes pinned_per_rank = sat_add(zero.pin_memory ? states_per_rank : 0, buffers.host_pinned_staging);
+  h.pinned = sat_mul(pinned_per_rank, ranks);
+  h.pageable = sat_mul(zero.pin_memory ? 0 : states_per_rank, ranks);
+  h.nvme = sat_mul(sat_add(s.nvme_optimizer, s.nvme_params), ranks);
+  // Every rank first builds the model on the host in fp32 (4 B/param); under zero.Init (stage 3) only the
+  // largest layer exists whole at any time.
+  h.init_peak_host = sat_mul(4, built_whole(in, zero) ? in.params : in.largest_module_params, ranks);
+  // Stage 3 without zero.Init: the whole 16-bit model sits on each GPU before the engine partitions it.
+  if (in.stage == 3 && !zero.zero_init)
+    h.init_peak_gpu = sat_add(sat_mul(in.param_bytes, in.params), runtime_fixed_bytes);
+  return h;
+}
+
+void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const ModelStatesBytes& s,
+                           const ZeroBufferBytes& buffers, const HostAndNvmeBytes& h,
+                           std::vector<MemoryTerm>& terms) {
+  const std::string ranks = num(in.ranks_per_node);
+  const std::string where = zero.pin_memory ? " (pinned)" : " (pageable: pin_memory false)";
+  const std::string K = num(in.optimizer_state_bytes);
+  const std::string part = in.stage == 0 ? "P" : "P/N";
+  if (in.offload_optimizer == OffloadDevice::cpu)
+    terms.push_back({"host", "offloaded fp32 master params + optimizer states + fp32 gradient partition" + where,
+                     sat_mul(s.host_optimizer, in.ranks_per_node),
+                     "(4 + " + K + " + 4) * " + part + " * ranks per node = " + num(s.host_optimizer) + " * " + ranks,
+                     "ZeRO-Offload (arXiv 2101.06840); zero-formulas.md sec. 3"});
+  if (in.offload_optimizer == OffloadDevice::nvme) {
+    terms.push_back({"host", "fp32 gradient partition" + where, sat_mul(s.host_optimizer, in.ranks_per_node),
+                     "4 * " + part + " * ranks per node = " + num(s.host_optimizer) + " * " + ranks,
+                     "ZeRO-Infinity (arXiv 2104.07857)"});
+    terms.push_back({"nvme", "fp32 master params + optimizer states on NVMe", sat_mul(s.nvme_optimizer, in.ranks_per_node),
+                     "(4 + " + K + ") * " + part + " * ranks per node = " + num(s.nvme_optimizer) + " * " + ranks,
+                     "ZeRO-Infinity (arXiv 2104.07857)"});
+  }
+  if (s.host_params > 0)
+    terms.push_back({"host", "offloaded parameter partition" + where, sat_mul(s.host_params, in.ranks_per_node),
+                     num(in.param_bytes) + " * ceil(P/N) * ranks per node = " + num(s.host_params) + " * " + ranks,
+                     "ZeRO-Infinity (arXiv 2104.07857)"});
+  if (s.nvme_params > 0)
+    terms.push_back({"nvme", "parameter partition on NVMe", sat_mul(s.nvme_params, in.ranks_per_node),
+                     num(in.param_bytes) + " * ceil(P/N) * ranks per node = " + num(s.nvme_params) + " * " + ranks,
+                     "ZeRO-Infinity (arXiv 2104.07857)"});
+  if (buffers.host_pinned_staging > 0) {
+    std::string formula;
+    if (in.stage <= 2 && in.offload_optimizer != OffloadDevice::none)
+      formula += num(in.param_bytes) + " * largest parameter " + num(in.largest_module_params);
+    if (in.offload_optimizer == OffloadDevice::nvme)
+      formula += std::string(formula.empty() ? "" : " + ") + num(zero.optimizer_buffer_count) +
+                 " * min(sub_group_size, partition) * 4";
+    if (in.offload_param == OffloadDevice::nvme)
+      formula += std::string(formula.empty() ? "" : " + ") + num(zero.param_buffer_count) + " * " +
+                 num(zero.param_buffer_size) + " * " + num(in.param_bytes);
+    terms.push_back({"host", "pinned staging / swap buffers", sat_mul(buffers.host_pinned_staging, in.ranks_per_node),
+                     "(" + formula + ") * ranks per node " + ranks,
+                     "DeepSpeed offload_param/offload_optimizer buffer_count, buffer_size; zero-formulas.md sec. 3"});
+  }
+  terms.push_back({"host_init", "host peak while each rank builds the model (fp32)", h.init_peak_host,
+                   "4 * " + std::string(built_whole(in, zero) ? "P" : "largest layer (zero.Init)") +
+                       " * ranks per node = 4 * " +
+                       num(built_whole(in, zero) ? in.params : in.largest_module_params) + " * " + ranks,
+                   kInitSource});
+  if (h.init_peak_gpu > 0)
+    terms.push_back({"gpu_init", "GPU peak at init: whole model before partitioning (zero_init off)",
+                     h.init_peak_gpu,
+                     num(in.param_bytes) + " * P + context/workspace/NCCL = " + num(in.param_bytes) + " * " +
+                         num(in.params) + " + " + num(h.init_peak_gpu - in.param_bytes * in.params),
+                     "DeepSpeed stage3.py without zero.Init (engine moves the module to the GPU, then partitions)"});
+}
+
+}  // namespace zeroplan

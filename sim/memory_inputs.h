@@ -1,0 +1,38 @@
+// The figures every memory term needs, gathered once per evaluation: parameter counts (total, partition,
+// persistent, largest module), the data-parallel degree and the element sizes. One pass over the layers;
+// no strings, no allocation (the planner's fast path evaluates millions of configurations per second).
+#pragma once
+
+#include <cstdint>
+
+#include "core/cluster_description.h"
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "sim/plan_choice.h"
+
+namespace zeroplan {
+
+struct MemoryInputs {
+  int stage = 0;
+  OffloadDevice offload_optimizer = OffloadDevice::none;
+  OffloadDevice offload_param = OffloadDevice::none;
+  bool mixed_precision = true;        // fp16/bf16 with an fp32 master copy; false for fp32 training
+  int param_bytes = 2;                // bytes of a model parameter / gradient element (2 or 4)
+  int activation_bytes = 2;           // bytes of a saved activation element (the training precision's)
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  int optimizer_state_bytes = 8;      // K' bytes per parameter, excluding the fp32 master copy
+
+  std::int64_t params = 0;                 // P
+  std::int64_t world_size = 1;             // N, the data-parallel degree
+  std::int64_t ranks_per_node = 1;         // processes sharing one host
+  std::int64_t partition_params = 0;       // ceil(P / N): one rank's partition (ZeRO stages 1-3)
+  std::int64_t largest_module_params = 0;  // DeepSpeed's largest_layer_params
+  std::int64_t persistent_params = 0;      // stage 3: params below stage3_param_persistence_threshold
+  std::int64_t gathered_params_total = 0;  // stage 3: params that are partitioned and gathered (P - persistent)
+  std::int64_t gathered_modules = 0;       // stage 3: modules whose parameters are gathered (all-gather calls)
+};
+
+MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,
+                                  const TrainingConfig& training, const PlanChoice& choice);
+
+}  // namespace zeroplan

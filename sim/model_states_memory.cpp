@@ -1,0 +1,137 @@
+#include "sim/model_states_memory.h"
+
+#include "sim/memory_model.h"
+#include "sim/saturating.h"
+#include "sim/term_format.h"
+
+namespace zeroplan {
+
+namespace {
+constexpr std::int64_t kAdam8bitBlock = 2048;  // bitsandbytes block-wise quantization block (arXiv 2110.02861)
+constexpr const char* kZeroPaper = "ZeRO paper (Rajbhandari et al., arXiv 1910.02054) sec. 3.1 and 5";
+constexpr const char* kZeroOffload = "ZeRO-Offload (arXiv 2101.06840) sec. 4; zero-formulas.md sec. 3";
+[[maybe_unused]] constexpr const char* kZeroInfinity = "ZeRO-Infinity (arXiv 2104.07857) sec. 5; zero-formulas.md sec. 3";
+
+bool optimizer_offloaded(const MemoryInputs& in) { return in.offload_optimizer != OffloadDevice::none; }
+}  // namespace
+
+Bytes optimizer_state_bytes(const MemoryInputs& in, std::int64_t params) {
+  Bytes bytes = sat_mul(in.optimizer_state_bytes, params);
+  if (in.optimizer == OptimizerKind::adam_8bit)
+    bytes = sat_add(bytes, sat_mul(2 * 4, ceil_div(params, kAdam8bitBlock)));
+  return bytes;
+}
+
+ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
+  ModelStatesBytes b;
+  const std::int64_t P = in.params;
+  const std::int64_t Pp = in.partition_params;
+  const int pb = in.param_bytes;
+  // Optimizer states and the fp32 master copy are partitioned from stage 1 on (P_os); stage 0 keeps them whole.
+  const std::int64_t optimizer_params = in.stage == 0 ? P : Pp;
+
+  // Parameters: whole on every GPU for stages 0-2; stage 3 keeps the rank's partition (P_os+g+p), and
+  // offload_param moves that partition to host/NVMe (ZeRO-Infinity).
+  if (in.stage < 3) {
+    b.params = sat_mul(pb, P);
+  } else if (in.offload_param == OffloadDevice::none) {
+    b.params = sat_mul(pb, Pp);
+  } else if (in.offload_param == OffloadDevice::cpu) {
+    b.host_params = sat_mul(pb, Pp);
+  } else {
+    b.nvme_params = sat_mul(pb, Pp);
+  }
+
+  // Gradients: whole for stages 0-1 (stage 1 reduces at the accumulation boundary, so every rank holds the
+  // full gradient until then); the rank's partition from stage 2 (P_os+g). With the optimizer offloaded, the
+  // reduced partition goes straight to the pinned host buffer (stage_1_and_2.py
+  // async_accumulate_grad_in_cpu_via_gpu / stage3.py partition_grads with offload), so none stays on the GPU.
+  if (in.stage <= 1) {
+    b.grads = sat_mul(pb, P);
+  } else if (!optimizer_offloaded(in)) {
+    b.grads = sat_mul(pb, Pp);
+  }
+
+  // fp32 master params and optimizer states: K = 12 for mixed-precision Adam in the paper (4 master + 8
+  // states). fp32 training needs no master copy (the parameters are fp32 already).
+  const Bytes master = in.mixed_precision ? sat_mul(4, optimizer_params) : 0;
+  const Bytes states = optimizer_state_bytes(in, optimizer_params);
+  // The fp32 gradient partition at the optimizer step (zero-formulas.md sec. 3): stage 1/2 upcast the 16-bit
+  // partition (stage_1_and_2.py: single_grad_partition ... .to(fp32)), stage 3 keeps a flat fp32 partition
+  // (grad_partitions_flat_buffer in the gradient-accumulation dtype); stage 0 (fused_optimizer.py /
+  // bf16_optimizer.py) builds an fp32 copy of all gradients. Not needed when training in fp32.
+  const Bytes grad_fp32 = in.mixed_precision ? sat_mul(4, optimizer_params) : 0;
+
+  if (!optimizer_offloaded(in)) {
+    b.master_params = master;
+    b.optimizer_states = states;
+    b.grad_fp32_partition = grad_fp32;
+  } else if (in.offload_optimizer == OffloadDevice::cpu) {
+    // ZeRO-Offload: fp32 params, fp32 grads and optimizer states of the partition live on the host
+    // (16 B/param for Adam). Training in fp32 still keeps an fp32 partition copy and gradient there.
+    b.host_optimizer = sat_add(sat_add(sat_mul(4, optimizer_params), states), sat_mul(4, optimizer_params));
+  } else {
+    // ZeRO-Infinity: fp32 master and optimizer states swapped to NVMe; the fp32 gradient partition is
+    // accumulated in (pinned) host memory.
+    b.nvme_optimizer = sat_add(sat_mul(4, optimizer_params), states);
+    b.host_optimizer = sat_mul(4, optimizer_params);
+  }
+  return b;
+}
+
+void explain_model_states(const MemoryInputs& in, const ModelStatesBytes& b, std::vector<MemoryTerm>& terms) {
+  const std::string P = num(in.params), N = num(in.world_size), pb = num(in.param_bytes);
+  const std::string part = in.stage == 0 ? "P" : "P/N";
+  const std::string opt_params = in.stage == 0 ? P : num(in.partition_params);
+  const std::string pname = in.mixed_precision ? "16-bit parameters" : "fp32 parameters";
+  const std::string gname = in.mixed_precision ? "16-bit gradients" : "fp32 gradients";
+
+  if (in.stage < 3) {
+    terms.push_back({"params", pname, b.params, pb + " * P = " + pb + " * " + P, kZeroPaper});
+  } else if (in.offload_param == OffloadDevice::none) {
+    terms.push_back({"params", pname + " (partition)", b.params,
+                     pb + " * ceil(P/N) = " + pb + " * ceil(" + P + " / " + N + ")", kZeroPaper});
+  } else {
+    terms.push_back({"params", pname + " (partition offloaded to " +
+                                   std::string(in.offload_param == OffloadDevice::cpu ? "host" : "NVMe") + ")",
+                     0, "0 (offload_param moves the partition off the GPU)", kZeroInfinity});
+  }
+
+  if (in.stage <= 1) {
+    terms.push_back({"grads", gname, b.grads,
+                     pb + " * P = " + pb + " * " + P +
+                         (in.stage == 1 ? " (stage 1 reduces at the accumulation boundary)" : ""),
+                     kZeroPaper});
+  } else if (in.offload_optimizer == OffloadDevice::none) {
+    terms.push_back({"grads", gname + " (partition)", b.grads,
+                     pb + " * ceil(P/N) = " + pb + " * ceil(" + P + " / " + N + ")", kZeroPaper});
+  } else {
+    terms.push_back({"grads", gname + " (partition offloaded)", 0,
+                     "0 (reduced partitions are copied to pinned host memory per bucket)", kZeroOffload});
+  }
+  if (in.mixed_precision && in.offload_optimizer == OffloadDevice::none)
+    terms.push_back({"grads", "fp32 gradient partition at the optimizer step", b.grad_fp32_partition,
+                     "4 * " + part + " = 4 * " + opt_params,
+                     "zero-formulas.md sec. 3 (DeepSpeed stage_1_and_2.py / stage3.py)"});
+
+  if (in.offload_optimizer == OffloadDevice::none) {
+    if (in.mixed_precision)
+      terms.push_back({"master_params", "fp32 master parameters", b.master_params,
+                       "4 * " + part + " = 4 * " + opt_params, kZeroPaper});
+    else
+      terms.push_back({"master_params", "fp32 master parameters", 0, "0 (training in fp32: no master copy)",
+                       kZeroPaper});
+    std::string formula = num(in.optimizer_state_bytes) + " * " + part + " = " + num(in.optimizer_state_bytes) +
+                          " * " + opt_params;
+    if (b.optimizer_states != sat_mul(in.optimizer_state_bytes, in.stage == 0 ? in.params : in.partition_params))
+      formula += " + 2 states * 4 B * ceil(" + opt_params + " / 2048) (8-bit block-wise absmax, arXiv 2110.02861)";
+    terms.push_back({"optimizer_states", "optimizer states", b.optimizer_states, formula, kZeroPaper});
+  } else {
+    terms.push_back({"master_params", "fp32 master parameters (offloaded)", 0,
+                     "0 (offload_optimizer moves them to the host/NVMe)", kZeroOffload});
+    terms.push_back({"optimizer_states", "optimizer states (offloaded)", 0,
+                     "0 (offload_optimizer moves them to the host/NVMe)", kZeroOffload});
+  }
+}
+
+}  // namespace zeroplan

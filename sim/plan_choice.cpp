@@ -1,0 +1,57 @@
+#include "sim/plan_choice.h"
+
+namespace zeroplan {
+
+namespace {
+const char* offload_name(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::none: return "none";
+    case OffloadDevice::cpu: return "cpu";
+    case OffloadDevice::nvme: return "nvme";
+  }
+  return "none";
+}
+
+bool passes(const PlanChoice& choice, const PlanChoiceFilter& filter) {
+  if (filter.stage >= 0 && choice.stage != filter.stage) return false;
+  if (filter.offload_optimizer_set && choice.offload_optimizer != filter.offload_optimizer) return false;
+  if (filter.offload_param_set && choice.offload_param != filter.offload_param) return false;
+  return true;
+}
+}  // namespace
+
+std::string PlanChoice::label() const {
+  std::string text = "stage " + std::to_string(stage);
+  if (offload_optimizer != OffloadDevice::none) text += std::string(" + opt:") + offload_name(offload_optimizer);
+  if (offload_param != OffloadDevice::none) text += std::string(" + param:") + offload_name(offload_param);
+  return text;
+}
+
+std::vector<PlanChoice> enumerate_plan_choices(const PlanChoiceFilter& filter) {
+  constexpr OffloadDevice kDevices[] = {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme};
+  std::vector<PlanChoice> all;
+  all.push_back({0, OffloadDevice::none, OffloadDevice::none});
+  for (int stage : {1, 2})
+    for (OffloadDevice optimizer : kDevices) all.push_back({stage, optimizer, OffloadDevice::none});
+  // Stage 3: DeepSpeed requires the optimizer to be offloaded when the parameters are (ZeRO-Infinity:
+  // offload_param implies offload_optimizer), so (optimizer none, param cpu/nvme) is not a valid choice.
+  for (OffloadDevice optimizer : kDevices)
+    for (OffloadDevice param : kDevices) {
+      if (param != OffloadDevice::none && optimizer == OffloadDevice::none) continue;
+      all.push_back({3, optimizer, param});
+    }
+  std::vector<PlanChoice> chosen;
+  for (const PlanChoice& choice : all)
+    if (passes(choice, filter)) chosen.push_back(choice);
+  return chosen;
+}
+
+TrainingConfig apply_choice(const TrainingConfig& training, const PlanChoice& choice) {
+  TrainingConfig applied = training;
+  applied.zero.stage = choice.stage;
+  applied.zero.offload_optimizer = choice.offload_optimizer;
+  applied.zero.offload_param = choice.stage == 3 ? choice.offload_param : OffloadDevice::none;
+  return applied;
+}
+
+}  // namespace zeroplan

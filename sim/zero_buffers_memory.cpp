@@ -1,0 +1,94 @@
+#include "sim/zero_buffers_memory.h"
+
+#include <algorithm>
+
+#include "sim/memory_model.h"
+#include "sim/saturating.h"
+#include "sim/term_format.h"
+
+namespace zeroplan {
+
+namespace {
+constexpr const char* kBuckets = "DeepSpeed stage_1_and_2.py (ipg_buffer: reduce_bucket_size, x2 with overlap_comm); "
+                                 "zero-formulas.md sec. 3";
+constexpr const char* kStage0Buckets = "DeepSpeed engine.py allreduce_gradients (buckets of reduce_bucket_size)";
+constexpr const char* kStage3Bucket = "DeepSpeed stage3.py (one reduce bucket of reduce_bucket_size)";
+constexpr const char* kStage3Gather = "DeepSpeed partitioned_param_coordinator.py (prefetch_bucket_size, "
+                                      "max_live_parameters); zero-formulas.md sec. 3";
+constexpr const char* kPersistence = "DeepSpeed parameter_offload.py mark_persistent_parameters "
+                                     "(stage3_param_persistence_threshold)";
+constexpr const char* kOffloadStaging = "DeepSpeed stage_1_and_2.py temp_grad_buffer_for_{gpu,cpu}_offload "
+                                        "(largest parameter); zero-formulas.md sec. 3 (NVMe swap buffers)";
+}  // namespace
+
+ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero) {
+  ZeroBufferBytes b;
+  const int pb = in.param_bytes;
+  if (in.stage == 0) {
+    // The engine flattens at most reduce_bucket_size gradients per all-reduce: never more than the model.
+    b.reduce_buckets = sat_mul(pb, std::min(zero.reduce_bucket_size, in.params), zero.overlap_comm ? 2 : 1);
+  } else if (in.stage <= 2) {
+    // ipg buffers are allocated at the full reduce_bucket_size (not capped by the model's size).
+    b.reduce_buckets = sat_mul(pb, zero.reduce_bucket_size, zero.overlap_comm ? 2 : 1);
+    b.allgather_bucket = sat_mul(pb, std::min(zero.allgather_bucket_size, in.params));
+  } else {
+    b.reduce_buckets = sat_mul(pb, zero.reduce_bucket_size);
+    // In flight: the module being computed (at most the largest) plus the prefetch bucket, bounded by
+    // max_live_parameters and by what is partitioned at all.
+    const std::int64_t live = std::min({zero.max_live_parameters,
+                                        in.largest_module_params + zero.prefetch_bucket_size,
+                                        in.gathered_params_total});
+    b.gathered_in_flight = sat_mul(pb, live);
+    b.persistent_params = sat_mul(pb, in.persistent_params);
+  }
+  if (in.stage >= 1 && in.stage <= 2 && in.offload_optimizer != OffloadDevice::none) {
+    b.gpu_offload_staging = sat_mul(pb, in.largest_module_params);
+    b.host_pinned_staging = sat_mul(pb, in.largest_module_params);
+  }
+  if (in.offload_optimizer == OffloadDevice::nvme) {
+    // Optimizer swap buffers: buffer_count x the largest sub-group x 4 B (fp32).
+    const std::int64_t sub_group = std::min(zero.sub_group_size, in.stage == 0 ? in.params : in.partition_params);
+    b.host_pinned_staging = sat_add(b.host_pinned_staging, sat_mul(zero.optimizer_buffer_count, sub_group, 4));
+  }
+  if (in.offload_param == OffloadDevice::nvme)
+    b.host_pinned_staging =
+        sat_add(b.host_pinned_staging, sat_mul(zero.param_buffer_count, zero.param_buffer_size, pb));
+  return b;
+}
+
+void explain_zero_buffers(const MemoryInputs& in, const ZeroConfig& zero, const ZeroBufferBytes& b,
+                          std::vector<MemoryTerm>& terms) {
+  const std::string pb = num(in.param_bytes);
+  const std::string copies = zero.overlap_comm ? " * 2 (overlap_comm)" : "";
+  if (in.stage == 0) {
+    terms.push_back({"gradient_buckets", "gradient all-reduce bucket", b.reduce_buckets,
+                     pb + " * min(reduce_bucket_size, P)" + copies + " = " + pb + " * min(" +
+                         num(zero.reduce_bucket_size) + ", " + num(in.params) + ")",
+                     kStage0Buckets});
+  } else if (in.stage <= 2) {
+    terms.push_back({"gradient_buckets", "gradient reduce buckets (ipg buffers)", b.reduce_buckets,
+                     pb + " * reduce_bucket_size" + copies + " = " + pb + " * " + num(zero.reduce_bucket_size),
+                     kBuckets});
+    terms.push_back({"gradient_buckets", "parameter all-gather bucket", b.allgather_bucket,
+                     pb + " * min(allgather_bucket_size, P) = " + pb + " * min(" +
+                         num(zero.allgather_bucket_size) + ", " + num(in.params) + ")",
+                     "DeepSpeed stage_1_and_2.py all_gather_dp_groups (allgather_bucket_size)"});
+  } else {
+    terms.push_back({"gradient_buckets", "gradient reduce-scatter bucket", b.reduce_buckets,
+                     pb + " * reduce_bucket_size = " + pb + " * " + num(zero.reduce_bucket_size), kStage3Bucket});
+    terms.push_back({"gathered_params", "gathered and prefetched parameters in flight", b.gathered_in_flight,
+                     pb + " * min(max_live_parameters, largest module + prefetch_bucket_size, P - persistent) = " +
+                         pb + " * min(" + num(zero.max_live_parameters) + ", " + num(in.largest_module_params) +
+                         " + " + num(zero.prefetch_bucket_size) + ", " + num(in.gathered_params_total) + ")",
+                     kStage3Gather});
+    terms.push_back({"gathered_params", "persistent parameters (whole on every GPU)", b.persistent_params,
+                     pb + " * params below stage3_param_persistence_threshold (" +
+                         num(zero.param_persistence_threshold) + ") = " + pb + " * " + num(in.persistent_params),
+                     kPersistence});
+  }
+  if (b.gpu_offload_staging > 0)
+    terms.push_back({"offload_buffers", "GPU staging buffer for offloaded gradients", b.gpu_offload_staging,
+                     pb + " * largest parameter = " + pb + " * " + num(in.largest_module_params), kOffloadStaging});
+}
+
+}  // namespace zeroplan
