@@ -75,7 +75,9 @@ nlohmann::json read_json_file(const std::filesystem::path& path, bool allow_comm
     throw InputError(source, "",
                      "malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(column) +
                          ": " + parse_problem(parse_error.what()) +
-                         (allow_comments ? "" : " (comments are not allowed in this file)"));
+                         (!allow_comments && byte < text.size() && text[byte] == '/'
+                              ? " (comments are not allowed in this file)"
+                              : ""));
   }
 }
 
