@@ -1,0 +1,187 @@
+// core/cluster_description: the bundled clusters load with the figures their provenance names (the H200 machine's
+// measured NCCL table exactly), defaults are recorded, --gpus resizing follows the node rules, bad files fail.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cluster_description.h"
+#include "core/data_paths.h"
+#include "core/input_error.h"
+#include "core/json_input.h"
+
+namespace zeroplan {
+namespace {
+
+const std::string kData = ZEROPLAN_TEST_DATA_DIR;
+
+template <typename Body>
+void expect_input_error(Body body, std::initializer_list<std::string> fragments) {
+  try {
+    body();
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& error) {
+    for (const auto& fragment : fragments) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
+          << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
+    }
+  }
+}
+
+TEST(BundledClusters, AllLoad) {
+  const auto names = bundled_cluster_names();
+  EXPECT_EQ(names, (std::vector<std::string>{"a100x8-multinode", "h100x8", "h200x4", "rtx4090"}));
+  for (const auto& name : names) {
+    const ClusterDescription cluster = load_cluster(name);
+    EXPECT_EQ(cluster.name, name);
+    EXPECT_FALSE(cluster.provenance.empty());
+    EXPECT_GT(cluster.gpu_memory_bytes, 0);
+    EXPECT_FALSE(cluster.gemm_efficiency.empty());
+  }
+  EXPECT_NO_THROW(load_cluster(kDefaultClusterName));
+}
+
+TEST(BundledClusters, H200MachineFiguresFromDeviceAndPeers) {
+  const ClusterDescription cluster = load_cluster("h200x4");
+  EXPECT_EQ(cluster.gpu_memory_bytes, 143771LL * kMiB);
+  EXPECT_EQ(cluster.total_gpus(), 4);
+  EXPECT_DOUBLE_EQ(cluster.peak_flops("bf16"), 989e12);
+  EXPECT_DOUBLE_EQ(cluster.measured_gemm_flops_bf16, 796e12);
+  EXPECT_DOUBLE_EQ(cluster.hbm_bandwidth, 4.8e12);
+  EXPECT_DOUBLE_EQ(cluster.pcie_bandwidth, 55.5e9);
+  EXPECT_DOUBLE_EQ(cluster.cpu_optimizer_params_per_second, 1.75e9);
+  EXPECT_EQ(cluster.host_cores, 64);
+  EXPECT_EQ(cluster.host_memory_bytes, 512 * kGiB);
+  EXPECT_EQ(cluster.runtime.cublas_workspace_bytes, 32 * kMiB);
+  // The measured NCCL busbw table (GB/s), device-and-peers.md: ranks, op, 1 MiB, 64 MiB, 1 GiB.
+  struct Row {
+    int ranks;
+    CollectiveKind kind;
+    double busbw[3];
+  };
+  const Row table[] = {{4, CollectiveKind::all_reduce, {52, 314, 356}},
+                       {4, CollectiveKind::reduce_scatter, {30, 267, 323}},
+                       {4, CollectiveKind::all_gather, {28, 268, 328}},
+                       {2, CollectiveKind::all_reduce, {74, 270, 332}},
+                       {2, CollectiveKind::reduce_scatter, {48, 206, 269}},
+                       {2, CollectiveKind::all_gather, {47, 221, 278}}};
+  const Bytes sizes[] = {kMiB, 64 * kMiB, kGiB};
+  ASSERT_EQ(cluster.intra_node.measured.size(), 18u);
+  for (const Row& row : table) {
+    for (int i = 0; i < 3; ++i) {
+      int found = 0;
+      for (const auto& point : cluster.intra_node.measured) {
+        if (point.ranks == row.ranks && point.kind == row.kind && point.message_bytes == sizes[i]) {
+          EXPECT_DOUBLE_EQ(point.bus_bandwidth, row.busbw[i] * 1e9);
+          ++found;
+        }
+      }
+      EXPECT_EQ(found, 1) << to_string(row.kind) << " " << row.ranks << " GPUs, " << sizes[i] << " bytes";
+    }
+  }
+}
+
+TEST(BundledClusters, DefaultGemmCurveRisesToTheMeasuredRate) {
+  const ClusterDescription cluster = load_cluster("h200x4");
+  const auto& curve = cluster.gemm_efficiency;
+  for (std::size_t i = 1; i < curve.size(); ++i) {
+    EXPECT_GT(curve[i].flops, curve[i - 1].flops);
+    EXPECT_GT(curve[i].efficiency, curve[i - 1].efficiency);
+  }
+  EXPECT_LT(curve.back().efficiency, 796.0 / 989.0);
+  EXPECT_GT(curve.back().efficiency, 0.79);
+  EXPECT_NE(cluster.provenance.find("gemm_efficiency: default curve"), std::string::npos);
+}
+
+TEST(BundledClusters, MultiNodeA100HasANetwork) {
+  const ClusterDescription cluster = load_cluster("a100x8-multinode");
+  EXPECT_EQ(cluster.gpus_per_node, 8);
+  EXPECT_EQ(cluster.nodes, 4);
+  EXPECT_EQ(cluster.total_gpus(), 32);
+  EXPECT_GT(cluster.inter_node.bus_bandwidth, 0.0);
+  EXPECT_LT(cluster.inter_node.bus_bandwidth, cluster.intra_node.bus_bandwidth);
+}
+
+TEST(ClusterJson, RoundTrip) {
+  const ClusterDescription cluster = load_cluster("h100x8");
+  const ClusterDescription again = cluster_from_json(cluster_to_json(cluster), "roundtrip.json");
+  EXPECT_EQ(again.gpu_memory_bytes, cluster.gpu_memory_bytes);
+  EXPECT_EQ(again.nvme_capacity_bytes, cluster.nvme_capacity_bytes);
+  EXPECT_DOUBLE_EQ(again.inter_node.bus_bandwidth, cluster.inter_node.bus_bandwidth);
+  EXPECT_EQ(again.runtime.nccl_buffer_bytes, cluster.runtime.nccl_buffer_bytes);
+  EXPECT_EQ(again.gemm_efficiency.size(), cluster.gemm_efficiency.size());
+}
+
+TEST(ClusterJson, RuntimeDefaultsAreRecordedInProvenance) {
+  nlohmann::json document = read_json_file(bundled_clusters_directory() / "h200x4.json", true);
+  document.erase("runtime");
+  const ClusterDescription cluster = cluster_from_json(document, "no_runtime.json");
+  EXPECT_EQ(cluster.runtime.cuda_context_bytes, 512 * kMiB);
+  EXPECT_EQ(cluster.runtime.cublas_workspace_bytes, 32 * kMiB);
+  EXPECT_NE(cluster.provenance.find("runtime.cuda_context"), std::string::npos);
+  EXPECT_NE(cluster.provenance.find("runtime.allocator_reserve_fraction"), std::string::npos);
+}
+
+TEST(WithGpuCount, FewerThanANodeIsOnePartialNode) {
+  const ClusterDescription cluster = with_gpu_count(load_cluster("h100x8"), 2);
+  EXPECT_EQ(cluster.gpus_per_node, 2);
+  EXPECT_EQ(cluster.nodes, 1);
+}
+
+TEST(WithGpuCount, MoreThanANodeIsWholeNodes) {
+  const ClusterDescription cluster = with_gpu_count(load_cluster("h100x8"), 24);
+  EXPECT_EQ(cluster.gpus_per_node, 8);
+  EXPECT_EQ(cluster.nodes, 3);
+}
+
+TEST(WithGpuCount, ZeroGpusIsAnError) {
+  expect_input_error([] { with_gpu_count(load_cluster("h200x4"), 0); }, {"--gpus", "at least 1"});
+}
+
+TEST(WithGpuCount, PartialNodesBeyondOneNodeAreAnError) {
+  expect_input_error([] { with_gpu_count(load_cluster("h100x8"), 12); }, {"--gpus", "12", "multiple", "8"});
+}
+
+TEST(WithGpuCount, NoNetworkNoSecondNode) {
+  expect_input_error([] { with_gpu_count(load_cluster("h200x4"), 8); }, {"--gpus", "inter-node", "at most 4"});
+}
+
+TEST(LoadCluster, UnknownNameListsBundledClusters) {
+  expect_input_error([] { load_cluster("tpu-v5"); }, {"--cluster", "tpu-v5", "h200x4", "rtx4090"});
+}
+
+TEST(BadCluster, ZeroGpusPerNode) {
+  expect_input_error([] { load_cluster(kData + "/cluster_zero_gpus.json"); },
+                     {"cluster_zero_gpus.json", "topology.gpus_per_node", "got 0"});
+}
+
+TEST(BadCluster, SeveralNodesWithoutANetwork) {
+  expect_input_error([] { load_cluster(kData + "/cluster_missing_inter_node.json"); },
+                     {"cluster_missing_inter_node.json", "inter_node", "2 nodes"});
+}
+
+TEST(BadCluster, UnknownPrecision) {
+  expect_input_error([] { load_cluster("h200x4").peak_flops("fp8"); }, {"precision", "fp8", "bf16, fp16, fp32"});
+}
+
+TEST(BadCluster, SizeGivenTwice) {
+  nlohmann::json document = read_json_file(bundled_clusters_directory() / "rtx4090.json", true);
+  document["gpu"]["memory_bytes"] = 25'000'000'000LL;
+  expect_input_error([&] { cluster_from_json(document, "twice.json"); },
+                     {"twice.json", "gpu.memory_mib", "gpu.memory_bytes", "once"});
+}
+
+TEST(BadCluster, MeasuredRateAbovePeak) {
+  nlohmann::json document = read_json_file(bundled_clusters_directory() / "h200x4.json", true);
+  document["gpu"]["measured_gemm_flops_bf16"] = 1.2e15;
+  expect_input_error([&] { cluster_from_json(document, "fast.json"); },
+                     {"fast.json", "gpu.measured_gemm_flops_bf16", "peak"});
+}
+
+TEST(BadCluster, AbsurdMemoryOverflows) {
+  nlohmann::json document = read_json_file(bundled_clusters_directory() / "h200x4.json", true);
+  document["gpu"]["memory_mib"] = 9'000'000'000'000'000LL;
+  expect_input_error([&] { cluster_from_json(document, "huge.json"); }, {"huge.json", "gpu.memory_mib", "overflows"});
+}
+
+}  // namespace
+}  // namespace zeroplan
