@@ -6,7 +6,10 @@
 // them linearly in log(S). A measured busbw already includes the latency (nccl-tests' time is the whole call),
 // so each point is first turned into the bandwidth of the bandwidth term alone,
 //   B_eff_i = S_i * factor / (S_i * factor / busbw_i - alpha),
-// which makes the formula reproduce the measured time exactly at every measured size. Below the smallest
+// which makes the formula reproduce the measured time exactly at every measured size. Where the link's alpha
+// is not below every measured call of a group (alpha grows with the group size; one alpha per link does not fit
+// both 2 and 4 GPUs), that group's alpha is derived from its own points: t(smallest S) - S * factor /
+// busbw(largest S) (half the shortest call if that is not below every call). Below the smallest
 // measured size B_eff stays at the smallest point's (the time tends to alpha), above the largest at the
 // largest point's. Without measured points, B_eff is the link's asymptotic bus_bandwidth.
 // Measured points are taken for the group size n when the cluster has them, else from the nearest measured

@@ -6,8 +6,14 @@
 namespace zeroplan {
 
 std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& zero) {
-  // stage3.py: a parameter with ds_numel below param_persistence_threshold stays whole on every rank.
-  return zero.param_persistence_threshold > 0 ? std::min(layer.small_module_params, layer.params) : 0;
+  // DeepSpeed stage 3 (parameter_offload.py mark_persistent_parameters): a parameter whose numel is at most
+  // stage3_param_persistence_threshold is never partitioned. As the memory model counts it
+  // (sim/memory_inputs.cpp): a layer whose largest module is under the threshold persists whole, otherwise its
+  // small modules (norms, biases) do, when the threshold is on.
+  const std::int64_t threshold = zero.param_persistence_threshold;
+  if (threshold <= 0) return 0;
+  if (layer.largest_module_params <= threshold) return layer.params;
+  return std::min(layer.small_module_params, layer.params);
 }
 
 namespace {

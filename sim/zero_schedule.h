@@ -57,8 +57,8 @@ struct StepScheduleInputs {
   double nvme_write_bandwidth = 0.0;
 };
 
-// Stage-3 parameters of a layer that are never gathered: those in modules under the persistence threshold
-// (LayerDescription::small_module_params), when the threshold is above zero.
+// Stage-3 parameters of a layer that are never gathered (under param_persistence_threshold), counted as the
+// memory model counts them.
 std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& zero);
 
 // Builds the step on `timeline` (cleared first). Throws InputError for inputs that cannot be scheduled

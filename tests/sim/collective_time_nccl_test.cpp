@@ -79,10 +79,21 @@ TEST(CollectiveTime, MeasuredPointsAreReproducedAndInterpolatedInLogSize) {
   EXPECT_DOUBLE_EQ(timer.seconds(CollectiveKind::all_gather, kMiB), 8e-6 + kMiB * 0.75 / 400e9);
 }
 
-TEST(CollectiveTime, LatencyAboveAMeasuredCallIsBadInput) {
+TEST(CollectiveTime, LinkLatencyAboveAGroupsMeasuredCallsGivesWayToTheMeasurements) {
+  // alpha 1 ms, but the group's calls take 30 us (1 MiB) and 0.5 ms (64 MiB): alpha for this group comes from
+  // its points, t(1 MiB) - 1 MiB * factor / busbw(64 MiB), and the measured times are still reproduced.
   ClusterDescription cluster = one_link_cluster(4, 1, 400e9, 1e-3);
-  cluster.intra_node.measured = {{CollectiveKind::all_reduce, 4, kMiB, 50e9}};
-  EXPECT_THROW(CollectiveTimer(cluster, 4), InputError);
+  cluster.intra_node.measured = {{CollectiveKind::all_reduce, 4, kMiB, kMiB * 1.5 / 30e-6},
+                                 {CollectiveKind::all_reduce, 4, 64 * kMiB, 64 * kMiB * 1.5 / 0.5e-3}};
+  const CollectiveTimer timer(cluster, 4);
+  EXPECT_NEAR(timer.seconds(CollectiveKind::all_reduce, kMiB), 30e-6, 1e-15);
+  EXPECT_NEAR(timer.seconds(CollectiveKind::all_reduce, 64 * kMiB), 0.5e-3, 1e-15);
+  const double derived_alpha = 30e-6 - 0.5e-3 / 64;
+  EXPECT_NEAR(timer.seconds(CollectiveKind::all_reduce, 1), derived_alpha, 1e-9);
+}
+
+TEST(CollectiveTime, NegativeLatencyIsBadInput) {
+  EXPECT_THROW(CollectiveTimer(one_link_cluster(4, 1, 400e9, -1e-6), 4), InputError);
 }
 
 TEST(CollectiveTime, MissingInterNodeBandwidthIsBadInput) {
