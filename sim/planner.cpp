@@ -105,7 +105,9 @@ std::optional<int> fewest_gpus_that_fit(const ModelDescription& model, const Clu
   // Within one node every count; beyond it whole nodes (the cluster's kind of machine).
   std::vector<int> counts;
   for (int g = 1; g <= std::min(per_node, max_gpus); ++g) counts.push_back(g);
-  for (int g = 2 * per_node; g <= max_gpus; g += per_node) counts.push_back(g);
+  // Several nodes only when the cluster describes a network between them (with_gpu_count refuses otherwise).
+  if (cluster.inter_node.bus_bandwidth > 0.0)
+    for (int g = 2 * per_node; g <= max_gpus; g += per_node) counts.push_back(g);
   for (int gpus : counts)
     if (fits_with(model, with_gpu_count(cluster, gpus), applied, choice)) return gpus;
   return std::nullopt;
