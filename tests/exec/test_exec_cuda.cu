@@ -227,7 +227,9 @@ TYPED_TEST(KernelTest, AttentionForwardBackward) {
     EXPECT_LT(rel_err(gk, rk), tol<T>(1e-4, 2e-2)) << "dK, HS " << HS;
     EXPECT_LT(rel_err(gv, rv), tol<T>(1e-4, 2e-2)) << "dV, HS " << HS;
   }
-  EXPECT_EQ(cuda::attention_uses_tensor_cores<T>(64), !std::is_same_v<T, float>);
+  const bool tc = cuda::attention_uses_tensor_cores<T>(64);
+  constexpr bool is_fp32 = std::is_same_v<T, float>;
+  EXPECT_EQ(tc, !is_fp32);
 }
 
 TYPED_TEST(KernelTest, CrossEntropyInPlace) {

@@ -1,0 +1,351 @@
+#include "cli/run_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/common_options.h"
+#include "core/input_error.h"
+#include "core/units.h"
+#include "exec/activation_accounting.h"
+#include "exec/exec_config.h"
+#include "exec/token_data.h"
+#include "exec/trainer.h"
+#include "sim/plan_json.h"
+#include "sim/planner.h"
+#include "sim/simulator.h"
+#ifdef ZEROPLAN_HAVE_CUDA
+#include "exec/cuda/cuda_trainer.h"
+#endif
+
+namespace zeroplan {
+
+namespace {
+
+constexpr const char* kCli = "command line";
+
+struct RunOptions {
+  CommonOptions common;
+  std::int64_t steps = 20;
+  std::int64_t warmup_steps = 2;
+  std::string backend = "cuda";
+  std::optional<std::string> data;
+  std::optional<std::string> report;
+  bool force = false;
+  std::uint64_t seed = 1337;
+  std::optional<double> learning_rate;
+};
+
+// The executor trains the gpt2 family (learned positions, LayerNorm, GELU, biases, tied embeddings, 4h MLP).
+exec::Gpt2Shape exec_shape(const ModelDescription& model) {
+  if (!model.transformer || model.transformer->family != ModelFamily::gpt2)
+    throw InputError(model.source, "transformer.family",
+                     "the executor trains gpt2-family transformers; got " + to_string(model.family));
+  const TransformerShape& t = *model.transformer;
+  auto need = [&](bool ok, const std::string& field, const std::string& what) {
+    if (!ok) throw InputError(model.source, "transformer." + field, "the gpt2 executor needs " + what);
+  };
+  need(t.kv_heads == t.heads, "kv_heads", "kv_heads == heads (no grouped-query attention)");
+  need(t.ffn_hidden == 4 * t.hidden, "ffn_hidden", "ffn_hidden == 4 * hidden");
+  need(t.norm == NormKind::layer_norm, "norm", "layer_norm");
+  need(t.activation == ActivationKind::gelu, "activation", "gelu");
+  need(t.attention_bias && t.mlp_bias, "attention_bias", "biases on every linear layer");
+  need(t.tied_embeddings, "tied_embeddings", "tied embeddings");
+  need(t.learned_positions, "learned_positions", "learned positions");
+  need(!t.embedding_norm, "embedding_norm", "no embedding norm");
+  need(t.hidden % 8 == 0, "hidden", "a multiple of 8");
+  need(t.hidden % t.heads == 0 && (t.hidden / t.heads) % 8 == 0, "heads", "hidden/heads a multiple of 8");
+  return exec::make_shape(t.vocab_size, t.hidden, t.layers, t.heads, t.max_seq);
+}
+
+exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig& tr, std::uint64_t seed) {
+  exec::ExecConfig c;
+  c.shape = exec_shape(model);
+  c.micro_batch = tr.micro_batch;
+  c.seq_len = tr.seq_len;
+  c.grad_accum = tr.grad_accum;
+  c.precision = tr.precision == Precision::fp32   ? exec::ExecPrecision::fp32
+                : tr.precision == Precision::fp16 ? exec::ExecPrecision::fp16
+                                                  : exec::ExecPrecision::bf16;
+  c.recompute = tr.checkpointing == Checkpointing::full ? exec::ExecRecompute::full : exec::ExecRecompute::none;
+  c.optimizer.learning_rate = tr.learning_rate;
+  c.optimizer.beta1 = tr.adam_beta1;
+  c.optimizer.beta2 = tr.adam_beta2;
+  c.optimizer.epsilon = tr.adam_epsilon;
+  c.optimizer.weight_decay = tr.weight_decay;
+  c.optimizer.grad_clip = tr.gradient_clipping;
+  c.loss_scale.static_scale = tr.loss_scale.static_loss_scale;
+  c.loss_scale.initial_scale_power = tr.loss_scale.initial_scale_power;
+  c.loss_scale.scale_window = tr.loss_scale.loss_scale_window;
+  c.loss_scale.hysteresis = tr.loss_scale.hysteresis;
+  c.loss_scale.min_scale = tr.loss_scale.min_loss_scale;
+  c.seed = seed;
+  try {
+    exec::validate(c);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(model.source, "executor", e.what());
+  }
+  return c;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+std::string gib(Bytes b) { return fmt("%.3f", to_gib(b)); }
+std::string err_pct(double predicted, double measured) {
+  if (measured == 0) return predicted == 0 ? "0.0%" : "n/a";
+  return fmt("%+.1f%%", 100.0 * (predicted - measured) / measured);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int run(RunOptions& o) {
+  ResolvedInputs in = resolve_inputs(o.common);
+  TrainingConfig& tr = in.training;
+  if (o.steps < 1) throw InputError(kCli, "--steps", "must be at least 1");
+  if (o.warmup_steps < 0 || o.warmup_steps >= o.steps)
+    throw InputError(kCli, "--warmup-steps", "must be in [0, --steps)");
+  if (o.backend != "cuda" && o.backend != "cpu") throw InputError(kCli, "--backend", "expected cuda or cpu");
+  if (o.learning_rate) tr.learning_rate = *o.learning_rate;
+  // One GPU: this executor is world size 1 (ZeRO across GPUs comes with the NCCL executor).
+  if (in.cluster.total_gpus() != 1) {
+    in.cluster = with_gpu_count(in.cluster, 1);
+    tr.notes.push_back("run: world size 1 (the executor trains on one GPU; the plan is for 1 GPU of " +
+                       in.cluster.name + ")");
+  }
+  if (tr.zero.stage != 0 && in.filter.stage != -1 && in.filter.stage != 0)
+    throw InputError(kCli, "--stage", "the one-GPU executor runs stage 0 (stages 1-3 need the multi-GPU executor)");
+  if (tr.zero.offload_optimizer != OffloadDevice::none || tr.zero.offload_param != OffloadDevice::none)
+    throw InputError(kCli, "--offload-*", "the executor does not offload (yet)");
+  if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
+  tr.zero.stage = 0;
+  if (in.model.transformer && in.model.transformer->dropout > 0) {
+    tr.notes.push_back("run: the model's dropout " + fmt("%.2f", in.model.transformer->dropout) +
+                       " is not implemented by the executor; the run and its plan use dropout 0");
+    in.model.transformer->dropout = 0;
+  }
+  // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
+  tr.fused_attention = true;
+  tr.fused_cross_entropy = true;
+  tr.fp32_loss = false;
+  const exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
+
+  // The plan first: stop before allocating when the planner says it does not fit.
+  PlannerOptions popts;
+  popts.search_max_micro_batch = false;
+  const PlanChoice choice{};
+  const PlanResult plan = evaluate_plan(in.model, in.cluster, tr, choice, popts);
+  const GpuMemoryBreakdown& pred = plan.memory.gpu;
+  std::cout << "plan: " << in.model.name << " on 1x " << in.cluster.gpu_model << ", micro-batch " << tr.micro_batch
+            << " x seq " << tr.seq_len << " x grad-accum " << tr.grad_accum << ", " << to_string(tr.precision)
+            << ", checkpointing " << to_string(tr.checkpointing) << ": predicted " << gib(pred.total) << " GiB of "
+            << gib(in.cluster.gpu_memory_bytes) << " GiB\n";
+  for (const auto& n : tr.notes) std::cout << "  note: " << n << '\n';
+  if (!plan.gpu_fits && o.backend == "cuda") {
+    std::cout << "the planner says this does not fit:\n";
+    for (const auto& [name, bytes] : pred.components()) std::cout << "  " << name << ": " << gib(bytes) << " GiB\n";
+    std::cout << "  total: " << gib(pred.total) << " GiB > capacity " << gib(in.cluster.gpu_memory_bytes) << " GiB\n";
+    if (!o.force) {
+      std::cout << "stopped before allocating (--force runs it anyway)\n";
+      return 1;
+    }
+  }
+  const std::optional<StepSimulation> sim = [&]() -> std::optional<StepSimulation> {
+    try {
+      return simulate_step(in.model, in.cluster, tr, choice);
+    } catch (const InputError& e) {
+      std::cout << "  note: no step-time prediction: " << e.what() << '\n';
+      return std::nullopt;
+    }
+  }();
+
+  std::unique_ptr<exec::Trainer> trainer;
+  if (o.backend == "cpu") {
+    trainer = exec::make_cpu_trainer(cfg);
+  } else {
+#ifdef ZEROPLAN_HAVE_CUDA
+    std::string why;
+    if (!exec::cuda_device_available(&why)) throw InputError(kCli, "--backend", "cuda: " + why + " (try --backend cpu)");
+    trainer = exec::make_cuda_trainer(cfg);
+#else
+    throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
+#endif
+  }
+  exec::TokenSource data = exec::TokenSource::synthetic(cfg.shape.vocab, o.seed + 1);
+  if (o.data) {
+    try {
+      data = exec::TokenSource::from_file(*o.data, cfg.shape.vocab);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(*o.data, "--data", e.what());
+    }
+  }
+  const std::int64_t n_params = in.model.params();
+  const auto& shape = *in.model.transformer;
+  // PaLM appendix B (zero-formulas.md sec. 6): 6N + 12 L h s per token, recompute not counted.
+  const double flops_per_token = 6.0 * static_cast<double>(n_params) +
+                                 12.0 * static_cast<double>(shape.layers * shape.hidden * tr.seq_len);
+  const double peak = in.cluster.peak_flops(to_string(tr.precision));
+  const std::int64_t tokens_per_step = cfg.tokens_per_step();
+  std::cout << "run: " << o.steps << " steps on " << trainer->device_name() << " (" << trainer->backend() << "), data "
+            << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
+
+  std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s;
+  for (std::int64_t s = 0; s < o.steps; ++s) {
+    std::vector<std::int32_t> inputs, targets;
+    for (std::int64_t k = 0; k < cfg.grad_accum; ++k) {
+      auto b = data.next_batch(cfg.micro_batch, cfg.seq_len);
+      inputs.insert(inputs.end(), b.inputs.begin(), b.inputs.end());
+      targets.insert(targets.end(), b.targets.begin(), b.targets.end());
+    }
+    const exec::StepResult r = trainer->step(inputs, targets);
+    losses.push_back(r.loss);
+    if (s >= o.warmup_steps) {
+      step_s.push_back(r.times.step_s);
+      fwd_s.push_back(r.times.forward_s);
+      bwd_s.push_back(r.times.backward_s);
+      opt_s.push_back(r.times.optimizer_s);
+    }
+    const double tps = tokens_per_step / r.times.step_s;
+    const exec::MemoryReport mem = trainer->memory();
+    std::printf("step %4lld/%lld | loss %.4f | %8.1f ms | %10.0f tok/s | MFU %5.1f%% | mem %.2f GiB%s%s\n",
+                static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, r.times.step_s * 1e3, tps,
+                peak > 0 ? 100.0 * tps * flops_per_token / peak : 0.0, to_gib(mem.peak_total),
+                r.skipped ? " | overflow: step skipped" : "",
+                cfg.precision == exec::ExecPrecision::fp16 ? (" | scale " + fmt("%.0f", r.loss_scale)).c_str() : "");
+    std::fflush(stdout);
+  }
+
+  const exec::MemoryReport mem = trainer->memory();
+  const double step_med = median(step_s);
+  const double tps = tokens_per_step / step_med;
+  const double mfu = peak > 0 ? tps * flops_per_token / peak : 0.0;
+  // Measured runtime overhead: the executor's workspace (backward scratch, cuBLASLt workspace) plus what the
+  // device reports beyond our allocations (CUDA context, libraries), i.e. the planner's runtime_overhead.
+  const Bytes device_extra = mem.device_total > 0 ? std::max<Bytes>(0, mem.device_used_peak - mem.peak_total) : 0;
+  const Bytes measured_runtime = mem.component("workspace") + device_extra;
+  const Bytes measured_total = mem.device_total > 0 ? mem.device_used_peak : mem.peak_total;
+  struct Row {
+    std::string name;
+    Bytes predicted, measured;
+  };
+  const std::vector<Row> rows = {
+      {"params", pred.params, mem.component("params")},
+      {"grads", pred.grads, mem.component("grads")},
+      {"master_params", pred.master_params, mem.component("master_params")},
+      {"optimizer_states", pred.optimizer_states, mem.component("optimizer_states")},
+      {"activations", pred.activations, mem.component("activations")},
+      {"logits", pred.logits, mem.component("logits")},
+      {"buffers (buckets, gathered, offload)", pred.gradient_buckets + pred.gathered_params + pred.offload_buffers, 0},
+      {"runtime_overhead (workspace + context)", pred.runtime_overhead, measured_runtime},
+      {"total (device view)", pred.total, measured_total}};
+  std::cout << "\nmemory per GPU (GiB = 2^30 bytes)      predicted   measured   error\n";
+  for (const auto& r : rows)
+    std::printf("  %-38s %9s %10s %7s\n", r.name.c_str(), gib(r.predicted).c_str(), gib(r.measured).c_str(),
+                err_pct(static_cast<double>(r.predicted), static_cast<double>(r.measured)).c_str());
+  std::printf("  (allocator peak %s GiB; device baseline before allocating %s GiB; measured = allocator peaks per "
+              "component, total = cudaMemGetInfo used at its peak)\n",
+              gib(mem.peak_total).c_str(), gib(mem.device_used_baseline).c_str());
+  std::cout << "\nstep time (median of " << step_s.size() << " steps after " << o.warmup_steps << " warm-up)\n";
+  if (sim)
+    std::printf("  step %.1f ms predicted, %.1f ms measured (%s); tokens/s %.0f predicted, %.0f measured\n",
+                sim->step_seconds * 1e3, step_med * 1e3, err_pct(sim->step_seconds, step_med).c_str(),
+                sim->tokens_per_second, tps);
+  std::printf("  forward %.1f ms, backward %.1f ms, optimizer %.1f ms\n", median(fwd_s) * 1e3, median(bwd_s) * 1e3,
+              median(opt_s) * 1e3);
+  std::printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% (6N + 12*L*h*s per token, PaLM appendix B; peak = datasheet "
+              "dense %s %.0f TFLOP/s of %s)\n",
+              tps, tps * flops_per_token / 1e12, 100 * mfu, to_string(tr.precision).c_str(), peak / 1e12,
+              in.cluster.gpu_model.c_str());
+  std::printf("  loss %.4f -> %.4f\n", losses.front(), losses.back());
+
+  if (o.report) {
+    nlohmann::json doc = plans_document(in.model, in.cluster, tr, {plan});
+    nlohmann::json m;
+    m["backend"] = trainer->backend();
+    m["device"] = trainer->device_name();
+    m["steps"] = o.steps;
+    m["warmup_steps"] = o.warmup_steps;
+    m["data"] = data.description();
+    m["padded_vocab"] = cfg.shape.padded_vocab;
+    nlohmann::json comp;
+    for (const auto& [name, bytes] : mem.peak_by_component) comp[name] = bytes;
+    comp["runtime_overhead"] = measured_runtime;
+    m["gpu_bytes"] = comp;
+    m["allocator_peak_bytes"] = mem.peak_total;
+    m["device_total_bytes"] = mem.device_total;
+    m["device_used_baseline_bytes"] = mem.device_used_baseline;
+    m["device_used_peak_bytes"] = mem.device_used_peak;
+    nlohmann::json expected;
+    for (const auto& [name, bytes] : exec::expected_device_memory(cfg).components()) expected[name] = bytes;
+    m["executor_formula_bytes"] = expected;
+    m["step_seconds"] = step_med;
+    m["step_seconds_all"] = step_s;
+    m["forward_seconds"] = median(fwd_s);
+    m["backward_seconds"] = median(bwd_s);
+    m["optimizer_seconds"] = median(opt_s);
+    m["tokens_per_second"] = tps;
+    m["model_flops_per_token"] = flops_per_token;
+    m["flop_convention"] = "6N + 12*L*h*s per token (PaLM appendix B)";
+    m["peak_flops"] = peak;
+    m["peak_name"] = "datasheet dense " + to_string(tr.precision);
+    m["mfu"] = mfu;
+    m["loss"] = losses;
+    if (sim) {
+      m["predicted_step_seconds"] = sim->step_seconds;
+      m["predicted_tokens_per_second"] = sim->tokens_per_second;
+    }
+    doc["measured"] = m;
+    std::ofstream f(*o.report);
+    if (!f) throw InputError(*o.report, "--report", "cannot open for writing");
+    f << doc.dump(2) << '\n';
+    std::cout << "report written to " << *o.report << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int* status) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Train the model on this GPU and measure it against the plan");
+  add_common_options(*cmd, options->common);
+  cmd->add_option("--steps", options->steps, "Optimizer steps to run")->capture_default_str();
+  cmd->add_option("--warmup-steps", options->warmup_steps, "Steps left out of the timing medians")->capture_default_str();
+  cmd->add_option("--backend", options->backend, "cuda (the GPU executor) or cpu (the Eigen fp32 reference)")
+      ->capture_default_str();
+  cmd->add_option("--data", options->data,
+                  "Token file (llm.c .bin with header, or nanoGPT raw uint16 .bin) or any text file (byte-level "
+                  "tokens); synthetic tokens when absent");
+  cmd->add_option("--report", options->report, "Write the plan JSON plus the measurements (\"measured\") here");
+  cmd->add_flag("--force", options->force, "Run even when the planner says it does not fit");
+  cmd->add_option("--seed", options->seed, "Seed of the parameter initialization and synthetic data")
+      ->capture_default_str();
+  cmd->add_option("--lr", options->learning_rate, "AdamW learning rate (default: the training configuration's)");
+  cmd->callback([options, status]() {
+    try {
+      *status = run(*options);
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      // out of device memory, CUDA errors: one line, status 2 (main prints InputErrors the same way)
+      std::cerr << "zeroplan run: error: " << e.what() << '\n';
+      *status = 2;
+    }
+  });
+}
+
+}  // namespace zeroplan
