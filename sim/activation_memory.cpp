@@ -11,7 +11,7 @@ namespace zeroplan {
 namespace {
 constexpr const char* kKorthikanti = "Korthikanti et al. 2022 (arXiv 2205.05198) sec. 4.1";
 constexpr const char* kKorthikantiRecompute = "Korthikanti et al. 2022 (arXiv 2205.05198) sec. 5";
-constexpr const char* kOutputLayer = "Korthikanti et al. 2022 sec. 4.3; zero-formulas.md sec. 4 (logits)";
+constexpr const char* kOutputLayer = "Korthikanti et al. 2022 (arXiv 2205.05198) sec. 4.3; zero-formulas.md sec. 4";
 
 int mlp_tensors(ActivationKind activation) { return activation == ActivationKind::swiglu ? 3 : 2; }
 int norm_statistics_per_norm(NormKind norm) { return norm == NormKind::layer_norm ? 2 * 4 : 4; }
@@ -122,7 +122,7 @@ void explain_activations(const ModelDescription& model, const TrainingConfig& tr
   const TransformerShape& shape = *model.transformer;
   const BlockActivationTerms& t = b.block_terms;
   const std::string T = num(b.tokens), L = num(b.layers), h = num(shape.hidden);
-  const std::string sb = "s*b = " + num(training.seq_len) + "*" + num(training.micro_batch);
+  const std::string sb = "s*b (" + num(training.seq_len) + " * " + num(training.micro_batch) + ")";
   const std::string per_block_list =
       "norm in/out " + num(t.norm_inputs_outputs) + " + QKV " + num(t.qkv) + " + attention out " +
       num(t.attention_output) + " + MLP " + num(t.mlp) + " + dropout masks " + num(t.dropout_masks) +

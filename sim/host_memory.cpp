@@ -68,7 +68,8 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
       formula += num(in.param_bytes) + " * largest parameter " + num(in.largest_module_params);
     if (in.offload_optimizer == OffloadDevice::nvme)
       formula += std::string(formula.empty() ? "" : " + ") + num(zero.optimizer_buffer_count) +
-                 " * min(sub_group_size, partition) * 4";
+                 " * min(sub_group_size " + num(zero.sub_group_size) + ", partition " +
+                 num(in.stage == 0 ? in.params : in.partition_params) + ") * 4";
     if (in.offload_param == OffloadDevice::nvme)
       formula += std::string(formula.empty() ? "" : " + ") + num(zero.param_buffer_count) + " * " +
                  num(zero.param_buffer_size) + " * " + num(in.param_bytes);
