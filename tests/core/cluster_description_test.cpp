@@ -52,6 +52,10 @@ TEST(BundledClusters, H200MachineFiguresFromDeviceAndPeers) {
   EXPECT_EQ(cluster.host_cores, 64);
   EXPECT_EQ(cluster.host_memory_bytes, 512 * kGiB);
   EXPECT_EQ(cluster.runtime.cublas_workspace_bytes, 32 * kMiB);
+  // Measured on the machine for this file (provenance): CUDA context and the local disk.
+  EXPECT_EQ(cluster.runtime.cuda_context_bytes, 554'500'096);
+  EXPECT_EQ(cluster.nvme_capacity_bytes, 252'309'372'928);
+  EXPECT_DOUBLE_EQ(cluster.nvme_read_bandwidth, 2.5e9);
   // The measured NCCL busbw table (GB/s), device-and-peers.md: ranks, op, 1 MiB, 64 MiB, 1 GiB.
   struct Row {
     int ranks;
