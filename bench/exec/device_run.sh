@@ -31,7 +31,7 @@ fi
 if has big; then
   timeout 240 $RUN run --model gpt2-1.5b --cluster h200x4 --micro-batch 8 --seq 1024 --precision bf16 \
     --checkpointing none --steps $STEPS_BIG --warmup-steps 5 --report "$OUT/gpt2-1.5b-report.json" > "$OUT/run_1.5b.log" 2>&1
-  echo "1.5B rc=$?"; tail -25 "$OUT/run_1.5b.log"
+  echo "1.5B rc=$?"; grep -A40 "per-step time by op" "$OUT/run_1.5b.log"; tail -22 "$OUT/run_1.5b.log" | grep -v "^step"
   summary+=("ours: $(grep -E '^  [0-9]+ tokens/s' "$OUT/run_1.5b.log")")
 fi
 if has peer; then

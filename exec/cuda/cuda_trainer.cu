@@ -3,8 +3,13 @@
 // the fp16 overflow check and AdamW. Kernels live one layer per file beside their launchers (exec/cuda/*.cu).
 #include "exec/cuda/cuda_trainer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -77,6 +82,74 @@ class CudaEvent {
   cudaEvent_t e_{};
 };
 
+// Per-operation timing for tuning (ZEROPLAN_PROFILE=1): an event after every launch attributes the time since
+// the previous mark to the named operation; the trainer prints the per-step average when it is destroyed.
+class OpProfiler {
+ public:
+  explicit OpProfiler(bool enabled) : enabled_(enabled) {}
+  ~OpProfiler() {
+    for (auto& e : events_) cudaEventDestroy(e);
+  }
+  bool enabled() const { return enabled_; }
+  void begin_step(cudaStream_t s) {
+    if (!enabled_) return;
+    used_ = 0;
+    names_.clear();
+    record(s);
+  }
+  void mark(const char* name, cudaStream_t s) {
+    if (!enabled_) return;
+    names_.push_back(name);
+    record(s);
+  }
+  void end_step() {  // after the stream has synchronized
+    if (!enabled_ || used_ < 2) return;
+    ++steps_;
+    if (steps_ == 1) return;  // the first step carries warm-up
+    for (std::size_t i = 1; i < used_; ++i) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
+      auto& slot = totals_[names_[i - 1]];
+      slot.first += ms;
+      slot.second += 1;
+    }
+  }
+  std::string report() const {
+    if (steps_ < 2) return "";
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [name, v] : totals_) {
+      rows.emplace_back(v.first / (steps_ - 1), name + " (" + std::to_string(v.second / (steps_ - 1)) + " calls)");
+      total += v.first / (steps_ - 1);
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::string out = "per-step time by operation (ms, mean of " + std::to_string(steps_ - 1) + " steps):\n";
+    char buf[160];
+    for (const auto& [ms, name] : rows) {
+      std::snprintf(buf, sizeof buf, "  %9.3f  %5.1f%%  %s\n", ms, 100 * ms / total, name.c_str());
+      out += buf;
+    }
+    std::snprintf(buf, sizeof buf, "  %9.3f  total\n", total);
+    return out + buf;
+  }
+
+ private:
+  void record(cudaStream_t s) {
+    if (used_ == events_.size()) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events_[used_++], s));
+  }
+  bool enabled_;
+  std::vector<cudaEvent_t> events_;
+  std::size_t used_ = 0;
+  std::vector<const char*> names_;
+  std::map<std::string, std::pair<double, long>> totals_;
+  long steps_ = 0;
+};
+
 double elapsed_s(const CudaEvent& a, const CudaEvent& b) {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
@@ -87,7 +160,8 @@ template <typename T>
 class CudaTrainer final : public Trainer {
  public:
   explicit CudaTrainer(const ExecConfig& config)
-      : config_(config), layout_(config.shape), scaler_(config.precision, config.loss_scale) {
+      : config_(config), layout_(config.shape), scaler_(config.precision, config.loss_scale),
+        prof_(std::getenv("ZEROPLAN_PROFILE") != nullptr) {
     validate(config_);
     if (config_.seq_len > (1 << 30) || config_.micro_batch * config_.seq_len > (1ll << 31))
       throw std::invalid_argument("executor: micro_batch x seq_len too large for 32-bit token indexing");
@@ -103,6 +177,7 @@ class CudaTrainer final : public Trainer {
   }
 
   ~CudaTrainer() override {
+    if (prof_.enabled()) std::cerr << prof_.report();
     if (stream_) {
       cudaStreamSynchronize(stream_);
       matmul_.reset();
@@ -141,6 +216,7 @@ class CudaTrainer final : public Trainer {
     r.loss_scale = scale;
     const float dloss = static_cast<float>(scale / static_cast<double>(BT() * config_.grad_accum));
     CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
+    prof_.begin_step(stream_);
     double fwd = 0, bwd = 0;
     for (i64 k = 0; k < config_.grad_accum; ++k) {
       CUDA_CHECK(cudaEventRecord(ev_a_.get(), stream_));
@@ -155,6 +231,7 @@ class CudaTrainer final : public Trainer {
     // Global gradient norm of the scaled gradients; inf/nan means fp16 overflow (DeepSpeed's has_overflow).
     cuda::grad_norm_squared<T>(norm_partials_, norm_partials_ + 1, grads_, layout_.total(), stream_);
     CUDA_CHECK(cudaMemcpyAsync(host_scalar_, norm_partials_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    prof_.mark("grad norm", stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const double norm = std::sqrt(static_cast<double>(*host_scalar_)) / scale;
     r.grad_norm = norm;
@@ -172,8 +249,10 @@ class CudaTrainer final : public Trainer {
                                                 layout_.block_decay_elements(), layout_.blocks_end()},
                             stream_);
     }
+    prof_.mark("adamw", stream_);
     CUDA_CHECK(cudaEventRecord(ev_end_.get(), stream_));
     CUDA_CHECK(cudaEventSynchronize(ev_end_.get()));
+    prof_.end_step();
     r.times.forward_s = fwd;
     r.times.backward_s = bwd;
     r.times.step_s = elapsed_s(ev_start_, ev_end_);
@@ -289,13 +368,20 @@ class CudaTrainer final : public Trainer {
     const T* x = residual_ + l * bt * C;
     T* y = residual_ + (l + 1) * bt * C;
     cuda::layernorm_forward<T>(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(W(l, kLn1W)), P(W(l, kLn1B)), bt, C, stream_);
+    prof_.mark("fwd layernorm", stream_);
     matmul_->forward<T>(a.qkv, a.ln1, P(W(l, kQkvW)), P(W(l, kQkvB)), nullptr, bt, C, 3 * C, stream_);
+    prof_.mark("fwd gemm qkv", stream_);
     cuda::attention_forward<T>(a.att, a.lse, a.qkv, config_.micro_batch, config_.seq_len, C, s.heads, stream_);
+    prof_.mark("fwd attention", stream_);
     matmul_->forward<T>(a.res2, a.att, P(W(l, kAttProjW)), P(W(l, kAttProjB)), x, bt, C, C, stream_);
+    prof_.mark("fwd gemm attproj+residual", stream_);
     cuda::layernorm_forward<T>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(W(l, kLn2W)), P(W(l, kLn2B)), bt, C, stream_);
+    prof_.mark("fwd layernorm", stream_);
     matmul_->forward_gelu<T>(a.gelu, a.fc, a.ln2, P(W(l, kFcW)), P(W(l, kFcB)), bt, C, 4 * C, stream_);
+    prof_.mark("fwd gemm fc+gelu", stream_);
     if (!recompute)
       matmul_->forward<T>(y, a.gelu, P(W(l, kFcProjW)), P(W(l, kFcProjB)), a.res2, bt, 4 * C, C, stream_);
+      prof_.mark("fwd gemm fcproj+residual", stream_);
   }
 
   void forward(const int* in, const int* tg, bool want_grad, i64 micro, float dloss = 0.0f) {
@@ -305,12 +391,16 @@ class CudaTrainer final : public Trainer {
     CUDA_CHECK(cudaMemcpyAsync(tokens_ + bt, tg, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), P(layout_.wpe()), config_.micro_batch,
                              config_.seq_len, C, stream_);
+                             prof_.mark("fwd encoder", stream_);
     for (i64 l = 0; l < s.layers; ++l) block_forward(l, false);
     cuda::layernorm_forward<T>(lnf_, lnf_stats_, lnf_stats_ + bt, residual_ + s.layers * bt * C, P(layout_.lnf_w()),
                                P(layout_.lnf_b()), bt, C, stream_);
+                               prof_.mark("fwd layernorm", stream_);
     matmul_->forward<T>(logits_, lnf_, P(layout_.wte()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
+    prof_.mark("fwd gemm logits", stream_);
     cuda::crossentropy_forward_backward<T>(losses_, logits_, tokens_ + bt, bt, s.vocab, s.padded_vocab, dloss,
                                            want_grad, stream_);
+                                           prof_.mark("fwd crossentropy", stream_);
     CUDA_CHECK(cudaMemcpyAsync(host_losses_ + micro * bt, losses_, bt * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
 
@@ -321,37 +411,56 @@ class CudaTrainer final : public Trainer {
     const bool acc = !first;
     // logits = lnf wte^T
     matmul_->backward_input<T>(dln_, logits_, P(layout_.wte()), bt, C, s.padded_vocab, stream_);
+    prof_.mark("bwd gemm logits dX", stream_);
     matmul_->backward_weight<T>(G(layout_.wte()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
+    prof_.mark("bwd gemm logits dW", stream_);
     CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
+    prof_.mark("bwd memset", stream_);
     cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, dln_,
                                 residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
                                 acc, stream_);
+                                prof_.mark("bwd layernorm", stream_);
     for (i64 l = s.layers - 1; l >= 0; --l) {
       if (config_.recompute == ExecRecompute::full) block_forward(l, true);
       const BlockBuffers<T>& a = blocks_[l];
       const T* x = residual_ + l * bt * C;
       // y = res2 + gelu Wfcproj^T + b
-      matmul_->backward_input<T>(d4_, dres_, P(W(l, kFcProjW)), bt, 4 * C, C, stream_);
+      matmul_->backward_input_dgelu<T>(d4_, dres_, P(W(l, kFcProjW)), a.fc, bt, 4 * C, C, stream_);
+      prof_.mark("bwd gemm dX+dgelu", stream_);
       matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, partial_, bt, C, acc, stream_);
-      cuda::gelu_backward<T>(d4_, a.fc, d4_, bt * 4 * C, stream_);
+      prof_.mark("bwd bias", stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
+      prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kFcB)), d4_, partial_, bt, 4 * C, acc, stream_);
+      prof_.mark("bwd bias", stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), partial_, dln_, a.res2, P(W(l, kLn2W)),
                                   a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
+                                  prof_.mark("bwd layernorm", stream_);
       // res2 = x + att Wproj^T + b
       matmul_->backward_input<T>(dln_, dres_, P(W(l, kAttProjW)), bt, C, C, stream_);
+      prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, partial_, bt, C, acc, stream_);
+      prof_.mark("bwd bias", stream_);
       cuda::attention_backward<T>(d4_, dq_accum_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
+      prof_.mark("bwd attention", stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
+      prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, bt, 3 * C, acc, stream_);
+      prof_.mark("bwd bias", stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, dln_, x, P(W(l, kLn1W)),
                                   a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
+                                  prof_.mark("bwd layernorm", stream_);
     }
     cuda::encoder_backward<T>(G(layout_.wte()), G(layout_.wpe()), dres_, tokens_, B, Tn, C, acc, stream_);
+    prof_.mark("bwd encoder", stream_);
   }
 
   double mean_loss(i64 micro_steps) const {
@@ -377,6 +486,7 @@ class CudaTrainer final : public Trainer {
   std::unique_ptr<DeviceAllocator> alloc_;
   std::unique_ptr<cuda::Matmul> matmul_;
   CudaEvent ev_start_, ev_a_, ev_b_, ev_c_, ev_end_;
+  OpProfiler prof_;
   int t_ = 0;
   T *params_ = nullptr, *grads_ = nullptr;
   float *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;

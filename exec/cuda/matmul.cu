@@ -92,6 +92,17 @@ void Matmul::backward_input(T* dinp, const T* dout, const T* W, i64 M, i64 K, i6
 }
 
 template <typename T>
+void Matmul::backward_input_dgelu(T* dinp, const T* dout, const T* W, const T* pre_gelu, i64 M, i64 K, i64 N,
+                                  cudaStream_t stream) {
+  if (run<T>(dinp, W, dout, nullptr, K, M, N, false, false, 0.0f, CUBLASLT_EPILOGUE_DGELU, nullptr,
+             const_cast<T*>(pre_gelu), stream, true))
+    return;
+  run<T>(dinp, W, dout, nullptr, K, M, N, false, false, 0.0f, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream,
+         false);
+  gelu_backward(dinp, pre_gelu, dinp, M * K, stream);
+}
+
+template <typename T>
 void Matmul::backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate,
                              cudaStream_t stream) {
   run<T>(dW, inp, dout, accumulate ? dW : nullptr, K, N, M, false, true, accumulate ? 1.0f : 0.0f,
@@ -153,6 +164,7 @@ void bias_backward(T* dbias, const T* dout, float* partial, i64 M, i64 N, bool a
   template void Matmul::forward<T>(T*, const T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t);   \
   template void Matmul::forward_gelu<T>(T*, T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t);    \
   template void Matmul::backward_input<T>(T*, const T*, const T*, i64, i64, i64, cudaStream_t);                \
+  template void Matmul::backward_input_dgelu<T>(T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t); \
   template void Matmul::backward_weight<T>(T*, const T*, const T*, i64, i64, i64, bool, cudaStream_t);         \
   template void bias_backward<T>(T*, const T*, float*, i64, i64, bool, cudaStream_t);
 ZP_INSTANTIATE(float)

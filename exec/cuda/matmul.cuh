@@ -31,6 +31,10 @@ class Matmul {
   // dinp (M, K) = dout (M, N) W (N, K), overwritten.
   template <typename T>
   void backward_input(T* dinp, const T* dout, const T* W, i64 M, i64 K, i64 N, cudaStream_t stream);
+  // dinp (M, K) = (dout W) * gelu'(pre_gelu): the GELU backward fused into the epilogue (cuBLASLt DGELU).
+  template <typename T>
+  void backward_input_dgelu(T* dinp, const T* dout, const T* W, const T* pre_gelu, i64 M, i64 K, i64 N,
+                            cudaStream_t stream);
   // dW (N, K) (+)= dout^T inp; accumulate adds to dW (gradient accumulation), else overwrites.
   template <typename T>
   void backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream);

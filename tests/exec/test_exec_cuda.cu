@@ -136,7 +136,9 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
   const int M = 96, K = 64, N = 136;
   auto x = randn(M * K, 1), w = randn(N * K, 2, 0.2f), bias = randn(N, 3), res = randn(M * N, 4), dout = randn(M * N, 5);
   auto dw0 = randn(N * K, 6);
-  Buf<T> X(x), Wt(w), Bi(bias), R(res), D(dout), O(M * N), G(M * N), Pre(M * N), DX(M * K), DW(dw0);
+  auto pre_in = randn(M * K, 9);
+  Buf<T> X(x), Wt(w), Bi(bias), R(res), D(dout), O(M * N), G(M * N), Pre(M * N), DX(M * K), DW(dw0), PreIn(pre_in),
+      DXG(M * K);
   Buf<float> partial(N);
   Buf<T> DB(N);
   void* ws;
@@ -146,6 +148,7 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
     mm.forward<T>(O.d, X.d, Wt.d, Bi.d, R.d, M, K, N, 0);
     mm.forward_gelu<T>(G.d, Pre.d, X.d, Wt.d, Bi.d, M, K, N, 0);
     mm.backward_input<T>(DX.d, D.d, Wt.d, M, K, N, 0);
+    mm.backward_input_dgelu<T>(DXG.d, D.d, Wt.d, PreIn.d, M, K, N, 0);
     mm.backward_weight<T>(DW.d, D.d, X.d, M, K, N, true, 0);
     cuda::bias_backward<T>(DB.d, D.d, partial.d, M, N, false, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -161,6 +164,9 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
   EXPECT_LT(rel_err(Pre.get(), pre), tol<T>(1e-5, 1e-2));
   EXPECT_LT(rel_err(G.get(), g), tol<T>(1e-5, 1e-2));
   EXPECT_LT(rel_err(DX.get(), dx), tol<T>(1e-5, 1e-2));
+  std::vector<float> dxg(M * K);
+  cpu::gelu_backward(dxg.data(), pre_in.data(), dx.data(), M * K);
+  EXPECT_LT(rel_err(DXG.get(), dxg), tol<T>(1e-5, 1.5e-2));
   EXPECT_LT(rel_err(DW.get(), dw), tol<T>(1e-5, 1e-2));
   EXPECT_LT(rel_err(DB.get(), db), tol<T>(1e-5, 1e-2));
 }
