@@ -1,0 +1,101 @@
+#include "gui/run_report.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "core/input_error.h"
+#include "core/json_input.h"
+#include "sim/memory_model.h"
+
+namespace zeroplan {
+
+namespace {
+
+// gpu_bytes objects: one non-negative integer per component and "total" (plan_json.h's schema).
+std::vector<std::pair<std::string, Bytes>> read_gpu_bytes(const JsonFields& parent, const std::string& key) {
+  const JsonFields object = parent.object(key);
+  const nlohmann::json& raw = parent.raw(key);
+  std::vector<std::pair<std::string, Bytes>> out;
+  // The planner's display order first (JSON objects come back sorted by key), then any other component.
+  for (const auto& [name, unused] : GpuMemoryBreakdown{}.components()) {
+    if (object.has(name)) out.emplace_back(name, object.non_negative_integer(name));
+  }
+  for (auto it = raw.begin(); it != raw.end(); ++it) {
+    const bool known = std::any_of(out.begin(), out.end(), [&](const auto& entry) { return entry.first == it.key(); });
+    if (it.key() == "total" || known) continue;
+    out.emplace_back(it.key(), object.non_negative_integer(it.key()));
+  }
+  out.emplace_back("total", object.non_negative_integer("total"));
+  return out;
+}
+
+std::optional<double> optional_number(const JsonFields& fields, const std::string& key) {
+  if (!fields.has(key)) return std::nullopt;
+  return fields.non_negative_number(key);
+}
+
+}  // namespace
+
+std::optional<Bytes> RunReport::predicted(const std::string& component) const {
+  for (const auto& [name, bytes] : predicted_gpu_bytes) {
+    if (name == component) return bytes;
+  }
+  return std::nullopt;
+}
+
+std::optional<Bytes> RunReport::measured(const std::string& component) const {
+  for (const auto& [name, bytes] : measured_gpu_bytes) {
+    if (name == component) return bytes;
+  }
+  return std::nullopt;
+}
+
+std::string RunReport::title() const {
+  const std::string file = std::filesystem::path(source).filename().string();
+  return model_name + ", " + plan_label + " (" + file + ")";
+}
+
+RunReport load_run_report(const std::filesystem::path& path) {
+  return run_report_from_json(read_json_file(path), path.string());
+}
+
+RunReport run_report_from_json(const nlohmann::json& document, const std::string& source) {
+  if (!document.is_object()) throw InputError(source, "", "a run report is a JSON object (zeroplan run --report)");
+  const JsonFields top(document, source);
+  if (!top.has("measured")) {
+    throw InputError(source, "measured",
+                     "missing: this is not a run report (write one with zeroplan run --report FILE); a plan "
+                     "document alone has no measurements");
+  }
+  RunReport report;
+  report.source = source;
+  report.model_name = top.object("model").string("name");
+
+  // The plan the run executed: the report's plans array holds it (the first when there are several).
+  const nlohmann::json& plans = top.raw("plans");
+  if (!plans.is_array() || plans.empty()) throw InputError(source, "plans", "expected a non-empty array of plans");
+  const JsonFields plan(plans.front(), source, "plans[0]");
+  report.plan_label = plan.string("label");
+  report.predicted_gpu_bytes = read_gpu_bytes(plan, "gpu_bytes");
+  report.predicted_step_seconds = optional_number(plan, "step_seconds");
+  report.predicted_tokens_per_second = optional_number(plan, "tokens_per_second");
+
+  const JsonFields measured = top.object("measured");
+  report.measured_gpu_bytes = read_gpu_bytes(measured, "gpu_bytes");
+  report.measured_step_seconds = measured.positive_number("step_seconds");
+  report.measured_tokens_per_second = optional_number(measured, "tokens_per_second");
+  if (measured.has("loss")) {
+    const nlohmann::json& loss = measured.raw("loss");
+    if (!loss.is_array()) throw InputError(source, measured.field_path("loss"), "expected an array of numbers (one per step)");
+    for (std::size_t i = 0; i < loss.size(); ++i) {
+      if (!loss[i].is_number()) {
+        throw InputError(source, measured.field_path("loss") + "[" + std::to_string(i) + "]", "expected a number");
+      }
+      report.loss.push_back(loss[i].get<double>());
+    }
+  }
+  return report;
+}
+
+}  // namespace zeroplan

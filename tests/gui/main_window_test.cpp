@@ -1,0 +1,296 @@
+// The GUI against the planner and simulator directly: an input change shows the planner's numbers in the bars
+// and the table; a bad file is reported (the InputError's message) and leaves the previous state intact; run
+// reports, CSV export, the timeline and screenshot mode work headless (QT_QPA_PLATFORM=offscreen).
+#include <QBarSet>
+#include <QComboBox>
+#include <QFile>
+#include <QImage>
+#include <QLineSeries>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cluster_description.h"
+#include "core/input_error.h"
+#include "core/model_description.h"
+#include "core/units.h"
+#include "gui/comparison.h"
+#include "gui/error_reporter.h"
+#include "gui/input_panel.h"
+#include "gui/main_window.h"
+#include "gui/measured_view.h"
+#include "gui/memory_chart.h"
+#include "gui/plan_table_model.h"
+#include "gui/screenshot.h"
+#include "gui/storage_chart.h"
+#include "gui/timeline_chart.h"
+#include "sim/plan_json.h"
+#include "sim/planner.h"
+#include "sim/simulator.h"
+
+using namespace zeroplan;
+
+namespace {
+
+// Records what the dialog would have said, so nothing modal blocks a headless run.
+class RecordingReporter : public ErrorReporter {
+ public:
+  explicit RecordingReporter(QStringList* messages) : messages_(messages) {}
+  void report(const QString&, const QString& message) override { messages_->append(message); }
+
+ private:
+  QStringList* messages_;
+};
+
+constexpr const char* kModel = "gpt2-124m";
+
+// The planner called directly, as `zeroplan plan` would for the same inputs.
+std::vector<PlanResult> planner_directly(const ClusterDescription& cluster, std::int64_t micro_batch,
+                                         Checkpointing checkpointing = Checkpointing::none) {
+  const ModelDescription model = load_model(kModel);
+  TrainingConfig training;
+  training.seq_len = model.transformer->max_seq;
+  training.micro_batch = micro_batch;
+  training.checkpointing = checkpointing;
+  return evaluate_plans(model, cluster, training, enumerate_plan_choices(), gui_planner_options());
+}
+
+void write_file(const QString& path, const std::string& text) {
+  std::ofstream out(path.toStdString());
+  out << text;
+}
+
+}  // namespace
+
+class MainWindowTest : public QObject {
+  Q_OBJECT
+
+ private:
+  std::unique_ptr<MainWindow> window_;
+  QStringList errors_;
+  QTemporaryDir dir_;
+
+  // Every bar segment and every table cell of every component equals the planner's bytes.
+  void expectShows(const std::vector<PlanResult>& expected) {
+    const Comparison& shown = *window_->comparison();
+    QCOMPARE(shown.plans.size(), expected.size());
+    PlanTableModel* table = window_->planModel();
+    QCOMPARE(table->rowCount(), static_cast<int>(expected.size()));
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      const int row = static_cast<int>(i);
+      QCOMPARE(shown.plans[i].choice, expected[i].choice);
+      for (const auto& [name, bytes] : expected[i].memory.gpu.components()) {
+        QBarSet* set = window_->memoryChart()->componentSet(QString::fromStdString(name));
+        QVERIFY2(set, name.c_str());
+        QCOMPARE(set->at(row), to_gib(bytes));
+        const int column = table->column(QString::fromStdString(name) + "_bytes");
+        QVERIFY2(column >= 0, name.c_str());
+        QCOMPARE(table->data(table->index(row, column), Qt::UserRole).toLongLong(), static_cast<qlonglong>(bytes));
+      }
+      const int total = table->column("gpu_total_bytes");
+      QCOMPARE(table->data(table->index(row, total), Qt::UserRole).toLongLong(),
+               static_cast<qlonglong>(expected[i].memory.gpu.total));
+      QCOMPARE(table->data(table->index(row, table->column("fits")), Qt::DisplayRole).toString().startsWith("fits"),
+               expected[i].fits);
+      Bytes all_gather = 0;
+      for (const CollectiveVolume& volume : expected[i].comm.collectives) {
+        if (volume.kind == CollectiveKind::all_gather) all_gather += volume.bytes;
+      }
+      QCOMPARE(table->data(table->index(row, table->column("all_gather_bytes")), Qt::UserRole).toLongLong(),
+               static_cast<qlonglong>(all_gather));
+      // Host bars run in reverse (the table's row order read top-down).
+      QCOMPARE(window_->hostChart()->barSet()->at(static_cast<int>(expected.size()) - 1 - row),
+               to_gib(expected[i].memory.host.total));
+    }
+    QCOMPARE(window_->memoryChart()->capacityGiB(), to_gib(shown.cluster.gpu_memory_bytes));
+  }
+
+ private slots:
+  void init() {
+    QVERIFY(dir_.isValid());
+    errors_.clear();
+    window_ = std::make_unique<MainWindow>();
+    window_->setErrorReporter(std::make_unique<RecordingReporter>(&errors_));
+    GuiInputs inputs;
+    inputs.model = kModel;
+    QVERIFY(window_->applyInputs(inputs));
+    QVERIFY(errors_.isEmpty());
+  }
+
+  void cleanup() { window_.reset(); }
+
+  void inputChangesShowThePlannersNumbers() {
+    const ClusterDescription cluster = load_cluster(kDefaultClusterName);
+    expectShows(planner_directly(cluster, 1));
+
+    // Micro-batch 4 in the spin box: the bars and the table follow at once, and they did change.
+    const auto before = window_->comparison()->plans;
+    window_->inputPanel()->microBatchBox()->setValue(4);
+    const auto expected = planner_directly(cluster, 4);
+    QVERIFY(expected.front().memory.gpu.activations != before.front().memory.gpu.activations);
+    expectShows(expected);
+
+    // Full checkpointing.
+    const int full = window_->inputPanel()->checkpointingBox()->findData(static_cast<int>(Checkpointing::full));
+    window_->inputPanel()->checkpointingBox()->setCurrentIndex(full);
+    expectShows(planner_directly(cluster, 4, Checkpointing::full));
+
+    // Two GPUs of the cluster's kind.
+    window_->inputPanel()->gpusBox()->setValue(2);
+    expectShows(planner_directly(with_gpu_count(cluster, 2), 4, Checkpointing::full));
+    QVERIFY(errors_.isEmpty());
+  }
+
+  void badModelFileIsReportedAndThePreviousStateStays() {
+    window_->inputPanel()->microBatchBox()->setValue(2);
+    const auto before = window_->comparison()->plans;
+    const double params_bar = window_->memoryChart()->componentSet("params")->at(0);
+    const QString bad = dir_.filePath("broken-model.json");
+    write_file(bad, "{ \"transformer\": { \"hidden\": 768, ");  // cut off
+
+    window_->inputPanel()->openModelFile(bad);
+    QCOMPARE(errors_.size(), 1);
+    QVERIFY2(errors_.front().contains(bad), qPrintable(errors_.front()));
+    QCOMPARE(window_->comparison()->model.name, load_model(kModel).name);
+    QCOMPARE(window_->comparison()->training.micro_batch, std::int64_t{2});
+    QCOMPARE(window_->comparison()->plans.size(), before.size());
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      QCOMPARE(window_->comparison()->plans[i].memory.gpu.total, before[i].memory.gpu.total);
+    }
+    QCOMPARE(window_->memoryChart()->componentSet("params")->at(0), params_bar);
+    // The panel shows the previous model again, and the bad file left no entry behind.
+    QCOMPARE(window_->inputPanel()->modelBox()->currentData().toString(), QString(kModel));
+    QCOMPARE(window_->inputPanel()->modelBox()->findData(bad), -1);
+    QCOMPARE(window_->inputPanel()->microBatchBox()->value(), 2);
+
+    // A field with a wrong value names the field.
+    const QString negative = dir_.filePath("negative-model.json");
+    write_file(negative, R"({"name": "bad", "transformer": {"family": "gpt2", "vocab_size": 50257, "hidden": -768,
+      "layers": 12, "heads": 12, "max_seq": 1024}})");
+    window_->inputPanel()->openModelFile(negative);
+    QCOMPARE(errors_.size(), 2);
+    QVERIFY2(errors_.back().contains("hidden"), qPrintable(errors_.back()));
+    QCOMPARE(window_->comparison()->model.name, load_model(kModel).name);
+  }
+
+  void badDeepSpeedConfigIsReportedAndThePreviousStateStays() {
+    const auto before_total = window_->comparison()->plans.front().memory.gpu.total;
+    const QString bad = dir_.filePath("ds-bad-stage.json");
+    write_file(bad, R"({ // a user's config
+      "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 7}})");
+    window_->inputPanel()->openDeepSpeedConfig(bad);
+    QCOMPARE(errors_.size(), 1);
+    QVERIFY2(errors_.front().contains("stage"), qPrintable(errors_.front()));
+    QVERIFY(!window_->comparison()->inputs.ds_config.has_value());
+    QCOMPARE(window_->comparison()->plans.front().memory.gpu.total, before_total);
+    QCOMPARE(window_->inputPanel()->microBatchBox()->value(), 1);
+
+    // A good one sets the micro-batch it names, the panel shows it, and its plan is marked.
+    const QString good = dir_.filePath("ds-good.json");
+    write_file(good, R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+      "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})");
+    window_->inputPanel()->openDeepSpeedConfig(good);
+    QCOMPARE(errors_.size(), 1);
+    QCOMPARE(window_->comparison()->training.micro_batch, std::int64_t{4});
+    QCOMPARE(window_->inputPanel()->microBatchBox()->value(), 4);
+    QVERIFY(window_->comparison()->configured_choice.has_value());
+    QCOMPARE(window_->comparison()->configured_choice->stage, 2);
+  }
+
+  void runReportsShowMeasuredBesidePredicted() {
+    // A report as zeroplan run --report writes it: the plan document plus "measured".
+    const Comparison& c = *window_->comparison();
+    const PlanResult& plan = c.plans.front();
+    nlohmann::json document = plans_document(c.model, c.cluster, c.training, {plan});
+    nlohmann::json measured_bytes = nlohmann::json::object();
+    for (const auto& [name, bytes] : plan.memory.gpu.components()) measured_bytes[name] = bytes + 1000;
+    measured_bytes["total"] = plan.memory.gpu.total + 10000;
+    document["measured"] = {{"gpu_bytes", measured_bytes},
+                            {"step_seconds", 0.25},
+                            {"tokens_per_second", 16384.0},
+                            {"loss", {10.9, 9.5, 8.1}}};
+    const QString path = dir_.filePath("run.json");
+    write_file(path, document.dump(2));
+    QVERIFY(window_->openRunReport(path));
+    QVERIFY(errors_.isEmpty());
+    MeasuredView* view = window_->measuredView();
+    QCOMPARE(view->reports().size(), std::size_t{1});
+    QCOMPARE(view->predictedSet()->at(0), to_gib(plan.memory.gpu.components().front().second));
+    QCOMPARE(view->measuredSet()->at(0), to_gib(plan.memory.gpu.components().front().second + 1000));
+    QCOMPARE(view->table()->columnCount(), 3);
+    QVERIFY(!view->table()->item(0, 2)->text().isEmpty());  // the error of the first component
+
+    // A plan document without measurements is not a run report: said so, nothing added.
+    nlohmann::json plan_only = plans_document(c.model, c.cluster, c.training, c.plans);
+    const QString not_report = dir_.filePath("plan.json");
+    write_file(not_report, plan_only.dump());
+    QVERIFY(!window_->openRunReport(not_report));
+    QCOMPARE(errors_.size(), 1);
+    QVERIFY2(errors_.front().contains("measured"), qPrintable(errors_.front()));
+    QCOMPARE(view->reports().size(), std::size_t{1});
+  }
+
+  void timelineShowsTheSimulatorsStep() {
+    const Comparison& c = *window_->comparison();
+    const int stage2 = c.index_of(PlanChoice{2, OffloadDevice::none, OffloadDevice::none});
+    QVERIFY(stage2 >= 0);
+    window_->selectPlan(stage2);
+    SimulationOptions options;
+    options.record_events = true;
+    const StepSimulation sim = simulate_step(c.model, c.cluster, c.training, c.plans[stage2].choice, options);
+    const PlanStep& shown = window_->timeline()->step();
+    QCOMPARE(shown.tasks.size(), sim.events.size());
+    QCOMPARE(shown.step_seconds, sim.step_seconds);
+    Bytes highest = 0;
+    for (const auto& [time, bytes] : shown.memory_curve) highest = std::max(highest, bytes);
+    QCOMPARE(highest, sim.peak_gpu_bytes);
+
+    // The recommended plan: the most tokens/s among the plans that fit.
+    int best = -1;
+    double best_rate = 0.0;
+    for (std::size_t i = 0; i < c.plans.size(); ++i) {
+      if (!c.plans[i].fits) continue;
+      try {
+        const double rate = simulate_step(c.model, c.cluster, c.training, c.plans[i].choice).tokens_per_second;
+        if (rate > best_rate) {
+          best_rate = rate;
+          best = static_cast<int>(i);
+        }
+      } catch (const InputError&) {
+      }
+    }
+    QCOMPARE(window_->planModel()->recommendedRow(), best);
+  }
+
+  void exportsCsvAndPng() {
+    const QString csv = dir_.filePath("plans.csv");
+    QVERIFY(window_->exportTableCsv(csv));
+    QFile file(csv);
+    QVERIFY(file.open(QIODevice::ReadOnly | QIODevice::Text));
+    const QStringList lines = QString::fromUtf8(file.readAll()).split('\n', Qt::SkipEmptyParts);
+    const auto& plans = window_->comparison()->plans;
+    QCOMPARE(lines.size(), static_cast<int>(plans.size()) + 1);
+    const int total = lines.front().split(',').indexOf("gpu_total_bytes");
+    QVERIFY(total >= 0);
+    QCOMPARE(lines[1].split(',')[total].toLongLong(), static_cast<qlonglong>(plans.front().memory.gpu.total));
+
+    const QString png = dir_.filePath("window.png");
+    write_screenshot(*window_, QSize(900, 640), png);
+    const QImage image(png);
+    QCOMPARE(image.size(), QSize(900, 640));
+    const QString chart = dir_.filePath("chart.png");
+    QVERIFY(window_->exportChartPng(chart));
+    QVERIFY(!QImage(chart).isNull());
+    QVERIFY(!window_->exportTableCsv("/nonexistent-dir/plans.csv"));
+    QCOMPARE(errors_.size(), 1);
+  }
+};
+
+QTEST_MAIN(MainWindowTest)
+#include "main_window_test.moc"
