@@ -7,6 +7,8 @@
 
 #include "cli/model_command.h"
 #include "cli/plan_command.h"
+#include "cli/recommend_command.h"
+#include "cli/simulate_command.h"
 #include "core/input_error.h"
 
 int main(int argc, char** argv) {
@@ -16,6 +18,8 @@ int main(int argc, char** argv) {
   int status = 0;
   zeroplan::add_plan_command(app, &status);
   zeroplan::add_model_command(app, &status);
+  zeroplan::add_simulate_command(app, &status);
+  zeroplan::add_recommend_command(app, &status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

@@ -101,6 +101,23 @@ std::string peak_label(Precision precision) { return "datasheet dense " + to_str
 
 }  // namespace
 
+bool cluster_supports(const ClusterDescription& cluster, const PlanChoice& choice, std::string* why) {
+  const auto missing = [&](const char* text) {
+    if (why != nullptr) *why = text;
+    return false;
+  };
+  const bool offload = choice.offload_optimizer != OffloadDevice::none || choice.offload_param != OffloadDevice::none;
+  if (offload && !(cluster.pcie_bandwidth > 0.0)) return missing("the cluster gives no PCIe bandwidth");
+  if (choice.offload_optimizer != OffloadDevice::none && !(cluster.cpu_optimizer_params_per_second > 0.0)) {
+    return missing("the cluster gives no CPU optimizer rate");
+  }
+  const bool nvme = choice.offload_optimizer == OffloadDevice::nvme || choice.offload_param == OffloadDevice::nvme;
+  if (nvme && !(cluster.nvme_read_bandwidth > 0.0 && cluster.nvme_write_bandwidth > 0.0)) {
+    return missing("the cluster has no NVMe");
+  }
+  return true;
+}
+
 StepSimulation simulate_step(const ModelDescription& model, const ClusterDescription& cluster,
                              const TrainingConfig& base_training, const PlanChoice& choice,
                              const SimulationOptions& options) {

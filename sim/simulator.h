@@ -71,6 +71,11 @@ struct StepSimulation {
   std::vector<MemoryChange> memory_changes; // when options.record_events (static bytes not included)
 };
 
+// Whether the cluster has the rates a choice needs (PCIe and a CPU optimizer rate for CPU offload, NVMe
+// bandwidth for NVMe offload); when not, `why` says which figure is missing. Comparisons skip such choices;
+// simulate_step throws for them.
+bool cluster_supports(const ClusterDescription& cluster, const PlanChoice& choice, std::string* why = nullptr);
+
 // Simulates one optimizer step of `choice` (applied to `training`) on `cluster` (all its GPUs are the
 // data-parallel group). Throws InputError for inputs it cannot simulate (missing rates in the cluster, sizes
 // that are zero or negative), naming the file and field.

@@ -1,0 +1,133 @@
+#include "cli/recommend_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/common_options.h"
+#include "cli/text_table.h"
+#include "core/input_error.h"
+#include "core/units.h"
+#include "sim/recommender.h"
+#include "sim/simulation_json.h"
+
+namespace zeroplan {
+
+namespace {
+
+struct RecommendCommandOptions {
+  CommonOptions common;
+  std::int64_t global_batch = 0;  // 0: micro-batch x grad-accum x GPUs from the other flags
+  std::size_t top = 5;
+  bool only_given_gpus = false;
+  bool keep_checkpointing = false;
+};
+
+std::string fixed(double value, const char* format) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+int run_recommend(const RecommendCommandOptions& options) {
+  const ResolvedInputs inputs = resolve_inputs(options.common);
+  RecommendOptions search;
+  search.global_batch = options.global_batch != 0
+                            ? options.global_batch
+                            : inputs.training.micro_batch * inputs.training.grad_accum * inputs.cluster.total_gpus();
+  if (options.global_batch < 0) {
+    throw InputError("command line", "--global-batch",
+                     "is " + std::to_string(options.global_batch) + "; expected samples per step >= 1");
+  }
+  search.top = options.top;
+  search.filter = inputs.filter;
+  if (options.only_given_gpus) search.gpu_counts = {inputs.cluster.total_gpus()};
+  if (options.keep_checkpointing || options.common.checkpointing) {
+    search.checkpointing = {inputs.training.checkpointing};
+  }
+  const RecommendResult result = recommend_plans(inputs.model, inputs.cluster, inputs.training, search);
+  const int status = result.plans.empty() ? 1 : 0;
+
+  if (inputs.format == OutputFormat::json) {
+    nlohmann::json document;
+    document["model"] = inputs.model.name;
+    document["params"] = inputs.model.params();
+    document["cluster"] = inputs.cluster.name;
+    document["global_batch"] = search.global_batch;
+    document["candidates"] = result.candidates;
+    document["simulated"] = result.simulated;
+    document["fitting"] = result.fitting;
+    document["ranking"] = "tokens_per_second, highest first, among plans whose simulated GPU peak, host and NVMe fit";
+    nlohmann::json plans = nlohmann::json::array();
+    for (const Recommendation& r : result.plans) {
+      nlohmann::json entry = simulation_json(r.simulation);
+      entry["stage"] = r.choice.stage;
+      entry["offload_optimizer"] = to_string(r.choice.offload_optimizer);
+      entry["offload_param"] = to_string(r.choice.offload_param);
+      entry["gpus"] = r.gpus;
+      entry["micro_batch"] = r.training.micro_batch;
+      entry["grad_accum"] = r.training.grad_accum;
+      entry["checkpointing"] = to_string(r.training.checkpointing);
+      entry["why"] = r.why;
+      plans.push_back(std::move(entry));
+    }
+    document["plans"] = std::move(plans);
+    std::cout << document.dump(2) << '\n';
+    return status;
+  }
+
+  TextTable table({"#", "plan", "GPUs", "micro-batch", "grad-accum", "checkpointing", "step ms",
+                   inputs.model.transformer ? "tokens/s" : "samples/s", "MFU %", "exposed comm ms", "peak GiB"});
+  for (std::size_t i = 0; i < result.plans.size(); ++i) {
+    const Recommendation& r = result.plans[i];
+    const StepSimulation& s = r.simulation;
+    table.add_row({std::to_string(i + 1), r.choice.label(), std::to_string(r.gpus),
+                   std::to_string(r.training.micro_batch), std::to_string(r.training.grad_accum),
+                   to_string(r.training.checkpointing), fixed(s.step_seconds * 1e3, "%.2f"),
+                   fixed(s.tokens_per_second, "%.0f"), fixed(100.0 * s.mfu, "%.1f"),
+                   fixed(s.exposed_comm_seconds * 1e3, "%.2f"), fixed(to_gib(s.peak_gpu_bytes), "%.2f")});
+  }
+  if (inputs.format == OutputFormat::csv) {
+    table.print_csv(std::cout);
+    return status;
+  }
+  std::cout << inputs.model.name << " on up to " << inputs.cluster.total_gpus() << " x " << inputs.cluster.gpu_model
+            << " (" << inputs.cluster.name << "), global batch " << search.global_batch << " samples of "
+            << inputs.training.seq_len << " tokens: " << result.candidates << " configurations, "
+            << result.simulated << " simulated, " << result.fitting << " fit\n";
+  if (result.plans.empty()) {
+    std::cout << "No plan fits. Try more GPUs (--gpus), a smaller global batch, or a cluster with NVMe.\n";
+    return status;
+  }
+  if (inputs.format == OutputFormat::markdown) table.print_markdown(std::cout);
+  else table.print_text(std::cout);
+  std::cout << "\nWhy each beats the next:\n";
+  for (std::size_t i = 0; i + 1 < result.plans.size(); ++i) {
+    std::cout << "  #" << i + 1 << ": " << result.plans[i].why << "\n";
+  }
+  std::cout << "MFU: " << result.plans.front().simulation.flop_convention << ", against the "
+            << result.plans.front().simulation.peak_name << " peak.\n";
+  return status;
+}
+
+}  // namespace
+
+void add_recommend_command(CLI::App& app, int* status) {
+  auto options = std::make_shared<RecommendCommandOptions>();
+  CLI::App* command = app.add_subcommand(
+      "recommend", "The fastest plans that fit for a fixed global batch (stage, offload, micro-batch x "
+                   "accumulation, checkpointing, GPU count)");
+  add_common_options(*command, options->common);
+  command->add_option("--global-batch", options->global_batch,
+                      "Samples per optimizer step over all GPUs (default: micro-batch x grad-accum x GPUs)");
+  command->add_option("--top", options->top, "How many plans to show")->capture_default_str();
+  command->add_flag("--only-given-gpus", options->only_given_gpus,
+                    "Search only the cluster's (or --gpus') GPU count, not smaller ones");
+  command->add_flag("--keep-checkpointing", options->keep_checkpointing,
+                    "Do not search activation checkpointing (also implied by --checkpointing)");
+  command->callback([options, status] { *status = run_recommend(*options); });
+}
+
+}  // namespace zeroplan

@@ -1,0 +1,152 @@
+#include "sim/recommender.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "core/input_error.h"
+#include "core/units.h"
+#include "sim/planner.h"
+
+namespace zeroplan {
+
+std::vector<int> default_gpu_counts(const ClusterDescription& cluster) {
+  std::set<int> counts;
+  const int per_node = std::max(1, cluster.gpus_per_node);
+  for (int g = 1; g < per_node; g *= 2) counts.insert(g);
+  counts.insert(per_node);
+  for (int nodes = 2; nodes < cluster.nodes; nodes *= 2) counts.insert(nodes * per_node);
+  counts.insert(cluster.total_gpus());
+  return {counts.begin(), counts.end()};
+}
+
+namespace {
+
+std::string ms(double seconds) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f ms", seconds * 1e3);
+  return buffer;
+}
+
+// What differs between the two settings, in the order a reader changes them.
+std::string differences(const Recommendation& a, const Recommendation& b) {
+  std::vector<std::string> parts;
+  if (!(a.choice == b.choice)) parts.push_back(a.choice.label() + " vs " + b.choice.label());
+  if (a.gpus != b.gpus) parts.push_back(std::to_string(a.gpus) + " vs " + std::to_string(b.gpus) + " GPUs");
+  if (a.training.micro_batch != b.training.micro_batch) {
+    parts.push_back("micro-batch " + std::to_string(a.training.micro_batch) + " vs " +
+                    std::to_string(b.training.micro_batch));
+  }
+  if (a.training.checkpointing != b.training.checkpointing) {
+    parts.push_back("checkpointing " + to_string(a.training.checkpointing) + " vs " +
+                    to_string(b.training.checkpointing));
+  }
+  std::string text;
+  for (std::size_t i = 0; i < parts.size(); ++i) text += (i ? "; " : "") + parts[i];
+  return text;
+}
+
+}  // namespace
+
+std::string why_better(const Recommendation& better, const Recommendation& next, std::size_t next_rank) {
+  const StepSimulation& a = better.simulation;
+  const StepSimulation& b = next.simulation;
+  // The step splits into compute (of which recompute), exposed communication and waiting on offload; the
+  // component that differs most is the reason. With the global batch fixed, step times compare directly.
+  struct Part {
+    const char* name;
+    double saved;
+  };
+  const Part parts[] = {
+      {"compute (GEMM efficiency, optimizer step)", (b.compute_seconds - b.recompute_seconds) -
+                                                         (a.compute_seconds - a.recompute_seconds)},
+      {"recompute", b.recompute_seconds - a.recompute_seconds},
+      {"exposed communication", b.exposed_comm_seconds - a.exposed_comm_seconds},
+      {"waiting on offload (PCIe, host CPU, NVMe)", b.offload_wait_seconds - a.offload_wait_seconds},
+  };
+  const Part* main = &parts[0];
+  for (const Part& part : parts) {
+    if (part.saved > main->saved) main = &part;
+  }
+  const std::string diff = differences(better, next);
+  const std::string setting = diff.empty() ? "" : " (" + diff + ")";
+  if (a.tokens_per_second <= b.tokens_per_second * (1.0 + 1e-9)) {
+    return "as fast as #" + std::to_string(next_rank) + " (" + ms(a.step_seconds) + " per step) with " +
+           format_gib(b.peak_gpu_bytes - a.peak_gpu_bytes) + " less GPU memory at the peak" + setting;
+  }
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.3fx", a.tokens_per_second / b.tokens_per_second);
+  std::string text = std::string(ratio) + " the " + a.token_unit + "/s of #" + std::to_string(next_rank) + ": ";
+  if (main->saved > 0.0) {
+    text += ms(main->saved) + " less " + main->name + " per step";
+  } else {
+    text += "a shorter step (" + ms(a.step_seconds) + " vs " + ms(b.step_seconds) + ")";
+  }
+  return text + setting;
+}
+
+RecommendResult recommend_plans(const ModelDescription& model, const ClusterDescription& cluster,
+                                const TrainingConfig& training, const RecommendOptions& options) {
+  if (options.global_batch < 1) {
+    throw InputError("command line", "--global-batch",
+                     "is " + std::to_string(options.global_batch) + "; expected samples per step >= 1");
+  }
+  if (options.top == 0) throw InputError("command line", "--top", "expected at least 1 plan to show");
+  std::vector<int> gpu_counts = options.gpu_counts.empty() ? default_gpu_counts(cluster) : options.gpu_counts;
+  for (int gpus : gpu_counts) {
+    if (gpus < 1 || gpus > cluster.total_gpus()) {
+      throw InputError("command line", "--gpus",
+                       "GPU count " + std::to_string(gpus) + " outside 1.." + std::to_string(cluster.total_gpus()) +
+                           " (the cluster " + cluster.name + ")");
+    }
+  }
+  const std::vector<PlanChoice> choices = enumerate_plan_choices(options.filter);
+  PlannerOptions planner;
+  planner.search_max_micro_batch = false;
+
+  RecommendResult result;
+  std::vector<Recommendation> fitting;
+  for (int gpus : gpu_counts) {
+    if (options.global_batch % gpus != 0) continue;  // every GPU takes the same number of samples
+    const ClusterDescription sized = with_gpu_count(cluster, gpus);
+    const std::int64_t per_gpu = options.global_batch / gpus;
+    for (const PlanChoice& choice : choices) {
+      if (!cluster_supports(sized, choice)) continue;  // e.g. NVMe offload on a cluster without NVMe
+      for (Checkpointing checkpointing : options.checkpointing) {
+        for (std::int64_t micro = 1; micro <= std::min(per_gpu, options.max_micro_batch); ++micro) {
+          if (per_gpu % micro != 0) continue;
+          ++result.candidates;
+          TrainingConfig candidate = training;
+          candidate.micro_batch = micro;
+          candidate.grad_accum = per_gpu / micro;
+          candidate.checkpointing = checkpointing;
+          const PlanResult plan = evaluate_plan(model, sized, candidate, choice, planner);
+          // Memory grows with the micro-batch: once it does not fit, larger ones do not either.
+          if (!plan.host_fits || !plan.nvme_fits) break;
+          Recommendation r;
+          r.choice = choice;
+          r.training = apply_choice(candidate, choice);
+          r.gpus = gpus;
+          r.simulation = simulate_step(model, sized, candidate, choice);
+          ++result.simulated;
+          if (r.simulation.peak_gpu_bytes > sized.gpu_memory_bytes) break;
+          fitting.push_back(std::move(r));
+        }
+      }
+    }
+  }
+  result.fitting = static_cast<std::int64_t>(fitting.size());
+  // Fastest first; among equally fast plans, the one with the lower GPU peak (more headroom).
+  std::stable_sort(fitting.begin(), fitting.end(), [](const Recommendation& a, const Recommendation& b) {
+    if (a.simulation.tokens_per_second != b.simulation.tokens_per_second) {
+      return a.simulation.tokens_per_second > b.simulation.tokens_per_second;
+    }
+    return a.simulation.peak_gpu_bytes < b.simulation.peak_gpu_bytes;
+  });
+  if (fitting.size() > options.top) fitting.resize(options.top);
+  for (std::size_t i = 0; i + 1 < fitting.size(); ++i) fitting[i].why = why_better(fitting[i], fitting[i + 1], i + 2);
+  result.plans = std::move(fitting);
+  return result;
+}
+
+}  // namespace zeroplan

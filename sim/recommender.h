@@ -1,0 +1,54 @@
+// The best plan for a fixed global batch: searches ZeRO stage x offload x micro-batch x gradient accumulation
+// (micro-batch * accumulation * GPUs = the global batch) x activation checkpointing x GPU count, keeps the plans
+// that fit (GPU peak from the simulated timeline, host and NVMe from the memory model), ranks them by tokens/s
+// and says why each beats the next.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cluster_description.h"
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "sim/plan_choice.h"
+#include "sim/simulator.h"
+
+namespace zeroplan {
+
+struct RecommendOptions {
+  std::int64_t global_batch = 0;        // samples per optimizer step over all GPUs (> 0)
+  std::vector<int> gpu_counts;          // empty: powers of two up to a node, then whole nodes, up to the cluster
+  std::vector<Checkpointing> checkpointing = {Checkpointing::none, Checkpointing::selective, Checkpointing::full};
+  PlanChoiceFilter filter;              // narrows stage / offload
+  std::size_t top = 5;
+  std::int64_t max_micro_batch = 1024;
+};
+
+struct Recommendation {
+  PlanChoice choice;
+  TrainingConfig training;   // choice, micro-batch, accumulation and checkpointing applied
+  int gpus = 0;
+  StepSimulation simulation;
+  std::string why;           // why it beats the next one ("" for the last)
+};
+
+struct RecommendResult {
+  std::vector<Recommendation> plans;  // best first, at most options.top
+  std::int64_t candidates = 0;        // configurations considered
+  std::int64_t simulated = 0;         // of them, simulated (memory model said host/NVMe fit)
+  std::int64_t fitting = 0;
+};
+
+// The GPU counts searched when none are given: 1, 2, 4, ... up to one node, then 2, 4, ... nodes and the whole
+// cluster.
+std::vector<int> default_gpu_counts(const ClusterDescription& cluster);
+
+// Throws InputError for a global batch < 1, a GPU count outside [1, cluster size], top == 0.
+RecommendResult recommend_plans(const ModelDescription& model, const ClusterDescription& cluster,
+                                const TrainingConfig& training, const RecommendOptions& options);
+
+// "1.12x the tokens/s of #2: 18.3 ms less exposed communication per step (stage 2 vs stage 3)".
+std::string why_better(const Recommendation& better, const Recommendation& next, std::size_t next_rank);
+
+}  // namespace zeroplan
