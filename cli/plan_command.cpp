@@ -15,6 +15,8 @@
 #include "core/units.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
+#include "sim/simulation_json.h"
+#include "sim/simulator.h"
 
 namespace zeroplan {
 
@@ -260,6 +262,14 @@ int run_plan(const PlanCommandOptions& options) {
     }
   }
 
+  // Step time of every plan from the simulator (issue 3); none for a choice the cluster lacks the rates for.
+  std::vector<std::optional<StepSimulation>> times(plans.size());
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (cluster_supports(inputs.cluster, plans[i].choice)) {
+      times[i] = simulate_step(inputs.model, inputs.cluster, inputs.training, plans[i].choice);
+    }
+  }
+
   bool any_fits = false;
   for (const PlanResult& plan : plans) any_fits = any_fits || plan.fits;
   const int status = any_fits ? 0 : 1;
@@ -276,6 +286,13 @@ int run_plan(const PlanCommandOptions& options) {
   if (inputs.format == OutputFormat::json) {
     nlohmann::json document = plans_document(inputs.model, inputs.cluster, inputs.training, plans);
     for (std::size_t i = 0; i < plans.size(); ++i) {
+      if (times[i]) {
+        add_time_fields(document["plans"][i], *times[i]);
+      } else {
+        for (const char* key : {"step_seconds", "tokens_per_second", "mfu", "exposed_comm_seconds"}) {
+          document["plans"][i][key] = nullptr;
+        }
+      }
       if (options.fewest_gpus) document["plans"][i]["fewest_gpus"] = fewest[i] ? nlohmann::json(*fewest[i]) : nullptr;
       if (options.largest_model) {
         document["plans"][i]["largest_model_params"] = largest[i] ? nlohmann::json(largest[i]->params()) : nullptr;
@@ -308,6 +325,20 @@ int run_plan(const PlanCommandOptions& options) {
   std::cout << "\nHost and NVMe per node (GiB); communication per GPU per optimizer step (GB = 1e9 bytes; "
                "sent per GPU = ring wire bytes):\n";
   print_table(traffic_table(plans), inputs.format);
+  std::cout << "\nStep time (simulated timeline, `zeroplan simulate` for the breakdown; MFU against the datasheet "
+               "dense peak, FLOPs 6N + 12*L*h*s per token; exposed comm = NCCL busy while compute idles):\n";
+  TextTable time_table({"plan", "step ms", "tokens/s", "MFU %", "exposed comm ms"});
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    char step[32] = "-", rate[32] = "-", mfu[32] = "-", exposed[32] = "-";
+    if (times[i]) {
+      std::snprintf(step, sizeof step, "%.2f", times[i]->step_seconds * 1e3);
+      std::snprintf(rate, sizeof rate, "%.0f", times[i]->tokens_per_second);
+      std::snprintf(mfu, sizeof mfu, "%.1f", 100.0 * times[i]->mfu);
+      std::snprintf(exposed, sizeof exposed, "%.2f", times[i]->exposed_comm_seconds * 1e3);
+    }
+    time_table.add_row({plans[i].choice.label(), step, rate, mfu, exposed});
+  }
+  print_table(time_table, inputs.format);
 
   if (options.fewest_gpus || options.largest_model) {
     std::cout << "\nSearches:\n";
