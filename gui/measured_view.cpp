@@ -172,8 +172,10 @@ void MeasuredView::rebuildTable() {
   // Rows: every component any report has, then total, step time and tokens/s; three columns per report.
   QStringList rows;
   for (const RunReport& report : reports_) {
-    for (const auto& [name, bytes] : report.predicted_gpu_bytes) {
-      if (name != "total" && !rows.contains(QString::fromStdString(name))) rows << QString::fromStdString(name);
+    for (const auto* side : {&report.predicted_gpu_bytes, &report.measured_gpu_bytes}) {
+      for (const auto& [name, bytes] : *side) {
+        if (name != "total" && !rows.contains(QString::fromStdString(name))) rows << QString::fromStdString(name);
+      }
     }
   }
   rows << "total" << "step_seconds" << "tokens_per_second";
@@ -230,8 +232,10 @@ void MeasuredView::rebuildTable() {
       const bool bytes_row = key != "step_seconds" && key != "tokens_per_second";
       cell(r, c, p_text.isEmpty() ? tr("not predicted") : p_text,
            predicted && bytes_row ? english.toString(static_cast<qlonglong>(*predicted)) + " bytes" : QString());
-      cell(r, c + 1, m_text.isEmpty() ? tr("not measured") : m_text,
-           measured && bytes_row ? english.toString(static_cast<qlonglong>(*measured)) + " bytes" : QString());
+      QString measured_tip =
+          measured && bytes_row ? english.toString(static_cast<qlonglong>(*measured)) + " bytes" : QString();
+      if (key == "total") measured_tip += " (" + QString::fromStdString(report.measured_total_basis) + ")";
+      cell(r, c + 1, m_text.isEmpty() ? tr("not measured") : m_text, measured_tip);
       cell(r, c + 2, predicted && measured ? error_text(*predicted, *measured) : QString());
     }
   }

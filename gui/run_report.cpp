@@ -13,7 +13,10 @@ namespace zeroplan {
 namespace {
 
 // gpu_bytes objects: one non-negative integer per component and "total" (plan_json.h's schema).
-std::vector<std::pair<std::string, Bytes>> read_gpu_bytes(const JsonFields& parent, const std::string& key) {
+// gpu_bytes objects: one non-negative integer per component, and "total" when the writer has one (the plan's
+// gpu_bytes always has; the measured side's total comes from the device view, see below).
+std::vector<std::pair<std::string, Bytes>> read_gpu_bytes(const JsonFields& parent, const std::string& key,
+                                                          bool total_required) {
   const JsonFields object = parent.object(key);
   const nlohmann::json& raw = parent.raw(key);
   std::vector<std::pair<std::string, Bytes>> out;
@@ -26,7 +29,7 @@ std::vector<std::pair<std::string, Bytes>> read_gpu_bytes(const JsonFields& pare
     if (it.key() == "total" || known) continue;
     out.emplace_back(it.key(), object.non_negative_integer(it.key()));
   }
-  out.emplace_back("total", object.non_negative_integer("total"));
+  if (total_required || object.has("total")) out.emplace_back("total", object.non_negative_integer("total"));
   return out;
 }
 
@@ -77,12 +80,35 @@ RunReport run_report_from_json(const nlohmann::json& document, const std::string
   if (!plans.is_array() || plans.empty()) throw InputError(source, "plans", "expected a non-empty array of plans");
   const JsonFields plan(plans.front(), source, "plans[0]");
   report.plan_label = plan.string("label");
-  report.predicted_gpu_bytes = read_gpu_bytes(plan, "gpu_bytes");
+  report.predicted_gpu_bytes = read_gpu_bytes(plan, "gpu_bytes", true);
   report.predicted_step_seconds = optional_number(plan, "step_seconds");
   report.predicted_tokens_per_second = optional_number(plan, "tokens_per_second");
 
+  // cli/run_command.cpp writes the allocator's peak per component under measured.gpu_bytes, the simulator's
+  // prediction as measured.predicted_step_seconds / predicted_tokens_per_second, and the total as the device's
+  // own view (device_used_peak_bytes, cudaMemGetInfo: context and libraries included) or, without a device
+  // (CPU backend), the allocator's peak.
   const JsonFields measured = top.object("measured");
-  report.measured_gpu_bytes = read_gpu_bytes(measured, "gpu_bytes");
+  report.measured_gpu_bytes = read_gpu_bytes(measured, "gpu_bytes", false);
+  if (!report.measured("total")) {
+    const Bytes device_peak = measured.non_negative_integer_or("device_used_peak_bytes", 0);
+    if (device_peak > 0) {
+      report.measured_gpu_bytes.emplace_back("total", device_peak);
+      report.measured_total_basis = "device view (cudaMemGetInfo peak)";
+    } else if (measured.has("allocator_peak_bytes")) {
+      report.measured_gpu_bytes.emplace_back("total", measured.non_negative_integer("allocator_peak_bytes"));
+      report.measured_total_basis = "allocator peak";
+    } else {
+      throw InputError(source, measured.field_path("gpu_bytes") + ".total",
+                       "missing, and no device_used_peak_bytes or allocator_peak_bytes to take the total from");
+    }
+  } else {
+    report.measured_total_basis = "gpu_bytes.total";
+  }
+  if (!report.predicted_step_seconds) report.predicted_step_seconds = optional_number(measured, "predicted_step_seconds");
+  if (!report.predicted_tokens_per_second) {
+    report.predicted_tokens_per_second = optional_number(measured, "predicted_tokens_per_second");
+  }
   report.measured_step_seconds = measured.positive_number("step_seconds");
   report.measured_tokens_per_second = optional_number(measured, "tokens_per_second");
   if (measured.has("loss")) {

@@ -26,6 +26,7 @@ struct RunReport {
   std::optional<double> measured_step_seconds;
   std::optional<double> predicted_tokens_per_second;
   std::optional<double> measured_tokens_per_second;
+  std::string measured_total_basis;  // where the measured total comes from ("device view ...", "allocator peak")
   std::vector<double> loss;  // per step
 
   std::optional<Bytes> predicted(const std::string& component) const;
