@@ -109,6 +109,16 @@ void Matmul::backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i
          CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream, false);
 }
 
+template <typename T>
+void Matmul::backward_weight_bias(T* dW, T* dbias, float* partial, const T* dout, const T* inp, i64 M, i64 K, i64 N,
+                                  bool accumulate, cudaStream_t stream) {
+  if (!accumulate && run<T>(dW, inp, dout, nullptr, K, N, M, false, true, 0.0f, CUBLASLT_EPILOGUE_BGRADB, dbias,
+                            nullptr, stream, true))
+    return;
+  backward_weight<T>(dW, dout, inp, M, K, N, accumulate, stream);
+  bias_backward<T>(dbias, dout, partial, M, N, accumulate, stream);
+}
+
 namespace {
 constexpr int kBiasRowGroups = 8;
 constexpr int kBiasRowsPerBlock = 256;
@@ -166,6 +176,8 @@ void bias_backward(T* dbias, const T* dout, float* partial, i64 M, i64 N, bool a
   template void Matmul::backward_input<T>(T*, const T*, const T*, i64, i64, i64, cudaStream_t);                \
   template void Matmul::backward_input_dgelu<T>(T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t); \
   template void Matmul::backward_weight<T>(T*, const T*, const T*, i64, i64, i64, bool, cudaStream_t);         \
+  template void Matmul::backward_weight_bias<T>(T*, T*, float*, const T*, const T*, i64, i64, i64, bool,            \
+                                                cudaStream_t);                                                     \
   template void bias_backward<T>(T*, const T*, float*, i64, i64, bool, cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)

@@ -38,6 +38,12 @@ class Matmul {
   // dW (N, K) (+)= dout^T inp; accumulate adds to dW (gradient accumulation), else overwrites.
   template <typename T>
   void backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream);
+  // backward_weight plus dbias (N) (+)= column sums of dout. Without accumulation the bias gradient comes out of
+  // the same GEMM (cuBLASLt BGRADB epilogue: reduction of B over k); with accumulation (or where cuBLASLt has no
+  // such kernel) bias_backward does it. partial: fp32 scratch of N floats.
+  template <typename T>
+  void backward_weight_bias(T* dW, T* dbias, float* partial, const T* dout, const T* inp, i64 M, i64 K, i64 N,
+                            bool accumulate, cudaStream_t stream);
 
  private:
   template <typename T>

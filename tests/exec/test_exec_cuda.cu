@@ -140,7 +140,7 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
   Buf<T> X(x), Wt(w), Bi(bias), R(res), D(dout), O(M * N), G(M * N), Pre(M * N), DX(M * K), DW(dw0), PreIn(pre_in),
       DXG(M * K);
   Buf<float> partial(N);
-  Buf<T> DB(N);
+  Buf<T> DB(N), DW2(N * K), DB2(N);
   void* ws;
   CUDA_CHECK(cudaMalloc(&ws, kCublasWorkspaceBytes));
   {
@@ -151,6 +151,7 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
     mm.backward_input_dgelu<T>(DXG.d, D.d, Wt.d, PreIn.d, M, K, N, 0);
     mm.backward_weight<T>(DW.d, D.d, X.d, M, K, N, true, 0);
     cuda::bias_backward<T>(DB.d, D.d, partial.d, M, N, false, 0);
+    mm.backward_weight_bias<T>(DW2.d, DB2.d, partial.d, D.d, X.d, M, K, N, false, 0);  // fused (BGRADB) path
     CUDA_CHECK(cudaDeviceSynchronize());
   }
   CUDA_CHECK(cudaFree(ws));
@@ -169,6 +170,10 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
   EXPECT_LT(rel_err(DXG.get(), dxg), tol<T>(1e-5, 1.5e-2));
   EXPECT_LT(rel_err(DW.get(), dw), tol<T>(1e-5, 1e-2));
   EXPECT_LT(rel_err(DB.get(), db), tol<T>(1e-5, 1e-2));
+  std::vector<float> dw_fresh(N * K, 0.0f), db_fresh(N, 0.0f), dx_unused(M * K);
+  cpu::matmul_backward(dx_unused.data(), dw_fresh.data(), db_fresh.data(), dout.data(), x.data(), w.data(), M, K, N);
+  EXPECT_LT(rel_err(DW2.get(), dw_fresh), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(DB2.get(), db_fresh), tol<T>(1e-5, 1e-2));
 }
 
 TYPED_TEST(KernelTest, GeluBackwardAndEncoder) {
