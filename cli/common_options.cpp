@@ -142,6 +142,12 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     }
     if (filter.stage < 0) filter.stage = 3;
   }
+  if (filter.offload_optimizer_set && filter.offload_optimizer == OffloadDevice::nvme && filter.stage >= 0 &&
+      filter.stage < 3) {
+    throw InputError(kCommandLine, "--offload-optimizer",
+                     "NVMe optimizer offload (ZeRO-Infinity) needs ZeRO stage 3 (stage " +
+                         std::to_string(filter.stage) + " asked for); stages 1 and 2 offload to cpu");
+  }
   if (filter.offload_optimizer_set && filter.offload_optimizer != OffloadDevice::none && filter.stage == 0) {
     throw InputError(kCommandLine, "--offload-optimizer",
                      "optimizer offload needs ZeRO stage 1, 2 or 3 (stage 0 asked for)");

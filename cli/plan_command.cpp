@@ -169,7 +169,7 @@ void print_header(const ResolvedInputs& inputs, bool markdown) {
             << " params (" << format_count(model.params()) << "), largest layer "
             << format_integer(model.largest_layer_params()) << '\n';
   std::cout << bold << "cluster" << bold << "  " << cluster.name << ": " << cluster.total_gpus() << " x "
-            << cluster.gpu_model << " (" << format_gib(cluster.gpu_memory_bytes) << " each), " << cluster.nodes
+            << cluster.gpu_model << ", " << format_gib(cluster.gpu_memory_bytes) << " each, " << cluster.nodes
             << (cluster.nodes == 1 ? " node" : " nodes") << " of " << cluster.gpus_per_node << ", host "
             << format_gib(cluster.host_memory_bytes) << " per node";
   if (cluster.nvme_capacity_bytes > 0) std::cout << ", NVMe " << format_gib(cluster.nvme_capacity_bytes);
@@ -187,13 +187,13 @@ void print_header(const ResolvedInputs& inputs, bool markdown) {
 
 void print_explanations(const std::vector<PlanResult>& plans) {
   for (const PlanResult& plan : plans) {
-    std::cout << "\n" << plan.choice.label() << ": every term\n";
-    TextTable table({"component", "term", "bytes", "GiB", "formula", "source"});
+    std::cout << "\n" << plan.choice.label() << ": every term (per GPU unless it says host/nvme, which are per node)\n";
     for (const MemoryTerm& term : plan.memory.terms) {
-      table.add_row({term.component, term.name, format_integer(term.bytes), gib_cell(term.bytes), term.formula,
-                     term.source});
+      std::cout << "  " << term.component << ": " << term.name << " = " << format_integer(term.bytes) << " B ("
+                << format_gib(term.bytes) << ")\n"
+                << "      formula: " << term.formula << "\n"
+                << "      source:  " << term.source << "\n";
     }
-    table.print_text(std::cout);
   }
 }
 

@@ -31,8 +31,10 @@ std::vector<PlanChoice> enumerate_plan_choices(const PlanChoiceFilter& filter) {
   constexpr OffloadDevice kDevices[] = {OffloadDevice::none, OffloadDevice::cpu, OffloadDevice::nvme};
   std::vector<PlanChoice> all;
   all.push_back({0, OffloadDevice::none, OffloadDevice::none});
+  // Stages 1 and 2 offload the optimizer to the CPU only: NVMe offload is ZeRO-Infinity, a stage-3 feature
+  // (DeepSpeed rejects offload_optimizer.device nvme below stage 3).
   for (int stage : {1, 2})
-    for (OffloadDevice optimizer : kDevices) all.push_back({stage, optimizer, OffloadDevice::none});
+    for (OffloadDevice optimizer : {OffloadDevice::none, OffloadDevice::cpu}) all.push_back({stage, optimizer, OffloadDevice::none});
   // Stage 3: DeepSpeed requires the optimizer to be offloaded when the parameters are (ZeRO-Infinity:
   // offload_param implies offload_optimizer), so (optimizer none, param cpu/nvme) is not a valid choice.
   for (OffloadDevice optimizer : kDevices)

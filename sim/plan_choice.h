@@ -17,9 +17,9 @@ struct PlanChoice {
   bool operator==(const PlanChoice&) const = default;
 };
 
-// Every choice zeroplan compares: stage 0; stages 1 and 2 with offload_optimizer none/cpu/nvme; stage 3 with
-// every (offload_optimizer, offload_param) pair where param offload implies optimizer offload (DeepSpeed
-// requires it), 9 choices in all... narrowed by the filters (-1 / unset means "any").
+// Every choice zeroplan compares: stage 0; stages 1 and 2 with offload_optimizer none/cpu (NVMe offload is
+// ZeRO-Infinity, stage 3 only); stage 3 with every (offload_optimizer, offload_param) pair of none/cpu/nvme where
+// param offload implies optimizer offload: 1 + 2 + 2 + 7 = 12 choices, narrowed by the filter (-1 / unset: any).
 struct PlanChoiceFilter {
   int stage = -1;
   bool offload_optimizer_set = false;
