@@ -44,10 +44,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   input_scroll->setMinimumWidth(220);
 
   // The comparison tab: the GPU chart over the whole width (one bar per plan needs it), under it the table with
-  // the host and NVMe charts beside it, their bars in the table's row order.
+  // the host and NVMe chart beside it, its bars in the table's row order.
   memory_chart_ = new MemoryChart(this);
-  host_chart_ = new StorageChart(StorageChart::Kind::host, true, this);
-  nvme_chart_ = new StorageChart(StorageChart::Kind::nvme, false, this);
+  storage_chart_ = new StorageChart(this);
 
   plan_model_ = new PlanTableModel(this);
   plan_proxy_ = new QSortFilterProxyModel(this);
@@ -67,13 +66,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
   lower_ = new QSplitter(Qt::Horizontal, this);
   lower_->addWidget(plan_table_);
-  lower_->addWidget(host_chart_);
-  lower_->addWidget(nvme_chart_);
-  lower_->setStretchFactor(0, 4);
+  lower_->addWidget(storage_chart_);
+  lower_->setStretchFactor(0, 3);
   lower_->setStretchFactor(1, 1);
-  lower_->setStretchFactor(2, 1);
   lower_->setChildrenCollapsible(false);
-  lower_->setSizes({640, 380, 240});  // proportions; the splitter scales them to its width
+  lower_->setSizes({880, 400});  // proportions; the splitter scales them to its width
   charts_ = new QSplitter(Qt::Vertical, this);
   charts_->addWidget(memory_chart_);
   charts_->addWidget(lower_);
@@ -178,8 +175,7 @@ bool MainWindow::applyInputs(const GuiInputs& inputs) {
 void MainWindow::showComparison() {
   const Comparison& c = *comparison_;
   memory_chart_->setComparison(c, simulated_.recommended);
-  host_chart_->setComparison(c);
-  nvme_chart_->setComparison(c);
+  storage_chart_->setComparison(c);
   plan_model_->setComparison(c, simulated_);
   plan_table_->resizeColumnsToContents();
 

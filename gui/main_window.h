@@ -58,8 +58,7 @@ class MainWindow : public QMainWindow {
 
   InputPanel* inputPanel() const { return input_panel_; }
   MemoryChart* memoryChart() const { return memory_chart_; }
-  StorageChart* hostChart() const { return host_chart_; }
-  StorageChart* nvmeChart() const { return nvme_chart_; }
+  StorageChart* storageChart() const { return storage_chart_; }
   PlanTableModel* planModel() const { return plan_model_; }
   QTableView* planTable() const { return plan_table_; }
   TimelineChart* timeline() const { return timeline_; }
@@ -86,8 +85,7 @@ class MainWindow : public QMainWindow {
   QSplitter* charts_ = nullptr;
   QSplitter* lower_ = nullptr;
   MemoryChart* memory_chart_ = nullptr;
-  StorageChart* host_chart_ = nullptr;
-  StorageChart* nvme_chart_ = nullptr;
+  StorageChart* storage_chart_ = nullptr;
   PlanTableModel* plan_model_ = nullptr;
   QSortFilterProxyModel* plan_proxy_ = nullptr;
   QTableView* plan_table_ = nullptr;

@@ -121,6 +121,36 @@ void PlanTableModel::buildColumns() {
   add("gpu_headroom_bytes", tr("Headroom\n(GiB)"), tr("GPU capacity minus the total; negative when it does not fit"),
       [this](std::size_t r) { return QVariant(static_cast<qlonglong>(plans_[r].gpu_headroom_bytes)); }, gib_text,
       [this](std::size_t r) { return exact_bytes(plans_[r].gpu_headroom_bytes); });
+  // The simulator's figures next, where they are seen without scrolling (when the simulator timed the plans).
+  bool any_timing = false;
+  for (const auto& timing : timings_) any_timing = any_timing || timing.has_value();
+  if (any_timing) {
+    auto timing_value = [this](auto field) {
+      return [this, field](std::size_t r) -> QVariant {
+        if (!timings_[r]) return QVariant();
+        return QVariant(field(*timings_[r]));
+      };
+    };
+    auto timing_tip = [this](std::size_t r) {
+      if (!timings_[r]) return QString();
+      const PlanTiming& t = *timings_[r];
+      return tr("step %1 s: compute %2 s, communication %3 s of which exposed %4 s<br>MFU: %5")
+          .arg(t.step_seconds, 0, 'g', 6)
+          .arg(t.compute_seconds, 0, 'g', 6)
+          .arg(t.comm_seconds, 0, 'g', 6)
+          .arg(t.exposed_comm_seconds, 0, 'g', 6)
+          .arg(QString::fromStdString(t.mfu_basis).toHtmlEscaped());
+    };
+    add("step_seconds", tr("Step\n(ms)"), tr("Predicted optimizer step time (simulated timeline)"),
+        timing_value([](const PlanTiming& t) { return t.step_seconds; }), ms_text, timing_tip);
+    add("tokens_per_second", tr("Tokens/s"), tr("Predicted tokens per second over all GPUs"),
+        timing_value([](const PlanTiming& t) { return t.tokens_per_second; }), rate_text, timing_tip);
+    add("mfu", tr("MFU\n(%)"), tr("Model FLOP/s utilization (hover for the FLOP convention and the peak)"),
+        timing_value([](const PlanTiming& t) { return t.mfu; }), percent_text, timing_tip);
+    add("exposed_comm_seconds", tr("Exposed comm\n(ms)"),
+        tr("Communication time not overlapped by compute: NCCL busy while the compute stream is idle"),
+        timing_value([](const PlanTiming& t) { return t.exposed_comm_seconds; }), ms_text, timing_tip);
+  }
   if (!plans_.empty()) {
     const auto components = plans_.front().memory.gpu.components();
     for (std::size_t k = 0; k < components.size(); ++k) {
@@ -161,34 +191,6 @@ void PlanTableModel::buildColumns() {
   add("max_micro_batch", tr("Max\nmicro-batch"), tr("Largest micro-batch that fits with everything else unchanged"),
       [this](std::size_t r) { return QVariant(static_cast<qlonglong>(plans_[r].max_micro_batch)); }, count_text);
 
-  bool any_timing = false;
-  for (const auto& timing : timings_) any_timing = any_timing || timing.has_value();
-  if (!any_timing) return;
-  auto timing_value = [this](auto field) {
-    return [this, field](std::size_t r) -> QVariant {
-      if (!timings_[r]) return QVariant();
-      return QVariant(field(*timings_[r]));
-    };
-  };
-  auto timing_tip = [this](std::size_t r) {
-    if (!timings_[r]) return QString();
-    const PlanTiming& t = *timings_[r];
-    return tr("step %1 s: compute %2 s, communication %3 s of which exposed %4 s<br>MFU: %5")
-        .arg(t.step_seconds, 0, 'g', 6)
-        .arg(t.compute_seconds, 0, 'g', 6)
-        .arg(t.comm_seconds, 0, 'g', 6)
-        .arg(t.exposed_comm_seconds, 0, 'g', 6)
-        .arg(QString::fromStdString(t.mfu_basis).toHtmlEscaped());
-  };
-  add("step_seconds", tr("Step\n(ms)"), tr("Predicted optimizer step time (simulated timeline)"),
-      timing_value([](const PlanTiming& t) { return t.step_seconds; }), ms_text, timing_tip);
-  add("tokens_per_second", tr("Tokens/s"), tr("Predicted tokens per second over all GPUs"),
-      timing_value([](const PlanTiming& t) { return t.tokens_per_second; }), rate_text, timing_tip);
-  add("mfu", tr("MFU\n(%)"), tr("Model FLOP/s utilization (hover for the FLOP convention and the peak)"),
-      timing_value([](const PlanTiming& t) { return t.mfu; }), percent_text, timing_tip);
-  add("exposed_comm_seconds", tr("Exposed comm\n(ms)"),
-      tr("Communication time not overlapped by compute: NCCL busy while the compute stream is idle"),
-      timing_value([](const PlanTiming& t) { return t.exposed_comm_seconds; }), ms_text, timing_tip);
 }
 
 int PlanTableModel::rowCount(const QModelIndex& parent) const {

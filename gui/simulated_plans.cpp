@@ -1,6 +1,7 @@
 #include "gui/simulated_plans.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/input_error.h"
 #include "sim/simulator.h"
@@ -37,7 +38,7 @@ SimulatedPlans simulate_plans(const Comparison& comparison) {
   if (out.recommended >= 0) {
     const PlanTiming& chosen = *out.timings[static_cast<std::size_t>(out.recommended)];
     out.recommendation = "the most tokens/s of the plans that fit (" +
-                         std::to_string(static_cast<long long>(chosen.tokens_per_second)) + " predicted)";
+                         std::to_string(std::llround(chosen.tokens_per_second)) + " predicted)";
   } else if (std::none_of(comparison.plans.begin(), comparison.plans.end(), [](const PlanResult& p) { return p.fits; })) {
     out.recommendation = "every plan exceeds the GPU, host or NVMe capacity; try a smaller micro-batch, "
                          "checkpointing or more GPUs";

@@ -1,10 +1,9 @@
-// A small horizontal bar chart of one off-GPU memory per plan (host memory per node, or NVMe per node) with the
-// node's capacity as a line; the comparison view shows one for the host and one for NVMe beside the GPU chart.
+// Host memory and NVMe per node for every plan, as horizontal bar pairs in the table's row order, with the
+// node's host and NVMe capacity as dashed lines; the comparison view shows it beside the table. Plans that do
+// not fit on the host or NVMe are marked on their label.
 #pragma once
 
 #include <QChartView>
-#include <QColor>
-#include <QString>
 #include <vector>
 
 #include "gui/comparison.h"
@@ -17,18 +16,16 @@ class StorageChart : public QChartView {
   Q_OBJECT
 
  public:
-  enum class Kind { host, nvme };
-  // with_labels: whether the plan names are on the axis (the NVMe chart sits right of the host chart, in the
-  // same order, and leaves them out to give its bars the room).
-  StorageChart(Kind kind, bool with_labels, QWidget* parent = nullptr);
+  explicit StorageChart(QWidget* parent = nullptr);
 
   void setComparison(const Comparison& comparison);
-  QBarSet* barSet() const { return set_; }  // one value per plan (GiB), the last plan first
+  // One value per plan (GiB), the last plan first (horizontal bars run bottom to top).
+  QBarSet* hostSet() const { return host_set_; }
+  QBarSet* nvmeSet() const { return nvme_set_; }
 
  private:
-  Kind kind_;
-  bool with_labels_;
-  QBarSet* set_ = nullptr;
+  QBarSet* host_set_ = nullptr;
+  QBarSet* nvme_set_ = nullptr;
   std::vector<PlanResult> plans_;
 };
 

@@ -105,8 +105,9 @@ class MainWindowTest : public QObject {
       QCOMPARE(table->data(table->index(row, table->column("all_gather_bytes")), Qt::UserRole).toLongLong(),
                static_cast<qlonglong>(all_gather));
       // Host bars run in reverse (the table's row order read top-down).
-      QCOMPARE(window_->hostChart()->barSet()->at(static_cast<int>(expected.size()) - 1 - row),
-               to_gib(expected[i].memory.host.total));
+      const int bar = static_cast<int>(expected.size()) - 1 - row;
+      QCOMPARE(window_->storageChart()->hostSet()->at(bar), to_gib(expected[i].memory.host.total));
+      QCOMPARE(window_->storageChart()->nvmeSet()->at(bar), to_gib(expected[i].memory.nvme_bytes));
     }
     QCOMPARE(window_->memoryChart()->capacityGiB(), to_gib(shown.cluster.gpu_memory_bytes));
   }
