@@ -81,16 +81,19 @@ MeasuredView::MeasuredView(QWidget* parent) : QWidget(parent) {
   charts->addWidget(loss_view_);
   charts->setStretchFactor(0, 3);
   charts->setStretchFactor(1, 2);
+  charts->setSizes({600, 400});
   auto* right = new QSplitter(Qt::Vertical, this);
   right->addWidget(charts);
   right->addWidget(table_);
   right->setStretchFactor(0, 3);
   right->setStretchFactor(1, 2);
+  right->setSizes({560, 440});
   auto* main = new QSplitter(Qt::Horizontal, this);
   main->addWidget(side);
   main->addWidget(right);
   main->setStretchFactor(0, 1);
   main->setStretchFactor(1, 4);
+  main->setSizes({220, 1000});
   main->setChildrenCollapsible(false);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
@@ -140,7 +143,7 @@ void MeasuredView::showSelected() {
   for (const auto& [name, predicted] : report.predicted_gpu_bytes) {
     const std::optional<Bytes> measured = report.measured(name);
     if (!measured) continue;  // only what both sides account for
-    categories << component_display_name(name).replace(' ', "<br>");
+    categories << component_display_name(name);
     predicted_set_->append(to_gib(predicted));
     measured_set_->append(to_gib(*measured));
     largest = std::max({largest, to_gib(predicted), to_gib(*measured)});
@@ -151,6 +154,7 @@ void MeasuredView::showSelected() {
   chart->addSeries(series);
   auto* x = new QBarCategoryAxis();
   x->append(categories);
+  x->setLabelsAngle(-40);  // component names are long; slanted they need no room across
   chart->addAxis(x, Qt::AlignBottom);
   auto* y = new QValueAxis();
   y->setTitleText(tr("GiB per GPU"));
@@ -161,7 +165,7 @@ void MeasuredView::showSelected() {
   series->attachAxis(y);
   QString title = tr("%1: predicted vs measured").arg(QString::fromStdString(report.title()));
   if (report.predicted_step_seconds && report.measured_step_seconds) {
-    title += tr("; step %1 predicted, %2 measured")
+    title += tr("<br>step %1 predicted, %2 measured")
                  .arg(QString::fromStdString(format_seconds(*report.predicted_step_seconds)),
                       QString::fromStdString(format_seconds(*report.measured_step_seconds)));
   }
