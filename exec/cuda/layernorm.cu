@@ -101,6 +101,73 @@ __global__ void layernorm_backward_kernel(T* dinp, float* scratch, const T* dout
   }
 }
 
+// The same with dw/db accumulated in registers: each lane owns fixed columns (kIters 16-byte packs) across all its
+// rows, and the block reduces once at the end. Serves C <= 32 * pack * kIters.
+constexpr int kRegWarps = 8;
+template <typename T, int kIters>
+__global__ void __launch_bounds__(32 * kRegWarps) layernorm_backward_reg_kernel(T* dinp, float* scratch, const T* dout,
+                                                                              const T* inp, const T* w,
+                                                                              const float* mean, const float* rstd,
+                                                                              i64 N, int C) {
+  using P = Pack<T>;
+  extern __shared__ float red[];  // [2C]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float dw[kIters][P::kSize] = {}, db[kIters][P::kSize] = {};
+  for (i64 row = static_cast<i64>(blockIdx.x) * kRegWarps + warp; row < N; row += static_cast<i64>(gridDim.x) * kRegWarps) {
+    const T* x = inp + row * C;
+    const T* d = dout + row * C;
+    const float m = mean[row], r = rstd[row];
+    float a = 0.0f, bsum = 0.0f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int c = (lane + 32 * it) * P::kSize;
+      if (c < C) {
+        const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
+#pragma unroll
+        for (int j = 0; j < P::kSize; ++j) {
+          const float xhat = (to_f(px.v[j]) - m) * r;
+          const float dn = to_f(pw.v[j]) * to_f(pd.v[j]);
+          a += dn;
+          bsum += dn * xhat;
+        }
+      }
+    }
+    const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int c = (lane + 32 * it) * P::kSize;
+      if (c < C) {
+        const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
+        P pi = P::load(dinp + row * C + c);
+#pragma unroll
+        for (int j = 0; j < P::kSize; ++j) {
+          const float xhat = (to_f(px.v[j]) - m) * r;
+          const float dv = to_f(pd.v[j]);
+          dw[it][j] += xhat * dv;
+          db[it][j] += dv;
+          pi.v[j] = from_f<T>(to_f(pi.v[j]) + (to_f(pw.v[j]) * dv - dnorm_mean - xhat * dnorm_norm_mean) * r);
+        }
+        pi.store(dinp + row * C + c);
+      }
+    }
+  }
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) red[c] = 0.0f;
+  __syncthreads();
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int c = (lane + 32 * it) * P::kSize;
+    if (c < C) {
+#pragma unroll
+      for (int j = 0; j < P::kSize; ++j) {
+        atomicAdd(&red[c + j], dw[it][j]);
+        atomicAdd(&red[C + c + j], db[it][j]);
+      }
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) atomicAdd(&scratch[c], red[c]);
+}
+
 template <typename T>
 __global__ void layernorm_param_finish_kernel(T* dw, T* db, const float* scratch, int C, bool accumulate) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -126,11 +193,21 @@ void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, const T* dout, co
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   }
+  CUDA_CHECK(cudaMemsetAsync(scratch, 0, 2 * static_cast<std::size_t>(C) * sizeof(float), stream));
+  constexpr int kIters = 8;
+  if (C <= 32 * Pack<T>::kSize * kIters && C % Pack<T>::kSize == 0) {
+    const int blocks = static_cast<int>(std::min<i64>(2 * sms, ceil_div(N, kRegWarps)));
+    layernorm_backward_reg_kernel<T, kIters><<<blocks, 32 * kRegWarps, 2 * C * sizeof(float), stream>>>(
+        dinp, scratch, dout, inp, w, mean, rstd, N, C);
+    CUDA_CHECK_LAUNCH();
+    layernorm_param_finish_kernel<T><<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, scratch, C, accumulate);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const std::size_t smem = static_cast<std::size_t>(kBwdWarps) * 2 * C * sizeof(float);
   if (smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(smem)));
-  CUDA_CHECK(cudaMemsetAsync(scratch, 0, 2 * static_cast<std::size_t>(C) * sizeof(float), stream));
   const int blocks = static_cast<int>(std::min<i64>(3 * sms, ceil_div(N, kBwdWarps)));
   layernorm_backward_kernel<T><<<blocks, 32 * kBwdWarps, smem, stream>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
   CUDA_CHECK_LAUNCH();

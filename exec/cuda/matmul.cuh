@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -38,9 +40,7 @@ class Matmul {
   // dW (N, K) (+)= dout^T inp; accumulate adds to dW (gradient accumulation), else overwrites.
   template <typename T>
   void backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream);
-  // backward_weight plus dbias (N) (+)= column sums of dout. Without accumulation the bias gradient comes out of
-  // the same GEMM (cuBLASLt BGRADB epilogue: reduction of B over k); with accumulation (or where cuBLASLt has no
-  // such kernel) bias_backward does it. partial: fp32 scratch of N floats.
+  // backward_weight plus dbias (N) (+)= column sums of dout (bias_backward). partial: fp32 scratch of N floats.
   template <typename T>
   void backward_weight_bias(T* dW, T* dbias, float* partial, const T* dout, const T* inp, i64 M, i64 K, i64 N,
                             bool accumulate, cudaStream_t stream);
@@ -50,6 +50,12 @@ class Matmul {
   bool run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, bool transa, bool transb, float beta,
            cublasLtEpilogue_t epilogue, const T* bias, T* aux, cudaStream_t stream, bool allow_failure);
   cublasLtHandle_t handle_ = nullptr;
+  // Chosen algorithm per GEMM configuration. With autotuning (default; ZEROPLAN_GEMM_AUTOTUNE=0 turns it off) the
+  // first call of a configuration times cuBLASLt's top heuristic candidates and keeps the fastest; GEMMs that
+  // accumulate into their output (beta = 1 with C == D) are not re-run and take the first heuristic.
+  std::map<std::string, cublasLtMatmulAlgo_t> algos_;
+  bool autotune_ = true;
+  cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
   void* workspace_;
   std::size_t workspace_bytes_;
 };
