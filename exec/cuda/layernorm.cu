@@ -8,7 +8,6 @@ namespace {
 using i64 = std::int64_t;
 constexpr float kEps = 1e-5f;
 constexpr int kWarps = 8;
-constexpr int kBwdWarps = 4;
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b,
@@ -48,124 +47,83 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-// dw/db partial sums live in warp-private shared memory (kBwdWarps x 2C floats): each lane owns its columns in
-// its warp's slice, so the accumulation needs no atomics (a shared atomic per element was 7x slower, measured
-// 0.25 ms per call for 8192 x 1600 on an H200); the warps' slices are summed once per block at the end.
+// The backward in two memory-bound passes (the fused versions measured slower on an H200 for 8192 x 1600:
+// shared-atomic dw/db 250 us, warp-private shared sums 108 us, register sums 187 us per call):
+// (1) one warp per row: dinp += rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat));
+// (2) a column reduction like the bias gradient: dw += sum_rows xhat * dout, db += sum_rows dout.
 template <typename T>
-__global__ void layernorm_backward_kernel(T* dinp, float* scratch, const T* dout, const T* inp, const T* w,
-                                          const float* mean, const float* rstd, i64 N, int C) {
+__global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* mean,
+                                                const float* rstd, i64 N, int C) {
   using P = Pack<T>;
-  extern __shared__ float sh[];  // [kBwdWarps][2C]: dw then db
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* sdw = sh + static_cast<i64>(warp) * 2 * C;
-  float* sdb = sdw + C;
-  for (int c = lane; c < 2 * C; c += 32) sdw[c] = 0.0f;
-  __syncwarp();
-  for (i64 row = static_cast<i64>(blockIdx.x) * kBwdWarps + warp; row < N; row += static_cast<i64>(gridDim.x) * kBwdWarps) {
-    const T* x = inp + row * C;
-    const T* d = dout + row * C;
-    const float m = mean[row], r = rstd[row];
-    float a = 0.0f, bsum = 0.0f;
-    for (int c = lane * P::kSize; c < C; c += 32 * P::kSize) {
-      const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
+  const i64 row = static_cast<i64>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const T* x = inp + row * C;
+  const T* d = dout + row * C;
+  const float m = mean[row], r = rstd[row];
+  float a = 0.0f, bsum = 0.0f;
+  for (int c = lane * P::kSize; c < C; c += 32 * P::kSize) {
+    const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
 #pragma unroll
-      for (int j = 0; j < P::kSize; ++j) {
-        const float xhat = (to_f(px.v[j]) - m) * r;
-        const float dn = to_f(pw.v[j]) * to_f(pd.v[j]);
-        a += dn;
-        bsum += dn * xhat;
-      }
-    }
-    const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
-    for (int c = lane * P::kSize; c < C; c += 32 * P::kSize) {
-      const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
-      P pi = P::load(dinp + row * C + c);
-#pragma unroll
-      for (int j = 0; j < P::kSize; ++j) {
-        const float xhat = (to_f(px.v[j]) - m) * r;
-        const float dv = to_f(pd.v[j]);
-        const float dn = to_f(pw.v[j]) * dv;
-        sdw[c + j] += xhat * dv;
-        sdb[c + j] += dv;
-        pi.v[j] = from_f<T>(to_f(pi.v[j]) + (dn - dnorm_mean - xhat * dnorm_norm_mean) * r);
-      }
-      pi.store(dinp + row * C + c);
+    for (int j = 0; j < P::kSize; ++j) {
+      const float xhat = (to_f(px.v[j]) - m) * r;
+      const float dn = to_f(pw.v[j]) * to_f(pd.v[j]);
+      a += dn;
+      bsum += dn * xhat;
     }
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
-    float s = 0.0f;
+  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
+  for (int c = lane * P::kSize; c < C; c += 32 * P::kSize) {
+    const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
+    P pi = P::load(dinp + row * C + c);
 #pragma unroll
-    for (int k = 0; k < kBwdWarps; ++k) s += sh[static_cast<i64>(k) * 2 * C + c];
-    atomicAdd(&scratch[c], s);
+    for (int j = 0; j < P::kSize; ++j) {
+      const float xhat = (to_f(px.v[j]) - m) * r;
+      pi.v[j] = from_f<T>(to_f(pi.v[j]) + (to_f(pw.v[j]) * to_f(pd.v[j]) - dnorm_mean - xhat * dnorm_norm_mean) * r);
+    }
+    pi.store(dinp + row * C + c);
   }
 }
 
-// The same with dw/db accumulated in registers: each lane owns fixed columns (kIters 16-byte packs) across all its
-// rows, and the block reduces once at the end. Serves C <= 32 * pack * kIters.
-constexpr int kRegWarps = 8;
-template <typename T, int kIters>
-__global__ void __launch_bounds__(32 * kRegWarps) layernorm_backward_reg_kernel(T* dinp, float* scratch, const T* dout,
-                                                                              const T* inp, const T* w,
-                                                                              const float* mean, const float* rstd,
-                                                                              i64 N, int C) {
+constexpr int kParamRowGroups = 8;
+constexpr int kParamRowsPerBlock = 256;
+
+template <typename T>
+__global__ void layernorm_backward_params_kernel(float* scratch, const T* dout, const T* inp, const float* mean,
+                                                 const float* rstd, i64 N, int C) {
   using P = Pack<T>;
-  extern __shared__ float red[];  // [2C]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float dw[kIters][P::kSize] = {}, db[kIters][P::kSize] = {};
-  for (i64 row = static_cast<i64>(blockIdx.x) * kRegWarps + warp; row < N; row += static_cast<i64>(gridDim.x) * kRegWarps) {
-    const T* x = inp + row * C;
-    const T* d = dout + row * C;
-    const float m = mean[row], r = rstd[row];
-    float a = 0.0f, bsum = 0.0f;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int c = (lane + 32 * it) * P::kSize;
-      if (c < C) {
-        const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
-#pragma unroll
-        for (int j = 0; j < P::kSize; ++j) {
-          const float xhat = (to_f(px.v[j]) - m) * r;
-          const float dn = to_f(pw.v[j]) * to_f(pd.v[j]);
-          a += dn;
-          bsum += dn * xhat;
-        }
-      }
-    }
-    const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int c = (lane + 32 * it) * P::kSize;
-      if (c < C) {
-        const P px = P::load(x + c), pd = P::load(d + c), pw = P::load(w + c);
-        P pi = P::load(dinp + row * C + c);
-#pragma unroll
-        for (int j = 0; j < P::kSize; ++j) {
-          const float xhat = (to_f(px.v[j]) - m) * r;
-          const float dv = to_f(pd.v[j]);
-          dw[it][j] += xhat * dv;
-          db[it][j] += dv;
-          pi.v[j] = from_f<T>(to_f(pi.v[j]) + (to_f(pw.v[j]) * dv - dnorm_mean - xhat * dnorm_norm_mean) * r);
-        }
-        pi.store(dinp + row * C + c);
-      }
-    }
-  }
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) red[c] = 0.0f;
-  __syncthreads();
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int c = (lane + 32 * it) * P::kSize;
-    if (c < C) {
+  const i64 col = (static_cast<i64>(blockIdx.x) * 32 + threadIdx.x % 32) * P::kSize;
+  const int group = threadIdx.x / 32;
+  float dw[P::kSize] = {}, db[P::kSize] = {};
+  if (col < C) {
+    const i64 r0 = static_cast<i64>(blockIdx.y) * kParamRowsPerBlock;
+    const i64 r1 = min(r0 + kParamRowsPerBlock, N);
+    for (i64 r = r0 + group; r < r1; r += kParamRowGroups) {
+      const P px = P::load(inp + r * C + col), pd = P::load(dout + r * C + col);
+      const float m = mean[r], rs = rstd[r];
 #pragma unroll
       for (int j = 0; j < P::kSize; ++j) {
-        atomicAdd(&red[c + j], dw[it][j]);
-        atomicAdd(&red[C + c + j], db[it][j]);
+        const float dv = to_f(pd.v[j]);
+        dw[j] += (to_f(px.v[j]) - m) * rs * dv;
+        db[j] += dv;
       }
     }
   }
+  __shared__ float sm[2][kParamRowGroups][32 * P::kSize];
+#pragma unroll
+  for (int j = 0; j < P::kSize; ++j) {
+    sm[0][group][(threadIdx.x % 32) * P::kSize + j] = dw[j];
+    sm[1][group][(threadIdx.x % 32) * P::kSize + j] = db[j];
+  }
   __syncthreads();
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) atomicAdd(&scratch[c], red[c]);
+  for (int c = threadIdx.x; c < 2 * 32 * P::kSize; c += blockDim.x) {
+    const int which = c / (32 * P::kSize), cc = c % (32 * P::kSize);
+    float s = 0;
+#pragma unroll
+    for (int g = 0; g < kParamRowGroups; ++g) s += sm[which][g][cc];
+    const i64 gc = static_cast<i64>(blockIdx.x) * 32 * P::kSize + cc;
+    if (gc < C) atomicAdd(scratch + which * C + gc, s);
+  }
 }
 
 template <typename T>
@@ -187,29 +145,13 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, const T* dout, const T* inp, const T* w,
                         const float* mean, const float* rstd, i64 N, int C, bool accumulate, cudaStream_t stream) {
-  static int sms = 0;
-  if (sms == 0) {
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  }
+  if (C % Pack<T>::kSize != 0) throw CudaError("layernorm_backward: C must be a multiple of the 16-byte pack");
+  layernorm_backward_input_kernel<T><<<ceil_div(N, kWarps), 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, mean, rstd,
+                                                                                      N, C);
+  CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cudaMemsetAsync(scratch, 0, 2 * static_cast<std::size_t>(C) * sizeof(float), stream));
-  constexpr int kIters = 8;
-  if (C <= 32 * Pack<T>::kSize * kIters && C % Pack<T>::kSize == 0) {
-    const int blocks = static_cast<int>(std::min<i64>(2 * sms, ceil_div(N, kRegWarps)));
-    layernorm_backward_reg_kernel<T, kIters><<<blocks, 32 * kRegWarps, 2 * C * sizeof(float), stream>>>(
-        dinp, scratch, dout, inp, w, mean, rstd, N, C);
-    CUDA_CHECK_LAUNCH();
-    layernorm_param_finish_kernel<T><<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, scratch, C, accumulate);
-    CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const std::size_t smem = static_cast<std::size_t>(kBwdWarps) * 2 * C * sizeof(float);
-  if (smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
-  const int blocks = static_cast<int>(std::min<i64>(3 * sms, ceil_div(N, kBwdWarps)));
-  layernorm_backward_kernel<T><<<blocks, 32 * kBwdWarps, smem, stream>>>(dinp, scratch, dout, inp, w, mean, rstd, N, C);
+  dim3 grid(ceil_div(C, 32 * Pack<T>::kSize), ceil_div(N, kParamRowsPerBlock));
+  layernorm_backward_params_kernel<T><<<grid, 32 * kParamRowGroups, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C);
   CUDA_CHECK_LAUNCH();
   layernorm_param_finish_kernel<T><<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, scratch, C, accumulate);
   CUDA_CHECK_LAUNCH();
