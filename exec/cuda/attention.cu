@@ -72,11 +72,10 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Copies ROWS x 64 elements (rows of a row-major matrix with pitch `stride` elements) into shared memory with
-// THREADS threads; rows at or past rows_valid are zero-filled.
-template <typename T, int ROWS = kTile, int THREADS = kThreads>
+// Copies a 64 x 64 tile (rows `row0`.. of a row-major matrix with pitch `stride` elements) into shared memory.
+template <typename T>
 __device__ __forceinline__ void load_tile(T (*tile)[kLd], const T* base, i64 stride, int rows_valid) {
-  for (int id = threadIdx.x; id < ROWS * (kHead / 8); id += THREADS) {
+  for (int id = threadIdx.x; id < kTile * (kHead / 8); id += kThreads) {
     const int r = id / (kHead / 8), c = (id % (kHead / 8)) * 8;
     const bool valid = r < rows_valid;
     cp_async16(&tile[r][c], base + (valid ? r * stride + c : 0), valid);
@@ -127,21 +126,13 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
   }
 }
 
-// Forward: a block owns 128 queries (4 warps x 32 rows, two m16 tiles per warp, so every K/V fragment read from
-// shared memory feeds two MMAs: with one m-tile per warp the kernel was bound by ldmatrix bandwidth) and walks
-// the 64-key tiles up to the diagonal with online softmax (FlashAttention-2 Algorithm 1).
-constexpr int kFwdRows = 128;
-constexpr int kFwdSmem = (kFwdRows + 4 * kTile) * kLd * 2;
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C,
                                                                  int NH, float scale_log2) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  using Tile = T[kLd];
-  Tile* sQ = reinterpret_cast<Tile*>(smem_raw);              // [128][kLd]
-  Tile* const sK0 = sQ + kFwdRows;  // K stages at sK0 + stage * kTile, V stages after them
-  Tile* const sV0 = sQ + kFwdRows + 2 * kTile;
-  const int nqb = (Tn + kFwdRows - 1) / kFwdRows;
+  __shared__ alignas(16) T sQ[kTile][kLd];
+  __shared__ alignas(16) T sK[2][kTile][kLd];
+  __shared__ alignas(16) T sV[2][kTile][kLd];
+  const int nqb = (Tn + kTile - 1) / kTile;
   const int qb = nqb - 1 - static_cast<int>(blockIdx.x);  // longest rows first
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -149,130 +140,88 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* 
   const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
   const T* kbase = qbase + C;
   const T* vbase = qbase + 2 * C;
-  const int q0 = qb * kFwdRows;
-  const int last_key = min(q0 + kFwdRows, Tn) - 1;
-  const int nkb = last_key / kTile + 1;
 
-  load_tile<T, kFwdRows>(sQ, qbase + static_cast<i64>(q0) * stride, stride, Tn - q0);
-  load_tile<T>(sK0, kbase, stride, Tn);
-  load_tile<T>(sV0, vbase, stride, Tn);
+  load_tile<T>(sQ, qbase + static_cast<i64>(qb) * kTile * stride, stride, Tn - qb * kTile);
+  load_tile<T>(sK[0], kbase, stride, Tn);
+  load_tile<T>(sV[0], vbase, stride, Tn);
   cp_async_commit();
 
-  float o[2][8][4] = {};
-  float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, l[2][2] = {};
-  std::uint32_t qf[2][4][4];
+  float o[8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  std::uint32_t qf[4][4];
+  const int q_row[2] = {qb * kTile + warp * 16 + g, qb * kTile + warp * 16 + g + 8};
 
-  for (int kb = 0; kb < nkb; ++kb) {
+  for (int kb = 0; kb <= qb; ++kb) {
     const int stage = kb & 1;
-    if (kb + 1 < nkb) {
-      load_tile<T>(sK0 + (stage ^ 1) * kTile, kbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
-                   Tn - (kb + 1) * kTile);
-      load_tile<T>(sV0 + (stage ^ 1) * kTile, vbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
-                   Tn - (kb + 1) * kTile);
+    if (kb < qb) {
+      load_tile<T>(sK[stage ^ 1], kbase + static_cast<i64>(kb + 1) * kTile * stride, stride, Tn - (kb + 1) * kTile);
+      load_tile<T>(sV[stage ^ 1], vbase + static_cast<i64>(kb + 1) * kTile * stride, stride, Tn - (kb + 1) * kTile);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const Tile* sK = sK0 + stage * kTile;
-    const Tile* sV = sV0 + stage * kTile;
-    if (kb == 0) {
-      load_a_frags<T>(qf[0], sQ, warp * 32);
-      load_a_frags<T>(qf[1], sQ, warp * 32 + 16);
+    if (kb == 0) load_a_frags<T>(qf, sQ, warp * 16);
+
+    float s[8][4] = {};
+    mma_a_tileT<T>(s, qf, sK[stage]);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = kb * kTile + j * 8 + tig * 2 + (e & 1);
+        const int r = e >> 1;
+        float v = s[j][e] * scale_log2;
+        if (kb == qb && key > q_row[r]) v = -INFINITY;  // causal mask (also covers keys >= T on the last tile)
+        s[j][e] = v;
+        mx[r] = fmaxf(mx[r], v);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     }
-    float s[2][8][4] = {};
+    float alpha[2], mnew[2];
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        std::uint32_t r[4];
-        ldmatrix_x4(r, &sK[np * 16 + (lane % 8) + (lane / 16) * 8][kk * 16 + ((lane / 8) % 2) * 8]);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma16816<T>(s[mt][2 * np], qf[mt][kk], r[0], r[1]);
-          mma16816<T>(s[mt][2 * np + 1], qf[mt][kk], r[2], r[3]);
-        }
-      }
-    const bool diagonal = (kb + 1) * kTile > q0;  // this key tile reaches past the block's first query
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const int row0 = q0 + warp * 32 + mt * 16 + g;
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = kb * kTile + j * 8 + tig * 2 + (e & 1);
-          float v = s[mt][j][e] * scale_log2;
-          if (diagonal && key > row0 + 8 * (e >> 1)) v = -INFINITY;  // causal (also keys >= T)
-          s[mt][j][e] = v;
-          mx[e >> 1] = fmaxf(mx[e >> 1], v);
-        }
-      float base[2], alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float mnew = fmaxf(m[mt][r], mx[r]);
-        base[r] = mnew == -INFINITY ? 0.0f : mnew;
-        alpha[r] = exp2f(m[mt][r] - base[r]);
-        m[mt][r] = mnew;
-      }
-      float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1;
-          s[mt][j][e] = exp2f(s[mt][j][e] - base[r]);
-          rs[r] += s[mt][j][e];
-          o[mt][j][e] *= alpha[r];
-        }
-      l[mt][0] = l[mt][0] * alpha[0] + rs[0];
-      l[mt][1] = l[mt][1] * alpha[1] + rs[1];
+    for (int r = 0; r < 2; ++r) {
+      mnew[r] = fmaxf(m[r], mx[r]);
+      const float base = mnew[r] == -INFINITY ? 0.0f : mnew[r];
+      alpha[r] = exp2f(m[r] - base);
+      m[r] = mnew[r];
+      mnew[r] = base;
     }
-    // O += P V
+    float rs[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t a[2][4];
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        s[j][e] = exp2f(s[j][e] - mnew[r]);
+        rs[r] += s[j][e];
+        o[j][e] *= alpha[r];
       }
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        std::uint32_t r[4];
-        ldmatrix_x4_trans(r, &sV[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          mma16816<T>(o[mt][2 * np], a[mt], r[0], r[1]);
-          mma16816<T>(o[mt][2 * np + 1], a[mt], r[2], r[3]);
-        }
-      }
-    }
+    l[0] = l[0] * alpha[0] + rs[0];
+    l[1] = l[1] * alpha[1] + rs[1];
+    mma_c_tile<T>(o, s, sV[stage]);
     __syncthreads();
   }
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float lt = l[mt][r];
-      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-      const int row = q0 + warp * 32 + mt * 16 + g + 8 * r;
-      if (row >= Tn) continue;
-      const float inv = 1.0f / lt;
-      T* orow = out + (static_cast<i64>(b) * Tn + row) * C + h * kHead;
+  for (int r = 0; r < 2; ++r) {
+    if (q_row[r] >= Tn) continue;
+    const float inv = 1.0f / l[r];
+    T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * kHead;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<std::uint32_t*>(orow + j * 8 + tig * 2) =
-            pack2<T>(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
-      if (tig == 0) lse[(static_cast<i64>(b) * NH + h) * Tn + row] = (m[mt][r] + log2f(lt)) * kLn2;
-    }
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<std::uint32_t*>(orow + j * 8 + tig * 2) = pack2<T>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    if (tig == 0) lse[(static_cast<i64>(b) * NH + h) * Tn + q_row[r]] = (m[r] + log2f(l[r])) * kLn2;
+  }
 }
 
 // D = rowsum(dO * O) per (b, h, t), FlashAttention-2 Algorithm 2 line 4.
@@ -295,27 +244,19 @@ __global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T*
   d_rowsum[(b * NH + h) * Tn + t] = acc;
 }
 
-// Backward (FlashAttention-2 Algorithm 2): a block owns 128 keys (8 warps x 16) and walks the 64-query tiles from
-// the diagonal on, accumulating dK and dV in registers; dQ partials (64 queries x 64 over the block's 128 keys)
-// go to an fp32 accumulator with vector atomics. 128 keys per block halve the atomics and the Q/dO tile loads of
-// a 64-key block (measured: 64-key blocks 28.3 ms per GPT-2 1.5B step).
-constexpr int kBwdKeys = 128;
-constexpr int kBwdThreads = 256;
-constexpr int kBwdSmem = (2 * kBwdKeys + 4 * kTile + kBwdKeys) * kLd * 2 + 4 * kTile * 4;
-
 template <typename T>
-__global__ void __launch_bounds__(kBwdThreads) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
-                                                                     const T* dout, const T* qkv, const float* lse,
-                                                                     int Tn, int C, int NH, float scale) {
+__global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
+                                                                  const T* dout, const T* qkv, const float* lse,
+                                                                  int Tn, int C, int NH, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  using Tile = T[kLd];
-  Tile* const sK = reinterpret_cast<Tile*>(smem_raw);  // [128]
-  Tile* const sV = sK + kBwdKeys;                      // [128]
-  Tile* const sQ0 = sV + kBwdKeys;                     // [2][64]
-  Tile* const sdO0 = sQ0 + 2 * kTile;                  // [2][64]
-  Tile* const sdS = sdO0 + 2 * kTile;                  // [128 keys][64 queries]
-  float* const sLse = reinterpret_cast<float*>(sdS + kBwdKeys);  // [2][64], log2 units
-  float* const sD = sLse + 2 * kTile;                            // [2][64]
+  using Tile = T[kTile][kLd];
+  Tile* sK = reinterpret_cast<Tile*>(smem_raw);
+  Tile* sV = sK + 1;
+  Tile* sQ = sK + 2;   // [2]
+  Tile* sdO = sK + 4;  // [2]
+  Tile* sdS = sK + 6;
+  float* sLse = reinterpret_cast<float*>(sK + 7);  // [2][64], log2 units
+  float* sD = sLse + 2 * kTile;                    // [2][64]
 
   const int nqb = (Tn + kTile - 1) / kTile;
   const int kb = blockIdx.x;  // blocks with small kb have the most query tiles and are scheduled first
@@ -327,33 +268,28 @@ __global__ void __launch_bounds__(kBwdThreads) flash_backward_kernel(T* dqkv, fl
   const float* lse_row = lse + (static_cast<i64>(b) * NH + h) * Tn;
   const float* d_row = d_rowsum + (static_cast<i64>(b) * NH + h) * Tn;
   const float scale_log2 = scale * kLog2e;
-  const int k0 = kb * kBwdKeys;
 
   auto load_q_stage = [&](int qb, int stage) {
-    load_tile<T, kTile, kBwdThreads>(sQ0 + stage * kTile, qbase + static_cast<i64>(qb) * kTile * stride, stride,
-                                     Tn - qb * kTile);
-    load_tile<T, kTile, kBwdThreads>(sdO0 + stage * kTile, dobase + static_cast<i64>(qb) * kTile * C, C,
-                                     Tn - qb * kTile);
-    for (int i = threadIdx.x; i < kTile; i += kBwdThreads) {
+    load_tile<T>(sQ[stage], qbase + static_cast<i64>(qb) * kTile * stride, stride, Tn - qb * kTile);
+    load_tile<T>(sdO[stage], dobase + static_cast<i64>(qb) * kTile * C, C, Tn - qb * kTile);
+    for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const int q = qb * kTile + i;
       sLse[stage * kTile + i] = q < Tn ? lse_row[q] * kLog2e : 0.0f;
       sD[stage * kTile + i] = q < Tn ? d_row[q] : 0.0f;
     }
   };
 
-  const int qb_first = k0 / kTile;
-  load_tile<T, kBwdKeys, kBwdThreads>(sK, qbase + C + static_cast<i64>(k0) * stride, stride, Tn - k0);
-  load_tile<T, kBwdKeys, kBwdThreads>(sV, qbase + 2 * C + static_cast<i64>(k0) * stride, stride, Tn - k0);
-  load_q_stage(qb_first, 0);
+  load_tile<T>(sK[0], qbase + C + static_cast<i64>(kb) * kTile * stride, stride, Tn - kb * kTile);
+  load_tile<T>(sV[0], qbase + 2 * C + static_cast<i64>(kb) * kTile * stride, stride, Tn - kb * kTile);
+  load_q_stage(kb, 0);
   cp_async_commit();
 
   std::uint32_t kf[4][4], vf[4][4];
   float dk[8][4] = {}, dv[8][4] = {};
-  const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
-  const int qw = (warp % 4) * 16, dh = (warp / 4) * 32;  // this warp's part of the dQ tile
+  const int key[2] = {kb * kTile + warp * 16 + g, kb * kTile + warp * 16 + g + 8};
 
-  for (int qb = qb_first; qb < nqb; ++qb) {
-    const int stage = (qb - qb_first) & 1;
+  for (int qb = kb; qb < nqb; ++qb) {
+    const int stage = (qb - kb) & 1;
     if (qb + 1 < nqb) {
       load_q_stage(qb + 1, stage ^ 1);
       cp_async_commit();
@@ -362,16 +298,14 @@ __global__ void __launch_bounds__(kBwdThreads) flash_backward_kernel(T* dqkv, fl
       cp_async_wait<0>();
     }
     __syncthreads();
-    const Tile* sQ = sQ0 + stage * kTile;
-    const Tile* sdO = sdO0 + stage * kTile;
-    if (qb == qb_first) {
-      load_a_frags<T>(kf, sK, warp * 16);
-      load_a_frags<T>(vf, sV, warp * 16);
+    if (qb == kb) {
+      load_a_frags<T>(kf, sK[0], warp * 16);
+      load_a_frags<T>(vf, sV[0], warp * 16);
     }
     // S^T = K Q^T and dP^T = V dO^T: rows are this warp's 16 keys, columns the tile's 64 queries
     float p[8][4] = {}, ds[8][4] = {};
-    mma_a_tileT<T>(p, kf, sQ);
-    mma_a_tileT<T>(ds, vf, sdO);
+    mma_a_tileT<T>(p, kf, sQ[stage]);
+    mma_a_tileT<T>(ds, vf, sdO[stage]);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -383,35 +317,35 @@ __global__ void __launch_bounds__(kBwdThreads) flash_backward_kernel(T* dqkv, fl
         p[j][e] = pv;
         ds[j][e] = pv * (ds[j][e] - sD[stage * kTile + ql]) * scale;  // dS * scale (for both dK and dQ)
       }
-    mma_c_tile<T>(dv, p, sdO);  // dV += P^T dO
-    mma_c_tile<T>(dk, ds, sQ);  // dK += dS^T Q
+    mma_c_tile<T>(dv, p, sdO[stage]);  // dV += P^T dO
+    mma_c_tile<T>(dk, ds, sQ[stage]);  // dK += dS^T Q
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      *reinterpret_cast<std::uint32_t*>(&sdS[warp * 16 + g][j * 8 + tig * 2]) = pack2<T>(ds[j][0], ds[j][1]);
-      *reinterpret_cast<std::uint32_t*>(&sdS[warp * 16 + g + 8][j * 8 + tig * 2]) = pack2<T>(ds[j][2], ds[j][3]);
+      *reinterpret_cast<std::uint32_t*>(&sdS[0][warp * 16 + g][j * 8 + tig * 2]) = pack2<T>(ds[j][0], ds[j][1]);
+      *reinterpret_cast<std::uint32_t*>(&sdS[0][warp * 16 + g + 8][j * 8 + tig * 2]) = pack2<T>(ds[j][2], ds[j][3]);
     }
     __syncthreads();
-    // dQ[qw..qw+16, dh..dh+32] = dS (16 queries x 128 keys) K (128 keys x 32); A = dS read transposed from sdS
-    float dq[4][4] = {};
+    // dQ (this warp's 16 queries x 64) = dS (16 x 64 keys) K; A = dS read transposed from the [key][query] tile
+    float dq[8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < kBwdKeys / 16; ++kk) {
+    for (int kk = 0; kk < 4; ++kk) {
       std::uint32_t a[4];
-      ldmatrix_x4_trans(a, &sdS[kk * 16 + (lane % 8) + (lane / 16) * 8][qw + ((lane / 8) % 2) * 8]);
+      ldmatrix_x4_trans(a, &sdS[0][kk * 16 + (lane % 8) + (lane / 16) * 8][warp * 16 + ((lane / 8) % 2) * 8]);
 #pragma unroll
-      for (int np = 0; np < 2; ++np) {
+      for (int np = 0; np < 4; ++np) {
         std::uint32_t r[4];
-        ldmatrix_x4_trans(r, &sK[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][dh + np * 16 + (lane / 16) * 8]);
+        ldmatrix_x4_trans(r, &sK[0][kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
         mma16816<T>(dq[2 * np], a, r[0], r[1]);
         mma16816<T>(dq[2 * np + 1], a, r[2], r[3]);
       }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int q = qb * kTile + qw + g + 8 * r;
+      const int q = qb * kTile + warp * 16 + g + 8 * r;
       if (q >= Tn) continue;
-      float* dst = dq_accum + (static_cast<i64>(b) * Tn + q) * C + h * kHead + dh;
+      float* dst = dq_accum + (static_cast<i64>(b) * Tn + q) * C + h * kHead;
 #pragma unroll
-      for (int j = 0; j < 4; ++j)  // vector atomics (sm_90): half the atomic operations of scalar adds
+      for (int j = 0; j < 8; ++j)  // vector atomics (sm_90): half the atomic operations of scalar adds
         atomicAdd(reinterpret_cast<float2*>(dst + j * 8 + tig * 2), make_float2(dq[j][2 * r], dq[j][2 * r + 1]));
     }
     __syncthreads();
@@ -590,6 +524,7 @@ __global__ void plain_backward_dkv_kernel(T* dqkv, const float* d_rowsum, const 
   }
 }
 
+constexpr int kBackwardSmem = 7 * kTile * kLd * 2 + 4 * kTile * 4;
 
 }  // namespace
 
@@ -604,13 +539,8 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, i
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static bool configured = false;  // per template instance
-      if (!configured) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmem));
-        configured = true;
-      }
-      dim3 grid((Tn + kFwdRows - 1) / kFwdRows, NH, B);
-      flash_forward_kernel<T><<<grid, kThreads, kFwdSmem, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
+      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
+      flash_forward_kernel<T><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
       CUDA_CHECK_LAUNCH();
       return;
     }
@@ -634,12 +564,12 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
       static bool configured = false;  // per template instance
       if (!configured) {
         CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kBwdSmem));
+                                        kBackwardSmem));
         configured = true;
       }
       CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(B) * Tn * C * sizeof(float), stream));
-      dim3 grid((Tn + kBwdKeys - 1) / kBwdKeys, NH, B);
-      flash_backward_kernel<T><<<grid, kBwdThreads, kBwdSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv, lse,
+      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
+      flash_backward_kernel<T><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv, lse,
                                                                          Tn, C, NH, scale);
       CUDA_CHECK_LAUNCH();
       const i64 n4 = static_cast<i64>(B) * Tn * C / 4;
