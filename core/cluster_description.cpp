@@ -57,6 +57,9 @@ constexpr const char* kDefaultAllocatorReserveSource =
 // tiles, prologue and epilogue) that makes small GEMMs latency-bound; replace it with measured points.
 constexpr double kDefaultGemmFixedSeconds = 4e-6;
 constexpr double kDefaultGemmMaxEfficiency = 0.80;
+constexpr double kDefaultStreamingFraction = 0.89;
+constexpr double kDefaultReductionFraction = 0.42;
+constexpr double kDefaultKernelOverheadSeconds = 4e-6;
 
 std::vector<GemmEfficiencyPoint> default_gemm_curve(double peak, double measured) {
   const double best = measured > 0.0 ? std::min(1.0, measured / peak) : kDefaultGemmMaxEfficiency;
@@ -73,7 +76,10 @@ const std::vector<std::string> kClusterKeys = {"name",       "source",     "prov
 const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",    "memory_mib",
                                            "memory_gib",      "peak_flops_bf16", "peak_flops_fp16",
                                            "peak_flops_fp32", "measured_gemm_flops_bf16",
-                                           "hbm_bandwidth",   "gemm_efficiency"};
+                                           "hbm_bandwidth",   "gemm_efficiency",
+                                           "streaming_bandwidth", "reduction_bandwidth",
+                                           "attention_forward_flops", "attention_backward_flops",
+                                           "kernel_overhead_seconds"};
 const std::vector<std::string> kTopologyKeys = {"gpus_per_node", "nodes"};
 const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured"};
 const std::vector<std::string> kPointKeys = {"collective", "ranks", "message_bytes", "bus_bandwidth"};
@@ -230,6 +236,36 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
          std::string(cluster.measured_gemm_flops_bf16 > 0 ? "measured/peak" : "0.80 (H200 measured 796/989)"));
   }
 
+  // Non-GEMM rates (sim/compute_time.h). Defaults are fractions of the datasheet HBM bandwidth seen on the H200
+  // (bench/sim/measure_compute_rates.py, 2026-11: copy 4.27 of 4.8 TB/s, LayerNorm 2.0 of 4.8), recorded here.
+  if (gpu.has("streaming_bandwidth")) {
+    cluster.streaming_bandwidth = gpu.positive_number("streaming_bandwidth");
+  } else {
+    cluster.streaming_bandwidth = kDefaultStreamingFraction * cluster.hbm_bandwidth;
+    note("gpu.streaming_bandwidth: default 0.89 x hbm_bandwidth (H200: device copy 4.27 of 4.8 TB/s)");
+  }
+  if (gpu.has("reduction_bandwidth")) {
+    cluster.reduction_bandwidth = gpu.positive_number("reduction_bandwidth");
+  } else {
+    cluster.reduction_bandwidth = kDefaultReductionFraction * cluster.hbm_bandwidth;
+    note("gpu.reduction_bandwidth: default 0.42 x hbm_bandwidth (H200: LayerNorm forward 2.0 of 4.8 TB/s)");
+  }
+  cluster.attention_forward_flops = gpu.non_negative_number_or("attention_forward_flops", 0.0);
+  cluster.attention_backward_flops = gpu.non_negative_number_or("attention_backward_flops", 0.0);
+  if (cluster.attention_forward_flops > cluster.peak_flops_bf16 ||
+      cluster.attention_backward_flops > cluster.peak_flops_bf16) {
+    gpu.fail("attention_forward_flops", "an attention rate above peak_flops_bf16 cannot be achieved");
+  }
+  if (cluster.attention_forward_flops == 0.0 || cluster.attention_backward_flops == 0.0) {
+    note("gpu.attention_*_flops: not given; fused attention is timed on the GEMM efficiency curve");
+  }
+  if (gpu.has("kernel_overhead_seconds")) {
+    cluster.kernel_overhead_seconds = gpu.non_negative_number_or("kernel_overhead_seconds", 0.0);
+  } else {
+    cluster.kernel_overhead_seconds = kDefaultKernelOverheadSeconds;
+    note("gpu.kernel_overhead_seconds: default 4 us per memory-bound kernel (H200 eager PyTorch: 4.9 us)");
+  }
+
   const JsonFields topology = fields.object("topology");
   refuse_unknown_keys(topology, kTopologyKeys);
   cluster.gpus_per_node = int_field(topology, "gpus_per_node", 1024);
@@ -326,7 +362,12 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"peak_flops_fp32", cluster.peak_flops_fp32},
         {"measured_gemm_flops_bf16", cluster.measured_gemm_flops_bf16},
         {"hbm_bandwidth", cluster.hbm_bandwidth},
-        {"gemm_efficiency", std::move(gemm)}}},
+        {"gemm_efficiency", std::move(gemm)},
+        {"streaming_bandwidth", cluster.streaming_bandwidth},
+        {"reduction_bandwidth", cluster.reduction_bandwidth},
+        {"attention_forward_flops", cluster.attention_forward_flops},
+        {"attention_backward_flops", cluster.attention_backward_flops},
+        {"kernel_overhead_seconds", cluster.kernel_overhead_seconds}}},
       {"topology", {{"gpus_per_node", cluster.gpus_per_node}, {"nodes", cluster.nodes}}},
       {"intra_node", interconnect_to_json(cluster.intra_node)},
       {"host",

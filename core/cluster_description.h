@@ -64,6 +64,18 @@ struct ClusterDescription {
   double measured_gemm_flops_bf16 = 0.0;  // 0 when not measured
   double hbm_bandwidth = 0.0;      // bytes/s
   std::vector<GemmEfficiencyPoint> gemm_efficiency;
+  // Achievable rates of the non-GEMM work of a training step (the simulator's compute model, sim/compute_time.h).
+  // 0 in a description built in code means "not given": streaming and reduction kernels then run at
+  // hbm_bandwidth, attention at the GEMM curve, and kernels cost no fixed time. The file loader fills defaults
+  // (recorded in the provenance) for files that leave them out.
+  double streaming_bandwidth = 0.0;   // bytes/s (read + write) of elementwise kernels: copies, adds, activations,
+                                      //   casts, the fused optimizer step
+  double reduction_bandwidth = 0.0;   // bytes/s of row-reduction kernels: norms, softmax/cross-entropy, bias and
+                                      //   norm-weight gradients (reduced over tokens)
+  double attention_forward_flops = 0.0;   // FLOP/s of fused (flash) attention forward, counted on the work a
+                                          //   causal kernel does (half of the s^2 products), 16-bit
+  double attention_backward_flops = 0.0;  // the same for its backward (2.5x the forward's work)
+  double kernel_overhead_seconds = 0.0;   // fixed time per memory-bound kernel (launch and ramp)
 
   // Topology
   int gpus_per_node = 0;

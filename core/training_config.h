@@ -81,6 +81,11 @@ struct TrainingConfig {
   bool fused_attention = true;         // flash-style attention: no s x s score matrix stored
   bool fused_cross_entropy = false;    // loss gradient written in place over the 16-bit logits
   bool fp32_loss = true;               // logits upcast to fp32 for the loss (HF/DeepSpeed default)
+  // torch.autocast over fp32 parameters (plain PyTorch DDP / ZeroRedundancyOptimizer training) instead of a
+  // 16-bit model with an fp32 master copy (DeepSpeed, FSDP mixed precision): the residual stream and the norms
+  // stay fp32, activations are cast to 16-bit before each GEMM, weights are cast every step, and gradients and
+  // parameters are communicated in fp32. Used by the simulator's compute and communication times only.
+  bool autocast_fp32_params = false;
   double gradient_clipping = 1.0;      // 0: off
   LossScaleConfig loss_scale;
   double learning_rate = 3e-4;

@@ -31,6 +31,10 @@ double ring_factor(CollectiveKind kind, int ranks) {
   return kind == CollectiveKind::all_reduce ? 2.0 * (n - 1.0) / n : (n - 1.0) / n;
 }
 
+int communication_element_bytes(const TrainingConfig& training) {
+  return training.autocast_fp32_params ? 4 : precision_bytes(training.precision);
+}
+
 namespace {
 
 void add(CommVolume& volume, CollectiveKind kind, std::int64_t calls, std::int64_t elements, int element_bytes,
@@ -59,7 +63,7 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
   const ZeroConfig& zero = training.zero;
   const std::int64_t P = in.params;
   const std::int64_t A = std::max<std::int64_t>(1, training.grad_accum);
-  const int e = in.param_bytes;
+  const int e = communication_element_bytes(training);
   const int n = static_cast<int>(in.world_size);
   CommVolume v;
   double elements_one_micro_step = 0.0;  // the paper's multiple, without accumulation (all-reduce = 2 passes)

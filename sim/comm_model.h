@@ -40,6 +40,11 @@ struct CommVolume {
 // reduce-scatter (n-1)/n.
 double ring_factor(CollectiveKind kind, int ranks);
 
+// Bytes per element of the gradients and parameters on the wire: the training precision's, or 4 under autocast
+// over fp32 parameters (fp32 .grad all-reduced, fp32 parameters broadcast). The simulator's schedule uses the
+// same figure.
+int communication_element_bytes(const TrainingConfig& training);
+
 CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription& cluster,
                          const TrainingConfig& training, const PlanChoice& choice);
 

@@ -16,9 +16,28 @@ ComputeTimer::ComputeTimer(const ClusterDescription& cluster, Precision precisio
     throw InputError(cluster.source, "peak_flops_" + to_string(precision),
                      "expected the GPU's dense peak FLOP/s for " + to_string(precision) + " (> 0) to time compute");
   }
-  hbm_bandwidth_ = cluster.hbm_bandwidth;
-  if (!(hbm_bandwidth_ > 0.0)) {
+  if (!(cluster.hbm_bandwidth > 0.0)) {
     throw InputError(cluster.source, "hbm_bandwidth", "expected the GPU memory bandwidth in bytes/s (> 0)");
+  }
+  const auto rate = [&](double value, const char* field) {
+    if (value < 0.0 || std::isnan(value)) {
+      throw InputError(cluster.source, std::string("gpu.") + field, "expected a rate >= 0 (0: not given)");
+    }
+    return value;
+  };
+  // A rate not given (0) falls back to the datasheet HBM bandwidth (cluster_description.h).
+  streaming_bandwidth_ = rate(cluster.streaming_bandwidth, "streaming_bandwidth");
+  if (streaming_bandwidth_ == 0.0) streaming_bandwidth_ = cluster.hbm_bandwidth;
+  reduction_bandwidth_ = rate(cluster.reduction_bandwidth, "reduction_bandwidth");
+  if (reduction_bandwidth_ == 0.0) reduction_bandwidth_ = cluster.hbm_bandwidth;
+  attention_forward_flops_ = rate(cluster.attention_forward_flops, "attention_forward_flops");
+  attention_backward_flops_ = rate(cluster.attention_backward_flops, "attention_backward_flops");
+  kernel_overhead_seconds_ = rate(cluster.kernel_overhead_seconds, "kernel_overhead_seconds");
+  // The attention rates are measured on 16-bit tensor cores; fp32 training runs attention at the fp32 peak's
+  // share of them.
+  if (precision == Precision::fp32 && cluster.peak_flops_bf16 > 0.0) {
+    attention_forward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
+    attention_backward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
   }
   std::vector<std::pair<double, double>> points;
   for (const GemmEfficiencyPoint& point : cluster.gemm_efficiency) {
@@ -51,20 +70,40 @@ double ComputeTimer::gemm_seconds(double flops) const {
   return flops / (peak_flops_ * gemm_efficiency(flops));
 }
 
-double ComputeTimer::memory_seconds(double bytes) const { return bytes > 0.0 ? bytes / hbm_bandwidth_ : 0.0; }
+double ComputeTimer::attention_forward_seconds(double causal_work_flops) const {
+  if (causal_work_flops <= 0.0) return 0.0;
+  return attention_forward_flops_ > 0.0 ? causal_work_flops / attention_forward_flops_
+                                        : gemm_seconds(causal_work_flops);
+}
+
+double ComputeTimer::attention_backward_seconds(double causal_work_flops) const {
+  if (causal_work_flops <= 0.0) return 0.0;
+  return attention_backward_flops_ > 0.0 ? causal_work_flops / attention_backward_flops_
+                                         : gemm_seconds(causal_work_flops);
+}
+
+double ComputeTimer::streaming_seconds(double bytes, double kernels) const {
+  return kernels * kernel_overhead_seconds_ + (bytes > 0.0 ? bytes / streaming_bandwidth_ : 0.0);
+}
+
+double ComputeTimer::reduction_seconds(double bytes, double kernels) const {
+  return kernels * kernel_overhead_seconds_ + (bytes > 0.0 ? bytes / reduction_bandwidth_ : 0.0);
+}
 
 namespace {
 
-// Forward and backward of one GEMM (2*M*N*K FLOPs): backward = input gradient + weight gradient, each a GEMM of
-// the same size (so the same efficiency).
-struct GemmWork {
-  double forward_seconds = 0.0;
-  double flops = 0.0;
+// What every layer's time is made of, split the way the timeline schedules it.
+struct Work {
+  double forward = 0.0, backward_input = 0.0, backward_weight = 0.0;
 };
 
-void add_gemm(const ComputeTimer& timer, double flops, GemmWork& work) {
-  work.forward_seconds += timer.gemm_seconds(flops);
-  work.flops += flops;
+// Norm over h per token (LayerNorm / RMSNorm; PyTorch's vectorized_layer_norm_kernel and its backward):
+// forward reads x and writes y (2 h e per token, one row-reduction kernel); the input gradient reads dy and x and
+// writes dx (3 h e); the weight (and bias) gradient reads dy and x again and reduces over the tokens (2 h e).
+void add_norm(const ComputeTimer& timer, double tokens, double h, double e, Work& work) {
+  work.forward += timer.reduction_seconds(2.0 * tokens * h * e, 1.0);
+  work.backward_input += timer.reduction_seconds(3.0 * tokens * h * e, 1.0);
+  work.backward_weight += timer.reduction_seconds(2.0 * tokens * h * e, 1.0);
 }
 
 LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape& shape,
@@ -74,47 +113,103 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
   const double s = static_cast<double>(training.seq_len);
   const double h = static_cast<double>(shape.hidden);
   const double kv = static_cast<double>(shape.kv_dim());
+  const double a = static_cast<double>(shape.heads);
   const double ffn = static_cast<double>(shape.ffn_hidden);
   const bool swiglu = shape.activation == ActivationKind::swiglu;
 
-  // Weight GEMMs (2 FLOPs per multiply-add): q/k/v projection, attention output, MLP (gate and up for SwiGLU).
-  GemmWork weights;
-  add_gemm(timer, 2.0 * tokens * h * (h + 2.0 * kv), weights);
-  add_gemm(timer, 2.0 * tokens * h * h, weights);
-  add_gemm(timer, 2.0 * tokens * h * ffn, weights);
-  if (swiglu) add_gemm(timer, 2.0 * tokens * h * ffn, weights);
-  add_gemm(timer, 2.0 * tokens * ffn * h, weights);
-  // Attention core: Q K^T and scores x V, 2 * s * h FLOPs per token each (PaLM's 12 L h s over fwd+bwd), one
-  // batched call whose size sets its efficiency.
-  GemmWork attention;
-  add_gemm(timer, 4.0 * tokens * s * h, attention);
+  // Weight GEMMs (2 FLOPs per multiply-add): q/k/v projection, attention output, MLP (gate and up for SwiGLU),
+  // MLP down projection. Forward, input gradient and weight gradient are GEMMs of the same FLOPs.
+  double gemm_seconds = 0.0, gemm_flops = 0.0;
+  for (double flops : {2.0 * tokens * h * (h + 2.0 * kv), 2.0 * tokens * h * h, 2.0 * tokens * h * ffn,
+                       swiglu ? 2.0 * tokens * h * ffn : 0.0, 2.0 * tokens * ffn * h}) {
+    gemm_seconds += timer.gemm_seconds(flops);
+    gemm_flops += flops;
+  }
 
-  // Memory-bound forward work, bytes over HBM: two norms (read + write h per token), the activation (GELU:
-  // read + write ffn; SwiGLU: read gate and up, write one), two residual adds (read 2h, write h), rotary
-  // embedding on q and k (llama), dropout (read + write h and a 1-byte mask, three per block) when on.
-  double forward_bytes = 2.0 * 2.0 * tokens * h * e;
-  forward_bytes += (swiglu ? 3.0 : 2.0) * tokens * ffn * e;
-  forward_bytes += 2.0 * 3.0 * tokens * h * e;
-  if (shape.family == ModelFamily::llama) forward_bytes += 2.0 * tokens * (h + kv) * e;
-  if (shape.dropout > 0.0) forward_bytes += 3.0 * tokens * h * (2.0 * e + 1.0);
-  const double forward_memory_seconds = timer.memory_seconds(forward_bytes);
+  // Attention core: Q K^T and P V, 2 * s * h FLOPs per token each as PaLM counts them (12 L h s over forward and
+  // backward). A causal flash kernel skips the masked half; its backward recomputes Q K^T and computes dV, dP,
+  // dQ, dK: 5 products against the forward's 2.
+  const double attention_flops = 4.0 * tokens * s * h;
+  double attention_forward = 0.0, attention_backward = 0.0;
+  if (training.fused_attention) {
+    const double causal_work = attention_flops / 2.0;
+    attention_forward = timer.attention_forward_seconds(causal_work);
+    attention_backward = timer.attention_backward_seconds(2.5 * causal_work);
+  } else {
+    // Unfused: batched GEMMs over every product, plus the softmax over the a*s scores of each token (forward
+    // reads and writes them, backward reads probabilities and their gradient and writes the score gradient).
+    const double scores = tokens * a * s;
+    attention_forward = timer.gemm_seconds(attention_flops) + timer.reduction_seconds(2.0 * scores * e, 1.0);
+    attention_backward = 2.0 * timer.gemm_seconds(attention_flops) + timer.reduction_seconds(3.0 * scores * e, 1.0);
+    if (shape.dropout > 0.0) {  // dropout on the probabilities: write the 1-byte mask and the dropped copy
+      attention_forward += timer.streaming_seconds(scores * (2.0 * e + 1.0), 1.0);
+      attention_backward += timer.streaming_seconds(scores * (2.0 * e + 1.0), 1.0);
+    }
+  }
+
+  Work work;
+  work.forward = gemm_seconds + attention_forward;
+  work.backward_input = gemm_seconds + attention_backward;
+  work.backward_weight = gemm_seconds;
+  // Memory-bound kernels, bytes per token (e = activation bytes; r = the residual stream's and the norms'
+  // bytes: e, or 4 under autocast over fp32 parameters, where LayerNorm runs in fp32):
+  const double r = training.autocast_fp32_params ? 4.0 : e;
+  add_norm(timer, tokens, h, r, work);  // the attention norm
+  add_norm(timer, tokens, h, r, work);  // the MLP norm
+  // Two residual adds: read the stream and the branch output, write the sum ((2 r + e) h each); backward adds
+  // each branch's input gradient into the residual stream's (3 r h each).
+  work.forward += timer.streaming_seconds(2.0 * (2.0 * r + e) * tokens * h, 2.0);
+  work.backward_input += timer.streaming_seconds(2.0 * 3.0 * tokens * h * r, 2.0);
+  // Autocast: the fp32 norm outputs are cast to 16-bit before the q/k/v and MLP GEMMs (read 4, write e), and
+  // those GEMMs' input gradients cast back to fp32 for the norm backward.
+  if (training.autocast_fp32_params) {
+    work.forward += timer.streaming_seconds(2.0 * (4.0 + e) * tokens * h, 2.0);
+    work.backward_input += timer.streaming_seconds(2.0 * (4.0 + e) * tokens * h, 2.0);
+  }
+  // Activation: GELU/ReLU reads and writes f (2 f e), backward reads dy and x and writes dx (3 f e). SwiGLU
+  // reads gate and up and writes their product (3 f e), backward reads dy, gate, up and writes both gradients
+  // (5 f e).
+  work.forward += timer.streaming_seconds((swiglu ? 3.0 : 2.0) * tokens * ffn * e, 1.0);
+  work.backward_input += timer.streaming_seconds((swiglu ? 5.0 : 3.0) * tokens * ffn * e, 1.0);
+  // Rotary embedding (llama) on q and k: read + write (h + kv) each way.
+  if (shape.family == ModelFamily::llama) {
+    work.forward += timer.streaming_seconds(2.0 * tokens * (h + kv) * e, 1.0);
+    work.backward_input += timer.streaming_seconds(2.0 * tokens * (h + kv) * e, 1.0);
+  }
+  // Dropout after the attention output and the MLP and on the residual (three per block): read h, write h and
+  // a 1-byte mask; backward reads dy and the mask, writes dx.
+  if (shape.dropout > 0.0) {
+    work.forward += timer.streaming_seconds(3.0 * tokens * h * (2.0 * e + 1.0), 3.0);
+    work.backward_input += timer.streaming_seconds(3.0 * tokens * h * (2.0 * e + 1.0), 3.0);
+  }
+  // Bias gradients: each biased linear layer's output gradient summed over the tokens (read tokens x out).
+  double bias_outputs = 0.0, biased_layers = 0.0;
+  if (shape.attention_bias) {
+    bias_outputs += h + 2.0 * kv;
+    biased_layers += 1.0;
+    if (shape.attention_output_bias) {
+      bias_outputs += h;
+      biased_layers += 1.0;
+    }
+  }
+  if (shape.mlp_bias) {
+    bias_outputs += (swiglu ? 2.0 : 1.0) * ffn + h;
+    biased_layers += swiglu ? 3.0 : 2.0;
+  }
+  work.backward_weight += timer.reduction_seconds(tokens * bias_outputs * e, biased_layers);
 
   LayerCompute layer;
-  layer.forward_seconds = weights.forward_seconds + attention.forward_seconds + forward_memory_seconds;
-  layer.forward_flops = weights.flops + attention.flops;
-  // Backward: input gradient of every GEMM (incl. attention core, whose weights are activations: both of its
-  // backward GEMMs are input gradients) and the memory-bound backward (about twice the forward's bytes: read
-  // the saved input and the incoming gradient, write the outgoing one); weight gradients of the weight GEMMs.
-  layer.backward_input_seconds =
-      weights.forward_seconds + 2.0 * attention.forward_seconds + 2.0 * forward_memory_seconds;
-  layer.backward_weight_seconds = weights.forward_seconds;
+  layer.forward_seconds = work.forward;
+  layer.backward_input_seconds = work.backward_input;
+  layer.backward_weight_seconds = work.backward_weight;
+  layer.forward_flops = gemm_flops + attention_flops;
   layer.backward_flops = 2.0 * layer.forward_flops;
   switch (training.checkpointing) {
     case Checkpointing::none:
       break;
     case Checkpointing::selective:  // Korthikanti et al. 2022: only the attention core is recomputed
-      layer.recompute_seconds = attention.forward_seconds;
-      layer.recompute_flops = attention.flops;
+      layer.recompute_seconds = attention_forward;
+      layer.recompute_flops = attention_flops;
       break;
     case Checkpointing::full:  // the whole block's forward again (zero-formulas.md section 6: +1 forward)
       layer.recompute_seconds = layer.forward_seconds;
@@ -124,33 +219,36 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
   return layer;
 }
 
-// A norm over h per token: read + write; backward about twice.
-LayerCompute norm_layer(const ComputeTimer& timer, double tokens, double h, double e) {
-  LayerCompute layer;
-  layer.forward_seconds = timer.memory_seconds(2.0 * tokens * h * e);
-  layer.backward_input_seconds = 2.0 * layer.forward_seconds;
-  return layer;
-}
-
-// The output projection (logits = x W^T over the vocabulary) and the loss: the GEMM 2 * tokens * h * V, then
-// the cross-entropy, memory-bound over the logits: forward writes the 16-bit logits, upcasts them (read 16-bit,
-// write fp32 when the loss is fp32) and reads them for log-softmax; backward reads them and writes the 16-bit
-// gradient (fused cross-entropy writes it in place: one fewer pass).
+// The output projection (logits = x W^T over the vocabulary: forward, input-gradient and weight-gradient GEMMs
+// of 2 * tokens * h * V FLOPs) and the loss over the logits, per logit element:
+// - fp32 loss (HF / the PyTorch peer: cross_entropy(logits.float())): forward upcasts (read e, write 4) and
+//   log-softmaxes (a row reduction: read 4, write 4); backward runs the softmax backward (read the gradient and
+//   the output, write the input gradient: 12) and casts the gradient down (read 4, write e);
+// - 16-bit loss: forward log-softmax (read e, write e), backward (3 e);
+// - fused cross-entropy: forward reads the logits once (the log-sum-exp), backward writes the gradient in place
+//   over them (read e, write e).
 void add_output_head(const ComputeTimer& timer, const TransformerShape& shape, const TrainingConfig& training,
                      LayerCompute& layer) {
   const double e = precision_bytes(training.precision);
   const double tokens = static_cast<double>(training.micro_batch) * static_cast<double>(training.seq_len);
   const double h = static_cast<double>(shape.hidden);
-  const double v = static_cast<double>(shape.vocab_size);
-  const double flops = 2.0 * tokens * h * v;
+  const double logits = tokens * static_cast<double>(shape.vocab_size);
+  const double flops = 2.0 * tokens * h * static_cast<double>(shape.vocab_size);
   const double gemm = timer.gemm_seconds(flops);
-  const double loss_dtype = training.fp32_loss ? 4.0 : e;
-  double forward_bytes = tokens * v * (e + loss_dtype);
-  if (training.fp32_loss) forward_bytes += tokens * v * e;  // the upcast reads the 16-bit logits
-  const double backward_bytes = tokens * v * (loss_dtype + (training.fused_cross_entropy ? 0.0 : e));
-  layer.forward_seconds += gemm + timer.memory_seconds(forward_bytes);
+  double forward = 0.0, backward = 0.0;
+  if (training.fused_cross_entropy) {
+    forward = timer.reduction_seconds(logits * e, 1.0);
+    backward = timer.reduction_seconds(logits * 2.0 * e, 1.0);
+  } else if (training.fp32_loss) {
+    forward = timer.streaming_seconds(logits * (e + 4.0), 1.0) + timer.reduction_seconds(logits * 8.0, 1.0);
+    backward = timer.reduction_seconds(logits * 12.0, 1.0) + timer.streaming_seconds(logits * (4.0 + e), 1.0);
+  } else {
+    forward = timer.reduction_seconds(logits * 2.0 * e, 1.0);
+    backward = timer.reduction_seconds(logits * 3.0 * e, 1.0);
+  }
+  layer.forward_seconds += gemm + forward;
   layer.forward_flops += flops;
-  layer.backward_input_seconds += gemm + timer.memory_seconds(backward_bytes);
+  layer.backward_input_seconds += gemm + backward;
   layer.backward_weight_seconds += gemm;
   layer.backward_flops += 2.0 * flops;
 }
@@ -189,6 +287,8 @@ std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, con
   const double tokens = b * static_cast<double>(training.seq_len);
   const double h = static_cast<double>(shape.hidden);
   const LayerCompute block = transformer_block(timer, shape, training);  // every block has the same shape
+  // The embedding output, the final norm and the residual stream are fp32 under autocast (fp32 tables).
+  const double r = training.autocast_fp32_params ? 4.0 : e;
   bool has_head = false;
   for (std::size_t i = 0; i < model.layers.size(); ++i) {
     const LayerDescription& layer = model.layers[i];
@@ -196,18 +296,28 @@ std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, con
     if (layer.kind == "transformer_block") {
       t = block;
     } else if (layer.kind == "embedding") {
-      // Token (and position) lookup: read the rows and write the hidden states; backward scatters the
-      // gradient rows into the embedding gradient (read + write).
+      // Lookup: each table's rows gathered (read + write h e per token), token and position embeddings added
+      // (3 h e). Backward: the table gradient zeroed (V h e) and the output gradient accumulated into the rows
+      // of each table (read dy, read + write the row: 3 h e per token), two kernels per table.
       const double tables = shape.learned_positions ? 2.0 : 1.0;
-      t.forward_seconds = timer.memory_seconds((tables + 1.0) * tokens * h * e);
-      t.backward_weight_seconds = timer.memory_seconds(2.0 * tables * tokens * h * e);
+      t.forward_seconds = timer.streaming_seconds(tables * 2.0 * tokens * h * r, tables) +
+                          (tables > 1.0 ? timer.streaming_seconds(3.0 * tokens * h * r, 1.0) : 0.0);
+      t.backward_weight_seconds =
+          timer.streaming_seconds(static_cast<double>(shape.vocab_size) * h * r + tables * 3.0 * tokens * h * r,
+                                  2.0 * tables);
       if (shape.embedding_norm) {
-        const LayerCompute norm = norm_layer(timer, tokens, h, e);
-        t.forward_seconds += norm.forward_seconds;
-        t.backward_input_seconds += norm.backward_input_seconds;
+        Work norm;
+        add_norm(timer, tokens, h, r, norm);
+        t.forward_seconds += norm.forward;
+        t.backward_input_seconds += norm.backward_input;
+        t.backward_weight_seconds += norm.backward_weight;
       }
     } else if (layer.kind == "norm") {
-      t = norm_layer(timer, tokens, h, e);
+      Work norm;
+      add_norm(timer, tokens, h, r, norm);
+      t.forward_seconds = norm.forward;
+      t.backward_input_seconds = norm.backward_input;
+      t.backward_weight_seconds = norm.backward_weight;
     } else if (layer.kind == "lm_head") {
       add_output_head(timer, shape, training, t);
       has_head = true;
@@ -226,13 +336,22 @@ std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, con
 double optimizer_step_bytes_per_param(const TrainingConfig& training) {
   const double states = optimizer_state_bytes_per_param(training.optimizer);
   const double e = precision_bytes(training.precision);
-  const double gradient_norm_read = 4.0;  // fp32 gradient read once more for the norm / overflow check
+  // The global gradient norm reads the fp32 gradient once (DeepSpeed computes it for clipping and the overflow
+  // check; torch clip_grad_norm_ likewise); clipping then scales the gradient in place (read + write).
+  const double norm = 4.0 + (training.gradient_clipping > 0.0 ? 8.0 : 0.0);
+  if (training.autocast_fp32_params && training.precision != Precision::fp32) {
+    // Autocast over fp32 parameters (torch fused AdamW): the 16-bit weight gradient accumulated into the fp32
+    // .grad (read e, write 4); the step reads param, states, gradient and writes param and states (no 16-bit
+    // copy); the next forward casts every weight to 16-bit once (read 4, write e), counted here.
+    return (e + 4.0) + (4.0 + states + 4.0) + (4.0 + states) + (4.0 + e) + norm;
+  }
   if (training.precision == Precision::fp32) {
     // No master copy: read param, states, gradient; write param and states.
-    return 4.0 + states + 4.0 + 4.0 + states + gradient_norm_read;
+    return (4.0 + states + 4.0) + (4.0 + states) + norm;
   }
-  // Mixed precision: read fp32 master + states + fp32 gradient, write master + states + the 16-bit param.
-  return (4.0 + states + 4.0) + (4.0 + states + e) + gradient_norm_read;
+  // Mixed precision: the 16-bit gradient upcast into the fp32 gradient (read e, write 4); the step reads the fp32
+  // master, states and gradient and writes the master, the states and the 16-bit copy of the parameter.
+  return (e + 4.0) + (4.0 + states + 4.0) + (4.0 + states + e) + norm;
 }
 
 double model_flops_per_token(const ModelDescription& model, const TrainingConfig& training) {

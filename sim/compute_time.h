@@ -1,9 +1,21 @@
-// Compute time of each layer for one micro-step: GEMMs from their FLOPs at a rate that depends on the GEMM's
-// size (ClusterDescription::gemm_efficiency, interpolated in log(FLOPs)), memory-bound operations (norms,
-// activations, residual adds, the loss) from the bytes they move over HBM bandwidth.
+// Compute time of each layer for one micro-step, from first principles: every kernel of a layer's forward and
+// backward, timed by the resource that bounds it, at rates the cluster description carries (measured where the
+// cluster says so, with provenance):
+// - GEMMs: FLOPs / (peak * efficiency(FLOPs)), the efficiency interpolated in log(FLOPs) between the cluster's
+//   gemm_efficiency points (measured at training shapes for h200x4). Biases are added in the GEMM epilogue
+//   (cuBLASLt), not by a kernel of their own.
+// - Fused (flash) attention: its own achievable rate (attention_forward_flops / attention_backward_flops),
+//   applied to the work a causal kernel really does: half of the s^2 products (the masked half is skipped). The
+//   FLOPs reported (and counted for MFU) follow PaLM appendix B and count all of them: 4*s*h per token forward,
+//   8*s*h backward. Without fused attention: the score and value matmuls as batched GEMMs over all s^2 products
+//   plus the softmax over the scores.
+// - Memory-bound kernels: bytes / bandwidth + a fixed kernel_overhead_seconds per kernel. Elementwise kernels
+//   (residual adds, GELU/SwiGLU, rotary, dropout, casts, embedding lookups, the optimizer step) stream at
+//   streaming_bandwidth; row-reduction kernels (LayerNorm/RMSNorm forward and backward, norm-weight and bias
+//   gradients reduced over tokens, softmax / cross-entropy) run at reduction_bandwidth. The byte list of each
+//   kernel is written beside it in compute_time.cpp.
 // FLOP counts (zero-formulas.md section 6, PaLM appendix B): a dense layer's forward is 2 FLOPs per parameter
-// per token; attention's score and value matmuls add 2 * 2 * s * h per token per layer (causal mask not
-// discounted); backward is twice the forward, half for the input gradient and half for the weight gradient.
+// per token; backward twice the forward, half for the input gradient and half for the weight gradient.
 #pragma once
 
 #include <vector>
@@ -18,7 +30,7 @@ namespace zeroplan {
 struct LayerCompute {
   double forward_seconds = 0.0;
   double backward_input_seconds = 0.0;   // input gradient (dgrad) and the memory-bound backward work
-  double backward_weight_seconds = 0.0;  // weight gradient (wgrad)
+  double backward_weight_seconds = 0.0;  // weight gradient (wgrad), bias and norm-weight gradients
   double recompute_seconds = 0.0;        // forward work re-run under activation checkpointing (0 when off)
   double forward_flops = 0.0;
   double backward_flops = 0.0;
@@ -27,19 +39,29 @@ struct LayerCompute {
 
 class ComputeTimer {
  public:
-  // peak = the cluster's dense peak for the precision; efficiency table from the cluster (empty: the peak).
+  // peak = the cluster's dense peak for the precision; the rates from the cluster (see ClusterDescription; a
+  // rate left at 0 falls back as the header of cluster_description.h says). Throws InputError when the cluster
+  // has no peak for the precision or no HBM bandwidth.
   ComputeTimer(const ClusterDescription& cluster, Precision precision);
 
   double peak_flops() const { return peak_flops_; }
   // Achievable fraction of peak for one GEMM of `flops`, interpolated in log(flops), clamped at the ends.
   double gemm_efficiency(double flops) const;
   double gemm_seconds(double flops) const;
-  // Memory-bound work: bytes moved over HBM.
-  double memory_seconds(double bytes) const;
+  // Fused attention over `causal_work_flops` (the products a causal kernel computes).
+  double attention_forward_seconds(double causal_work_flops) const;
+  double attention_backward_seconds(double causal_work_flops) const;
+  // Memory-bound kernels: `kernels` launches moving `bytes` (read + write) in all.
+  double streaming_seconds(double bytes, double kernels = 0.0) const;
+  double reduction_seconds(double bytes, double kernels = 0.0) const;
 
  private:
   double peak_flops_ = 0.0;
-  double hbm_bandwidth_ = 0.0;
+  double streaming_bandwidth_ = 0.0;
+  double reduction_bandwidth_ = 0.0;
+  double attention_forward_flops_ = 0.0;   // 0: the GEMM curve
+  double attention_backward_flops_ = 0.0;
+  double kernel_overhead_seconds_ = 0.0;
   std::vector<double> log_flops_;
   std::vector<double> efficiency_;
 };
@@ -50,9 +72,16 @@ class ComputeTimer {
 std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, const ClusterDescription& cluster,
                                               const TrainingConfig& training);
 
-// Bytes the GPU optimizer step reads and writes per parameter it updates: AdamW under mixed precision reads the
-// fp32 master, momentum and variance and the fp32 gradient, writes the master and states back and the 16-bit
-// copy of the parameter; plus one read of the gradient for the norm (clipping / overflow check).
+// Bytes the GPU optimizer step moves per parameter it updates (all through streaming kernels):
+// - mixed precision: the 16-bit gradient upcast into the fp32 gradient (read e, write 4); AdamW reads the fp32
+//   master, momentum, variance and gradient (16) and writes master, momentum, variance and the 16-bit copy of the
+//   parameter (12 + e); (SGD/8-bit Adam: their state bytes instead of 8);
+// - fp32: no upcast and no 16-bit copy: read param, states, gradient; write param and states;
+// - the gradient norm (clipping, overflow check): one more read of the fp32 gradient (4); with
+//   gradient_clipping > 0 the clip scales it in place (read + write, 8).
+// - autocast over fp32 parameters: the gradient accumulated into the fp32 .grad (e + 4), the step without a
+//   16-bit copy (28 for AdamW) and the weights' cast to 16-bit in the next forward (4 + e).
+// AdamW bf16 with clipping: 6 + 30 + 4 + 8 = 48 bytes per parameter (autocast: 6 + 28 + 6 + 12 = 52).
 double optimizer_step_bytes_per_param(const TrainingConfig& training);
 
 // Model FLOPs per token (PaLM appendix B): 6N + 12 * L * h * s for a transformer (N all parameters, s the

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sim/saturating.h"
+#include "sim/zero_schedule.h"
 
 namespace zeroplan {
 
@@ -34,8 +35,9 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
       persistent += layer.params;
     } else {
       if (threshold > 0) persistent += layer.small_module_params;
-      gathered_modules += std::max<std::int64_t>(1, layer.module_count);
     }
+    // One all-gather per module with partitioned parameters, as the simulator issues them.
+    gathered_modules += gathered_module_count(layer, training.zero);
   }
   in.params = params;
   in.largest_module_params = largest;

@@ -139,7 +139,9 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   inputs.activation_bytes = activation_bytes_per_layer(model, memory.gpu.activations);
   inputs.logits_bytes = memory.gpu.logits;
   inputs.prefetch_window = std::max(0, options.prefetch_window);
-  inputs.hbm_bandwidth = cluster.hbm_bandwidth;
+  // The optimizer step is a few multi-tensor streaming kernels over the partition (sim/compute_time.h).
+  inputs.optimizer_bandwidth =
+      cluster.streaming_bandwidth > 0.0 ? cluster.streaming_bandwidth : cluster.hbm_bandwidth;
   inputs.pcie_bandwidth = cluster.pcie_bandwidth;
   // The node's host CPU and NVMe serve every GPU process of the node at once: each rank gets its share.
   inputs.cpu_optimizer_params_per_second = cluster.cpu_optimizer_params_per_second / gpus_in_node;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "sim/comm_model.h"
+
 namespace zeroplan {
 
 std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& zero) {
@@ -14,6 +16,18 @@ std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& 
   if (threshold <= 0) return 0;
   if (layer.largest_module_params <= threshold) return layer.params;
   return std::min(layer.small_module_params, layer.params);
+}
+
+std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConfig& zero) {
+  // DeepSpeed stage 3 (partitioned_param_coordinator.py fetch_sub_module -> __all_gather_params ->
+  // all_gather_coalesced): each module's partitioned parameters are fetched with one coalesced all-gather when
+  // the module runs, and a prefetch issues the upcoming modules' fetches ahead of it, module by module in the
+  // steady state. A layer that persists whole is never fetched. The layer description carries only a module
+  // count, so a module whose own parameters are all persistent (a norm inside a block) is still counted.
+  const std::int64_t threshold = zero.param_persistence_threshold;
+  if (threshold > 0 && layer.largest_module_params <= threshold) return 0;
+  if (layer.params - persistent_params(layer, zero) <= 0) return 0;
+  return std::max<std::int64_t>(1, layer.module_count);
 }
 
 namespace {
@@ -30,7 +44,7 @@ class StepBuilder {
         layers_(inputs.model->layers),
         compute_(*inputs.compute),
         n_(inputs.world_size),
-        e_(precision_bytes(inputs.training->precision)) {}
+        e_(communication_element_bytes(*inputs.training)) {}
 
   void build() {
     const std::size_t layer_count = layers_.size();
@@ -155,10 +169,16 @@ class StepBuilder {
     }
     TaskId done = allocating;
     if (n_ > 1) {
-      done = timeline_.add(Resource::nccl, TaskKind::all_gather,
-                           in_.collectives->seconds(CollectiveKind::all_gather, full_bytes), {ready}, layer, micro,
-                           full_bytes);
-      if (allocating == kNoTask) allocating = done;
+      // One coalesced all-gather per module (gathered_module_count), the layer's bytes split evenly over them.
+      const std::int64_t modules = std::max<std::int64_t>(1, gathered_module_count(layers_[index], zero_));
+      const Bytes per_module = full_bytes / modules;
+      for (std::int64_t m = 0; m < modules; ++m) {
+        const Bytes bytes = m + 1 == modules ? full_bytes - per_module * (modules - 1) : per_module;
+        done = timeline_.add(Resource::nccl, TaskKind::all_gather,
+                             in_.collectives->seconds(CollectiveKind::all_gather, bytes), {ready}, layer, micro,
+                             bytes);
+        if (allocating == kNoTask) allocating = done;
+      }
     }
     if (allocating == kNoTask) return kNoTask;  // one GPU, parameters resident: nothing to fetch
     timeline_.set_memory(allocating, full_bytes, 0);
@@ -210,7 +230,7 @@ class StepBuilder {
     TaskId updated = kNoTask;
     if (zero_.offload_optimizer == OffloadDevice::none) {
       const double seconds =
-          static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.hbm_bandwidth;
+          static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.optimizer_bandwidth;
       updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
                               {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro);
     } else {

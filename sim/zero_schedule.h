@@ -50,7 +50,7 @@ struct StepScheduleInputs {
   std::vector<Bytes> activation_bytes;       // per layer, one micro-step, saved for backward
   Bytes logits_bytes = 0;                    // allocated with the last layer's forward, freed after its backward
   int prefetch_window = 2;                   // stage 3: layers gathered ahead of the one computing
-  double hbm_bandwidth = 0.0;                // bytes/s, for the GPU optimizer step
+  double optimizer_bandwidth = 0.0;          // bytes/s the GPU optimizer step streams at (streaming kernels)
   double pcie_bandwidth = 0.0;               // bytes/s per direction for this GPU
   double cpu_optimizer_params_per_second = 0.0;  // this rank's share of the node's CPU optimizer rate
   double nvme_read_bandwidth = 0.0;          // this rank's share of the node's NVMe
@@ -60,6 +60,11 @@ struct StepScheduleInputs {
 // Stage-3 parameters of a layer that are never gathered (under param_persistence_threshold), counted as the
 // memory model counts them.
 std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& zero);
+
+// Stage-3 all-gather calls for one layer in one pass (forward or backward): one per module with partitioned
+// parameters, 0 for a layer that persists whole. The communication model (sim/comm_model.cpp, through
+// MemoryInputs::gathered_modules) counts the same.
+std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConfig& zero);
 
 // Builds the step on `timeline` (cleared first). Throws InputError for inputs that cannot be scheduled
 // (an offload with no PCIe, CPU or NVMe rate in the cluster).
