@@ -68,6 +68,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int src_size = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_size));
 }
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_size = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_size));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -127,7 +132,7 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C,
+__global__ void __launch_bounds__(kThreads, 4) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C,
                                                                  int NH, float scale_log2) {
   __shared__ alignas(16) T sQ[kTile][kLd];
   __shared__ alignas(16) T sK[2][kTile][kLd];
@@ -255,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
   Tile* sQ = sK + 2;   // [2]
   Tile* sdO = sK + 4;  // [2]
   Tile* sdS = sK + 6;
-  float* sLse = reinterpret_cast<float*>(sK + 7);  // [2][64], log2 units
+  float* sLse = reinterpret_cast<float*>(sK + 7);  // [2][64], natural log
   float* sD = sLse + 2 * kTile;                    // [2][64]
 
   const int nqb = (Tn + kTile - 1) / kTile;
@@ -272,10 +277,13 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
   auto load_q_stage = [&](int qb, int stage) {
     load_tile<T>(sQ[stage], qbase + static_cast<i64>(qb) * kTile * stride, stride, Tn - qb * kTile);
     load_tile<T>(sdO[stage], dobase + static_cast<i64>(qb) * kTile * C, C, Tn - qb * kTile);
+    // asynchronous like the tiles: a plain load here stalled the loading threads on the critical path
+    // (ncu: long-scoreboard stalls); rows past T are zero-filled
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const int q = qb * kTile + i;
-      sLse[stage * kTile + i] = q < Tn ? lse_row[q] * kLog2e : 0.0f;
-      sD[stage * kTile + i] = q < Tn ? d_row[q] : 0.0f;
+      const bool valid = q < Tn;
+      cp_async4(&sLse[stage * kTile + i], lse_row + (valid ? q : 0), valid);
+      cp_async4(&sD[stage * kTile + i], d_row + (valid ? q : 0), valid);
     }
   };
 
@@ -313,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
         const int ql = j * 8 + tig * 2 + (e & 1);
         const int q = qb * kTile + ql;
         const bool live = q >= key[e >> 1] && q < Tn;
-        const float pv = live ? exp2f(p[j][e] * scale_log2 - sLse[stage * kTile + ql]) : 0.0f;
+        const float pv = live ? exp2f(p[j][e] * scale_log2 - sLse[stage * kTile + ql] * kLog2e) : 0.0f;
         p[j][e] = pv;
         ds[j][e] = pv * (ds[j][e] - sD[stage * kTile + ql]) * scale;  // dS * scale (for both dK and dQ)
       }
@@ -539,6 +547,12 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, i
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
+      static bool configured = false;  // per template instance: 4 blocks of 45 KiB per SM need the max carveout
+      if (!configured) {
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+        configured = true;
+      }
       dim3 grid((Tn + kTile - 1) / kTile, NH, B);
       flash_forward_kernel<T><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
       CUDA_CHECK_LAUNCH();
