@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "core/input_error.h"
 #include "core/units.h"
 #include "sim/plan_json.h"
+#include "sim/plan_timing.h"
 #include "sim/planner.h"
 #include "sim/simulation_json.h"
 #include "sim/simulator.h"
@@ -76,20 +78,25 @@ std::string verdict_cell(const PlanResult& plan) {
   return "NO (" + why + ")";
 }
 
-TextTable memory_table(const std::vector<PlanResult>& plans, bool with_deepspeed) {
-  std::vector<std::string> headers = {"plan",        "params", "grads",   "optimizer", "activations", "logits",
-                                      "buffers",     "runtime", "total",  "headroom",  "verdict",     "max micro-batch"};
+TextTable memory_table(const std::vector<PlanResult>& plans, const std::vector<std::optional<StepSimulation>>& times,
+                       bool with_deepspeed) {
+  std::vector<std::string> headers = {"plan",    "params",  "grads",     "optimizer",
+                                      "activations", "logits", "buffers", "runtime",
+                                      "total",   "sum of worst cases", "headroom", "verdict",
+                                      "max micro-batch"};
   if (with_deepspeed) {
     headers.push_back("DeepSpeed est. GPU");
     headers.push_back("DeepSpeed est. host");
   }
   TextTable table(headers);
-  for (const PlanResult& plan : plans) {
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const PlanResult& plan = plans[i];
     const GroupedMemory m = group(plan.memory.gpu);
+    const Bytes worst = times[i] ? times[i]->sum_of_worst_cases_gpu_bytes : plan.memory.gpu.total;
     std::vector<std::string> row = {plan.choice.label(),     gib_cell(m.params),  gib_cell(m.grads),
                                     gib_cell(m.optimizer),   gib_cell(m.activations), gib_cell(m.logits),
                                     gib_cell(m.buffers),     gib_cell(m.runtime), gib_cell(plan.memory.gpu.total),
-                                    gib_cell(plan.gpu_headroom_bytes), verdict_cell(plan),
+                                    gib_cell(worst),         gib_cell(plan.gpu_headroom_bytes), verdict_cell(plan),
                                     std::to_string(plan.max_micro_batch)};
     if (with_deepspeed) {
       row.push_back(plan.deepspeed ? gib_cell(plan.deepspeed->gpu_bytes) : "-");
@@ -117,14 +124,16 @@ TextTable traffic_table(const std::vector<PlanResult>& plans) {
   return table;
 }
 
-// One wide row per plan, every figure in bytes: the CSV a spreadsheet wants.
-TextTable csv_table(const std::vector<PlanResult>& plans, bool with_deepspeed) {
+// One wide row per plan, every figure in bytes (times in seconds): the CSV a spreadsheet wants.
+TextTable csv_table(const std::vector<PlanResult>& plans, const std::vector<std::optional<StepSimulation>>& times,
+                    bool with_deepspeed) {
   std::vector<std::string> headers = {"plan", "stage", "offload_optimizer", "offload_param"};
   for (const auto& [name, bytes] : GpuMemoryBreakdown{}.components()) headers.push_back("gpu_" + name + "_bytes");
   for (const char* name : {"gpu_total_bytes", "gpu_capacity_bytes", "gpu_headroom_bytes", "host_bytes",
                            "host_pinned_bytes", "nvme_bytes", "all_reduce_bytes", "reduce_scatter_bytes",
                            "all_gather_bytes", "wire_bytes", "pcie_h2d_bytes", "pcie_d2h_bytes", "fits",
-                           "max_micro_batch"}) {
+                           "max_micro_batch", "step_seconds", "tokens_per_second", "mfu", "exposed_comm_seconds",
+                           "timeline_peak_gpu_bytes", "sum_of_worst_cases_gpu_bytes"}) {
     headers.emplace_back(name);
   }
   if (with_deepspeed) {
@@ -132,7 +141,8 @@ TextTable csv_table(const std::vector<PlanResult>& plans, bool with_deepspeed) {
     headers.emplace_back("deepspeed_host_bytes");
   }
   TextTable table(headers);
-  for (const PlanResult& plan : plans) {
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const PlanResult& plan = plans[i];
     std::vector<std::string> row = {plan.choice.label(), std::to_string(plan.choice.stage),
                                     to_string(plan.choice.offload_optimizer), to_string(plan.choice.offload_param)};
     for (const auto& [name, bytes] : plan.memory.gpu.components()) row.push_back(std::to_string(bytes));
@@ -146,6 +156,23 @@ TextTable csv_table(const std::vector<PlanResult>& plans, bool with_deepspeed) {
     }
     row.push_back(plan.fits ? "true" : "false");
     row.push_back(std::to_string(plan.max_micro_batch));
+    // Not simulated (the cluster lacks a rate the plan needs): empty cells, as JSON gives null.
+    const auto number = [](double value) {
+      char buffer[40];
+      std::snprintf(buffer, sizeof buffer, "%.9g", value);
+      return std::string(buffer);
+    };
+    if (times[i]) {
+      const StepSimulation& t = *times[i];
+      for (double value : {t.step_seconds, t.tokens_per_second, t.mfu, t.exposed_comm_seconds}) {
+        row.push_back(number(value));
+      }
+      row.push_back(std::to_string(t.peak_gpu_bytes));
+      row.push_back(std::to_string(t.sum_of_worst_cases_gpu_bytes));
+    } else {
+      for (int k = 0; k < 5; ++k) row.emplace_back("");
+      row.push_back(std::to_string(plan.memory.gpu.total));
+    }
     if (with_deepspeed) {
       row.push_back(plan.deepspeed ? std::to_string(plan.deepspeed->gpu_bytes) : "");
       row.push_back(plan.deepspeed ? std::to_string(plan.deepspeed->host_bytes) : "");
@@ -246,8 +273,20 @@ int run_plan(const PlanCommandOptions& options) {
   planner_options.explain = options.explain;
   planner_options.compare_deepspeed = compare_deepspeed;
   const std::vector<PlanChoice> choices = enumerate_plan_choices(inputs.filter);
-  const std::vector<PlanResult> plans =
+  std::vector<PlanResult> plans =
       evaluate_plans(inputs.model, inputs.cluster, inputs.training, choices, planner_options);
+
+  // Step time of every plan from the simulator (issue 3), and the GPU verdict from its timeline peak, as
+  // `simulate` and `recommend` judge it (sim/plan_timing.h); the memory model's sum of worst cases stays beside
+  // it. A choice the cluster lacks the rates for (NVMe offload without NVMe) keeps the memory model's verdict.
+  std::vector<std::optional<StepSimulation>> times(plans.size());
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (!cluster_supports(inputs.cluster, plans[i].choice)) continue;
+    times[i] = simulate_step(inputs.model, inputs.cluster, inputs.training, plans[i].choice);
+    judge_on_timeline(plans[i], *times[i], inputs.cluster);
+    plans[i].max_micro_batch = largest_fitting_micro_batch_on_timeline(
+        inputs.model, inputs.cluster, inputs.training, plans[i].choice, planner_options.micro_batch_search_limit);
+  }
 
   // Optional searches, per plan.
   std::vector<std::optional<int>> fewest(plans.size());
@@ -259,14 +298,6 @@ int run_plan(const PlanCommandOptions& options) {
     }
     if (options.largest_model) {
       largest[i] = largest_fitting_model(inputs.model, inputs.cluster, inputs.training, plans[i].choice);
-    }
-  }
-
-  // Step time of every plan from the simulator (issue 3); none for a choice the cluster lacks the rates for.
-  std::vector<std::optional<StepSimulation>> times(plans.size());
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    if (cluster_supports(inputs.cluster, plans[i].choice)) {
-      times[i] = simulate_step(inputs.model, inputs.cluster, inputs.training, plans[i].choice);
     }
   }
 
@@ -286,6 +317,13 @@ int run_plan(const PlanCommandOptions& options) {
   if (inputs.format == OutputFormat::json) {
     nlohmann::json document = plans_document(inputs.model, inputs.cluster, inputs.training, plans);
     for (std::size_t i = 0; i < plans.size(); ++i) {
+      document["plans"][i]["sum_of_worst_cases_gpu_bytes"] =
+          times[i] ? times[i]->sum_of_worst_cases_gpu_bytes : plans[i].memory.gpu.total;
+      document["plans"][i]["timeline_peak_gpu_bytes"] =
+          times[i] ? nlohmann::json(times[i]->peak_gpu_bytes) : nlohmann::json(nullptr);
+      document["plans"][i]["gpu_bytes_source"] =
+          times[i] ? "timeline peak (components live at the peak)"
+                   : "memory model, sum of worst cases (not simulated: the cluster lacks a rate this plan needs)";
       if (times[i]) {
         add_time_fields(document["plans"][i], *times[i]);
       } else {
@@ -312,16 +350,17 @@ int run_plan(const PlanCommandOptions& options) {
     return status;
   }
   if (inputs.format == OutputFormat::csv) {
-    csv_table(plans, compare_deepspeed).print_csv(std::cout);
+    csv_table(plans, times, compare_deepspeed).print_csv(std::cout);
     return status;
   }
 
   const bool markdown = inputs.format == OutputFormat::markdown;
   print_header(inputs, markdown);
-  std::cout << "Per-GPU memory, GiB (capacity " << gib_cell(inputs.cluster.gpu_memory_bytes)
-            << " GiB; optimizer = fp32 master params + optimizer states; buffers = gradient buckets, stage-3 "
-               "gathered params, offload staging):\n";
-  print_table(memory_table(plans, compare_deepspeed), inputs.format);
+  std::cout << "Per-GPU memory at the simulated step's peak, GiB (capacity " << gib_cell(inputs.cluster.gpu_memory_bytes)
+            << " GiB; activations, logits and gathered params as live at the timeline's peak, the rest as the "
+               "memory model has it; optimizer = fp32 master params + optimizer states; buffers = gradient "
+               "buckets, stage-3 gathered params, offload staging):\n";
+  print_table(memory_table(plans, times, compare_deepspeed), inputs.format);
   std::cout << "\nHost and NVMe per node (GiB); communication per GPU per optimizer step (GB = 1e9 bytes; "
                "sent per GPU = ring wire bytes):\n";
   print_table(traffic_table(plans), inputs.format);

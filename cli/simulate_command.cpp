@@ -113,8 +113,7 @@ int run_simulate(const SimulateCommandOptions& options) {
     plan.choice = choice;
     plan.simulation = simulate_step(inputs.model, inputs.cluster, inputs.training, choice, simulation_options);
     const PlanResult memory = evaluate_plan(inputs.model, inputs.cluster, inputs.training, choice, planner);
-    plan.fits = memory.host_fits && memory.nvme_fits &&
-                plan.simulation.peak_gpu_bytes <= inputs.cluster.gpu_memory_bytes;
+    plan.fits = memory.host_fits && memory.nvme_fits && timeline_gpu_fits(plan.simulation, inputs.cluster);
     plans.push_back(std::move(plan));
   }
   bool any_fits = false;

@@ -55,10 +55,13 @@ nlohmann::json chrome_trace(const StepSimulation& simulation, const ModelDescrip
   Bytes in_use = simulation.static_gpu_bytes;
   events.push_back({{"ph", "C"}, {"pid", pid}, {"name", "GPU memory (GiB)"}, {"ts", 0.0},
                     {"args", {{"in use", to_gib(in_use)}}}});
-  for (const MemoryChange& change : simulation.memory_changes) {
-    in_use += change.delta;
-    events.push_back({{"ph", "C"}, {"pid", pid}, {"name", "GPU memory (GiB)"}, {"ts", change.time * kMicroseconds},
-                      {"args", {{"in use", to_gib(in_use)}}}});
+  const std::vector<MemoryChange>& changes = simulation.memory_changes;
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    in_use += changes[i].delta;
+    // One sample per instant: changes at the same time (a free and an allocation) show as their net effect.
+    if (i + 1 < changes.size() && changes[i + 1].time == changes[i].time) continue;
+    events.push_back({{"ph", "C"}, {"pid", pid}, {"name", "GPU memory (GiB)"},
+                      {"ts", changes[i].time * kMicroseconds}, {"args", {{"in use", to_gib(in_use)}}}});
   }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ms"},

@@ -129,7 +129,7 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
           r.gpus = gpus;
           r.simulation = simulate_step(model, sized, candidate, choice);
           ++result.simulated;
-          if (r.simulation.peak_gpu_bytes > sized.gpu_memory_bytes) break;
+          if (!timeline_gpu_fits(r.simulation, sized)) break;  // the verdict `zeroplan plan` gives too
           fitting.push_back(std::move(r));
         }
       }

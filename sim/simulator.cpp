@@ -101,6 +101,14 @@ std::string peak_label(Precision precision) { return "datasheet dense " + to_str
 
 }  // namespace
 
+Bytes timeline_gpu_demand(const StepSimulation& simulation) {
+  return std::max(simulation.peak_gpu_bytes, simulation.init_peak_gpu_bytes);
+}
+
+bool timeline_gpu_fits(const StepSimulation& simulation, const ClusterDescription& cluster) {
+  return timeline_gpu_demand(simulation) <= cluster.gpu_memory_bytes;
+}
+
 bool cluster_supports(const ClusterDescription& cluster, const PlanChoice& choice, std::string* why) {
   const auto missing = [&](const char* text) {
     if (why != nullptr) *why = text;
@@ -208,7 +216,15 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   }
   result.static_gpu_bytes = memory.gpu.total - memory.gpu.activations - memory.gpu.logits -
                             memory.gpu.gathered_params + persistent_bytes;
-  result.peak_gpu_bytes = timeline.peak_memory(result.static_gpu_bytes, &result.peak_memory_at_seconds);
+  std::array<Bytes, kMemoryUseCount> live{};
+  result.peak_gpu_bytes = timeline.peak_memory(result.static_gpu_bytes, &result.peak_memory_at_seconds, &live);
+  result.sum_of_worst_cases_gpu_bytes = memory.gpu.total;
+  result.init_peak_gpu_bytes = memory.init_peak_gpu_bytes;
+  result.peak_breakdown = memory.gpu;
+  result.peak_breakdown.activations = live[static_cast<int>(MemoryUse::activations)];
+  result.peak_breakdown.logits = live[static_cast<int>(MemoryUse::logits)];
+  result.peak_breakdown.gathered_params = persistent_bytes + live[static_cast<int>(MemoryUse::gathered_params)];
+  result.peak_breakdown.total = result.peak_gpu_bytes;
 
   if (options.record_events) {
     result.events = timeline.tasks();

@@ -21,6 +21,7 @@
 #include "core/model_description.h"
 #include "core/training_config.h"
 #include "core/units.h"
+#include "sim/memory_model.h"
 #include "sim/plan_choice.h"
 #include "sim/timeline.h"
 
@@ -66,6 +67,12 @@ struct StepSimulation {
   Bytes static_gpu_bytes = 0;           // params, grads, optimizer states, buffers, runtime (memory model)
   Bytes peak_gpu_bytes = 0;             // static + the peak of the timeline's dynamic memory
   double peak_memory_at_seconds = 0.0;
+  // The peak split into the memory model's components: the static ones as the memory model has them, the
+  // activations, logits and gathered parameters live at the peak's instant (stage-3 persistent parameters
+  // included in gathered_params). Its components add up to its total == peak_gpu_bytes.
+  GpuMemoryBreakdown peak_breakdown;
+  Bytes sum_of_worst_cases_gpu_bytes = 0;  // the memory model's total (every component at its own worst)
+  Bytes init_peak_gpu_bytes = 0;        // the memory model's engine-initialization peak (0 when none)
 
   std::vector<TimelineTask> events;         // when options.record_events
   std::vector<MemoryChange> memory_changes; // when options.record_events (static bytes not included)
@@ -75,6 +82,12 @@ struct StepSimulation {
 // bandwidth for NVMe offload); when not, `why` says which figure is missing. Comparisons skip such choices;
 // simulate_step throws for them.
 bool cluster_supports(const ClusterDescription& cluster, const PlanChoice& choice, std::string* why = nullptr);
+
+// Whether the step fits the GPU: its timeline peak (and the engine's initialization peak) within the cluster's
+// GPU memory. `zeroplan plan`, `simulate` and `recommend` all judge GPU memory with this one function.
+bool timeline_gpu_fits(const StepSimulation& simulation, const ClusterDescription& cluster);
+// The GPU bytes the verdict compares with the capacity: max(timeline peak, initialization peak).
+Bytes timeline_gpu_demand(const StepSimulation& simulation);
 
 // Simulates one optimizer step of `choice` (applied to `training`) on `cluster` (all its GPUs are the
 // data-parallel group). Throws InputError for inputs it cannot simulate (missing rates in the cluster, sizes

@@ -92,16 +92,16 @@ TaskId Timeline::add(Resource resource, TaskKind kind, double duration, const De
   return id;
 }
 
-void Timeline::set_memory(TaskId id, Bytes allocated, Bytes freed) {
+void Timeline::set_memory(TaskId id, Bytes allocated, Bytes freed, MemoryUse use) {
   TimelineTask& task = tasks_[static_cast<std::size_t>(id)];
   task.memory_allocated += allocated;
   task.memory_freed += freed;
-  if (allocated != 0) memory_.push_back({task.start, allocated});
-  if (freed != 0) memory_.push_back({task.finish, -freed});
+  if (allocated != 0) memory_.push_back({task.start, allocated, use});
+  if (freed != 0) memory_.push_back({task.finish, -freed, use});
   memory_sorted_ = false;
 }
 
-void Timeline::free_at_finish(TaskId id, Bytes bytes) { set_memory(id, 0, bytes); }
+void Timeline::free_at_finish(TaskId id, Bytes bytes, MemoryUse use) { set_memory(id, 0, bytes, use); }
 
 double Timeline::makespan() const {
   double end = 0.0;
@@ -156,19 +156,24 @@ const std::vector<MemoryChange>& Timeline::memory_changes() {
   return memory_;
 }
 
-Bytes Timeline::peak_memory(Bytes baseline, double* peak_time) {
+Bytes Timeline::peak_memory(Bytes baseline, double* peak_time, std::array<Bytes, kMemoryUseCount>* at_peak) {
   const auto& changes = memory_changes();
   Bytes in_use = baseline;
   Bytes peak = baseline;
   double when = 0.0;
+  std::array<Bytes, kMemoryUseCount> live{};
+  std::array<Bytes, kMemoryUseCount> live_at_peak{};
   for (const MemoryChange& change : changes) {
     in_use += change.delta;
+    live[static_cast<int>(change.use)] += change.delta;
     if (in_use > peak) {
       peak = in_use;
       when = change.time;
+      live_at_peak = live;
     }
   }
   if (peak_time != nullptr) *peak_time = when;
+  if (at_peak != nullptr) *at_peak = live_at_peak;
   return peak;
 }
 

@@ -74,10 +74,16 @@ struct TimelineTask {
   Bytes memory_freed = 0;        // bytes freed when the task finishes
 };
 
+// What a dynamic GPU allocation holds (the memory model's component it belongs to), so that the peak can be
+// split into components.
+enum class MemoryUse : std::uint8_t { activations, logits, gathered_params };
+inline constexpr int kMemoryUseCount = 3;
+
 // One change of the GPU memory counter.
 struct MemoryChange {
   double time = 0.0;
   Bytes delta = 0;
+  MemoryUse use = MemoryUse::activations;
 };
 
 class Timeline {
@@ -95,9 +101,9 @@ class Timeline {
              double flops = 0.0);
 
   // GPU memory: `allocated` bytes come into use when the task starts, `freed` bytes leave when it finishes.
-  void set_memory(TaskId task, Bytes allocated, Bytes freed);
+  void set_memory(TaskId task, Bytes allocated, Bytes freed, MemoryUse use = MemoryUse::activations);
   // Frees bytes when `task` finishes (for buffers allocated by an earlier task and released by a later one).
-  void free_at_finish(TaskId task, Bytes bytes);
+  void free_at_finish(TaskId task, Bytes bytes, MemoryUse use = MemoryUse::activations);
 
   const TimelineTask& task(TaskId id) const { return tasks_[static_cast<std::size_t>(id)]; }
   const std::vector<TimelineTask>& tasks() const { return tasks_; }
@@ -120,7 +126,9 @@ class Timeline {
   // The memory counter's changes sorted by time (frees before allocations at equal times), and its peak given
   // the bytes in use before the step (baseline).
   const std::vector<MemoryChange>& memory_changes();
-  Bytes peak_memory(Bytes baseline, double* peak_time = nullptr);
+  // `at_peak`, when given, receives the bytes of each MemoryUse live at the peak (they sum to peak - baseline).
+  Bytes peak_memory(Bytes baseline, double* peak_time = nullptr,
+                    std::array<Bytes, kMemoryUseCount>* at_peak = nullptr);
 
  private:
   std::vector<TimelineTask> tasks_;

@@ -98,9 +98,8 @@ class StepBuilder {
       if (forward) {
         first = consumer = timeline_.add(Resource::gpu_compute, TaskKind::forward, work.forward_seconds,
                                          first_deps.data(), first_deps.size(), layer, micro, 0, work.forward_flops);
-        Bytes allocated = in_.activation_bytes[index];
-        if (index + 1 == count) allocated += in_.logits_bytes;
-        timeline_.set_memory(first, allocated, 0);
+        timeline_.set_memory(first, in_.activation_bytes[index], 0, MemoryUse::activations);
+        if (index + 1 == count) timeline_.set_memory(first, in_.logits_bytes, 0, MemoryUse::logits);
       } else {
         if (work.recompute_seconds > 0.0) {
           first = timeline_.add(Resource::gpu_compute, TaskKind::recompute, work.recompute_seconds,
@@ -112,9 +111,8 @@ class StepBuilder {
         if (first == kNoTask) first = input;
         consumer = timeline_.add(Resource::gpu_compute, TaskKind::backward_weight, work.backward_weight_seconds,
                                  nullptr, 0, layer, micro, 0, work.backward_flops / 2.0);
-        Bytes freed = in_.activation_bytes[index];
-        if (index + 1 == count) freed += in_.logits_bytes;
-        timeline_.free_at_finish(consumer, freed);
+        timeline_.free_at_finish(consumer, in_.activation_bytes[index], MemoryUse::activations);
+        if (index + 1 == count) timeline_.free_at_finish(consumer, in_.logits_bytes, MemoryUse::logits);
         last_backward_ = consumer;
       }
 
@@ -135,7 +133,9 @@ class StepBuilder {
           }
         }
         // Released after use (forward: after the layer's forward; backward: after its weight gradient).
-        if (gathered_bytes_[index] > 0) timeline_.free_at_finish(consumer, gathered_bytes_[index]);
+        if (gathered_bytes_[index] > 0) {
+          timeline_.free_at_finish(consumer, gathered_bytes_[index], MemoryUse::gathered_params);
+        }
         gathered_bytes_[index] = 0;
       }
 
@@ -181,7 +181,7 @@ class StepBuilder {
       }
     }
     if (allocating == kNoTask) return kNoTask;  // one GPU, parameters resident: nothing to fetch
-    timeline_.set_memory(allocating, full_bytes, 0);
+    timeline_.set_memory(allocating, full_bytes, 0, MemoryUse::gathered_params);
     gathered_bytes_[index] += full_bytes;
     return done;
   }

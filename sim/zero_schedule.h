@@ -13,7 +13,8 @@
 // - Stages 1-2: after the optimizer step the updated 16-bit partitions are all-gathered in chunks of
 //   allgather_bucket_size elements; nothing overlaps it.
 // - Stage 3: each layer's parameters (except persistent ones: modules under param_persistence_threshold, never
-//   partitioned) are all-gathered before its forward and again before its backward, and released after use.
+//   partitioned) are all-gathered before its forward and again before its backward, one coalesced all-gather per
+//   module (gathered_module_count), and released after use.
 //   Prefetch: while layer p computes, the next layers' gathers are issued, at most `prefetch_window` layers
 //   ahead (2 by default), only as many as fit in prefetch_bucket_size elements, and never more gathered
 //   elements alive than max_live_parameters. Gradients are reduce-scattered in reduce_bucket_size buckets.

@@ -233,6 +233,13 @@ TEST(SimulatorMemory, TimelinePeakNeverExceedsTheMemoryModelsSumOfWorstCases) {
     EXPECT_LE(sim.peak_gpu_bytes, memory.gpu.total) << choice.label();
     // The peak holds every activation of a micro-step at once (end of forward, start of backward).
     EXPECT_GE(sim.peak_gpu_bytes, sim.static_gpu_bytes + memory.gpu.activations) << choice.label();
+    // The peak's breakdown adds up to it, and its activations are the memory model's (all live at the peak).
+    Bytes sum = 0;
+    for (const auto& [name, bytes] : sim.peak_breakdown.components()) sum += bytes;
+    EXPECT_EQ(sum, sim.peak_gpu_bytes) << choice.label();
+    EXPECT_EQ(sim.peak_breakdown.total, sim.peak_gpu_bytes) << choice.label();
+    EXPECT_EQ(sim.peak_breakdown.activations, memory.gpu.activations) << choice.label();
+    EXPECT_EQ(sim.sum_of_worst_cases_gpu_bytes, memory.gpu.total) << choice.label();
   }
   // Gradient accumulation frees activations between micro-steps: the same peak with 4 micro-steps.
   TrainingConfig accumulated = training;

@@ -1,0 +1,28 @@
+// The plan's verdict taken from the simulated timeline (issue 3: "the planner's peak is the timeline's peak, not
+// a sum of worst cases"). The memory model gives every component at its own worst (sim/memory_model.h) and stays
+// the fast path for searches over millions of configurations; `zeroplan plan`, `simulate` and `recommend` judge
+// GPU memory on the timeline's peak (simulator.h timeline_gpu_fits), so they never disagree about a plan.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cluster_description.h"
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "sim/planner.h"
+#include "sim/simulator.h"
+
+namespace zeroplan {
+
+// Replaces the plan's GPU breakdown by the timeline peak's (components live at the peak, adding up to it), and
+// its GPU verdict, overall verdict and headroom by the timeline's. Host and NVMe stay the memory model's.
+void judge_on_timeline(PlanResult& plan, const StepSimulation& simulation, const ClusterDescription& cluster);
+
+// Largest micro-batch in [1, limit] for which the plan fits on the timeline (GPU) and in the memory model (host,
+// NVMe); 0 if none. Memory grows with the micro-batch, so it gallops then bisects, one simulation per trial.
+std::int64_t largest_fitting_micro_batch_on_timeline(const ModelDescription& model,
+                                                     const ClusterDescription& cluster,
+                                                     const TrainingConfig& training, const PlanChoice& choice,
+                                                     std::int64_t limit);
+
+}  // namespace zeroplan
