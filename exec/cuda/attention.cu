@@ -1,5 +1,7 @@
 #include "exec/cuda/attention.cuh"
 
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "exec/cuda/cuda_common.cuh"
@@ -131,8 +133,9 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 4) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C,
+// kMinBlocks 4 caps registers at 128 (4 blocks per SM, a few spills) against 132 registers and 3 blocks.
+template <typename T, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C,
                                                                  int NH, float scale_log2) {
   __shared__ alignas(16) T sQ[kTile][kLd];
   __shared__ alignas(16) T sK[2][kTile][kLd];
@@ -547,14 +550,20 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, i
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static bool configured = false;  // per template instance: 4 blocks of 45 KiB per SM need the max carveout
-      if (!configured) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+      static int min_blocks = 0;  // per template instance; ZEROPLAN_ATTN_FWD_BLOCKS=3|4 picks the variant
+      if (min_blocks == 0) {
+        const char* env = std::getenv("ZEROPLAN_ATTN_FWD_BLOCKS");
+        min_blocks = env && std::string(env) == "4" ? 4 : 3;
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 4>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-        configured = true;
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 3>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
       }
       dim3 grid((Tn + kTile - 1) / kTile, NH, B);
-      flash_forward_kernel<T><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
+      if (min_blocks == 4)
+        flash_forward_kernel<T, 4><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
+      else
+        flash_forward_kernel<T, 3><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
       CUDA_CHECK_LAUNCH();
       return;
     }
