@@ -236,14 +236,23 @@ void print_deepspeed_rows(const ModelDescription& model, const ClusterDescriptio
   print_table(table, format);
 }
 
-// The plan a --emit-ds-config writes: the one asked for when the flags narrow to one; otherwise the first that
-// fits in the order stage 0..3 with the least offload (the least communication and host traffic).
-const PlanResult* chosen_plan(const std::vector<PlanResult>& plans) {
+// The plan a --emit-ds-config writes and the verdict names: the one asked for when the flags narrow to one;
+// otherwise the fitting plan with the most simulated tokens/s, ties (and plans the cluster cannot time) going to
+// the earlier one in the order stage 0..3 with the least offload (the least communication and host traffic).
+const PlanResult* chosen_plan(const std::vector<PlanResult>& plans,
+                              const std::vector<std::optional<StepSimulation>>& times) {
   if (plans.size() == 1) return &plans.front();
-  for (const PlanResult& plan : plans) {
-    if (plan.fits) return &plan;
+  const PlanResult* best = nullptr;
+  double best_tokens_per_second = -1.0;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (!plans[i].fits) continue;
+    const double tokens_per_second = times[i] ? times[i]->tokens_per_second : 0.0;
+    if (best == nullptr || tokens_per_second > best_tokens_per_second) {
+      best = &plans[i];
+      best_tokens_per_second = tokens_per_second;
+    }
   }
-  return nullptr;
+  return best;
 }
 
 void write_ds_config(const PlanCommandOptions& options, const ResolvedInputs& inputs, const PlanResult& plan) {
@@ -306,7 +315,7 @@ int run_plan(const PlanCommandOptions& options) {
   const int status = any_fits ? 0 : 1;
 
   if (!options.emit_ds_config.empty()) {
-    const PlanResult* plan = chosen_plan(plans);
+    const PlanResult* plan = chosen_plan(plans, times);
     if (plan == nullptr) {
       std::cerr << "zeroplan: no plan fits; no DeepSpeed config written\n";
     } else {
@@ -412,10 +421,18 @@ int run_plan(const PlanCommandOptions& options) {
               << " at micro-batch " << inputs.training.micro_batch
               << ". Try a smaller micro-batch, checkpointing, offload, or more GPUs (--fewest-gpus).\n";
   } else {
-    const PlanResult* best = chosen_plan(plans);
-    std::cout << "Verdict: " << fitting.size() << " of " << plans.size() << " plans fit. Simplest that fits: "
-              << best->choice.label() << " (headroom " << format_gib(best->gpu_headroom_bytes)
-              << ", largest micro-batch " << best->max_micro_batch << ").\n";
+    const PlanResult* best = chosen_plan(plans, times);
+    const std::size_t best_index = static_cast<std::size_t>(best - plans.data());
+    std::cout << "Verdict: " << fitting.size() << " of " << plans.size() << " plans fit. "
+              << (plans.size() == 1 ? "Plan: " : "Fastest that fits: ") << best->choice.label();
+    if (times[best_index]) {
+      std::cout << " (" << static_cast<std::int64_t>(times[best_index]->tokens_per_second)
+                << " tokens/s predicted, ";
+    } else {
+      std::cout << " (";
+    }
+    std::cout << "headroom " << format_gib(best->gpu_headroom_bytes) << ", largest micro-batch "
+              << best->max_micro_batch << ").\n";
   }
   return status;
 }

@@ -93,7 +93,8 @@ TEST(PlanCommand, JsonHasThePlanSchema) {
 TEST(PlanCommand, StageThreeCommunicatesThreeTimesTheParameters) {
   const CommandResult result = run("plan --model gpt2-1.5b --gpus 4 --format json");
   ASSERT_EQ(result.status, 0) << result.errors;
-  for (const auto& plan : nlohmann::json::parse(result.output).at("plans")) {
+  const nlohmann::json document = nlohmann::json::parse(result.output);
+  for (const auto& plan : document.at("plans")) {
     const double multiple = plan.at("comm_bytes_per_step").at("multiple_of_params").get<double>();
     if (plan.at("stage").get<int>() == 3) {
       EXPECT_NEAR(multiple, 3.0, 0.05);
