@@ -22,6 +22,7 @@ constexpr int kTile = 64;      // rows of Q (forward) or K (backward) per block,
 constexpr int kHead = 64;      // head size served by the tensor-core path
 constexpr int kLd = kHead + 8; // shared-memory row pitch (elements): +16 bytes so ldmatrix rows hit distinct banks
 constexpr int kThreads = 128;  // 4 warps, 16 rows each
+constexpr int kBwdStages = 3;
 
 template <typename T>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
@@ -260,11 +261,13 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
   using Tile = T[kTile][kLd];
   Tile* sK = reinterpret_cast<Tile*>(smem_raw);
   Tile* sV = sK + 1;
-  Tile* sQ = sK + 2;   // [2]
-  Tile* sdO = sK + 4;  // [2]
-  Tile* sdS = sK + 6;
-  float* sLse = reinterpret_cast<float*>(sK + 7);  // [2][64], natural log
-  float* sD = sLse + 2 * kTile;                    // [2][64]
+  // Q/dO (and their logsumexp and D) in kBwdStages stages: the tile two steps ahead loads while one computes
+  // (with two stages, ncu showed long-scoreboard stalls waiting on the next tile)
+  Tile* sQ = sK + 2;                   // [kBwdStages]
+  Tile* sdO = sQ + kBwdStages;         // [kBwdStages]
+  Tile* sdS = sdO + kBwdStages;
+  float* sLse = reinterpret_cast<float*>(sdS + 1);  // [kBwdStages][64], natural log
+  float* sD = sLse + kBwdStages * kTile;           // [kBwdStages][64]
 
   const int nqb = (Tn + kTile - 1) / kTile;
   const int kb = blockIdx.x;  // blocks with small kb have the most query tiles and are scheduled first
@@ -294,20 +297,18 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
   load_tile<T>(sV[0], qbase + 2 * C + static_cast<i64>(kb) * kTile * stride, stride, Tn - kb * kTile);
   load_q_stage(kb, 0);
   cp_async_commit();
+  if (kb + 1 < nqb) load_q_stage(kb + 1, 1);
+  cp_async_commit();  // possibly empty: every iteration waits on the same group count
 
   std::uint32_t kf[4][4], vf[4][4];
   float dk[8][4] = {}, dv[8][4] = {};
   const int key[2] = {kb * kTile + warp * 16 + g, kb * kTile + warp * 16 + g + 8};
 
   for (int qb = kb; qb < nqb; ++qb) {
-    const int stage = (qb - kb) & 1;
-    if (qb + 1 < nqb) {
-      load_q_stage(qb + 1, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const int stage = (qb - kb) % kBwdStages;
+    if (qb + 2 < nqb) load_q_stage(qb + 2, (qb - kb + 2) % kBwdStages);
+    cp_async_commit();
+    cp_async_wait<2>();  // this iteration's group is complete; the two after it may be in flight
     __syncthreads();
     if (qb == kb) {
       load_a_frags<T>(kf, sK[0], warp * 16);
@@ -535,7 +536,7 @@ __global__ void plain_backward_dkv_kernel(T* dqkv, const float* d_rowsum, const 
   }
 }
 
-constexpr int kBackwardSmem = 7 * kTile * kLd * 2 + 4 * kTile * 4;
+constexpr int kBackwardSmem = (3 + 2 * kBwdStages) * kTile * kLd * 2 + 2 * kBwdStages * kTile * 4;
 
 }  // namespace
 
