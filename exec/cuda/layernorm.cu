@@ -98,6 +98,7 @@ __global__ void layernorm_backward_params_kernel(float* scratch, const T* dout, 
   if (col < C) {
     const i64 r0 = static_cast<i64>(blockIdx.y) * kParamRowsPerBlock;
     const i64 r1 = min(r0 + kParamRowsPerBlock, N);
+#pragma unroll 8  // several 16-byte loads in flight per thread
     for (i64 r = r0 + group; r < r1; r += kParamRowGroups) {
       const P px = P::load(inp + r * C + col), pd = P::load(dout + r * C + col);
       const float m = mean[r], rs = rstd[r];

@@ -177,6 +177,7 @@ __global__ void bias_partial_kernel(float* partial, const T* dout, i64 M, i64 N)
   if (col < N) {
     const i64 r0 = static_cast<i64>(blockIdx.y) * kBiasRowsPerBlock;
     const i64 r1 = min(r0 + kBiasRowsPerBlock, M);
+#pragma unroll 8  // several 16-byte loads in flight per thread (the rolled loop was latency-bound)
     for (i64 r = r0 + group; r < r1; r += kBiasRowGroups) {
       const P p = P::load(dout + r * N + col);
 #pragma unroll
