@@ -52,6 +52,14 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const std::uint32_t (&a)
   }
 }
 
+// 2^x on the special-function unit (ex2.approx.ftz: rel. error ~2^-22, flushes subnormal results, which only
+// arise for probabilities below 2^-126). exp2f without --use_fast_math adds range handling around the same op.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -175,18 +183,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* 
 
     float s[8][4] = {};
     mma_a_tileT<T>(s, qf, sK[stage]);
+    // Instruction diet (ncu: the kernel is issue-bound, IPC 2.4): mask only on the diagonal tile, take the row max
+    // of the raw scores (scale > 0 keeps the order), and fold the scale into one FFMA before ex2.
+    if (kb == qb) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)  // causal mask; also covers keys >= T, which only the last tile holds
+          if (kb * kTile + j * 8 + tig * 2 + (e & 1) > q_row[e >> 1]) s[j][e] = -INFINITY;
+    }
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = kb * kTile + j * 8 + tig * 2 + (e & 1);
-        const int r = e >> 1;
-        float v = s[j][e] * scale_log2;
-        if (kb == qb && key > q_row[r]) v = -INFINITY;  // causal mask (also covers keys >= T on the last tile)
-        s[j][e] = v;
-        mx[r] = fmaxf(mx[r], v);
-      }
+    for (int j = 0; j < 8; ++j) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -195,9 +206,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* 
     float alpha[2], mnew[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      mnew[r] = fmaxf(m[r], mx[r]);
+      mnew[r] = fmaxf(m[r], mx[r] * scale_log2);  // running max in scaled log2 units
       const float base = mnew[r] == -INFINITY ? 0.0f : mnew[r];
-      alpha[r] = exp2f(m[r] - base);
+      alpha[r] = fast_exp2(m[r] - base);
       m[r] = mnew[r];
       mnew[r] = base;
     }
@@ -206,11 +217,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* 
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        s[j][e] = exp2f(s[j][e] - mnew[r]);
-        rs[r] += s[j][e];
-        o[j][e] *= alpha[r];
+        s[j][e] = fast_exp2(fmaf(s[j][e], scale_log2, -mnew[e >> 1]));
+        rs[e >> 1] += s[j][e];
       }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (alpha[r] != 1.0f)  // the running max moved: rescale this row's accumulator
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          o[j][2 * r] *= alpha[r];
+          o[j][2 * r + 1] *= alpha[r];
+        }
     l[0] = l[0] * alpha[0] + rs[0];
     l[1] = l[1] * alpha[1] + rs[1];
     mma_c_tile<T>(o, s, sV[stage]);
@@ -318,16 +335,26 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
     float p[8][4] = {}, ds[8][4] = {};
     mma_a_tileT<T>(p, kf, sQ[stage]);
     mma_a_tileT<T>(ds, vf, sdO[stage]);
+    // per-column (query) logsumexp (log2 units) and D, read once for both rows of each fragment
+    const bool need_mask = qb == kb || (qb + 1) * kTile > Tn;  // diagonal tile, or queries past T
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ql = j * 8 + tig * 2 + (e & 1);
-        const int q = qb * kTile + ql;
-        const bool live = q >= key[e >> 1] && q < Tn;
-        const float pv = live ? exp2f(p[j][e] * scale_log2 - sLse[stage * kTile + ql] * kLog2e) : 0.0f;
-        p[j][e] = pv;
-        ds[j][e] = pv * (ds[j][e] - sD[stage * kTile + ql]) * scale;  // dS * scale (for both dK and dQ)
+      for (int c = 0; c < 2; ++c) {
+        const int ql = j * 8 + tig * 2 + c;
+        const float lse2 = sLse[stage * kTile + ql] * kLog2e;
+        const float dsum = sD[stage * kTile + ql];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + c;
+          float pv = fast_exp2(fmaf(p[j][e], scale_log2, -lse2));
+          if (need_mask) {
+            const int q = qb * kTile + ql;
+            if (q < key[r] || q >= Tn) pv = 0.0f;
+          }
+          p[j][e] = pv;
+          ds[j][e] = pv * scale * (ds[j][e] - dsum);  // dS * scale (for both dK and dQ)
+        }
       }
     mma_c_tile<T>(dv, p, sdO[stage]);  // dV += P^T dO
     mma_c_tile<T>(dk, ds, sQ[stage]);  // dK += dS^T Q
