@@ -427,28 +427,34 @@ class CudaTrainer final : public Trainer {
       // y = res2 + gelu Wfcproj^T + b
       matmul_->backward_input_dgelu<T>(d4_, dres_, P(W(l, kFcProjW)), a.fc, bt, 4 * C, C, stream_);
       prof_.mark("bwd gemm dX+dgelu", stream_);
-      matmul_->backward_weight_bias<T>(G(W(l, kFcProjW)), G(W(l, kFcProjB)), partial_, dres_, a.gelu, bt, 4 * C, C, acc,
-                                       stream_);
-      prof_.mark("bwd gemm dW+db", stream_);
+      matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
+      cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, partial_, bt, C, acc, stream_);
+      prof_.mark("bwd bias", stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
       prof_.mark("bwd gemm dX", stream_);
-      matmul_->backward_weight_bias<T>(G(W(l, kFcW)), G(W(l, kFcB)), partial_, d4_, a.ln2, bt, C, 4 * C, acc, stream_);
-      prof_.mark("bwd gemm dW+db", stream_);
+      matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
+      cuda::bias_backward<T>(G(W(l, kFcB)), d4_, partial_, bt, 4 * C, acc, stream_);
+      prof_.mark("bwd bias", stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), partial_, dln_, a.res2, P(W(l, kLn2W)),
                                   a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
                                   prof_.mark("bwd layernorm", stream_);
       // res2 = x + att Wproj^T + b
       matmul_->backward_input<T>(dln_, dres_, P(W(l, kAttProjW)), bt, C, C, stream_);
       prof_.mark("bwd gemm dX", stream_);
-      matmul_->backward_weight_bias<T>(G(W(l, kAttProjW)), G(W(l, kAttProjB)), partial_, dres_, a.att, bt, C, C, acc,
-                                       stream_);
-      prof_.mark("bwd gemm dW+db", stream_);
+      matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
+      cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, partial_, bt, C, acc, stream_);
+      prof_.mark("bwd bias", stream_);
       cuda::attention_backward<T>(d4_, dq_accum_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
       prof_.mark("bwd attention", stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
       prof_.mark("bwd gemm dX", stream_);
-      matmul_->backward_weight_bias<T>(G(W(l, kQkvW)), G(W(l, kQkvB)), partial_, d4_, a.ln1, bt, C, 3 * C, acc, stream_);
-      prof_.mark("bwd gemm dW+db", stream_);
+      matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
+      prof_.mark("bwd gemm dW", stream_);
+      cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, bt, 3 * C, acc, stream_);
+      prof_.mark("bwd bias", stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, dln_, x, P(W(l, kLn1W)),
                                   a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
                                   prof_.mark("bwd layernorm", stream_);

@@ -19,6 +19,7 @@ Matmul::Matmul(void* workspace, std::size_t workspace_bytes) : workspace_(worksp
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   const char* env = std::getenv("ZEROPLAN_GEMM_AUTOTUNE");
   autotune_ = !(env && std::string(env) == "0");
+  autotune_weight_grads_ = !(env && std::string(env) == "nodw");
   CUDA_CHECK(cudaEventCreate(&tune_start_));
   CUDA_CHECK(cudaEventCreate(&tune_stop_));
 }
@@ -75,7 +76,7 @@ bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, 
     if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
       int best = 0;
       const bool rerun_safe = !(C == D && beta != 0);  // re-running must not change the result
-      if (autotune_ && rerun_safe && found > 1) {
+      if (autotune_ && (autotune_weight_grads_ || !transb) && rerun_safe && found > 1) {
         float best_ms = 1e30f;
         for (int i = 0; i < found; ++i) {
           // one warm-up run, then three timed

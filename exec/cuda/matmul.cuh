@@ -55,6 +55,7 @@ class Matmul {
   // accumulate into their output (beta = 1 with C == D) are not re-run and take the first heuristic.
   std::map<std::string, cublasLtMatmulAlgo_t> algos_;
   bool autotune_ = true;
+  bool autotune_weight_grads_ = true;  // ZEROPLAN_GEMM_AUTOTUNE=nodw keeps the heuristic's pick for dW GEMMs
   cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
   void* workspace_;
   std::size_t workspace_bytes_;
