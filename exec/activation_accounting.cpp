@@ -28,7 +28,7 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
     m.activations = (L + 1) * e * sbh + (block - e * sbh) + e * sbh + 8 * sb;
   }
   m.logits = e * sb * c.shape.padded_vocab + 4 * sb;
-  m.workspace = 6 * e * sbh + 4 * sbh + 4 * a * sb + 4 * 4 * C + 4 * (kNormPartials + 1) + 8 * sb +
+  m.workspace = 6 * e * sbh + 4 * sbh + 4 * a * sb + 4 * (4 * C + 1) + 4 * (kNormPartials + 1) + 8 * sb +
                 kCublasWorkspaceBytes;
   return m;
 }

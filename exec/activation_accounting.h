@@ -21,7 +21,7 @@
 //                   final-LN output and stats e*sbh + 8sb.
 // logits            e*s*b*Vp (the fused cross-entropy writes dlogits in place) + 4*s*b (per-token losses, fp32)
 // workspace         backward scratch: dresidual e*sbh, d(LN input) e*sbh, d(FC/QKV) 4e*sbh, flash-attention dQ
-//                   accumulator 4*sbh (fp32) and D = rowsum(dO*O) 4*a*s*b, bias-gradient partials 4*4C, grad-norm
+//                   accumulator 4*sbh (fp32) and D = rowsum(dO*O) 4*a*s*b, bias/LN-gradient partials and their counter 4*(4C+1), grad-norm
 //                   partials and result (kNormPartials + 1 floats), the micro-batch's input and target token ids
 //                   8*s*b (int32), and the cuBLASLt workspace (32 MiB, customary on Hopper)
 #pragma once

@@ -67,6 +67,30 @@ __device__ __forceinline__ float block_max(float x) {
   return warp_max(r);
 }
 
+// Column-sum reductions (bias and LayerNorm parameter gradients) add block partials into an fp32 `partial` with
+// atomics; the last block to finish (a grid-wide counter) writes out = (accumulate ? out : 0) + partial for the
+// n (or 2n, with out_b) columns and leaves partial and the counter zeroed for the next call, so no memset or
+// second kernel is launched (~600 fewer launches per GPT-2 1.5B step).
+template <typename T>
+__device__ __forceinline__ void last_block_finish(T* out_a, T* out_b, float* partial, std::int64_t n, bool accumulate,
+                                                  unsigned* counter) {
+  __shared__ bool last;
+  __threadfence();  // this block's atomics are visible before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x * gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const std::int64_t total = out_b ? 2 * n : n;
+  for (std::int64_t c = threadIdx.x; c < total; c += blockDim.x) {
+    const float v = __ldcg(partial + c);  // from L2, where the atomics landed
+    T* o = c < n ? out_a + c : out_b + (c - n);
+    *o = from_f<T>(v + (accumulate ? to_f(*o) : 0.0f));
+    partial[c] = 0.0f;
+  }
+  if (threadIdx.x == 0) *counter = 0;
+}
+
 inline int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 }  // namespace zeroplan::exec::cuda

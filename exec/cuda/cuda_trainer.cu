@@ -340,7 +340,10 @@ class CudaTrainer final : public Trainer {
     d4_ = alloc_->allocate_n<T>("workspace", "FC / QKV gradient", bt * 4 * C);
     dq_accum_ = alloc_->allocate_n<float>("workspace", "attention dQ accumulator (fp32)", bt * C);
     d_rowsum_ = alloc_->allocate_n<float>("workspace", "attention rowsum(dO*O)", bt * s.heads);
-    partial_ = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", 4 * C);
+    // column-sum partials (4C floats) and their arrival counter; kept zeroed between reductions
+    partial_ = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", 4 * C + 1);
+    counter_ = reinterpret_cast<unsigned*>(partial_ + 4 * C);
+    CUDA_CHECK(cudaMemset(partial_, 0, (4 * C + 1) * sizeof(float)));
     norm_partials_ = alloc_->allocate_n<float>("workspace", "gradient-norm partials", kNormPartials + 1);
     tokens_ = alloc_->allocate_n<int>("workspace", "input and target tokens", 2 * bt);
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
@@ -416,7 +419,7 @@ class CudaTrainer final : public Trainer {
     prof_.mark("bwd gemm logits dW", stream_);
     CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
     prof_.mark("bwd memset", stream_);
-    cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, dln_,
+    cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, counter_, dln_,
                                 residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
                                 acc, stream_);
                                 prof_.mark("bwd layernorm", stream_);
@@ -429,15 +432,15 @@ class CudaTrainer final : public Trainer {
       prof_.mark("bwd gemm dX+dgelu", stream_);
       matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
       prof_.mark("bwd gemm dW", stream_);
-      cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, partial_, bt, C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, partial_, counter_, bt, C, acc, stream_);
       prof_.mark("bwd bias", stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
       prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
       prof_.mark("bwd gemm dW", stream_);
-      cuda::bias_backward<T>(G(W(l, kFcB)), d4_, partial_, bt, 4 * C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kFcB)), d4_, partial_, counter_, bt, 4 * C, acc, stream_);
       prof_.mark("bwd bias", stream_);
-      cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), partial_, dln_, a.res2, P(W(l, kLn2W)),
+      cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), partial_, counter_, dln_, a.res2, P(W(l, kLn2W)),
                                   a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
                                   prof_.mark("bwd layernorm", stream_);
       // res2 = x + att Wproj^T + b
@@ -445,7 +448,7 @@ class CudaTrainer final : public Trainer {
       prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
       prof_.mark("bwd gemm dW", stream_);
-      cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, partial_, bt, C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, partial_, counter_, bt, C, acc, stream_);
       prof_.mark("bwd bias", stream_);
       cuda::attention_backward<T>(d4_, dq_accum_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
       prof_.mark("bwd attention", stream_);
@@ -453,9 +456,9 @@ class CudaTrainer final : public Trainer {
       prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
       prof_.mark("bwd gemm dW", stream_);
-      cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, bt, 3 * C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, counter_, bt, 3 * C, acc, stream_);
       prof_.mark("bwd bias", stream_);
-      cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, dln_, x, P(W(l, kLn1W)),
+      cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, counter_, dln_, x, P(W(l, kLn1W)),
                                   a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
                                   prof_.mark("bwd layernorm", stream_);
     }
@@ -498,6 +501,7 @@ class CudaTrainer final : public Trainer {
   float* losses_ = nullptr;
   T *dres_ = nullptr, *dln_ = nullptr, *d4_ = nullptr;
   float *dq_accum_ = nullptr, *d_rowsum_ = nullptr, *partial_ = nullptr, *norm_partials_ = nullptr;
+  unsigned* counter_ = nullptr;
   int* tokens_ = nullptr;
   void* cublas_ws_ = nullptr;
   float* host_losses_ = nullptr;

@@ -89,12 +89,13 @@ constexpr int kParamRowGroups = 8;
 constexpr int kParamRowsPerBlock = 256;
 
 template <typename T>
-__global__ void layernorm_backward_params_kernel(float* scratch, const T* dout, const T* inp, const float* mean,
-                                                 const float* rstd, i64 N, int C) {
+__global__ void layernorm_backward_params_kernel(T* dw, T* db, float* scratch, unsigned* counter, const T* dout,
+                                                 const T* inp, const float* mean, const float* rstd, i64 N, int C,
+                                                 bool accumulate) {
   using P = Pack<T>;
   const i64 col = (static_cast<i64>(blockIdx.x) * 32 + threadIdx.x % 32) * P::kSize;
   const int group = threadIdx.x / 32;
-  float dw[P::kSize] = {}, db[P::kSize] = {};
+  float dw_acc[P::kSize] = {}, db_acc[P::kSize] = {};
   if (col < C) {
     const i64 r0 = static_cast<i64>(blockIdx.y) * kParamRowsPerBlock;
     const i64 r1 = min(r0 + kParamRowsPerBlock, N);
@@ -105,16 +106,16 @@ __global__ void layernorm_backward_params_kernel(float* scratch, const T* dout, 
 #pragma unroll
       for (int j = 0; j < P::kSize; ++j) {
         const float dv = to_f(pd.v[j]);
-        dw[j] += (to_f(px.v[j]) - m) * rs * dv;
-        db[j] += dv;
+        dw_acc[j] += (to_f(px.v[j]) - m) * rs * dv;
+        db_acc[j] += dv;
       }
     }
   }
   __shared__ float sm[2][kParamRowGroups][32 * P::kSize];
 #pragma unroll
   for (int j = 0; j < P::kSize; ++j) {
-    sm[0][group][(threadIdx.x % 32) * P::kSize + j] = dw[j];
-    sm[1][group][(threadIdx.x % 32) * P::kSize + j] = db[j];
+    sm[0][group][(threadIdx.x % 32) * P::kSize + j] = dw_acc[j];
+    sm[1][group][(threadIdx.x % 32) * P::kSize + j] = db_acc[j];
   }
   __syncthreads();
   for (int c = threadIdx.x; c < 2 * 32 * P::kSize; c += blockDim.x) {
@@ -125,15 +126,9 @@ __global__ void layernorm_backward_params_kernel(float* scratch, const T* dout, 
     const i64 gc = static_cast<i64>(blockIdx.x) * 32 * P::kSize + cc;
     if (gc < C) atomicAdd(scratch + which * C + gc, s);
   }
+  last_block_finish<T>(dw, db, scratch, C, accumulate, counter);
 }
 
-template <typename T>
-__global__ void layernorm_param_finish_kernel(T* dw, T* db, const float* scratch, int C, bool accumulate) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  dw[c] = from_f<T>(scratch[c] + (accumulate ? to_f(dw[c]) : 0.0f));
-  db[c] = from_f<T>(scratch[C + c] + (accumulate ? to_f(db[c]) : 0.0f));
-}
 }  // namespace
 
 template <typename T>
@@ -144,24 +139,23 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, const T* dout, const T* inp, const T* w,
-                        const float* mean, const float* rstd, i64 N, int C, bool accumulate, cudaStream_t stream) {
+void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, unsigned* counter, const T* dout, const T* inp,
+                        const T* w, const float* mean, const float* rstd, i64 N, int C, bool accumulate,
+                        cudaStream_t stream) {
   if (C % Pack<T>::kSize != 0) throw CudaError("layernorm_backward: C must be a multiple of the 16-byte pack");
   layernorm_backward_input_kernel<T><<<ceil_div(N, kWarps), 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, mean, rstd,
                                                                                       N, C);
   CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cudaMemsetAsync(scratch, 0, 2 * static_cast<std::size_t>(C) * sizeof(float), stream));
   dim3 grid(ceil_div(C, 32 * Pack<T>::kSize), ceil_div(N, kParamRowsPerBlock));
-  layernorm_backward_params_kernel<T><<<grid, 32 * kParamRowGroups, 0, stream>>>(scratch, dout, inp, mean, rstd, N, C);
-  CUDA_CHECK_LAUNCH();
-  layernorm_param_finish_kernel<T><<<ceil_div(C, 256), 256, 0, stream>>>(dw, db, scratch, C, accumulate);
+  layernorm_backward_params_kernel<T><<<grid, 32 * kParamRowGroups, 0, stream>>>(dw, db, scratch, counter, dout, inp,
+                                                                                mean, rstd, N, C, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
 #define ZP_INSTANTIATE(T)                                                                                          \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, i64, int, cudaStream_t);    \
-  template void layernorm_backward<T>(T*, T*, T*, float*, const T*, const T*, const T*, const float*, const float*, \
-                                      i64, int, bool, cudaStream_t);
+  template void layernorm_backward<T>(T*, T*, T*, float*, unsigned*, const T*, const T*, const T*, const float*,   \
+                                      const float*, i64, int, bool, cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)
 ZP_INSTANTIATE(__nv_bfloat16)

@@ -40,10 +40,10 @@ class Matmul {
   // dW (N, K) (+)= dout^T inp; accumulate adds to dW (gradient accumulation), else overwrites.
   template <typename T>
   void backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream);
-  // backward_weight plus dbias (N) (+)= column sums of dout (bias_backward). partial: fp32 scratch of N floats.
+  // backward_weight plus bias_backward.
   template <typename T>
-  void backward_weight_bias(T* dW, T* dbias, float* partial, const T* dout, const T* inp, i64 M, i64 K, i64 N,
-                            bool accumulate, cudaStream_t stream);
+  void backward_weight_bias(T* dW, T* dbias, float* partial, unsigned* counter, const T* dout, const T* inp, i64 M,
+                            i64 K, i64 N, bool accumulate, cudaStream_t stream);
 
  private:
   template <typename T>
@@ -61,8 +61,10 @@ class Matmul {
   std::size_t workspace_bytes_;
 };
 
-// dbias (N) (+)= column sums of dout (M, N); partial is an fp32 scratch of N floats.
+// dbias (N) (+)= column sums of dout (M, N). partial: N fp32 zeros and counter: a zero, both left zeroed
+// (cuda_common.cuh last_block_finish); one launch.
 template <typename T>
-void bias_backward(T* dbias, const T* dout, float* partial, i64 M, i64 N, bool accumulate, cudaStream_t stream);
+void bias_backward(T* dbias, const T* dout, float* partial, unsigned* counter, i64 M, i64 N, bool accumulate,
+                   cudaStream_t stream);
 
 }  // namespace zeroplan::exec::cuda

@@ -3,6 +3,7 @@
 // Tolerances (relative L2 error ||gpu - ref|| / ||ref||): fp32 kernels 1e-5..1e-4 (summation order);
 // bf16 kernels 1e-2 (8-bit mantissa operands, fp32 accumulation); whole-step bf16 gradients 6e-2 (two layers of
 // bf16 activations and bf16 gradient storage).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -117,9 +118,11 @@ TYPED_TEST(KernelTest, LayerNormForwardBackward) {
   auto x = randn(N * C, 1, 2.0f), w = randn(C, 2), b = randn(C, 3), d = randn(N * C, 4), dinp0 = randn(N * C, 5);
   auto dw0 = randn(C, 6), db0 = randn(C, 7);
   Buf<T> X(x), Wb(w), Bb(b), D(d), O(N * C), DI(dinp0), DW(dw0), DB(db0);
-  Buf<float> mean(N), rstd(N), scratch(2 * C);
+  Buf<float> mean(N), rstd(N), scratch(2 * C + 1);
+  CUDA_CHECK(cudaMemset(scratch.d, 0, (2 * C + 1) * sizeof(float)));  // the kernels leave it zeroed
+  unsigned* counter = reinterpret_cast<unsigned*>(scratch.d + 2 * C);
   cuda::layernorm_forward<T>(O.d, mean.d, rstd.d, X.d, Wb.d, Bb.d, N, C, 0);
-  cuda::layernorm_backward<T>(DI.d, DW.d, DB.d, scratch.d, D.d, X.d, Wb.d, mean.d, rstd.d, N, C, true, 0);
+  cuda::layernorm_backward<T>(DI.d, DW.d, DB.d, scratch.d, counter, D.d, X.d, Wb.d, mean.d, rstd.d, N, C, true, 0);
   std::vector<float> o(N * C), mu(N), rs(N);
   cpu::layernorm_forward(o.data(), mu.data(), rs.data(), x.data(), w.data(), b.data(), N, C);
   auto dinp = dinp0, dw = dw0, db = db0;
@@ -129,6 +132,8 @@ TYPED_TEST(KernelTest, LayerNormForwardBackward) {
   EXPECT_LT(rel_err(DI.get(), dinp), tol<T>(1e-5, 1e-2));
   EXPECT_LT(rel_err(DW.get(), dw), tol<T>(1e-5, 1e-2));
   EXPECT_LT(rel_err(DB.get(), db), tol<T>(1e-5, 1e-2)) << "C " << C;
+  const auto left = scratch.get();
+  EXPECT_EQ(std::count(left.begin(), left.end(), 0.0f), 2 * C + 1) << "scratch and counter are left zeroed";
   }
 }
 
@@ -141,7 +146,9 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
   auto pre_in = randn(M * K, 9);
   Buf<T> X(x), Wt(w), Bi(bias), R(res), D(dout), O(M * N), G(M * N), Pre(M * N), DX(M * K), DW(dw0), PreIn(pre_in),
       DXG(M * K);
-  Buf<float> partial(N);
+  Buf<float> partial(N + 1);
+  CUDA_CHECK(cudaMemset(partial.d, 0, (N + 1) * sizeof(float)));
+  unsigned* counter = reinterpret_cast<unsigned*>(partial.d + N);
   Buf<T> DB(N), DW2(N * K), DB2(N);
   void* ws;
   CUDA_CHECK(cudaMalloc(&ws, kCublasWorkspaceBytes));
@@ -152,8 +159,8 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
     mm.backward_input<T>(DX.d, D.d, Wt.d, M, K, N, 0);
     mm.backward_input_dgelu<T>(DXG.d, D.d, Wt.d, PreIn.d, M, K, N, 0);
     mm.backward_weight<T>(DW.d, D.d, X.d, M, K, N, true, 0);
-    cuda::bias_backward<T>(DB.d, D.d, partial.d, M, N, false, 0);
-    mm.backward_weight_bias<T>(DW2.d, DB2.d, partial.d, D.d, X.d, M, K, N, false, 0);  // the combined call
+    cuda::bias_backward<T>(DB.d, D.d, partial.d, counter, M, N, false, 0);
+    mm.backward_weight_bias<T>(DW2.d, DB2.d, partial.d, counter, D.d, X.d, M, K, N, false, 0);  // the combined call
     CUDA_CHECK(cudaDeviceSynchronize());
   }
   CUDA_CHECK(cudaFree(ws));
