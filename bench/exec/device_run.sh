@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: configure + build the executor, run the GPU tests, GPT-2 1.5B (mb 8, seq 1024, bf16) with
 # `zeroplan run`, the PyTorch peer in the same call for the ratio, and GPT-2 124M on the shipped text; full logs
-# under $OUT, a short table last. Usage: bench/exec/device_run.sh [tests] [big] [peer] [text] (default: all)
+# under $OUT, a short table last. Usage: bench/exec/device_run.sh [tests] [big] [modes] [peer] [text]
+# (default: all but modes)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/zeroplan-out}
@@ -33,6 +34,14 @@ if has big; then
     --checkpointing none --steps $STEPS_BIG --warmup-steps 5 --report "$OUT/gpt2-1.5b-report.json" > "$OUT/run_1.5b.log" 2>&1
   echo "1.5B rc=$?"; grep -A40 "per-step time by op" "$OUT/run_1.5b.log"; tail -22 "$OUT/run_1.5b.log" | grep -v "^step"
   summary+=("ours: $(grep -E '^  [0-9]+ tokens/s' "$OUT/run_1.5b.log")")
+fi
+if has modes; then  # the other precisions and full recompute at GPT-2 1.5B scale (memory vs plan, loss scaling)
+  for mode in "--precision fp16 --checkpointing none" "--precision bf16 --checkpointing full"; do
+    timeout 120 $RUN run --model gpt2-1.5b --cluster h200x4 --micro-batch 8 --seq 1024 $mode --steps 12 \
+      --warmup-steps 4 > "$OUT/run_mode.log" 2>&1
+    echo "1.5B $mode rc=$?"; grep -E "^step   12|activations|total \(device|tokens/s,|step .* predicted" "$OUT/run_mode.log"
+    summary+=("1.5B $mode: $(grep -E '^  [0-9]+ tokens/s' "$OUT/run_mode.log" | cut -c1-45), $(grep -E 'total \(device' "$OUT/run_mode.log" | tr -s ' ')")
+  done
 fi
 if has peer; then
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/exec/pytorch_peer.py --steps 20 > "$OUT/peer.log" 2>&1

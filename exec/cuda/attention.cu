@@ -111,15 +111,19 @@ __device__ __forceinline__ void load_a_frags(std::uint32_t (&f)[4][4], const T (
 template <typename T>
 __device__ __forceinline__ void mma_a_tileT(float (&acc)[8][4], const std::uint32_t (&a)[4][4], const T (*tile)[kLd]) {
   const int lane = threadIdx.x % 32;
+  // all four B fragments of a k-step are loaded before its eight MMAs, so ldmatrix latency overlaps
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < 4; ++kk) {
+    std::uint32_t r[4][4];
+#pragma unroll
+    for (int np = 0; np < 4; ++np)
+      ldmatrix_x4(r[np], &tile[np * 16 + (lane % 8) + (lane / 16) * 8][kk * 16 + ((lane / 8) % 2) * 8]);
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
-      std::uint32_t r[4];
-      ldmatrix_x4(r, &tile[np * 16 + (lane % 8) + (lane / 16) * 8][kk * 16 + ((lane / 8) % 2) * 8]);
-      mma16816<T>(acc[2 * np], a[kk], r[0], r[1]);
-      mma16816<T>(acc[2 * np + 1], a[kk], r[2], r[3]);
+      mma16816<T>(acc[2 * np], a[kk], r[np][0], r[np][1]);
+      mma16816<T>(acc[2 * np + 1], a[kk], r[np][2], r[np][3]);
     }
+  }
 }
 
 // acc[16 x 64] += P (16 x 64 in C-fragment layout, fp32) * tile, tile rows = the 64 reduction indices (O = P V).
@@ -132,12 +136,14 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
     const std::uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
                                 pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                 pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    std::uint32_t r[4][4];
+#pragma unroll
+    for (int np = 0; np < 4; ++np)
+      ldmatrix_x4_trans(r[np], &tile[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
-      std::uint32_t r[4];
-      ldmatrix_x4_trans(r, &tile[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
-      mma16816<T>(acc[2 * np], a, r[0], r[1]);
-      mma16816<T>(acc[2 * np + 1], a, r[2], r[3]);
+      mma16816<T>(acc[2 * np], a, r[np][0], r[np][1]);
+      mma16816<T>(acc[2 * np + 1], a, r[np][2], r[np][3]);
     }
   }
 }
