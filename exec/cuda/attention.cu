@@ -22,7 +22,7 @@ constexpr int kTile = 64;      // rows of Q (forward) or K (backward) per block,
 constexpr int kHead = 64;      // head size served by the tensor-core path
 constexpr int kLd = kHead + 8; // shared-memory row pitch (elements): +16 bytes so ldmatrix rows hit distinct banks
 constexpr int kThreads = 128;  // 4 warps, 16 rows each
-constexpr int kBwdStages = 2;  // 3 stages measured no faster (28.4 vs 28.8 ms) and cost 18 KiB per block
+constexpr int kBwdStages = 3;
 
 template <typename T>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
@@ -276,10 +276,8 @@ __global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T*
   d_rowsum[(b * NH + h) * Tn + t] = acc;
 }
 
-// kMinBlocks 3 caps registers at 168 for 12 warps per SM (K/V fragments are re-read from shared memory each
-// step instead of living in registers); 2 leaves the compiler ~250 registers.
-template <typename T, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
                                                                   const T* dout, const T* qkv, const float* lse,
                                                                   int Tn, int C, int NH, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -335,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_backward_kernel(T*
     cp_async_commit();
     cp_async_wait<2>();  // this iteration's group is complete; the two after it may be in flight
     __syncthreads();
-    if (kMinBlocks > 2 || qb == kb) {
+    if (qb == kb) {
       load_a_frags<T>(kf, sK[0], warp * 16);
       load_a_frags<T>(vf, sV[0], warp * 16);
     }
@@ -620,25 +618,16 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
   CUDA_CHECK_LAUNCH();
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static int min_blocks = 0;  // per template instance; ZEROPLAN_ATTN_BWD_BLOCKS=2|3 picks the variant
-      if (min_blocks == 0) {
-        const char* env = std::getenv("ZEROPLAN_ATTN_BWD_BLOCKS");
-        min_blocks = env && std::string(env) == "3" ? 3 : 2;
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static bool configured = false;  // per template instance
+      if (!configured) {
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         kBackwardSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kBackwardSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, 3>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+        configured = true;
       }
       CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(B) * Tn * C * sizeof(float), stream));
       dim3 grid((Tn + kTile - 1) / kTile, NH, B);
-      if (min_blocks == 3)
-        flash_backward_kernel<T, 3><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv, lse,
-                                                                               Tn, C, NH, scale);
-      else
-        flash_backward_kernel<T, 2><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv, lse,
-                                                                               Tn, C, NH, scale);
+      flash_backward_kernel<T><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv, lse,
+                                                                         Tn, C, NH, scale);
       CUDA_CHECK_LAUNCH();
       const i64 n4 = static_cast<i64>(B) * Tn * C / 4;
       dq_convert_kernel<T><<<ceil_div(n4, 256), 256, 0, stream>>>(dqkv, dq_accum, B, Tn, C);
