@@ -35,7 +35,7 @@ constexpr const char* kCli = "command line";
 struct RunOptions {
   CommonOptions common;
   std::int64_t steps = 20;
-  std::int64_t warmup_steps = 2;
+  std::optional<std::int64_t> warmup_steps;  // default: min(2, steps - 1)
   std::string backend = "cuda";
   std::optional<std::string> data;
   std::optional<std::string> report;
@@ -117,8 +117,9 @@ int run(RunOptions& o) {
   ResolvedInputs in = resolve_inputs(o.common);
   TrainingConfig& tr = in.training;
   if (o.steps < 1) throw InputError(kCli, "--steps", "must be at least 1");
-  if (o.warmup_steps < 0 || o.warmup_steps >= o.steps)
-    throw InputError(kCli, "--warmup-steps", "must be in [0, --steps)");
+  if (!o.warmup_steps) o.warmup_steps = std::min<std::int64_t>(2, o.steps - 1);
+  if (*o.warmup_steps < 0 || *o.warmup_steps >= o.steps)
+    throw InputError(kCli, "--warmup-steps", "must be in [0, --steps), got " + std::to_string(*o.warmup_steps));
   if (o.backend != "cuda" && o.backend != "cpu") throw InputError(kCli, "--backend", "expected cuda or cpu");
   if (o.learning_rate) tr.learning_rate = *o.learning_rate;
   // One GPU: this executor is world size 1 (ZeRO across GPUs comes with the NCCL executor).
@@ -138,9 +139,13 @@ int run(RunOptions& o) {
                        " is not implemented by the executor; the run and its plan use dropout 0");
     in.model.transformer->dropout = 0;
   }
+  if (tr.checkpointing == Checkpointing::selective)
+    tr.notes.push_back("run: selective checkpointing recomputes the attention core, which the flash kernel never "
+                       "stores: the executor keeps the same tensors as with checkpointing none");
   // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
   tr.fused_attention = true;
   tr.fused_cross_entropy = true;
+  tr.engine = TrainingEngine::zeroplan;  // the memory model of our own executor (core/training_config.h)
   tr.fp32_loss = false;
   const exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
 
@@ -213,7 +218,7 @@ int run(RunOptions& o) {
     }
     const exec::StepResult r = trainer->step(inputs, targets);
     losses.push_back(r.loss);
-    if (s >= o.warmup_steps) {
+    if (s >= *o.warmup_steps) {
       step_s.push_back(r.times.step_s);
       fwd_s.push_back(r.times.forward_s);
       bwd_s.push_back(r.times.backward_s);
@@ -259,8 +264,11 @@ int run(RunOptions& o) {
   std::printf("  (allocator peak %s GiB; device baseline before allocating %s GiB; measured = allocator peaks per "
               "component, total = cudaMemGetInfo used at its peak)\n",
               gib(mem.peak_total).c_str(), gib(mem.device_used_baseline).c_str());
-  std::cout << "\nstep time (median of " << step_s.size() << " steps after " << o.warmup_steps << " warm-up)\n";
-  if (sim)
+  std::cout << "\nstep time (median of " << step_s.size() << " steps after " << *o.warmup_steps << " warm-up)\n";
+  if (sim && trainer->backend() == "cpu")
+    std::printf("  (the plan predicts %.1f ms on the cluster's GPU; the CPU backend is not compared with it)\n",
+                sim->step_seconds * 1e3);
+  else if (sim)
     std::printf("  step %.1f ms predicted, %.1f ms measured (%s); tokens/s %.0f predicted, %.0f measured\n",
                 sim->step_seconds * 1e3, step_med * 1e3, err_pct(sim->step_seconds, step_med).c_str(),
                 sim->tokens_per_second, tps);
@@ -278,7 +286,7 @@ int run(RunOptions& o) {
     m["backend"] = trainer->backend();
     m["device"] = trainer->device_name();
     m["steps"] = o.steps;
-    m["warmup_steps"] = o.warmup_steps;
+    m["warmup_steps"] = *o.warmup_steps;
     m["data"] = data.description();
     m["padded_vocab"] = cfg.shape.padded_vocab;
     nlohmann::json comp;
@@ -324,7 +332,7 @@ void add_run_command(CLI::App& app, int* status) {
   CLI::App* cmd = app.add_subcommand("run", "Train the model on this GPU and measure it against the plan");
   add_common_options(*cmd, options->common);
   cmd->add_option("--steps", options->steps, "Optimizer steps to run")->capture_default_str();
-  cmd->add_option("--warmup-steps", options->warmup_steps, "Steps left out of the timing medians")->capture_default_str();
+  cmd->add_option("--warmup-steps", options->warmup_steps, "Steps left out of the timing medians (default 2)");
   cmd->add_option("--backend", options->backend, "cuda (the GPU executor) or cpu (the Eigen fp32 reference)")
       ->capture_default_str();
   cmd->add_option("--data", options->data,
