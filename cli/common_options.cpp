@@ -50,6 +50,8 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
   command.add_option("--checkpointing", options.checkpointing, "Activation checkpointing: none, selective or full");
   command.add_option("--ds-config", options.ds_config,
                      "A DeepSpeed config file (// comments and \"auto\" accepted); flags given beside it win");
+  command.add_option("--engine", options.engine,
+                     "Whose engine the memory model describes: deepspeed (default) or zeroplan (our executor)");
   command.add_option("--format,-f", options.format, "Output: table, json, csv or markdown")->capture_default_str();
 }
 
@@ -98,6 +100,19 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   if (options.grad_accum) training.grad_accum = require_positive(*options.grad_accum, "--grad-accum");
   if (options.precision) training.precision = parse_precision(*options.precision, kCommandLine, "--precision");
   if (options.optimizer) training.optimizer = parse_optimizer(*options.optimizer, kCommandLine, "--optimizer");
+  if (options.engine) {
+    if (*options.engine == "deepspeed") training.engine = TrainingEngine::deepspeed;
+    else if (*options.engine == "zeroplan") {
+      // What our executor stores: flash attention, dlogits written in place over the 16-bit logits.
+      training.engine = TrainingEngine::zeroplan;
+      training.fused_attention = true;
+      training.fused_cross_entropy = true;
+      training.fp32_loss = false;
+      training.notes.push_back("engine zeroplan: 16-bit gradients only, in-place reduction, fused attention and "
+                               "fused softmax cross-entropy, exact-size allocations (exec/)");
+    }
+    else throw InputError(kCommandLine, "--engine", "unknown engine '" + *options.engine + "': expected deepspeed or zeroplan");
+  }
   if (options.checkpointing) {
     training.checkpointing = parse_checkpointing(*options.checkpointing, kCommandLine, "--checkpointing");
   }

@@ -31,6 +31,7 @@ struct CommonOptions {
   std::optional<std::string> offload_param;
   std::optional<std::string> checkpointing;
   std::optional<std::string> ds_config;
+  std::optional<std::string> engine;
   std::string format = "table";
 };
 

@@ -42,6 +42,14 @@ std::string to_string(Checkpointing checkpointing) {
   return "unknown";
 }
 
+std::string to_string(TrainingEngine engine) {
+  switch (engine) {
+    case TrainingEngine::deepspeed: return "deepspeed";
+    case TrainingEngine::zeroplan: return "zeroplan";
+  }
+  return "unknown";
+}
+
 namespace {
 template <typename Enum>
 Enum parse_named(const std::string& text, const std::string& source, const std::string& field,
@@ -91,6 +99,7 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
       {"precision", to_string(training.precision)},
       {"optimizer", to_string(training.optimizer)},
       {"checkpointing", to_string(training.checkpointing)},
+      {"engine", to_string(training.engine)},
       {"partition_activations", training.partition_activations},
       {"cpu_checkpointing", training.cpu_checkpointing},
       {"fused_attention", training.fused_attention},

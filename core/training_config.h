@@ -15,11 +15,17 @@ enum class Precision { fp32, fp16, bf16 };
 enum class OptimizerKind { adamw, sgd_momentum, adam_8bit };
 enum class OffloadDevice { none, cpu, nvme };
 enum class Checkpointing { none, selective, full };
+// Whose training engine the memory model describes: DeepSpeed's (the default: what users run), or zeroplan's own
+// executor (exec/), which keeps 16-bit gradients only (AdamW upcasts them in registers), reduces in place over its
+// flat gradient buffer (no bucket copies) and allocates exact sizes through one tagged allocator (no caching
+// reserve). `zeroplan run` predicts with the zeroplan engine, so measured and predicted describe the same program.
+enum class TrainingEngine { deepspeed, zeroplan };
 
 std::string to_string(Precision precision);
 std::string to_string(OptimizerKind optimizer);
 std::string to_string(OffloadDevice device);
 std::string to_string(Checkpointing checkpointing);
+std::string to_string(TrainingEngine engine);
 // Parse the names above; throw InputError(source, field, "expected one of ...") on anything else.
 Precision parse_precision(const std::string& text, const std::string& source, const std::string& field);
 OptimizerKind parse_optimizer(const std::string& text, const std::string& source, const std::string& field);
@@ -74,6 +80,7 @@ struct TrainingConfig {
   OptimizerKind optimizer = OptimizerKind::adamw;
   ZeroConfig zero;
   Checkpointing checkpointing = Checkpointing::none;
+  TrainingEngine engine = TrainingEngine::deepspeed;
   // DeepSpeed activation_checkpointing (ZeRO-R Pa / Pa+cpu): checkpoints partitioned across model-parallel
   // ranks, or kept in host memory. They take effect only with checkpointing on.
   bool partition_activations = false;

@@ -13,6 +13,7 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
   in.stage = choice.stage;
   in.offload_optimizer = choice.offload_optimizer;
   in.offload_param = choice.stage == 3 ? choice.offload_param : OffloadDevice::none;
+  in.engine = training.engine;
   in.mixed_precision = training.precision != Precision::fp32;
   in.param_bytes = precision_bytes(training.precision);
   in.activation_bytes = in.param_bytes;

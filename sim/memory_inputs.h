@@ -16,6 +16,7 @@ struct MemoryInputs {
   int stage = 0;
   OffloadDevice offload_optimizer = OffloadDevice::none;
   OffloadDevice offload_param = OffloadDevice::none;
+  TrainingEngine engine = TrainingEngine::deepspeed;
   bool mixed_precision = true;        // fp16/bf16 with an fp32 master copy; false for fp32 training
   int param_bytes = 2;                // bytes of a model parameter / gradient element (2 or 4)
   int activation_bytes = 2;           // bytes of a saved activation element (the training precision's)

@@ -50,7 +50,10 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   for (Bytes component : {gpu.params, gpu.grads, gpu.master_params, gpu.optimizer_states, gpu.activations,
                           gpu.logits, gpu.gradient_buckets, gpu.gathered_params, gpu.offload_buffers})
     tensor_bytes = sat_add(tensor_bytes, component);
-  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(cluster.runtime, in.world_size, tensor_bytes);
+  // zeroplan's executor allocates exact sizes through one tagged allocator: no caching-allocator reserve.
+  RuntimeOverhead runtime_description = cluster.runtime;
+  if (in.engine == TrainingEngine::zeroplan) runtime_description.allocator_reserve_fraction = 0.0;
+  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(runtime_description, in.world_size, tensor_bytes);
   gpu.runtime_overhead = runtime.total();
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
 
@@ -66,7 +69,7 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
     explain_model_states(in, states, *terms);
     explain_activations(model, training, in, activations, *terms);
     explain_zero_buffers(in, training.zero, buffers, *terms);
-    explain_runtime_overhead(cluster.runtime, in.world_size, tensor_bytes, runtime, *terms);
+    explain_runtime_overhead(runtime_description, in.world_size, tensor_bytes, runtime, *terms);
     explain_host_and_nvme(in, training.zero, states, buffers, host, *terms);
   }
   return estimate;

@@ -60,7 +60,10 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
   // partition (stage_1_and_2.py: single_grad_partition ... .to(fp32)), stage 3 keeps a flat fp32 partition
   // (grad_partitions_flat_buffer in the gradient-accumulation dtype); stage 0 (fused_optimizer.py /
   // bf16_optimizer.py) builds an fp32 copy of all gradients. Not needed when training in fp32.
-  const Bytes grad_fp32 = in.mixed_precision ? sat_mul(4, optimizer_params) : 0;
+  // zeroplan's executor keeps 16-bit gradients only: its AdamW upcasts each gradient in registers
+  // (exec/cuda/adamw.cu), so no fp32 gradient copy is materialized.
+  const bool fp32_grad_copy = in.mixed_precision && in.engine == TrainingEngine::deepspeed;
+  const Bytes grad_fp32 = fp32_grad_copy ? sat_mul(4, optimizer_params) : 0;
 
   if (!optimizer_offloaded(in)) {
     b.master_params = master;
@@ -109,7 +112,10 @@ void explain_model_states(const MemoryInputs& in, const ModelStatesBytes& b, std
     terms.push_back({"grads", gname + " (partition offloaded)", 0,
                      "0 (reduced partitions are copied to pinned host memory per bucket)", kZeroOffload});
   }
-  if (in.mixed_precision && in.offload_optimizer == OffloadDevice::none)
+  if (in.mixed_precision && in.offload_optimizer == OffloadDevice::none && in.engine == TrainingEngine::zeroplan)
+    terms.push_back({"grads", "fp32 gradient partition at the optimizer step", 0,
+                     "0 (zeroplan's AdamW upcasts the 16-bit gradients in registers)", "exec/cuda/adamw.cu"});
+  else if (in.mixed_precision && in.offload_optimizer == OffloadDevice::none)
     terms.push_back({"grads", "fp32 gradient partition at the optimizer step", b.grad_fp32_partition,
                      "4 * " + part + " = 4 * " + opt_params,
                      "zero-formulas.md sec. 3 (DeepSpeed stage_1_and_2.py / stage3.py)"});

@@ -24,7 +24,11 @@ constexpr const char* kOffloadStaging = "DeepSpeed stage_1_and_2.py temp_grad_bu
 ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero) {
   ZeroBufferBytes b;
   const int pb = in.param_bytes;
-  if (in.stage == 0) {
+  // zeroplan's executor reduces in place over its flat gradient buffer (exec/param_layout.h): no bucket copies.
+  const bool in_place_reduction = in.engine == TrainingEngine::zeroplan && in.stage <= 2;
+  if (in_place_reduction) {
+    // no reduce or all-gather buckets
+  } else if (in.stage == 0) {
     // The engine flattens at most reduce_bucket_size gradients per all-reduce: never more than the model.
     b.reduce_buckets = sat_mul(pb, std::min(zero.reduce_bucket_size, in.params), zero.overlap_comm ? 2 : 1);
   } else if (in.stage <= 2) {
@@ -60,7 +64,11 @@ void explain_zero_buffers(const MemoryInputs& in, const ZeroConfig& zero, const 
                           std::vector<MemoryTerm>& terms) {
   const std::string pb = num(in.param_bytes);
   const std::string copies = zero.overlap_comm ? " * 2 (overlap_comm)" : "";
-  if (in.stage == 0) {
+  if (in.engine == TrainingEngine::zeroplan && in.stage <= 2) {
+    terms.push_back({"gradient_buckets", "gradient buckets", 0,
+                     "0 (zeroplan's executor reduces in place over its flat gradient buffer)",
+                     "exec/param_layout.h (flat parameter and gradient buffers)"});
+  } else if (in.stage == 0) {
     terms.push_back({"gradient_buckets", "gradient all-reduce bucket", b.reduce_buckets,
                      pb + " * min(reduce_bucket_size, P)" + copies + " = " + pb + " * min(" +
                          num(zero.reduce_bucket_size) + ", " + num(in.params) + ")",

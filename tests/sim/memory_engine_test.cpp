@@ -1,0 +1,62 @@
+// The zeroplan engine (our executor, exec/) differs from DeepSpeed's in three terms the memory model names:
+// no fp32 gradient copy, no gradient buckets (in-place reduction over the flat gradient buffer), and no
+// caching-allocator reserve. Everything else (params, master, optimizer states, activations) is shared.
+#include <gtest/gtest.h>
+
+#include "sim/memory_model.h"
+#include "tests/sim/sim_test_fixtures.h"
+
+namespace zeroplan {
+namespace {
+
+TrainingConfig training_for(TrainingEngine engine) {
+  TrainingConfig training;
+  training.micro_batch = 8;
+  training.seq_len = 1024;
+  training.precision = Precision::bf16;
+  training.engine = engine;
+  return training;
+}
+
+TEST(ZeroplanEngine, KeepsSixteenBitGradientsOnlyAndNoBucketsOrReserve) {
+  const ModelDescription model = testing::gpt2_xl();
+  ClusterDescription cluster = testing::test_cluster(1, 1);
+  cluster.runtime.cuda_context_bytes = 554'500'096;
+  cluster.runtime.cublas_workspace_bytes = 32 * kMiB;
+  cluster.runtime.allocator_reserve_fraction = 0.10;
+  const std::int64_t P = model.params();
+  const PlanChoice stage0{0, OffloadDevice::none, OffloadDevice::none};
+  const MemoryEstimate deepspeed = estimate_memory(model, cluster, training_for(TrainingEngine::deepspeed), stage0);
+  const MemoryEstimate zeroplan = estimate_memory(model, cluster, training_for(TrainingEngine::zeroplan), stage0);
+
+  EXPECT_EQ(zeroplan.gpu.grads, 2 * P);                 // bf16 gradients, nothing else
+  EXPECT_EQ(deepspeed.gpu.grads, 2 * P + 4 * P);        // + the fp32 copy DeepSpeed's bf16 optimizer keeps
+  EXPECT_EQ(zeroplan.gpu.gradient_buckets, 0);
+  EXPECT_GT(deepspeed.gpu.gradient_buckets, 0);
+  EXPECT_EQ(zeroplan.gpu.params, deepspeed.gpu.params);
+  EXPECT_EQ(zeroplan.gpu.master_params, deepspeed.gpu.master_params);
+  EXPECT_EQ(zeroplan.gpu.optimizer_states, deepspeed.gpu.optimizer_states);
+  EXPECT_EQ(zeroplan.gpu.activations, deepspeed.gpu.activations);
+  // Runtime: context and cuBLAS workspace only (one rank: no NCCL; exact-size allocations: no reserve).
+  EXPECT_EQ(zeroplan.gpu.runtime_overhead,
+            cluster.runtime.cuda_context_bytes + cluster.runtime.cublas_workspace_bytes);
+  EXPECT_LT(zeroplan.gpu.runtime_overhead, deepspeed.gpu.runtime_overhead);
+}
+
+TEST(ZeroplanEngine, ExplainGivesTheSameNumbers) {
+  const ModelDescription model = testing::gpt2_small();
+  const ClusterDescription cluster = testing::test_cluster(1, 1);
+  const TrainingConfig training = training_for(TrainingEngine::zeroplan);
+  const PlanChoice stage0{0, OffloadDevice::none, OffloadDevice::none};
+  const MemoryEstimate fast = estimate_memory(model, cluster, training, stage0);
+  const MemoryEstimate explained = explain_memory(model, cluster, training, stage0);
+  EXPECT_EQ(fast.gpu.total, explained.gpu.total);
+  Bytes buckets_in_terms = -1;
+  for (const MemoryTerm& term : explained.terms) {
+    if (term.component == "gradient_buckets") buckets_in_terms = term.bytes;
+  }
+  EXPECT_EQ(buckets_in_terms, 0);
+}
+
+}  // namespace
+}  // namespace zeroplan
