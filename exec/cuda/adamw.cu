@@ -64,7 +64,7 @@ __device__ __forceinline__ bool is_decayed(i64 i, const DecayGeometry& d) {
   return (i - d.blocks_begin) % d.block_stride < d.block_decay;
 }
 
-// 4 elements per thread (n is a multiple of 8: every tensor size is a multiple of hidden, itself of 8).
+// 4 elements per thread (n and base are multiples of 4: every tensor size is a multiple of hidden, itself of 8).
 template <typename T>
 __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m, float* v, i64 n, float lr,
                              float beta1, float beta2, float bc1, float bc2, float eps, float weight_decay,
@@ -84,7 +84,7 @@ __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m,
     for (int j = 0; j < 4; ++j) w[j] = to_f(params[i + j]);
   }
   // the four elements share one tensor (tensor sizes are multiples of 8), so one decay test serves them
-  const float wd = is_decayed(i, decay) ? weight_decay : 0.0f;
+  const float wd = is_decayed(decay.base + i, decay) ? weight_decay : 0.0f;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const float g = to_f(grads[i + j]) * grad_scale;
@@ -132,7 +132,7 @@ template <typename T>
 void adamw_update(T* params, float* master, const T* grads, float* m, float* v, i64 n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, float grad_scale, int t, DecayGeometry decay,
                   cudaStream_t stream) {
-  if (n % 4 != 0) throw CudaError("adamw_update: size must be a multiple of 4");
+  if (n % 4 != 0 || decay.base % 4 != 0) throw CudaError("adamw_update: size and base must be multiples of 4");
   const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(t));
   adamw_kernel<T><<<ceil_div(n / 4, 256), 256, 0, stream>>>(params, master, grads, m, v, n, lr, beta1, beta2, bc1, bc2,

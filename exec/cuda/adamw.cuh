@@ -12,8 +12,11 @@
 
 namespace zeroplan::exec::cuda {
 
+// Weight-decay geometry of the flat layout (ParamLayout), plus `base`: the flat index of element 0 of the range
+// being updated, so a ZeRO rank can update its own contiguous partition [base, base + n) in place.
 struct DecayGeometry {
   std::int64_t blocks_begin, block_stride, block_decay, blocks_end;
+  std::int64_t base = 0;
 };
 
 // params[offset, offset+numel) (and master, when not null) = init; elements at or past `live` are 0.
