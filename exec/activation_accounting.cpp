@@ -10,6 +10,12 @@ std::vector<std::pair<std::string, std::int64_t>> ExpectedMemory::components() c
           {"workspace", workspace}};
 }
 
+std::int64_t backward_working_set_bytes(const ExecConfig& c) {
+  const std::int64_t e = element_bytes(c.precision);
+  const std::int64_t sbh = c.micro_batch * c.seq_len * c.shape.hidden, sb = c.micro_batch * c.seq_len;
+  return 6 * e * sbh + 4 * sbh + 4 * c.shape.heads * sb;
+}
+
 ExpectedMemory expected_device_memory(const ExecConfig& c) {
   const ParamLayout layout(c.shape);
   const std::int64_t P = layout.total();
@@ -27,9 +33,9 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   } else {
     m.activations = (L + 1) * e * sbh + (block - e * sbh) + e * sbh + 8 * sb;
   }
+  m.activations += backward_working_set_bytes(c);
   m.logits = e * sb * c.shape.padded_vocab + 4 * sb;
-  m.workspace = 6 * e * sbh + 4 * sbh + 4 * a * sb + 4 * (4 * C + 1) + 4 * (kNormPartials + 1) + 8 * sb +
-                kCublasWorkspaceBytes;
+  m.workspace = 4 * (4 * C + 1) + 4 * (kNormPartials + 1) + 8 * sb + kCublasWorkspaceBytes;
   return m;
 }
 

@@ -15,15 +15,17 @@
 //                     LN2 output e*sbh, FC output 4e*sbh, GELU output 4e*sbh          = 16e*sbh (32sbh in 16-bit)
 //                     + LN1/LN2 mean and rstd, fp32                                   = 16*sb
 //                     + flash-attention logsumexp, fp32 (replaces the 5as^2b softmax)  = 4*a*s*b
-//                   plus the output layer: final-LN input and output 2e*sbh and its mean/rstd 8*sb.
+//                   plus the output layer: final-LN input and output 2e*sbh and its mean/rstd 8*sb;
 //                   full recompute: every block's input (L+1)*e*sbh (the last is the final-LN input), plus one
 //                   block's recompute buffers (the list above less the LN1 input: 15e*sbh + 16sb + 4asb), plus the
-//                   final-LN output and stats e*sbh + 8sb.
+//                   final-LN output and stats e*sbh + 8sb;
+//                   plus, in both modes, the backward working set (live at the backward peak, as the planner's
+//                   activation component counts it): dresidual e*sbh, d(LN input) e*sbh, d(FC/QKV) 4e*sbh,
+//                   the flash-attention dQ accumulator 4*sbh (fp32) and D = rowsum(dO*O) 4*a*s*b.
 // logits            e*s*b*Vp (the fused cross-entropy writes dlogits in place) + 4*s*b (per-token losses, fp32)
-// workspace         backward scratch: dresidual e*sbh, d(LN input) e*sbh, d(FC/QKV) 4e*sbh, flash-attention dQ
-//                   accumulator 4*sbh (fp32) and D = rowsum(dO*O) 4*a*s*b, bias/LN-gradient partials and their counter 4*(4C+1), grad-norm
-//                   partials and result (kNormPartials + 1 floats), the micro-batch's input and target token ids
-//                   8*s*b (int32), and the cuBLASLt workspace (32 MiB, customary on Hopper)
+// workspace         bias/LN-gradient partials and their counter 4*(4C+1), grad-norm partials and result
+//                   (kNormPartials + 1 floats), the micro-batch's input and target token ids 8*s*b (int32), and the
+//                   cuBLASLt workspace (32 MiB, customary on Hopper)
 #pragma once
 
 #include <cstdint>
@@ -48,5 +50,7 @@ struct ExpectedMemory {
 };
 
 ExpectedMemory expected_device_memory(const ExecConfig& config);
+// The backward working set inside `activations` (dresidual, d(LN input), d(FC/QKV), dQ accumulator, D).
+std::int64_t backward_working_set_bytes(const ExecConfig& config);
 
 }  // namespace zeroplan::exec

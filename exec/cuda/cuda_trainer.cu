@@ -335,11 +335,12 @@ class CudaTrainer final : public Trainer {
     lnf_stats_ = F("final LN mean/rstd", 2 * bt);
     logits_ = alloc_->allocate_n<T>("logits", "logits / dlogits (in place)", bt * s.padded_vocab);
     losses_ = alloc_->allocate_n<float>("logits", "per-token losses", bt);
-    dres_ = alloc_->allocate_n<T>("workspace", "residual gradient", bt * C);
-    dln_ = alloc_->allocate_n<T>("workspace", "LayerNorm-input gradient", bt * C);
-    d4_ = alloc_->allocate_n<T>("workspace", "FC / QKV gradient", bt * 4 * C);
-    dq_accum_ = alloc_->allocate_n<float>("workspace", "attention dQ accumulator (fp32)", bt * C);
-    d_rowsum_ = alloc_->allocate_n<float>("workspace", "attention rowsum(dO*O)", bt * s.heads);
+    // the backward working set, live at the backward peak: the planner's activation component counts it there
+    dres_ = alloc_->allocate_n<T>("activations", "residual gradient", bt * C);
+    dln_ = alloc_->allocate_n<T>("activations", "LayerNorm-input gradient", bt * C);
+    d4_ = alloc_->allocate_n<T>("activations", "FC / QKV gradient", bt * 4 * C);
+    dq_accum_ = alloc_->allocate_n<float>("activations", "attention dQ accumulator (fp32)", bt * C);
+    d_rowsum_ = alloc_->allocate_n<float>("activations", "attention rowsum(dO*O)", bt * s.heads);
     // column-sum partials (4C floats) and their arrival counter; kept zeroed between reductions
     partial_ = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", 4 * C + 1);
     counter_ = reinterpret_cast<unsigned*>(partial_ + 4 * C);
