@@ -92,13 +92,13 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // past rows_valid are zero-filled. Each thread owns one 16-byte column chunk and every 16th row, so the addresses
 // are one multiply and then increments (the generic index loop cost ~20 integer instructions per copy; ncu counted
 // ~390 instructions per warp and tile beyond the math).
-template <typename T>
+template <typename T, int ROWS = kTile, int THREADS = kThreads>
 __device__ __forceinline__ void load_tile(T (*tile)[kLd], const T* base, i64 stride, int rows_valid) {
-  constexpr int kRowStep = kThreads / (kHead / 8);
+  constexpr int kRowStep = THREADS / (kHead / 8);
   const int row0 = threadIdx.x / (kHead / 8), col = (threadIdx.x % (kHead / 8)) * 8;
   const T* src = base + row0 * stride + col;
 #pragma unroll
-  for (int i = 0; i < kTile / kRowStep; ++i) {
+  for (int i = 0; i < ROWS / kRowStep; ++i) {
     const int r = row0 + i * kRowStep;
     const bool valid = r < rows_valid;
     cp_async16(&tile[r][col], valid ? src : base, valid);
@@ -156,14 +156,21 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
   }
 }
 
-// kMinBlocks 4 caps registers at 128 (4 blocks per SM, a few spills) against 132 registers and 3 blocks.
-template <typename T, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C,
-                                                                 int NH, float scale_log2) {
-  __shared__ alignas(16) T sQ[kTile][kLd];
-  __shared__ alignas(16) T sK[2][kTile][kLd];
-  __shared__ alignas(16) T sV[2][kTile][kLd];
-  const int nqb = (Tn + kTile - 1) / kTile;
+// kWarps warps of 16 query rows each: 4 (64 queries, 3 blocks per SM) or 8 (128 queries, 2 blocks per SM at
+// <= 128 registers: each K/V tile read from L2 serves twice the queries).
+template <int kWarps> constexpr int fwd_smem_bytes() { return (16 * kWarps + 4 * kTile) * kLd * 2; }
+
+template <typename T, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 3 : 2) flash_forward_kernel(T* out, float* lse,
+                                                                                        const T* qkv, int Tn, int C,
+                                                                                        int NH, float scale_log2) {
+  constexpr int kRows = 16 * kWarps, kThr = 32 * kWarps;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  using Row = T[kLd];
+  Row* const sQ = reinterpret_cast<Row*>(smem_raw);  // [kRows]
+  Row* const sK0 = sQ + kRows;                          // K stage s at sK0 + s * kTile
+  Row* const sV0 = sK0 + 2 * kTile;                     // V stage s at sV0 + s * kTile
+  const int nqb = (Tn + kRows - 1) / kRows;
   const int qb = nqb - 1 - static_cast<int>(blockIdx.x);  // longest rows first
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -171,22 +178,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* 
   const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
   const T* kbase = qbase + C;
   const T* vbase = qbase + 2 * C;
+  const int q0 = qb * kRows;
+  const int last_kb = (min(q0 + kRows, Tn) - 1) / kTile;
+  const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
 
-  load_tile<T>(sQ, qbase + static_cast<i64>(qb) * kTile * stride, stride, Tn - qb * kTile);
-  load_tile<T>(sK[0], kbase, stride, Tn);
-  load_tile<T>(sV[0], vbase, stride, Tn);
+  load_tile<T, kRows, kThr>(sQ, qbase + static_cast<i64>(q0) * stride, stride, Tn - q0);
+  load_tile<T, kTile, kThr>(sK0, kbase, stride, Tn);
+  load_tile<T, kTile, kThr>(sV0, vbase, stride, Tn);
   cp_async_commit();
 
   float o[8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   std::uint32_t qf[4][4];
-  const int q_row[2] = {qb * kTile + warp * 16 + g, qb * kTile + warp * 16 + g + 8};
+  const int q_row[2] = {warp_first + g, warp_first + g + 8};
 
-  for (int kb = 0; kb <= qb; ++kb) {
+  for (int kb = 0; kb <= last_kb; ++kb) {
     const int stage = kb & 1;
-    if (kb < qb) {
-      load_tile<T>(sK[stage ^ 1], kbase + static_cast<i64>(kb + 1) * kTile * stride, stride, Tn - (kb + 1) * kTile);
-      load_tile<T>(sV[stage ^ 1], vbase + static_cast<i64>(kb + 1) * kTile * stride, stride, Tn - (kb + 1) * kTile);
+    if (kb < last_kb) {
+      load_tile<T, kTile, kThr>(sK0 + (stage ^ 1) * kTile, kbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
+                                Tn - (kb + 1) * kTile);
+      load_tile<T, kTile, kThr>(sV0 + (stage ^ 1) * kTile, vbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
+                                Tn - (kb + 1) * kTile);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -194,12 +206,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* 
     }
     __syncthreads();
     if (kb == 0) load_a_frags<T>(qf, sQ, warp * 16);
-
+    // A tile whose every key lies in this warp's future adds nothing: the warp skips its math (the barriers
+    // stay outside the branch, so every thread of the block meets them).
+    if (kb * kTile <= warp_last) {
+    const Row* sK = sK0 + stage * kTile;
+    const Row* sV = sV0 + stage * kTile;
     float s[8][4] = {};
-    mma_a_tileT<T>(s, qf, sK[stage]);
+    mma_a_tileT<T>(s, qf, sK);
     // Instruction diet (ncu: the kernel is issue-bound, IPC 2.4): mask only on the diagonal tile, take the row max
     // of the raw scores (scale > 0 keeps the order), and fold the scale into one FFMA before ex2.
-    if (kb == qb) {
+    if ((kb + 1) * kTile > warp_first) {  // the tile reaches past this warp's first row (or past T)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -244,7 +260,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) flash_forward_kernel(T* 
         }
     l[0] = l[0] * alpha[0] + rs[0];
     l[1] = l[1] * alpha[1] + rs[1];
-    mma_c_tile<T>(o, s, sV[stage]);
+    mma_c_tile<T>(o, s, sV);
+    }
     __syncthreads();
   }
 #pragma unroll
@@ -592,20 +609,28 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, i
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static int min_blocks = 0;  // per template instance; ZEROPLAN_ATTN_FWD_BLOCKS=3|4 picks the variant
-      if (min_blocks == 0) {
-        const char* env = std::getenv("ZEROPLAN_ATTN_FWD_BLOCKS");
-        min_blocks = env && std::string(env) == "4" ? 4 : 3;
+      static int warps = 0;  // per template instance; ZEROPLAN_ATTN_FWD_WARPS=4|8 picks the variant
+      if (warps == 0) {
+        const char* env = std::getenv("ZEROPLAN_ATTN_FWD_WARPS");
+        warps = env && std::string(env) == "4" ? 4 : 8;
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        fwd_smem_bytes<4>()));
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        fwd_smem_bytes<8>()));
         CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 4>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 3>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 8>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
       }
-      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
-      if (min_blocks == 4)
-        flash_forward_kernel<T, 4><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
-      else
-        flash_forward_kernel<T, 3><<<grid, kThreads, 0, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
+      if (warps == 8) {
+        dim3 grid((Tn + 127) / 128, NH, B);
+        flash_forward_kernel<T, 8><<<grid, 256, fwd_smem_bytes<8>(), stream>>>(out, lse, qkv, Tn, C, NH,
+                                                                                scale * kLog2e);
+      } else {
+        dim3 grid((Tn + 63) / 64, NH, B);
+        flash_forward_kernel<T, 4><<<grid, 128, fwd_smem_bytes<4>(), stream>>>(out, lse, qkv, Tn, C, NH,
+                                                                                scale * kLog2e);
+      }
       CUDA_CHECK_LAUNCH();
       return;
     }
