@@ -209,58 +209,58 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 3 : 2) flash_forwar
     // A tile whose every key lies in this warp's future adds nothing: the warp skips its math (the barriers
     // stay outside the branch, so every thread of the block meets them).
     if (kb * kTile <= warp_last) {
-    const Row* sK = sK0 + stage * kTile;
-    const Row* sV = sV0 + stage * kTile;
-    float s[8][4] = {};
-    mma_a_tileT<T>(s, qf, sK);
-    // Instruction diet (ncu: the kernel is issue-bound, IPC 2.4): mask only on the diagonal tile, take the row max
-    // of the raw scores (scale > 0 keeps the order), and fold the scale into one FFMA before ex2.
-    if ((kb + 1) * kTile > warp_first) {  // the tile reaches past this warp's first row (or past T)
+      const Row* sK = sK0 + stage * kTile;
+      const Row* sV = sV0 + stage * kTile;
+      float s[8][4] = {};
+      mma_a_tileT<T>(s, qf, sK);
+      // Instruction diet (ncu: the kernel is issue-bound, IPC 2.4): mask only on the diagonal tile, take the row max
+      // of the raw scores (scale > 0 keeps the order), and fold the scale into one FFMA before ex2.
+      if ((kb + 1) * kTile > warp_first) {  // the tile reaches past this warp's first row (or past T)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)  // causal mask; also covers keys >= T, which only the last tile holds
+            if (kb * kTile + j * 8 + tig * 2 + (e & 1) > q_row[e >> 1]) s[j][e] = -INFINITY;
+      }
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      }
+      float alpha[2], mnew[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mnew[r] = fmaxf(m[r], mx[r] * scale_log2);  // running max in scaled log2 units
+        const float base = mnew[r] == -INFINITY ? 0.0f : mnew[r];
+        alpha[r] = fast_exp2(m[r] - base);
+        m[r] = mnew[r];
+        mnew[r] = base;
+      }
+      float rs[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)  // causal mask; also covers keys >= T, which only the last tile holds
-          if (kb * kTile + j * 8 + tig * 2 + (e & 1) > q_row[e >> 1]) s[j][e] = -INFINITY;
-    }
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    float alpha[2], mnew[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mnew[r] = fmaxf(m[r], mx[r] * scale_log2);  // running max in scaled log2 units
-      const float base = mnew[r] == -INFINITY ? 0.0f : mnew[r];
-      alpha[r] = fast_exp2(m[r] - base);
-      m[r] = mnew[r];
-      mnew[r] = base;
-    }
-    float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = fast_exp2(fmaf(s[j][e], scale_log2, -mnew[e >> 1]));
-        rs[e >> 1] += s[j][e];
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (alpha[r] != 1.0f)  // the running max moved: rescale this row's accumulator
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          o[j][2 * r] *= alpha[r];
-          o[j][2 * r + 1] *= alpha[r];
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = fast_exp2(fmaf(s[j][e], scale_log2, -mnew[e >> 1]));
+          rs[e >> 1] += s[j][e];
         }
-    l[0] = l[0] * alpha[0] + rs[0];
-    l[1] = l[1] * alpha[1] + rs[1];
-    mma_c_tile<T>(o, s, sV);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (alpha[r] != 1.0f)  // the running max moved: rescale this row's accumulator
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            o[j][2 * r] *= alpha[r];
+            o[j][2 * r + 1] *= alpha[r];
+          }
+      l[0] = l[0] * alpha[0] + rs[0];
+      l[1] = l[1] * alpha[1] + rs[1];
+      mma_c_tile<T>(o, s, sV);
     }
     __syncthreads();
   }
