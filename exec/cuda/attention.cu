@@ -301,7 +301,9 @@ __global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T*
   d_rowsum[(b * NH + h) * Tn + t] = acc;
 }
 
-template <typename T>
+// kWithDq: also accumulate dQ (fp32 atomics through a shared dS tile); without it the block computes dK and dV
+// only and flash_backward_dq_kernel computes dQ from its own recomputation (no atomics).
+template <typename T, bool kWithDq>
 __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
                                                                   const T* dout, const T* qkv, const float* lse,
                                                                   int Tn, int C, int NH, float scale) {
@@ -389,6 +391,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
       }
     mma_c_tile<T>(dv, p, sdO[stage]);  // dV += P^T dO
     mma_c_tile<T>(dk, ds, sQ[stage]);  // dK += dS^T Q
+    if constexpr (kWithDq) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       *reinterpret_cast<std::uint32_t*>(&sdS[0][warp * 16 + g][j * 8 + tig * 2]) = pack2<T>(ds[j][0], ds[j][1]);
@@ -418,6 +421,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
       for (int j = 0; j < 8; ++j)  // vector atomics (sm_90): half the atomic operations of scalar adds
         atomicAdd(reinterpret_cast<float2*>(dst + j * 8 + tig * 2), make_float2(dq[j][2 * r], dq[j][2 * r + 1]));
     }
+    }  // kWithDq
     __syncthreads();
   }
 #pragma unroll
@@ -429,6 +433,96 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
       *reinterpret_cast<std::uint32_t*>(row + C + j * 8 + tig * 2) = pack2<T>(dk[j][2 * r], dk[j][2 * r + 1]);
       *reinterpret_cast<std::uint32_t*>(row + 2 * C + j * 8 + tig * 2) = pack2<T>(dv[j][2 * r], dv[j][2 * r + 1]);
     }
+  }
+}
+
+// dQ without atomics (FlashAttention-2 Algorithm 2's dQ loop as its own kernel, as in the Triton tutorial's
+// fused attention): a block owns 64 queries (4 warps x 16 rows), walks the key tiles up to the diagonal and
+// recomputes S = Q K^T and dP = dO V^T; dS = P (dP - D) * scale stays in registers (its C layout is the A
+// layout of dQ += dS K), and dQ is written once, in the model precision.
+constexpr int kDqSmem = 6 * kTile * kLd * 2;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv, const float* d_rowsum, const T* dout,
+                                                                        const T* qkv, const float* lse, int Tn, int C,
+                                                                        int NH, float scale) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  using Row = T[kLd];
+  Row* const sQ = reinterpret_cast<Row*>(smem_raw);
+  Row* const sdO = sQ + kTile;
+  Row* const sK0 = sdO + kTile;     // K stage s at sK0 + s * kTile
+  Row* const sV0 = sK0 + 2 * kTile;  // V stage s at sV0 + s * kTile
+  const int nqb = (Tn + kTile - 1) / kTile;
+  const int qb = nqb - 1 - static_cast<int>(blockIdx.x);  // longest rows first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const i64 stride = 3ll * C;
+  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
+  const T* kbase = qbase + C;
+  const T* vbase = qbase + 2 * C;
+  const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * kHead;
+  const int q0 = qb * kTile;
+  const float scale_log2 = scale * kLog2e;
+
+  load_tile<T>(sQ, qbase + static_cast<i64>(q0) * stride, stride, Tn - q0);
+  load_tile<T>(sdO, dobase + static_cast<i64>(q0) * C, C, Tn - q0);
+  load_tile<T>(sK0, kbase, stride, Tn);
+  load_tile<T>(sV0, vbase, stride, Tn);
+  cp_async_commit();
+
+  const int q_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float lse2[2], dsum[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const i64 idx = (static_cast<i64>(b) * NH + h) * Tn + min(q_row[r], Tn - 1);
+    lse2[r] = lse[idx] * kLog2e;
+    dsum[r] = d_rowsum[idx];
+  }
+  std::uint32_t qf[4][4], dof[4][4];
+  float dq[8][4] = {};
+
+  for (int kb = 0; kb <= qb; ++kb) {
+    const int stage = kb & 1;
+    if (kb < qb) {
+      load_tile<T>(sK0 + (stage ^ 1) * kTile, kbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
+                   Tn - (kb + 1) * kTile);
+      load_tile<T>(sV0 + (stage ^ 1) * kTile, vbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
+                   Tn - (kb + 1) * kTile);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (kb == 0) {
+      load_a_frags<T>(qf, sQ, warp * 16);
+      load_a_frags<T>(dof, sdO, warp * 16);
+    }
+    const Row* sK = sK0 + stage * kTile;
+    const Row* sV = sV0 + stage * kTile;
+    float sc[8][4] = {}, ds[8][4] = {};
+    mma_a_tileT<T>(sc, qf, sK);   // S = Q K^T
+    mma_a_tileT<T>(ds, dof, sV);  // dP = dO V^T
+    const bool diagonal = kb == qb;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        float pv = fast_exp2(fmaf(sc[j][e], scale_log2, -lse2[r]));
+        if (diagonal && kb * kTile + j * 8 + tig * 2 + (e & 1) > q_row[r]) pv = 0.0f;  // causal; keys >= T too
+        ds[j][e] = pv * scale * (ds[j][e] - dsum[r]);
+      }
+    mma_c_tile<T>(dq, ds, sK);  // dQ += dS K
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (q_row[r] >= Tn) continue;
+    T* row = dqkv + (static_cast<i64>(b) * Tn + q_row[r]) * stride + h * kHead;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      *reinterpret_cast<std::uint32_t*>(row + j * 8 + tig * 2) = pack2<T>(dq[j][2 * r], dq[j][2 * r + 1]);
   }
 }
 
@@ -651,16 +745,30 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
   CUDA_CHECK_LAUNCH();
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static bool configured = false;  // per template instance
-      if (!configured) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static int split = -1;  // per template instance; ZEROPLAN_ATTN_BWD_SPLIT=0|1 picks the dQ strategy
+      if (split < 0) {
+        const char* env = std::getenv("ZEROPLAN_ATTN_BWD_SPLIT");
+        split = env && std::string(env) == "0" ? 0 : 1;
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         kBackwardSmem));
-        configured = true;
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kBackwardSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        kDqSmem));
+      }
+      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
+      if (split) {
+        flash_backward_kernel<T, false><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv,
+                                                                                   lse, Tn, C, NH, scale);
+        CUDA_CHECK_LAUNCH();
+        flash_backward_dq_kernel<T><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d_rowsum, dout, qkv, lse, Tn, C, NH,
+                                                                          scale);
+        CUDA_CHECK_LAUNCH();
+        return;
       }
       CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(B) * Tn * C * sizeof(float), stream));
-      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
-      flash_backward_kernel<T><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv, lse,
-                                                                         Tn, C, NH, scale);
+      flash_backward_kernel<T, true><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv,
+                                                                                lse, Tn, C, NH, scale);
       CUDA_CHECK_LAUNCH();
       const i64 n4 = static_cast<i64>(B) * Tn * C / 4;
       dq_convert_kernel<T><<<ceil_div(n4, 256), 256, 0, stream>>>(dqkv, dq_accum, B, Tn, C);
