@@ -303,21 +303,29 @@ __global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T*
 
 // kWithDq: also accumulate dQ (fp32 atomics through a shared dS tile); without it the block computes dK and dV
 // only and flash_backward_dq_kernel computes dQ from its own recomputation (no atomics).
-template <typename T, bool kWithDq>
-__global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
-                                                                  const T* dout, const T* qkv, const float* lse,
-                                                                  int Tn, int C, int NH, float scale) {
+template <bool kWithDq, int kWarps>
+constexpr int bwd_smem_bytes() {
+  return (2 * 16 * kWarps + 2 * kBwdStages * kTile + (kWithDq ? kTile : 0)) * kLd * 2 + 2 * kBwdStages * kTile * 4;
+}
+
+// kWarps warps of 16 keys each (a block owns 16*kWarps keys); with kWithDq the dQ phase assumes 4 warps.
+template <typename T, bool kWithDq, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
+                                                                     const T* dout, const T* qkv, const float* lse,
+                                                                     int Tn, int C, int NH, float scale) {
+  static_assert(!kWithDq || kWarps == 4, "the dQ phase is laid out for 4 warps");
+  constexpr int kKeys = 16 * kWarps, kThr = 32 * kWarps;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  using Tile = T[kTile][kLd];
-  Tile* sK = reinterpret_cast<Tile*>(smem_raw);
-  Tile* sV = sK + 1;
+  using Row = T[kLd];
+  Row* const sK = reinterpret_cast<Row*>(smem_raw);  // [kKeys]
+  Row* const sV = sK + kKeys;                          // [kKeys]
   // Q/dO (and their logsumexp and D) in kBwdStages stages: the tile two steps ahead loads while one computes
-  // (with two stages, ncu showed long-scoreboard stalls waiting on the next tile)
-  Tile* sQ = sK + 2;                   // [kBwdStages]
-  Tile* sdO = sQ + kBwdStages;         // [kBwdStages]
-  Tile* sdS = sdO + kBwdStages;
-  float* sLse = reinterpret_cast<float*>(sdS + 1);  // [kBwdStages][64], natural log
-  float* sD = sLse + kBwdStages * kTile;           // [kBwdStages][64]
+  Row* const sQ0 = sV + kKeys;                   // stage s at sQ0 + s * kTile
+  Row* const sdO0 = sQ0 + kBwdStages * kTile;    // stage s at sdO0 + s * kTile
+  Row* const sdSrows = sdO0 + kBwdStages * kTile;  // [64 keys][64 queries] (kWithDq only)
+  float* const sLse = reinterpret_cast<float*>(sdSrows + (kWithDq ? kTile : 0));  // [kBwdStages][64], natural log
+  float* const sD = sLse + kBwdStages * kTile;                                   // [kBwdStages][64]
+  T (*const sdS[1])[kLd] = {sdSrows};
 
   const int nqb = (Tn + kTile - 1) / kTile;
   const int kb = blockIdx.x;  // blocks with small kb have the most query tiles and are scheduled first
@@ -329,13 +337,17 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
   const float* lse_row = lse + (static_cast<i64>(b) * NH + h) * Tn;
   const float* d_row = d_rowsum + (static_cast<i64>(b) * NH + h) * Tn;
   const float scale_log2 = scale * kLog2e;
+  const int k0 = kb * kKeys;
+  const int qb_first = k0 / kTile;
+  const int warp_first_key = k0 + warp * 16;
 
   auto load_q_stage = [&](int qb, int stage) {
-    load_tile<T>(sQ[stage], qbase + static_cast<i64>(qb) * kTile * stride, stride, Tn - qb * kTile);
-    load_tile<T>(sdO[stage], dobase + static_cast<i64>(qb) * kTile * C, C, Tn - qb * kTile);
+    load_tile<T, kTile, kThr>(sQ0 + stage * kTile, qbase + static_cast<i64>(qb) * kTile * stride, stride,
+                              Tn - qb * kTile);
+    load_tile<T, kTile, kThr>(sdO0 + stage * kTile, dobase + static_cast<i64>(qb) * kTile * C, C, Tn - qb * kTile);
     // asynchronous like the tiles: a plain load here stalled the loading threads on the critical path
     // (ncu: long-scoreboard stalls); rows past T are zero-filled
-    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+    for (int i = threadIdx.x; i < kTile; i += kThr) {
       const int q = qb * kTile + i;
       const bool valid = q < Tn;
       cp_async4(&sLse[stage * kTile + i], lse_row + (valid ? q : 0), valid);
@@ -343,33 +355,37 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
     }
   };
 
-  load_tile<T>(sK[0], qbase + C + static_cast<i64>(kb) * kTile * stride, stride, Tn - kb * kTile);
-  load_tile<T>(sV[0], qbase + 2 * C + static_cast<i64>(kb) * kTile * stride, stride, Tn - kb * kTile);
-  load_q_stage(kb, 0);
+  load_tile<T, kKeys, kThr>(sK, qbase + C + static_cast<i64>(k0) * stride, stride, Tn - k0);
+  load_tile<T, kKeys, kThr>(sV, qbase + 2 * C + static_cast<i64>(k0) * stride, stride, Tn - k0);
+  load_q_stage(qb_first, 0);
   cp_async_commit();
-  if (kb + 1 < nqb) load_q_stage(kb + 1, 1);
+  if (qb_first + 1 < nqb) load_q_stage(qb_first + 1, 1);
   cp_async_commit();  // possibly empty: every iteration waits on the same group count
 
   std::uint32_t kf[4][4], vf[4][4];
   float dk[8][4] = {}, dv[8][4] = {};
-  const int key[2] = {kb * kTile + warp * 16 + g, kb * kTile + warp * 16 + g + 8};
+  const int key[2] = {warp_first_key + g, warp_first_key + g + 8};
 
-  for (int qb = kb; qb < nqb; ++qb) {
-    const int stage = (qb - kb) % kBwdStages;
-    if (qb + 2 < nqb) load_q_stage(qb + 2, (qb - kb + 2) % kBwdStages);
+  for (int qb = qb_first; qb < nqb; ++qb) {
+    const int stage = (qb - qb_first) % kBwdStages;
+    if (qb + 2 < nqb) load_q_stage(qb + 2, (qb - qb_first + 2) % kBwdStages);
     cp_async_commit();
     cp_async_wait<2>();  // this iteration's group is complete; the two after it may be in flight
     __syncthreads();
-    if (qb == kb) {
-      load_a_frags<T>(kf, sK[0], warp * 16);
-      load_a_frags<T>(vf, sV[0], warp * 16);
+    if (qb == qb_first) {
+      load_a_frags<T>(kf, sK, warp * 16);
+      load_a_frags<T>(vf, sV, warp * 16);
     }
+    const Row* sQ = sQ0 + stage * kTile;
+    const Row* sdO = sdO0 + stage * kTile;
+    // a tile whose every query precedes this warp's keys adds nothing (dQ phase aside, which needs every warp)
+    if (kWithDq || qb * kTile + kTile - 1 >= warp_first_key) {
     // S^T = K Q^T and dP^T = V dO^T: rows are this warp's 16 keys, columns the tile's 64 queries
     float p[8][4] = {}, ds[8][4] = {};
-    mma_a_tileT<T>(p, kf, sQ[stage]);
-    mma_a_tileT<T>(ds, vf, sdO[stage]);
+    mma_a_tileT<T>(p, kf, sQ);
+    mma_a_tileT<T>(ds, vf, sdO);
     // per-column (query) logsumexp (log2 units) and D, read once for both rows of each fragment
-    const bool need_mask = qb == kb || (qb + 1) * kTile > Tn;  // diagonal tile, or queries past T
+    const bool need_mask = qb * kTile < k0 + kKeys || (qb + 1) * kTile > Tn;  // diagonal region, or past T
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -389,8 +405,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
           ds[j][e] = pv * scale * (ds[j][e] - dsum);  // dS * scale (for both dK and dQ)
         }
       }
-    mma_c_tile<T>(dv, p, sdO[stage]);  // dV += P^T dO
-    mma_c_tile<T>(dk, ds, sQ[stage]);  // dK += dS^T Q
+    mma_c_tile<T>(dv, p, sdO);  // dV += P^T dO
+    mma_c_tile<T>(dk, ds, sQ);  // dK += dS^T Q
     if constexpr (kWithDq) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -407,7 +423,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         std::uint32_t r[4];
-        ldmatrix_x4_trans(r, &sK[0][kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
+        ldmatrix_x4_trans(r, &sK[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
         mma16816<T>(dq[2 * np], a, r[0], r[1]);
         mma16816<T>(dq[2 * np + 1], a, r[2], r[3]);
       }
@@ -422,6 +438,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_kernel(T* dqkv, float
         atomicAdd(reinterpret_cast<float2*>(dst + j * 8 + tig * 2), make_float2(dq[j][2 * r], dq[j][2 * r + 1]));
     }
     }  // kWithDq
+    }  // warp has live keys
     __syncthreads();
   }
 #pragma unroll
@@ -688,7 +705,6 @@ __global__ void plain_backward_dkv_kernel(T* dqkv, const float* d_rowsum, const 
   }
 }
 
-constexpr int kBackwardSmem = (3 + 2 * kBwdStages) * kTile * kLd * 2 + 2 * kBwdStages * kTile * 4;
 
 }  // namespace
 
@@ -745,21 +761,31 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
   CUDA_CHECK_LAUNCH();
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static int split = -1;  // per template instance; ZEROPLAN_ATTN_BWD_SPLIT=0|1 picks the dQ strategy
+      static int split = -1, warps = 0;  // per template instance: ZEROPLAN_ATTN_BWD_SPLIT=0|1, _WARPS=4|8
       if (split < 0) {
         const char* env = std::getenv("ZEROPLAN_ATTN_BWD_SPLIT");
         split = env && std::string(env) == "0" ? 0 : 1;
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kBackwardSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, false>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kBackwardSmem));
+        const char* envw = std::getenv("ZEROPLAN_ATTN_BWD_WARPS");
+        warps = envw && std::string(envw) == "4" ? 4 : 8;
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, true, 4>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<true, 4>()));
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, false, 4>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<false, 4>()));
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, false, 8>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<false, 8>()));
         CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         kDqSmem));
       }
       dim3 grid((Tn + kTile - 1) / kTile, NH, B);
       if (split) {
-        flash_backward_kernel<T, false><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv,
-                                                                                   lse, Tn, C, NH, scale);
+        if (warps == 8) {
+          dim3 grid8((Tn + 127) / 128, NH, B);
+          flash_backward_kernel<T, false, 8><<<grid8, 256, bwd_smem_bytes<false, 8>(), stream>>>(
+              dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
+        } else {
+          flash_backward_kernel<T, false, 4><<<grid, kThreads, bwd_smem_bytes<false, 4>(), stream>>>(
+              dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
+        }
         CUDA_CHECK_LAUNCH();
         flash_backward_dq_kernel<T><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d_rowsum, dout, qkv, lse, Tn, C, NH,
                                                                           scale);
@@ -767,8 +793,8 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
         return;
       }
       CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(B) * Tn * C * sizeof(float), stream));
-      flash_backward_kernel<T, true><<<grid, kThreads, kBackwardSmem, stream>>>(dqkv, dq_accum, d_rowsum, dout, qkv,
-                                                                                lse, Tn, C, NH, scale);
+      flash_backward_kernel<T, true, 4><<<grid, kThreads, bwd_smem_bytes<true, 4>(), stream>>>(
+          dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
       CUDA_CHECK_LAUNCH();
       const i64 n4 = static_cast<i64>(B) * Tn * C / 4;
       dq_convert_kernel<T><<<ceil_div(n4, 256), 256, 0, stream>>>(dqkv, dq_accum, B, Tn, C);
