@@ -460,9 +460,9 @@ __global__ void __launch_bounds__(32 * kWarps) flash_backward_kernel(T* dqkv, fl
 constexpr int kDqSmem = 6 * kTile * kLd * 2;
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv, const float* d_rowsum, const T* dout,
-                                                                        const T* qkv, const float* lse, int Tn, int C,
-                                                                        int NH, float scale) {
+__global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv, float* d_rowsum, const T* dout,
+                                                                        const T* qkv, const T* out, const float* lse,
+                                                                        int Tn, int C, int NH, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Row = T[kLd];
   Row* const sQ = reinterpret_cast<Row*>(smem_raw);
@@ -488,13 +488,9 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
   cp_async_commit();
 
   const int q_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  float lse2[2], dsum[2];
+  float lse2[2], dsum[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const i64 idx = (static_cast<i64>(b) * NH + h) * Tn + min(q_row[r], Tn - 1);
-    lse2[r] = lse[idx] * kLog2e;
-    dsum[r] = d_rowsum[idx];
-  }
+  for (int r = 0; r < 2; ++r) lse2[r] = lse[(static_cast<i64>(b) * NH + h) * Tn + min(q_row[r], Tn - 1)] * kLog2e;
   std::uint32_t qf[4][4], dof[4][4];
   float dq[8][4] = {};
 
@@ -514,6 +510,26 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
     if (kb == 0) {
       load_a_frags<T>(qf, sQ, warp * 16);
       load_a_frags<T>(dof, sdO, warp * 16);
+      // D = rowsum(dO * O) for this warp's rows (FlashAttention-2 Algorithm 2 line 4), computed here instead of in
+      // a separate kernel: each lane of a quad takes 16 of the 64 columns, the quad sums; the dK/dV kernel, which
+      // runs after this one, reads it from d_rowsum.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float acc = 0.0f;
+        if (q_row[r] < Tn) {
+          const T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * kHead + tig * 16;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const Pack<T> po = Pack<T>::load(orow + half * 8);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += to_f(po.v[e]) * to_f(sdO[warp * 16 + g + 8 * r][tig * 16 + half * 8 + e]);
+          }
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        dsum[r] = acc;
+        if (tig == 0 && q_row[r] < Tn) d_rowsum[(static_cast<i64>(b) * NH + h) * Tn + q_row[r]] = acc;
+      }
     }
     const Row* sK = sK0 + stage * kTile;
     const Row* sV = sV0 + stage * kTile;
@@ -757,8 +773,10 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
   const int HS = C / NH;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const i64 rows = static_cast<i64>(B) * NH * Tn;
-  attention_rowsum_kernel<T><<<ceil_div(rows, 256), 256, 0, stream>>>(d_rowsum, dout, out, B, Tn, C, NH);
-  CUDA_CHECK_LAUNCH();
+  auto rowsum = [&]() {
+    attention_rowsum_kernel<T><<<ceil_div(rows, 256), 256, 0, stream>>>(d_rowsum, dout, out, B, Tn, C, NH);
+    CUDA_CHECK_LAUNCH();
+  };
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
       static int split = -1, warps = 0;  // per template instance: ZEROPLAN_ATTN_BWD_SPLIT=0|1, _WARPS=4|8
@@ -778,6 +796,10 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
       }
       dim3 grid((Tn + kTile - 1) / kTile, NH, B);
       if (split) {
+        // dQ first: it also computes D = rowsum(dO * O), which the dK/dV kernel reads
+        flash_backward_dq_kernel<T><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d_rowsum, dout, qkv, out, lse, Tn, C,
+                                                                          NH, scale);
+        CUDA_CHECK_LAUNCH();
         if (warps == 8) {
           dim3 grid8((Tn + 127) / 128, NH, B);
           flash_backward_kernel<T, false, 8><<<grid8, 256, bwd_smem_bytes<false, 8>(), stream>>>(
@@ -787,11 +809,9 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
               dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
         }
         CUDA_CHECK_LAUNCH();
-        flash_backward_dq_kernel<T><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d_rowsum, dout, qkv, lse, Tn, C, NH,
-                                                                          scale);
-        CUDA_CHECK_LAUNCH();
         return;
       }
+      rowsum();
       CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(B) * Tn * C * sizeof(float), stream));
       flash_backward_kernel<T, true, 4><<<grid, kThreads, bwd_smem_bytes<true, 4>(), stream>>>(
           dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
@@ -803,6 +823,7 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
     }
   }
   if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
+  rowsum();
   plain_backward_dq_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
   CUDA_CHECK_LAUNCH();
   plain_backward_dkv_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
