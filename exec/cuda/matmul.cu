@@ -1,5 +1,6 @@
 #include "exec/cuda/matmul.cuh"
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
@@ -20,6 +21,7 @@ Matmul::Matmul(void* workspace, std::size_t workspace_bytes) : workspace_(worksp
   const char* env = std::getenv("ZEROPLAN_GEMM_AUTOTUNE");
   autotune_ = !(env && std::string(env) == "0");
   autotune_weight_grads_ = !(env && std::string(env) == "nodw");
+  if (const char* c = std::getenv("ZEROPLAN_GEMM_CANDIDATES")) candidates_ = std::max(1, std::min(32, std::atoi(c)));
   CUDA_CHECK(cudaEventCreate(&tune_start_));
   CUDA_CHECK(cudaEventCreate(&tune_stop_));
 }
@@ -68,11 +70,11 @@ bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, 
                                 workspace_bytes_, stream));
     ok = true;
   } else {
-    constexpr int kCandidates = 8;
-    cublasLtMatmulHeuristicResult_t heuristic[kCandidates] = {};
+    constexpr int kMaxCandidates = 32;
+    cublasLtMatmulHeuristicResult_t heuristic[kMaxCandidates] = {};
     int found = 0;
     const cublasStatus_t hs =
-        cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, lc, lc, pref, kCandidates, heuristic, &found);
+        cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, lc, lc, pref, candidates_, heuristic, &found);
     if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
       int best = 0;
       const bool rerun_safe = !(C == D && beta != 0);  // re-running must not change the result

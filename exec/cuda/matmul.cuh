@@ -55,7 +55,8 @@ class Matmul {
   // accumulate into their output (beta = 1 with C == D) are not re-run and take the first heuristic.
   std::map<std::string, cublasLtMatmulAlgo_t> algos_;
   bool autotune_ = true;
-  bool autotune_weight_grads_ = true;  // ZEROPLAN_GEMM_AUTOTUNE=nodw keeps the heuristic's pick for dW GEMMs
+  bool autotune_weight_grads_ = true;
+  int candidates_ = 16;  // heuristic candidates timed per configuration (ZEROPLAN_GEMM_CANDIDATES, at most 32)  // ZEROPLAN_GEMM_AUTOTUNE=nodw keeps the heuristic's pick for dW GEMMs
   cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
   void* workspace_;
   std::size_t workspace_bytes_;
