@@ -8,6 +8,7 @@
 #include "cli/model_command.h"
 #include "cli/plan_command.h"
 #include "cli/recommend_command.h"
+#include "cli/run_command.h"
 #include "cli/simulate_command.h"
 #include "core/input_error.h"
 
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   zeroplan::add_model_command(app, &status);
   zeroplan::add_simulate_command(app, &status);
   zeroplan::add_recommend_command(app, &status);
+  zeroplan::add_run_command(app, &status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

@@ -257,13 +257,23 @@ int run(RunOptions& o) {
       {"buffers (buckets, gathered, offload)", pred.gradient_buckets + pred.gathered_params + pred.offload_buffers, 0},
       {"runtime_overhead (workspace + context)", pred.runtime_overhead, measured_runtime},
       {"total (device view)", pred.total, measured_total}};
-  std::cout << "\nmemory per GPU (GiB = 2^30 bytes)      predicted   measured   error\n";
-  for (const auto& r : rows)
-    std::printf("  %-38s %9s %10s %7s\n", r.name.c_str(), gib(r.predicted).c_str(), gib(r.measured).c_str(),
-                err_pct(static_cast<double>(r.predicted), static_cast<double>(r.measured)).c_str());
-  std::printf("  (allocator peak %s GiB; device baseline before allocating %s GiB; measured = allocator peaks per "
-              "component, total = cudaMemGetInfo used at its peak)\n",
-              gib(mem.peak_total).c_str(), gib(mem.device_used_baseline).c_str());
+  if (trainer->backend() == "cpu") {
+    // The CPU reference keeps every tensor in fp32 on the host: a different program from the GPU plan, so its
+    // memory is listed, not compared.
+    std::cout << "\nhost memory of the CPU reference backend (fp32 tensors; not compared with the GPU plan)\n";
+    for (const auto& [name, bytes] : mem.peak_by_component)
+      std::printf("  %-38s %12s bytes (%s)\n", name.c_str(), format_integer(bytes).c_str(), format_bytes(bytes).c_str());
+    std::printf("  %-38s %12s bytes (%s)\n", "total", format_integer(mem.peak_total).c_str(),
+                format_bytes(mem.peak_total).c_str());
+  } else {
+    std::cout << "\nmemory per GPU (GiB = 2^30 bytes)      predicted   measured   error\n";
+    for (const auto& r : rows)
+      std::printf("  %-38s %9s %10s %7s\n", r.name.c_str(), gib(r.predicted).c_str(), gib(r.measured).c_str(),
+                  err_pct(static_cast<double>(r.predicted), static_cast<double>(r.measured)).c_str());
+    std::printf("  (allocator peak %s GiB; device baseline before allocating %s GiB; measured = allocator peaks per "
+                "component, total = cudaMemGetInfo used at its peak)\n",
+                gib(mem.peak_total).c_str(), gib(mem.device_used_baseline).c_str());
+  }
   std::cout << "\nstep time (median of " << step_s.size() << " steps after " << *o.warmup_steps << " warm-up)\n";
   if (sim && trainer->backend() == "cpu")
     std::printf("  (the plan predicts %.1f ms on the cluster's GPU; the CPU backend is not compared with it)\n",

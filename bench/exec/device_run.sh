@@ -16,12 +16,12 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.draw --fo
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
   -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1
-targets="zeroplan_exec_cpu_tests zeroplan_exec_cuda_tests zeroplan_run"
+targets="zeroplan_exec_cpu_tests zeroplan_exec_cuda_tests zeroplan"
 if ! ninja -C $BUILD -j16 $targets >> "$OUT/build.log" 2>&1; then
   grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1
 fi
 echo "build: $(( $(date +%s) - t0 )) s"
-RUN=$BUILD/exec/zeroplan_run
+RUN=$BUILD/cli/zeroplan
 summary=()
 if has tests; then
   $BUILD/tests/exec/zeroplan_exec_cpu_tests > "$OUT/cpu_tests.log" 2>&1; cpu_rc=$?

@@ -226,3 +226,41 @@ TEST(Cli, BadFormatIsAnInputError) {
 }
 
 }  // namespace
+
+namespace {
+
+const std::string kTinyModel = std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/data/tiny-gpt2.json";
+const std::string kTextSample = std::string(ZEROPLAN_SOURCE_DIR) + "/data/sample_stories.txt";
+
+TEST(RunCommand, CpuBackendTrainsOnTextAndTheLossFalls) {
+  const std::filesystem::path report = temp_dir() / "tiny_run_report.json";
+  std::filesystem::remove(report);
+  const CommandResult result = run("run --model " + kTinyModel + " --backend cpu --micro-batch 4 --seq 64 --steps 40 "
+                                   "--lr 3e-3 --data " + kTextSample + " --report " + report.string());
+  ASSERT_EQ(result.status, 0) << result.output << result.errors;
+  const nlohmann::json document = nlohmann::json::parse(read_file(report));
+  ASSERT_TRUE(document.contains("measured"));
+  ASSERT_EQ(document.at("plans").size(), 1u) << "the report carries the plan it was run against";
+  const auto& loss = document.at("measured").at("loss");
+  ASSERT_EQ(loss.size(), 40u);
+  // Byte-level text starts near ln(257) = 5.55 and must fall well below it within 40 steps.
+  EXPECT_GT(loss.front().get<double>(), 5.0);
+  EXPECT_LT(loss.back().get<double>(), 0.7 * loss.front().get<double>());
+  EXPECT_EQ(document.at("measured").at("backend"), "cpu");
+}
+
+TEST(RunCommand, APlanThatDoesNotFitStopsBeforeAllocating) {
+  const CommandResult result = run("run --model gpt3-175b --steps 1");
+  EXPECT_EQ(result.status, 1) << result.output << result.errors;
+  EXPECT_NE(result.output.find("does not fit"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("stopped before allocating"), std::string::npos) << result.output;
+}
+
+TEST(RunCommand, BadInputIsOneLine) {
+  expect_one_line_error(run("run --model " + kTinyModel + " --backend cpu --steps 0"), {"--steps"});
+  expect_one_line_error(run("run --model " + kTinyModel + " --backend tpu --steps 1"), {"--backend"});
+  expect_one_line_error(run("run --model " + kTinyModel + " --backend cpu --steps 1 --data /no/such/file.bin"),
+                        {"/no/such/file.bin"});
+}
+
+}  // namespace
