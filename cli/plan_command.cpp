@@ -281,20 +281,15 @@ int run_plan(const PlanCommandOptions& options) {
   PlannerOptions planner_options;
   planner_options.explain = options.explain;
   planner_options.compare_deepspeed = compare_deepspeed;
-  const std::vector<PlanChoice> choices = enumerate_plan_choices(inputs.filter);
-  std::vector<PlanResult> plans =
-      evaluate_plans(inputs.model, inputs.cluster, inputs.training, choices, planner_options);
-
-  // Step time of every plan from the simulator (issue 3), and the GPU verdict from its timeline peak, as
-  // `simulate` and `recommend` judge it (sim/plan_timing.h); the memory model's sum of worst cases stays beside
-  // it. A choice the cluster lacks the rates for (NVMe offload without NVMe) keeps the memory model's verdict.
-  std::vector<std::optional<StepSimulation>> times(plans.size());
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    if (!cluster_supports(inputs.cluster, plans[i].choice)) continue;
-    times[i] = simulate_step(inputs.model, inputs.cluster, inputs.training, plans[i].choice);
-    judge_on_timeline(plans[i], *times[i], inputs.cluster);
-    plans[i].max_micro_batch = largest_fitting_micro_batch_on_timeline(
-        inputs.model, inputs.cluster, inputs.training, plans[i].choice, planner_options.micro_batch_search_limit);
+  // Memory, step time and the GPU verdict from the simulated timeline's peak, as `simulate`, `recommend` and the
+  // GUI judge it (sim/plan_timing.h); the memory model's sum of worst cases stays beside it. A choice the cluster
+  // lacks the rates for (NVMe offload without NVMe) keeps the memory model's verdict.
+  std::vector<PlanResult> plans;
+  std::vector<std::optional<StepSimulation>> times;
+  for (TimedPlan& timed : evaluate_timed_plans(inputs.model, inputs.cluster, inputs.training,
+                                               enumerate_plan_choices(inputs.filter), planner_options)) {
+    plans.push_back(std::move(timed.plan));
+    times.push_back(std::move(timed.simulation));
   }
 
   // Optional searches, per plan.

@@ -40,4 +40,24 @@ std::int64_t largest_fitting_micro_batch_on_timeline(const ModelDescription& mod
   return low;
 }
 
+std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const ClusterDescription& cluster,
+                                            const TrainingConfig& training, const std::vector<PlanChoice>& choices,
+                                            const PlannerOptions& options) {
+  std::vector<TimedPlan> timed;
+  timed.reserve(choices.size());
+  for (PlanResult& plan : evaluate_plans(model, cluster, training, choices, options)) {
+    TimedPlan entry{std::move(plan), std::nullopt, {}};
+    if (cluster_supports(cluster, entry.plan.choice, &entry.why_not_timed)) {
+      entry.simulation = simulate_step(model, cluster, training, entry.plan.choice);
+      judge_on_timeline(entry.plan, *entry.simulation, cluster);
+      if (options.search_max_micro_batch) {
+        entry.plan.max_micro_batch = largest_fitting_micro_batch_on_timeline(
+            model, cluster, training, entry.plan.choice, options.micro_batch_search_limit);
+      }
+    }
+    timed.push_back(std::move(entry));
+  }
+  return timed;
+}
+
 }  // namespace zeroplan

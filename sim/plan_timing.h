@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/cluster_description.h"
 #include "core/model_description.h"
@@ -24,5 +27,19 @@ std::int64_t largest_fitting_micro_batch_on_timeline(const ModelDescription& mod
                                                      const ClusterDescription& cluster,
                                                      const TrainingConfig& training, const PlanChoice& choice,
                                                      std::int64_t limit);
+
+// A plan with its simulated step: what `zeroplan plan` and the GUI show for every choice.
+struct TimedPlan {
+  PlanResult plan;                          // judged on the timeline when simulated
+  std::optional<StepSimulation> simulation; // absent when the cluster lacks a rate the plan needs (why_not_timed)
+  std::string why_not_timed;
+};
+
+// Evaluates every choice with the memory model, simulates it where the cluster allows, judges GPU memory on the
+// timeline peak and searches the largest micro-batch on the timeline (when options.search_max_micro_batch).
+// The one place the CLI and the GUI get their per-plan verdicts from, so they never disagree.
+std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const ClusterDescription& cluster,
+                                            const TrainingConfig& training, const std::vector<PlanChoice>& choices,
+                                            const PlannerOptions& options);
 
 }  // namespace zeroplan
