@@ -10,6 +10,19 @@ QString component_display_name(const std::string& component) {
   return name;
 }
 
+QString component_short_name(const std::string& component) {
+  static const std::map<std::string, QString> names = {
+      {"params", "params"},           {"grads", "grads"},
+      {"master_params", "master"},    {"optimizer_states", "opt. states"},
+      {"activations", "activations"}, {"logits", "logits"},
+      {"gradient_buckets", "buckets"}, {"gathered_params", "gathered"},
+      {"offload_buffers", "offload"},  {"runtime_overhead", "runtime"},
+      {"workspace", "workspace"},      {"total", "total"},
+  };
+  auto it = names.find(component);
+  return it == names.end() ? component_display_name(component) : it->second;
+}
+
 QColor component_color(const std::string& component) {
   // Model states in blues/greens (what ZeRO partitions), activations in purples, buffers in browns, overhead
   // in greys: the stacks read as "states | activations | buffers | overhead" from the bottom up.
@@ -22,6 +35,16 @@ QColor component_color(const std::string& component) {
   };
   auto it = colors.find(component);
   return it == colors.end() ? QColor(0xbc, 0xbd, 0x22) : it->second;
+}
+
+QColor report_color(std::size_t index) {
+  // Tableau 10 in an order where neighbours contrast (red, blue, green, orange, ...).
+  static const QColor colors[] = {
+      QColor(0xd6, 0x27, 0x28), QColor(0x1f, 0x77, 0xb4), QColor(0x2c, 0xa0, 0x2c), QColor(0xff, 0x7f, 0x0e),
+      QColor(0x94, 0x67, 0xbd), QColor(0x8c, 0x56, 0x4b), QColor(0xe3, 0x77, 0xc2), QColor(0x7f, 0x7f, 0x7f),
+      QColor(0xbc, 0xbd, 0x22), QColor(0x17, 0xbe, 0xcf),
+  };
+  return colors[index % (sizeof(colors) / sizeof(colors[0]))];
 }
 
 QColor capacity_line_color() { return QColor(0xd6, 0x27, 0x28); }

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <QWidget>
+#include <string>
 #include <vector>
 
 #include "gui/run_report.h"
 
+class QChart;
 class QChartView;
 class QListWidget;
+class QSplitter;
 class QTableWidget;
 class QBarSet;
 
@@ -24,7 +27,16 @@ class MeasuredView : public QWidget {
   void addReport(const RunReport& report);  // appends and selects it
   void removeSelected();
   const std::vector<RunReport>& reports() const { return reports_; }
+  // report_labels(reports()): the names the list, the legends and the table's headers use.
+  const std::vector<std::string>& labels() const { return labels_; }
+  QListWidget* list() const { return list_; }
+  // Rows carry their key ("params", ..., "total", "step_seconds", "tokens_per_second") as the vertical header
+  // item's Qt::UserRole; report k's columns are 3k (predicted), 3k+1 (measured), 3k+2 (error), and a figure's
+  // exact value (bytes, seconds, tokens/s) is the cell's Qt::UserRole.
   QTableWidget* table() const { return table_; }
+  int tableRow(const QString& key) const;
+  QChart* componentsChart() const;
+  QChart* lossChart() const;
   QBarSet* predictedSet() const { return predicted_set_; }
   QBarSet* measuredSet() const { return measured_set_; }
 
@@ -32,11 +44,21 @@ class MeasuredView : public QWidget {
   void openRequested();
 
  private:
+  void relabel();
   void showSelected();
   void rebuildTable();
   void rebuildLoss();
+  void placeLossLegend();
+  void widenSide();
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
+ private:
   std::vector<RunReport> reports_;
+  std::vector<std::string> labels_;
+  QSplitter* main_splitter_ = nullptr;
+  int wanted_side_width_ = 0;  // pending widening of the report list for its labels; 0 once applied
   QListWidget* list_ = nullptr;
   QChartView* components_view_ = nullptr;
   QChartView* loss_view_ = nullptr;

@@ -54,9 +54,30 @@ std::optional<Bytes> RunReport::measured(const std::string& component) const {
   return std::nullopt;
 }
 
-std::string RunReport::title() const {
-  const std::string file = std::filesystem::path(source).filename().string();
-  return model_name + ", " + plan_label + " (" + file + ")";
+std::vector<std::string> report_labels(const std::vector<RunReport>& reports) {
+  auto file_of = [](const RunReport& report) { return std::filesystem::path(report.source).filename().string(); };
+  auto shared = [&](const RunReport& report, auto same) {
+    return std::count_if(reports.begin(), reports.end(), [&](const RunReport& other) { return same(report, other); }) > 1;
+  };
+  std::vector<std::string> labels;
+  for (const RunReport& report : reports) {
+    std::string label = report.model_name;
+    const bool same_model = shared(report, [](const RunReport& a, const RunReport& b) { return a.model_name == b.model_name; });
+    if (same_model) {
+      const bool same_file = shared(report, [&](const RunReport& a, const RunReport& b) {
+        return a.model_name == b.model_name && file_of(a) == file_of(b);
+      });
+      label += " (" + (same_file ? report.source : file_of(report)) + ")";
+    }
+    labels.push_back(label);
+  }
+  // Still equal only when the same file (same model, same path) was opened more than once: number the repeats.
+  std::vector<std::string> out = labels;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const auto earlier = std::count(labels.begin(), labels.begin() + static_cast<std::ptrdiff_t>(i), labels[i]);
+    if (earlier > 0) out[i] += " #" + std::to_string(earlier + 1);
+  }
+  return out;
 }
 
 RunReport load_run_report(const std::filesystem::path& path) {

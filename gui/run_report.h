@@ -31,9 +31,12 @@ struct RunReport {
 
   std::optional<Bytes> predicted(const std::string& component) const;
   std::optional<Bytes> measured(const std::string& component) const;
-  // "gpt2-124m, stage 0 (run.json)"
-  std::string title() const;
 };
+
+// What each of several reports shown together is called, everywhere it appears (list, chart legends, table
+// headers): the model's name; "model (file name)" where two reports share the model; "model (full path)" where
+// they share the file name too; the same file opened twice gets " #2", " #3"... So the labels are distinct.
+std::vector<std::string> report_labels(const std::vector<RunReport>& reports);
 
 // Throws InputError naming the file and the field when the file is not a run report.
 RunReport load_run_report(const std::filesystem::path& path);
