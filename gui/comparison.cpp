@@ -1,7 +1,9 @@
 #include "gui/comparison.h"
 
+
 #include "core/deepspeed_config.h"
 #include "core/input_error.h"
+#include "sim/plan_timing.h"
 
 namespace zeroplan {
 
@@ -71,7 +73,11 @@ Comparison build_comparison(const GuiInputs& inputs) {
   if (inputs.precision) training.precision = *inputs.precision;
   if (inputs.checkpointing) training.checkpointing = *inputs.checkpointing;
 
-  out.plans = evaluate_plans(out.model, out.cluster, training, enumerate_plan_choices(), gui_planner_options());
+  // The same verdicts as `zeroplan plan`: GPU memory judged on the simulated timeline's peak.
+  for (TimedPlan& timed :
+       evaluate_timed_plans(out.model, out.cluster, training, enumerate_plan_choices(), gui_planner_options())) {
+    out.plans.push_back(std::move(timed.plan));
+  }
   return out;
 }
 
