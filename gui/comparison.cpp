@@ -1,6 +1,5 @@
 #include "gui/comparison.h"
 
-
 #include "core/deepspeed_config.h"
 #include "core/input_error.h"
 #include "sim/plan_timing.h"
