@@ -90,12 +90,7 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   if (options.micro_batch) training.micro_batch = require_positive(*options.micro_batch, "--micro-batch");
   if (options.seq) {
     training.seq_len = require_positive(*options.seq, "--seq");
-    if (inputs.model.transformer && inputs.model.transformer->learned_positions &&
-        training.seq_len > inputs.model.transformer->max_seq) {
-      throw InputError(kCommandLine, "--seq",
-                       std::to_string(training.seq_len) + " exceeds the model's learned position table (" +
-                           std::to_string(inputs.model.transformer->max_seq) + " positions)");
-    }
+    check_sequence_length(inputs.model, training.seq_len, kCommandLine, "--seq");
   }
   if (options.grad_accum) training.grad_accum = require_positive(*options.grad_accum, "--grad-accum");
   if (options.precision) training.precision = parse_precision(*options.precision, kCommandLine, "--precision");

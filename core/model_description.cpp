@@ -425,4 +425,13 @@ ModelDescription load_model(const std::string& name_or_path) {
                        ") and no such file");
 }
 
+void check_sequence_length(const ModelDescription& model, std::int64_t seq_len, const std::string& source,
+                           const std::string& field) {
+  if (model.transformer && model.transformer->learned_positions && seq_len > model.transformer->max_seq) {
+    throw InputError(source, field,
+                     std::to_string(seq_len) + " exceeds the model's learned position table (" +
+                         std::to_string(model.transformer->max_seq) + " positions)");
+  }
+}
+
 }  // namespace zeroplan

@@ -113,6 +113,11 @@ nlohmann::json model_to_json(const ModelDescription& model);
 // config.json (told apart by its keys: "model_type"/"architectures"/"n_embd"/"hidden_size").
 ModelDescription load_model(const std::string& name_or_path);
 
+// Throws InputError(source, field) when seq_len exceeds a learned position table (gpt2's wpe): such a model
+// cannot run longer sequences. Rotary/ALiBi models accept any length.
+void check_sequence_length(const ModelDescription& model, std::int64_t seq_len, const std::string& source,
+                           const std::string& field);
+
 // Names of the bundled model descriptions (the files in models/), sorted.
 std::vector<std::string> bundled_model_names();
 

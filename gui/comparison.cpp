@@ -61,12 +61,7 @@ Comparison build_comparison(const GuiInputs& inputs) {
   if (inputs.micro_batch) training.micro_batch = require_positive(*inputs.micro_batch, "micro-batch");
   if (inputs.seq) {
     training.seq_len = require_positive(*inputs.seq, "sequence length");
-    if (out.model.transformer && out.model.transformer->learned_positions &&
-        training.seq_len > out.model.transformer->max_seq) {
-      throw InputError(kInputSource, "sequence length",
-                       std::to_string(training.seq_len) + " exceeds the model's learned position table (" +
-                           std::to_string(out.model.transformer->max_seq) + " positions)");
-    }
+    check_sequence_length(out.model, training.seq_len, kInputSource, "sequence length");
   }
   if (inputs.grad_accum) training.grad_accum = require_positive(*inputs.grad_accum, "gradient accumulation");
   if (inputs.precision) training.precision = *inputs.precision;

@@ -1,5 +1,7 @@
 #include "sim/plan_timing.h"
 
+#include "sim/monotone_search.h"
+
 namespace zeroplan {
 
 void judge_on_timeline(PlanResult& plan, const StepSimulation& simulation, const ClusterDescription& cluster) {
@@ -13,31 +15,15 @@ std::int64_t largest_fitting_micro_batch_on_timeline(const ModelDescription& mod
                                                      const ClusterDescription& cluster,
                                                      const TrainingConfig& training, const PlanChoice& choice,
                                                      std::int64_t limit) {
-  if (limit < 1) return 0;
   TrainingConfig trial = training;
   PlannerOptions memory_only;
   memory_only.search_max_micro_batch = false;
-  const auto fits_at = [&](std::int64_t micro_batch) {
+  return largest_satisfying(limit, [&](std::int64_t micro_batch) {
     trial.micro_batch = micro_batch;
     const PlanResult plan = evaluate_plan(model, cluster, trial, choice, memory_only);
     if (!plan.host_fits || !plan.nvme_fits) return false;
     return timeline_gpu_fits(simulate_step(model, cluster, trial, choice), cluster);
-  };
-  if (!fits_at(1)) return 0;
-  std::int64_t low = 1, high = 2;  // fits(low), and !fits(high) once the gallop stops
-  while (high <= limit && fits_at(high)) {
-    low = high;
-    high *= 2;
-  }
-  if (high > limit) {
-    if (fits_at(limit)) return limit;
-    high = limit;
-  }
-  while (high - low > 1) {
-    const std::int64_t mid = low + (high - low) / 2;
-    (fits_at(mid) ? low : high) = mid;
-  }
-  return low;
+  });
 }
 
 std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const ClusterDescription& cluster,

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/input_error.h"
+#include "sim/monotone_search.h"
 
 namespace zeroplan {
 
@@ -73,28 +74,11 @@ std::vector<PlanResult> evaluate_plans(const ModelDescription& model, const Clus
 std::int64_t largest_fitting_micro_batch(const ModelDescription& model, const ClusterDescription& cluster,
                                          const TrainingConfig& training, const PlanChoice& choice,
                                          std::int64_t limit) {
-  if (limit < 1) return 0;
   TrainingConfig trial = training;
-  auto fits_at = [&](std::int64_t micro_batch) {
+  return largest_satisfying(limit, [&](std::int64_t micro_batch) {
     trial.micro_batch = micro_batch;
     return fits_with(model, cluster, trial, choice);
-  };
-  if (!fits_at(1)) return 0;
-  // Gallop to bracket the answer, then bisect: fits(low) and !fits(high).
-  std::int64_t low = 1, high = 2;
-  while (high <= limit && fits_at(high)) {
-    low = high;
-    high *= 2;
-  }
-  if (high > limit) {
-    if (fits_at(limit)) return limit;
-    high = limit;
-  }
-  while (high - low > 1) {
-    const std::int64_t mid = low + (high - low) / 2;
-    (fits_at(mid) ? low : high) = mid;
-  }
-  return low;
+  });
 }
 
 std::optional<int> fewest_gpus_that_fit(const ModelDescription& model, const ClusterDescription& cluster,
