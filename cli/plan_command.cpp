@@ -392,8 +392,12 @@ int run_plan(const PlanCommandOptions& options) {
     for (std::size_t i = 0; i < plans.size(); ++i) {
       std::vector<std::string> row = {plans[i].choice.label()};
       if (options.fewest_gpus) {
+        // The search spans several nodes only when the cluster describes a network between them.
+        const bool multi_node = inputs.cluster.inter_node.bus_bandwidth > 0.0;
         row.push_back(fewest[i] ? std::to_string(*fewest[i])
-                                : "none up to " + std::to_string(options.max_gpus));
+                      : multi_node ? "none up to " + std::to_string(options.max_gpus)
+                                   : "none up to " + std::to_string(std::min(options.max_gpus, inputs.cluster.gpus_per_node)) +
+                                         " (one node: the cluster describes no network)");
       }
       if (options.largest_model) {
         row.push_back(largest[i] ? largest[i]->name + " (" + format_count(largest[i]->params()) + " params)"
