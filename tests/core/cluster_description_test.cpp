@@ -8,24 +8,12 @@
 #include "core/data_paths.h"
 #include "core/input_error.h"
 #include "core/json_input.h"
+#include "tests/core/input_error_expectations.h"
 
 namespace zeroplan {
 namespace {
 
 const std::string kData = ZEROPLAN_TEST_DATA_DIR;
-
-template <typename Body>
-void expect_input_error(Body body, std::initializer_list<std::string> fragments) {
-  try {
-    body();
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& error) {
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-          << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
-    }
-  }
-}
 
 TEST(BundledClusters, AllLoad) {
   const auto names = bundled_cluster_names();

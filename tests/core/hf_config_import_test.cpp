@@ -9,24 +9,12 @@
 #include "core/input_error.h"
 #include "core/json_input.h"
 #include "core/model_description.h"
+#include "tests/core/input_error_expectations.h"
 
 namespace zeroplan {
 namespace {
 
 const std::string kHf = std::string(ZEROPLAN_TEST_DATA_DIR) + "/hf";
-
-template <typename Body>
-void expect_input_error(Body body, std::initializer_list<std::string> fragments) {
-  try {
-    body();
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& error) {
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-          << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
-    }
-  }
-}
 
 ModelDescription import(const std::string& file) {
   const std::string path = kHf + "/" + file;

@@ -11,24 +11,12 @@
 #include "core/input_error.h"
 #include "core/json_input.h"
 #include "core/model_description.h"
+#include "tests/core/input_error_expectations.h"
 
 namespace zeroplan {
 namespace {
 
 const std::string kData = ZEROPLAN_TEST_DATA_DIR;
-
-template <typename Body>
-void expect_input_error(Body body, std::initializer_list<std::string> fragments) {
-  try {
-    body();
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& error) {
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos)
-          << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
-    }
-  }
-}
 
 // Published parameter counts. Each was also derived by hand from the architecture (see models/NAME.json
 // "reference"): GPT-2 V*h + 1024*h + L*(12h^2 + 13h) + 2h; Llama L*(h*(h + 2*kv_dim) + h^2 + 3*h*ffn + 2h) + h +
