@@ -29,17 +29,25 @@ std::int64_t largest_fitting_micro_batch_on_timeline(const ModelDescription& mod
 std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const ClusterDescription& cluster,
                                             const TrainingConfig& training, const std::vector<PlanChoice>& choices,
                                             const PlannerOptions& options) {
+  // A plan the simulator can time searches its largest micro-batch on the timeline; only the others search it
+  // on the memory model, so no plan is searched twice.
+  PlannerOptions memory_search_off = options;
+  memory_search_off.search_max_micro_batch = false;
   std::vector<TimedPlan> timed;
   timed.reserve(choices.size());
-  for (PlanResult& plan : evaluate_plans(model, cluster, training, choices, options)) {
-    TimedPlan entry{std::move(plan), std::nullopt, {}};
-    if (cluster_supports(cluster, entry.plan.choice, &entry.why_not_timed)) {
-      entry.simulation = simulate_step(model, cluster, training, entry.plan.choice);
-      judge_on_timeline(entry.plan, *entry.simulation, cluster);
-      if (options.search_max_micro_batch) {
-        entry.plan.max_micro_batch = largest_fitting_micro_batch_on_timeline(
-            model, cluster, training, entry.plan.choice, options.micro_batch_search_limit);
-      }
+  for (const PlanChoice& choice : choices) {
+    TimedPlan entry;
+    if (!cluster_supports(cluster, choice, &entry.why_not_timed)) {
+      entry.plan = evaluate_plan(model, cluster, training, choice, options);
+      timed.push_back(std::move(entry));
+      continue;
+    }
+    entry.plan = evaluate_plan(model, cluster, training, choice, memory_search_off);
+    entry.simulation = simulate_step(model, cluster, training, choice);
+    judge_on_timeline(entry.plan, *entry.simulation, cluster);
+    if (options.search_max_micro_batch) {
+      entry.plan.max_micro_batch =
+          largest_fitting_micro_batch_on_timeline(model, cluster, training, choice, options.micro_batch_search_limit);
     }
     timed.push_back(std::move(entry));
   }
