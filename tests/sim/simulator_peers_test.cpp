@@ -31,6 +31,7 @@
 #include "core/model_description.h"
 #include "core/training_config.h"
 #include "sim/simulator.h"
+#include "tests/sim/sim_test_fixtures.h"
 
 namespace zeroplan {
 namespace {
@@ -39,15 +40,9 @@ namespace {
 constexpr double kTolerance = 0.15;
 
 ModelDescription peer_gpt2(std::int64_t hidden, std::int64_t layers, std::int64_t heads) {
-  TransformerShape shape;
-  shape.family = ModelFamily::gpt2;
+  // The peers pad the vocabulary to 50304 and train without dropout.
+  TransformerShape shape = testing::gpt2_shape(hidden, layers, heads);
   shape.vocab_size = 50304;
-  shape.hidden = hidden;
-  shape.layers = layers;
-  shape.heads = heads;
-  shape.kv_heads = heads;
-  shape.ffn_hidden = 4 * hidden;
-  shape.max_seq = 1024;
   shape.dropout = 0.0;
   return expand_transformer("peer gpt2 h" + std::to_string(hidden), shape, "simulator_peers_test");
 }
