@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what zeroplan needs on Debian 12 (idempotent), configures and builds it in build/.
-# The CUDA executor is built when a CUDA toolkit (nvcc) and NCCL are present (e.g. /usr/local/cuda); without
-# them the planner, simulator, CPU executor backend and GUI are still built.
+# The GUI (zeroplan-gui) is always built (-DZEROPLAN_BUILD_GUI=ON: a missing Qt piece stops the configure step
+# with its package name). The CUDA executor is built when a CUDA toolkit (nvcc) and NCCL are present (e.g.
+# /usr/local/cuda); without them the planner, simulator, CPU executor backend and GUI are still built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libcli11-dev
-          libgtest-dev libgmock-dev libbenchmark-dev qt6-base-dev qt6-charts-dev libgl1-mesa-dev xvfb xauth
-          libopenmpi-dev openmpi-bin)
+          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+          # zeroplan-gui: Qt 6 Widgets and Test (qt6-base-dev), Charts, and the OpenGL module Charts needs.
+          qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl1-mesa-dev xvfb xauth)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -20,5 +22,5 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=ON
 cmake --build build -j "$jobs"

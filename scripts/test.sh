@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs/builds as needed (scripts/setup.sh), then every test through ctest.
-# GPU tests skip themselves when no GPU is present. .ci/run runs exactly this script.
+# GPU tests skip themselves when no GPU is present; GUI tests run offscreen (QT_QPA_PLATFORM=offscreen).
+# .ci/run runs exactly this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The GUI is part of what the README promises: fail when it was not built or its tests are not registered.
+if [ ! -x build/gui/zeroplan-gui ]; then
+  echo "zeroplan test: build/gui/zeroplan-gui was not built" >&2
+  exit 1
+fi
+gui_tests=$(ctest --test-dir build -N -L gui | sed -n 's/^Total Tests: //p')
+if [ "${gui_tests:-0}" -eq 0 ]; then
+  echo "zeroplan test: no GUI tests registered (label gui)" >&2
+  exit 1
+fi
 ctest --test-dir build --output-on-failure -j "$(nproc)"
