@@ -13,7 +13,7 @@ std::vector<std::pair<std::string, std::int64_t>> ExpectedMemory::components() c
 std::int64_t backward_working_set_bytes(const ExecConfig& c) {
   const std::int64_t e = element_bytes(c.precision);
   const std::int64_t sbh = c.micro_batch * c.seq_len * c.shape.hidden, sb = c.micro_batch * c.seq_len;
-  return 6 * e * sbh + 4 * sbh + 4 * c.shape.heads * sb;
+  return 6 * e * sbh + 4 * c.shape.heads * sb;
 }
 
 ExpectedMemory expected_device_memory(const ExecConfig& c) {

@@ -21,7 +21,7 @@
 //                   final-LN output and stats e*sbh + 8sb;
 //                   plus, in both modes, the backward working set (live at the backward peak, as the planner's
 //                   activation component counts it): dresidual e*sbh, d(LN input) e*sbh, d(FC/QKV) 4e*sbh,
-//                   the flash-attention dQ accumulator 4*sbh (fp32) and D = rowsum(dO*O) 4*a*s*b.
+//                   and the flash-attention D = rowsum(dO*O) 4*a*s*b (fp32).
 // logits            e*s*b*Vp (the fused cross-entropy writes dlogits in place) + 4*s*b (per-token losses, fp32)
 // workspace         bias/LN-gradient partials and their counter 4*(4C+1), grad-norm partials and result
 //                   (kNormPartials + 1 floats), the micro-batch's input and target token ids 8*s*b (int32), and the
@@ -50,7 +50,7 @@ struct ExpectedMemory {
 };
 
 ExpectedMemory expected_device_memory(const ExecConfig& config);
-// The backward working set inside `activations` (dresidual, d(LN input), d(FC/QKV), dQ accumulator, D).
+// The backward working set inside `activations` (dresidual, d(LN input), d(FC/QKV), D).
 std::int64_t backward_working_set_bytes(const ExecConfig& config);
 
 }  // namespace zeroplan::exec

@@ -1,8 +1,8 @@
 #include "exec/cuda/attention.cuh"
 
-#include <cstdlib>
-#include <string>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "exec/cuda/cuda_common.cuh"
 
@@ -21,7 +21,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kTile = 64;      // rows of Q (forward) or K (backward) per block, and of K/V (Q/dO) per step
 constexpr int kHead = 64;      // head size served by the tensor-core path
 constexpr int kLd = kHead + 8; // shared-memory row pitch (elements): +16 bytes so ldmatrix rows hit distinct banks
-constexpr int kThreads = 128;  // 4 warps, 16 rows each
+constexpr int kThreads = 128;  // 4 warps, 16 rows each (backward kernels)
 constexpr int kBwdStages = 3;
 
 template <typename T>
@@ -156,15 +156,16 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
   }
 }
 
-// kWarps warps of 16 query rows each: 4 (64 queries, 3 blocks per SM) or 8 (128 queries, 2 blocks per SM at
-// <= 128 registers: each K/V tile read from L2 serves twice the queries).
-template <int kWarps> constexpr int fwd_smem_bytes() { return (16 * kWarps + 4 * kTile) * kLd * 2; }
+// 8 warps of 16 query rows each (128 queries, 2 blocks per SM at <= 128 registers: each K/V tile read from L2
+// serves twice the queries of a 4-warp block, which measured slower; bench/exec/NOTES.md v9).
+constexpr int kFwdWarps = 8;
+constexpr int kFwdRows = 16 * kFwdWarps, kFwdThreads = 32 * kFwdWarps;
+constexpr int kFwdSmem = (kFwdRows + 4 * kTile) * kLd * 2;
 
-template <typename T, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps, kWarps == 4 ? 3 : 2) flash_forward_kernel(T* out, float* lse,
-                                                                                        const T* qkv, int Tn, int C,
-                                                                                        int NH, float scale_log2) {
-  constexpr int kRows = 16 * kWarps, kThr = 32 * kWarps;
+template <typename T>
+__global__ void __launch_bounds__(kFwdThreads, 2) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn,
+                                                                       int C, int NH, float scale_log2) {
+  constexpr int kRows = kFwdRows, kThr = kFwdThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Row = T[kLd];
   Row* const sQ = reinterpret_cast<Row*>(smem_raw);  // [kRows]
@@ -301,20 +302,16 @@ __global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T*
   d_rowsum[(b * NH + h) * Tn + t] = acc;
 }
 
-// kWithDq: also accumulate dQ (fp32 atomics through a shared dS tile); without it the block computes dK and dV
-// only and flash_backward_dq_kernel computes dQ from its own recomputation (no atomics).
-template <bool kWithDq, int kWarps>
-constexpr int bwd_smem_bytes() {
-  return (2 * 16 * kWarps + 2 * kBwdStages * kTile + (kWithDq ? kTile : 0)) * kLd * 2 + 2 * kBwdStages * kTile * 4;
-}
+// dK and dV: a block owns 64 keys (4 warps of 16; 8 warps measured slower, bench/exec/NOTES.md v10) and walks
+// the query tiles from the diagonal on; flash_backward_dq_kernel computes dQ from its own recomputation, so
+// neither kernel needs atomics (a fused kernel accumulating dQ with fp32 atomics measured slower, NOTES v10).
+constexpr int kBwdSmem = (2 * kTile + 2 * kBwdStages * kTile) * kLd * 2 + 2 * kBwdStages * kTile * 4;
 
-// kWarps warps of 16 keys each (a block owns 16*kWarps keys); with kWithDq the dQ phase assumes 4 warps.
-template <typename T, bool kWithDq, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps) flash_backward_kernel(T* dqkv, float* dq_accum, const float* d_rowsum,
-                                                                     const T* dout, const T* qkv, const float* lse,
-                                                                     int Tn, int C, int NH, float scale) {
-  static_assert(!kWithDq || kWarps == 4, "the dQ phase is laid out for 4 warps");
-  constexpr int kKeys = 16 * kWarps, kThr = 32 * kWarps;
+template <typename T>
+__global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, const float* d_rowsum, const T* dout,
+                                                                       const T* qkv, const float* lse, int Tn, int C,
+                                                                       int NH, float scale) {
+  constexpr int kKeys = kTile, kThr = kThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Row = T[kLd];
   Row* const sK = reinterpret_cast<Row*>(smem_raw);  // [kKeys]
@@ -322,10 +319,8 @@ __global__ void __launch_bounds__(32 * kWarps) flash_backward_kernel(T* dqkv, fl
   // Q/dO (and their logsumexp and D) in kBwdStages stages: the tile two steps ahead loads while one computes
   Row* const sQ0 = sV + kKeys;                   // stage s at sQ0 + s * kTile
   Row* const sdO0 = sQ0 + kBwdStages * kTile;    // stage s at sdO0 + s * kTile
-  Row* const sdSrows = sdO0 + kBwdStages * kTile;  // [64 keys][64 queries] (kWithDq only)
-  float* const sLse = reinterpret_cast<float*>(sdSrows + (kWithDq ? kTile : 0));  // [kBwdStages][64], natural log
-  float* const sD = sLse + kBwdStages * kTile;                                   // [kBwdStages][64]
-  T (*const sdS[1])[kLd] = {sdSrows};
+  float* const sLse = reinterpret_cast<float*>(sdO0 + kBwdStages * kTile);  // [kBwdStages][64], natural log
+  float* const sD = sLse + kBwdStages * kTile;                             // [kBwdStages][64]
 
   const int nqb = (Tn + kTile - 1) / kTile;
   const int kb = blockIdx.x;  // blocks with small kb have the most query tiles and are scheduled first
@@ -378,66 +373,35 @@ __global__ void __launch_bounds__(32 * kWarps) flash_backward_kernel(T* dqkv, fl
     }
     const Row* sQ = sQ0 + stage * kTile;
     const Row* sdO = sdO0 + stage * kTile;
-    // a tile whose every query precedes this warp's keys adds nothing (dQ phase aside, which needs every warp)
-    if (kWithDq || qb * kTile + kTile - 1 >= warp_first_key) {
-    // S^T = K Q^T and dP^T = V dO^T: rows are this warp's 16 keys, columns the tile's 64 queries
-    float p[8][4] = {}, ds[8][4] = {};
-    mma_a_tileT<T>(p, kf, sQ);
-    mma_a_tileT<T>(ds, vf, sdO);
-    // per-column (query) logsumexp (log2 units) and D, read once for both rows of each fragment
-    const bool need_mask = qb * kTile < k0 + kKeys || (qb + 1) * kTile > Tn;  // diagonal region, or past T
+    // a tile whose every query precedes this warp's keys adds nothing
+    if (qb * kTile + kTile - 1 >= warp_first_key) {
+      // S^T = K Q^T and dP^T = V dO^T: rows are this warp's 16 keys, columns the tile's 64 queries
+      float p[8][4] = {}, ds[8][4] = {};
+      mma_a_tileT<T>(p, kf, sQ);
+      mma_a_tileT<T>(ds, vf, sdO);
+      // per-column (query) logsumexp (log2 units) and D, read once for both rows of each fragment
+      const bool need_mask = qb * kTile < k0 + kKeys || (qb + 1) * kTile > Tn;  // diagonal region, or past T
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int ql = j * 8 + tig * 2 + c;
-        const float lse2 = sLse[stage * kTile + ql] * kLog2e;
-        const float dsum = sD[stage * kTile + ql];
+        for (int c = 0; c < 2; ++c) {
+          const int ql = j * 8 + tig * 2 + c;
+          const float lse2 = sLse[stage * kTile + ql] * kLog2e;
+          const float dsum = sD[stage * kTile + ql];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int e = 2 * r + c;
-          float pv = fast_exp2(fmaf(p[j][e], scale_log2, -lse2));
-          if (need_mask) {
-            const int q = qb * kTile + ql;
-            if (q < key[r] || q >= Tn) pv = 0.0f;
+          for (int r = 0; r < 2; ++r) {
+            const int e = 2 * r + c;
+            float pv = fast_exp2(fmaf(p[j][e], scale_log2, -lse2));
+            if (need_mask) {
+              const int q = qb * kTile + ql;
+              if (q < key[r] || q >= Tn) pv = 0.0f;
+            }
+            p[j][e] = pv;
+            ds[j][e] = pv * scale * (ds[j][e] - dsum);  // dS * scale
           }
-          p[j][e] = pv;
-          ds[j][e] = pv * scale * (ds[j][e] - dsum);  // dS * scale (for both dK and dQ)
         }
-      }
-    mma_c_tile<T>(dv, p, sdO);  // dV += P^T dO
-    mma_c_tile<T>(dk, ds, sQ);  // dK += dS^T Q
-    if constexpr (kWithDq) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      *reinterpret_cast<std::uint32_t*>(&sdS[0][warp * 16 + g][j * 8 + tig * 2]) = pack2<T>(ds[j][0], ds[j][1]);
-      *reinterpret_cast<std::uint32_t*>(&sdS[0][warp * 16 + g + 8][j * 8 + tig * 2]) = pack2<T>(ds[j][2], ds[j][3]);
-    }
-    __syncthreads();
-    // dQ (this warp's 16 queries x 64) = dS (16 x 64 keys) K; A = dS read transposed from the [key][query] tile
-    float dq[8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t a[4];
-      ldmatrix_x4_trans(a, &sdS[0][kk * 16 + (lane % 8) + (lane / 16) * 8][warp * 16 + ((lane / 8) % 2) * 8]);
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        std::uint32_t r[4];
-        ldmatrix_x4_trans(r, &sK[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
-        mma16816<T>(dq[2 * np], a, r[0], r[1]);
-        mma16816<T>(dq[2 * np + 1], a, r[2], r[3]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q = qb * kTile + warp * 16 + g + 8 * r;
-      if (q >= Tn) continue;
-      float* dst = dq_accum + (static_cast<i64>(b) * Tn + q) * C + h * kHead;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)  // vector atomics (sm_90): half the atomic operations of scalar adds
-        atomicAdd(reinterpret_cast<float2*>(dst + j * 8 + tig * 2), make_float2(dq[j][2 * r], dq[j][2 * r + 1]));
-    }
-    }  // kWithDq
+      mma_c_tile<T>(dv, p, sdO);  // dV += P^T dO
+      mma_c_tile<T>(dk, ds, sQ);  // dK += dS^T Q
     }  // warp has live keys
     __syncthreads();
   }
@@ -557,19 +521,6 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
     for (int j = 0; j < 8; ++j)
       *reinterpret_cast<std::uint32_t*>(row + j * 8 + tig * 2) = pack2<T>(dq[j][2 * r], dq[j][2 * r + 1]);
   }
-}
-
-template <typename T>
-__global__ void dq_convert_kernel(T* dqkv, const float* dq_accum, int B, int Tn, int C) {
-  const i64 idx = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
-  if (idx >= static_cast<i64>(B) * Tn * C) return;
-  const i64 bt = idx / C, c = idx % C;
-  const float4 v = *reinterpret_cast<const float4*>(dq_accum + idx);
-  T* dst = dqkv + bt * 3 * C + c;
-  dst[0] = from_f<T>(v.x);
-  dst[1] = from_f<T>(v.y);
-  dst[2] = from_f<T>(v.z);
-  dst[3] = from_f<T>(v.w);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -722,6 +673,27 @@ __global__ void plain_backward_dkv_kernel(T* dqkv, const float* d_rowsum, const 
 }
 
 
+// Kernel attributes (here: dynamic shared memory above the 48 KiB default) belong to a device. A launcher
+// configures its kernels on each device before its first launch there, once per device (a table per launcher
+// and type, guarded by a mutex, so threads driving different GPUs of one process do not race).
+class PerDeviceOnce {
+ public:
+  template <typename Configure>
+  void operator()(Configure&& configure) {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (device >= static_cast<int>(done_.size())) done_.resize(device + 1, false);
+    if (done_[device]) return;
+    configure();  // a throw leaves the device unmarked
+    done_[device] = true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<bool> done_;
+};
+
 }  // namespace
 
 template <typename T>
@@ -735,28 +707,15 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, i
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static int warps = 0;  // per template instance; ZEROPLAN_ATTN_FWD_WARPS=4|8 picks the variant
-      if (warps == 0) {
-        const char* env = std::getenv("ZEROPLAN_ATTN_FWD_WARPS");
-        warps = env && std::string(env) == "4" ? 4 : 8;
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        fwd_smem_bytes<4>()));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        fwd_smem_bytes<8>()));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 4>, cudaFuncAttributePreferredSharedMemoryCarveout,
+      static PerDeviceOnce configured;
+      configured([] {
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        kFwdSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, 8>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-      }
-      if (warps == 8) {
-        dim3 grid((Tn + 127) / 128, NH, B);
-        flash_forward_kernel<T, 8><<<grid, 256, fwd_smem_bytes<8>(), stream>>>(out, lse, qkv, Tn, C, NH,
-                                                                                scale * kLog2e);
-      } else {
-        dim3 grid((Tn + 63) / 64, NH, B);
-        flash_forward_kernel<T, 4><<<grid, 128, fwd_smem_bytes<4>(), stream>>>(out, lse, qkv, Tn, C, NH,
-                                                                                scale * kLog2e);
-      }
+      });
+      dim3 grid((Tn + kFwdRows - 1) / kFwdRows, NH, B);
+      flash_forward_kernel<T><<<grid, kFwdThreads, kFwdSmem, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
       CUDA_CHECK_LAUNCH();
       return;
     }
@@ -768,62 +727,34 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, i
 }
 
 template <typename T>
-void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout, const T* qkv, const T* out,
-                        const float* lse, int B, int Tn, int C, int NH, cudaStream_t stream) {
+void attention_backward(T* dqkv, float* d_rowsum, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                        int Tn, int C, int NH, cudaStream_t stream) {
   const int HS = C / NH;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  const i64 rows = static_cast<i64>(B) * NH * Tn;
-  auto rowsum = [&]() {
-    attention_rowsum_kernel<T><<<ceil_div(rows, 256), 256, 0, stream>>>(d_rowsum, dout, out, B, Tn, C, NH);
-    CUDA_CHECK_LAUNCH();
-  };
   if constexpr (!std::is_same_v<T, float>) {
     if (HS == kHead) {
-      static int split = -1, warps = 0;  // per template instance: ZEROPLAN_ATTN_BWD_SPLIT=0|1, _WARPS=4|8
-      if (split < 0) {
-        const char* env = std::getenv("ZEROPLAN_ATTN_BWD_SPLIT");
-        split = env && std::string(env) == "0" ? 0 : 1;
-        const char* envw = std::getenv("ZEROPLAN_ATTN_BWD_WARPS");
-        warps = envw && std::string(envw) == "8" ? 8 : 4;  // 8 measured slower: 28.2 vs 26.7 ms per 1.5B step
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, true, 4>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<true, 4>()));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, false, 4>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<false, 4>()));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, false, 8>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<false, 8>()));
+      static PerDeviceOnce configured;
+      configured([] {
         CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         kDqSmem));
-      }
+        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        kBwdSmem));
+      });
       dim3 grid((Tn + kTile - 1) / kTile, NH, B);
-      if (split) {
-        // dQ first: it also computes D = rowsum(dO * O), which the dK/dV kernel reads
-        flash_backward_dq_kernel<T><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d_rowsum, dout, qkv, out, lse, Tn, C,
-                                                                          NH, scale);
-        CUDA_CHECK_LAUNCH();
-        if (warps == 8) {
-          dim3 grid8((Tn + 127) / 128, NH, B);
-          flash_backward_kernel<T, false, 8><<<grid8, 256, bwd_smem_bytes<false, 8>(), stream>>>(
-              dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
-        } else {
-          flash_backward_kernel<T, false, 4><<<grid, kThreads, bwd_smem_bytes<false, 4>(), stream>>>(
-              dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
-        }
-        CUDA_CHECK_LAUNCH();
-        return;
-      }
-      rowsum();
-      CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<std::size_t>(B) * Tn * C * sizeof(float), stream));
-      flash_backward_kernel<T, true, 4><<<grid, kThreads, bwd_smem_bytes<true, 4>(), stream>>>(
-          dqkv, dq_accum, d_rowsum, dout, qkv, lse, Tn, C, NH, scale);
+      // dQ first: it also computes D = rowsum(dO * O), which the dK/dV kernel reads (stream order)
+      flash_backward_dq_kernel<T><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d_rowsum, dout, qkv, out, lse, Tn, C,
+                                                                        NH, scale);
       CUDA_CHECK_LAUNCH();
-      const i64 n4 = static_cast<i64>(B) * Tn * C / 4;
-      dq_convert_kernel<T><<<ceil_div(n4, 256), 256, 0, stream>>>(dqkv, dq_accum, B, Tn, C);
+      flash_backward_dkdv_kernel<T><<<grid, kThreads, kBwdSmem, stream>>>(dqkv, d_rowsum, dout, qkv, lse, Tn, C, NH,
+                                                                           scale);
       CUDA_CHECK_LAUNCH();
       return;
     }
   }
   if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
-  rowsum();
+  const i64 rows = static_cast<i64>(B) * NH * Tn;
+  attention_rowsum_kernel<T><<<ceil_div(rows, 256), 256, 0, stream>>>(d_rowsum, dout, out, B, Tn, C, NH);
+  CUDA_CHECK_LAUNCH();
   plain_backward_dq_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
   CUDA_CHECK_LAUNCH();
   plain_backward_dkv_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
@@ -832,8 +763,8 @@ void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout
 
 #define ZP_INSTANTIATE(T)                                                                                       \
   template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t);                   \
-  template void attention_backward<T>(T*, float*, float*, const T*, const T*, const T*, const float*, int, int, \
-                                      int, int, cudaStream_t);                                                  \
+  template void attention_backward<T>(T*, float*, const T*, const T*, const T*, const float*, int, int, int, int, \
+                                      cudaStream_t);                                                            \
   template bool attention_uses_tensor_cores<T>(int);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)

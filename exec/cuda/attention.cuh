@@ -16,10 +16,11 @@ namespace zeroplan::exec::cuda {
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream);
 
-// dq_accum: fp32 scratch of B*T*C floats; d_rowsum: fp32 scratch of B*NH*T floats (D = rowsum(dO * O)).
+// d_rowsum: fp32 scratch of B*NH*T floats (D = rowsum(dO * O)). The tensor-core path runs a dQ kernel and then a
+// dK/dV kernel (no atomics; every element of dqkv is written once).
 template <typename T>
-void attention_backward(T* dqkv, float* dq_accum, float* d_rowsum, const T* dout, const T* qkv, const T* out,
-                        const float* lse, int B, int T_, int C, int NH, cudaStream_t stream);
+void attention_backward(T* dqkv, float* d_rowsum, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                        int T_, int C, int NH, cudaStream_t stream);
 
 // Whether the tensor-core path serves this type and head size (tests check both paths).
 template <typename T>

@@ -5,11 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <iostream>
-#include <map>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -73,81 +69,49 @@ struct BlockBuffers {
   float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
 };
 
+// Owners of the trainer's CUDA handles. Each releases its handle in its destructor, so a constructor that throws
+// half-way releases whatever it had created (members are destroyed in reverse order of declaration).
 class CudaEvent {
  public:
   CudaEvent() { CUDA_CHECK(cudaEventCreate(&e_)); }
   ~CudaEvent() { cudaEventDestroy(e_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
   cudaEvent_t get() const { return e_; }
  private:
   cudaEvent_t e_{};
 };
 
-// Per-operation timing for tuning (ZEROPLAN_PROFILE=1): an event after every launch attributes the time since
-// the previous mark to the named operation; the trainer prints the per-step average when it is destroyed.
-class OpProfiler {
+// Null until create(); converts to cudaStream_t so it passes straight to the launchers.
+class CudaStream {
  public:
-  explicit OpProfiler(bool enabled) : enabled_(enabled) {}
-  ~OpProfiler() {
-    for (auto& e : events_) cudaEventDestroy(e);
+  CudaStream() = default;
+  ~CudaStream() {
+    if (s_) cudaStreamDestroy(s_);
   }
-  bool enabled() const { return enabled_; }
-  void begin_step(cudaStream_t s) {
-    if (!enabled_) return;
-    used_ = 0;
-    names_.clear();
-    record(s);
-  }
-  void mark(const char* name, cudaStream_t s) {
-    if (!enabled_) return;
-    names_.push_back(name);
-    record(s);
-  }
-  void end_step() {  // after the stream has synchronized
-    if (!enabled_ || used_ < 2) return;
-    ++steps_;
-    if (steps_ == 1) return;  // the first step carries warm-up
-    for (std::size_t i = 1; i < used_; ++i) {
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
-      auto& slot = totals_[names_[i - 1]];
-      slot.first += ms;
-      slot.second += 1;
-    }
-  }
-  std::string report() const {
-    if (steps_ < 2) return "";
-    std::vector<std::pair<double, std::string>> rows;
-    double total = 0;
-    for (const auto& [name, v] : totals_) {
-      rows.emplace_back(v.first / (steps_ - 1), name + " (" + std::to_string(v.second / (steps_ - 1)) + " calls)");
-      total += v.first / (steps_ - 1);
-    }
-    std::sort(rows.rbegin(), rows.rend());
-    std::string out = "per-step time by operation (ms, mean of " + std::to_string(steps_ - 1) + " steps):\n";
-    char buf[160];
-    for (const auto& [ms, name] : rows) {
-      std::snprintf(buf, sizeof buf, "  %9.3f  %5.1f%%  %s\n", ms, 100 * ms / total, name.c_str());
-      out += buf;
-    }
-    std::snprintf(buf, sizeof buf, "  %9.3f  total\n", total);
-    return out + buf;
-  }
-
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  void create() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  cudaStream_t get() const { return s_; }
+  operator cudaStream_t() const { return s_; }
  private:
-  void record(cudaStream_t s) {
-    if (used_ == events_.size()) {
-      cudaEvent_t e;
-      CUDA_CHECK(cudaEventCreate(&e));
-      events_.push_back(e);
-    }
-    CUDA_CHECK(cudaEventRecord(events_[used_++], s));
+  cudaStream_t s_ = nullptr;
+};
+
+// Page-locked host memory (the targets of the asynchronous loss and norm copies); null until allocate().
+template <typename U>
+class PinnedHost {
+ public:
+  PinnedHost() = default;
+  ~PinnedHost() {
+    if (p_) cudaFreeHost(p_);
   }
-  bool enabled_;
-  std::vector<cudaEvent_t> events_;
-  std::size_t used_ = 0;
-  std::vector<const char*> names_;
-  std::map<std::string, std::pair<double, long>> totals_;
-  long steps_ = 0;
+  PinnedHost(const PinnedHost&) = delete;
+  PinnedHost& operator=(const PinnedHost&) = delete;
+  void allocate(std::size_t count) { CUDA_CHECK(cudaMallocHost(&p_, count * sizeof(U))); }
+  U* get() const { return p_; }
+ private:
+  U* p_ = nullptr;
 };
 
 double elapsed_s(const CudaEvent& a, const CudaEvent& b) {
@@ -160,8 +124,7 @@ template <typename T>
 class CudaTrainer final : public Trainer {
  public:
   explicit CudaTrainer(const ExecConfig& config)
-      : config_(config), layout_(config.shape), scaler_(config.precision, config.loss_scale),
-        prof_(std::getenv("ZEROPLAN_PROFILE") != nullptr) {
+      : config_(config), layout_(config.shape), scaler_(config.precision, config.loss_scale) {
     validate(config_);
     if (config_.seq_len > (1 << 30) || config_.micro_batch * config_.seq_len > (1ll << 31))
       throw std::invalid_argument("executor: micro_batch x seq_len too large for 32-bit token indexing");
@@ -169,23 +132,22 @@ class CudaTrainer final : public Trainer {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     device_name_ = prop.name;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    alloc_ = std::make_unique<DeviceAllocator>();
-    allocate();
-    matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes));
-    initialize();
+    try {
+      stream_.create();
+      alloc_ = std::make_unique<DeviceAllocator>();
+      allocate();
+      matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes));
+      initialize();
+    } catch (...) {
+      // the members release everything created so far; first let queued work finish with the buffers
+      if (stream_.get()) cudaStreamSynchronize(stream_);
+      throw;
+    }
   }
 
+  // The members then free the buffers (alloc_) and handles, the stream last.
   ~CudaTrainer() override {
-    if (prof_.enabled()) std::cerr << prof_.report();
-    if (stream_) {
-      cudaStreamSynchronize(stream_);
-      matmul_.reset();
-      alloc_.reset();
-      cudaStreamDestroy(stream_);
-    }
-    if (host_losses_) cudaFreeHost(host_losses_);
-    if (host_scalar_) cudaFreeHost(host_scalar_);
+    if (stream_.get()) cudaStreamSynchronize(stream_);
   }
 
   const ExecConfig& config() const override { return config_; }
@@ -204,7 +166,7 @@ class CudaTrainer final : public Trainer {
     check_tokens(in, tg, 1);
     const float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(BT()));
     forward(in.data(), tg.data(), true, 0, dloss);
-    backward(in.data(), true);
+    backward(true);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return mean_loss(1);
   }
@@ -216,13 +178,12 @@ class CudaTrainer final : public Trainer {
     r.loss_scale = scale;
     const float dloss = static_cast<float>(scale / static_cast<double>(BT() * config_.grad_accum));
     CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
-    prof_.begin_step(stream_);
     double fwd = 0, bwd = 0;
     for (i64 k = 0; k < config_.grad_accum; ++k) {
       CUDA_CHECK(cudaEventRecord(ev_a_.get(), stream_));
       forward(in.data() + k * BT(), tg.data() + k * BT(), true, k, dloss);
       CUDA_CHECK(cudaEventRecord(ev_b_.get(), stream_));
-      backward(in.data() + k * BT(), k == 0);
+      backward(k == 0);
       CUDA_CHECK(cudaEventRecord(ev_c_.get(), stream_));
       CUDA_CHECK(cudaEventSynchronize(ev_c_.get()));  // also keeps the token upload buffers free for reuse
       fwd += elapsed_s(ev_a_, ev_b_);
@@ -230,10 +191,9 @@ class CudaTrainer final : public Trainer {
     }
     // Global gradient norm of the scaled gradients; inf/nan means fp16 overflow (DeepSpeed's has_overflow).
     cuda::grad_norm_squared<T>(norm_partials_, norm_partials_ + 1, grads_, layout_.total(), stream_);
-    CUDA_CHECK(cudaMemcpyAsync(host_scalar_, norm_partials_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    prof_.mark("grad norm", stream_);
+    CUDA_CHECK(cudaMemcpyAsync(host_scalar_.get(), norm_partials_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const double norm = std::sqrt(static_cast<double>(*host_scalar_)) / scale;
+    const double norm = std::sqrt(static_cast<double>(*host_scalar_.get())) / scale;
     r.grad_norm = norm;
     r.skipped = scaler_.update(!std::isfinite(norm));
     if (!r.skipped) {
@@ -249,10 +209,8 @@ class CudaTrainer final : public Trainer {
                                                 layout_.block_decay_elements(), layout_.blocks_end()},
                             stream_);
     }
-    prof_.mark("adamw", stream_);
     CUDA_CHECK(cudaEventRecord(ev_end_.get(), stream_));
     CUDA_CHECK(cudaEventSynchronize(ev_end_.get()));
-    prof_.end_step();
     r.times.forward_s = fwd;
     r.times.backward_s = bwd;
     r.times.step_s = elapsed_s(ev_start_, ev_end_);
@@ -339,7 +297,6 @@ class CudaTrainer final : public Trainer {
     dres_ = alloc_->allocate_n<T>("activations", "residual gradient", bt * C);
     dln_ = alloc_->allocate_n<T>("activations", "LayerNorm-input gradient", bt * C);
     d4_ = alloc_->allocate_n<T>("activations", "FC / QKV gradient", bt * 4 * C);
-    dq_accum_ = alloc_->allocate_n<float>("activations", "attention dQ accumulator (fp32)", bt * C);
     d_rowsum_ = alloc_->allocate_n<float>("activations", "attention rowsum(dO*O)", bt * s.heads);
     // column-sum partials (4C floats) and their arrival counter; kept zeroed between reductions
     partial_ = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", 4 * C + 1);
@@ -348,8 +305,8 @@ class CudaTrainer final : public Trainer {
     norm_partials_ = alloc_->allocate_n<float>("workspace", "gradient-norm partials", kNormPartials + 1);
     tokens_ = alloc_->allocate_n<int>("workspace", "input and target tokens", 2 * bt);
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
-    CUDA_CHECK(cudaMallocHost(&host_losses_, config_.grad_accum * bt * sizeof(float)));
-    CUDA_CHECK(cudaMallocHost(&host_scalar_, sizeof(float)));
+    host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * bt));
+    host_scalar_.allocate(1);
   }
 
   void initialize() {
@@ -372,20 +329,13 @@ class CudaTrainer final : public Trainer {
     const T* x = residual_ + l * bt * C;
     T* y = residual_ + (l + 1) * bt * C;
     cuda::layernorm_forward<T>(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(W(l, kLn1W)), P(W(l, kLn1B)), bt, C, stream_);
-    prof_.mark("fwd layernorm", stream_);
     matmul_->forward<T>(a.qkv, a.ln1, P(W(l, kQkvW)), P(W(l, kQkvB)), nullptr, bt, C, 3 * C, stream_);
-    prof_.mark("fwd gemm qkv", stream_);
     cuda::attention_forward<T>(a.att, a.lse, a.qkv, config_.micro_batch, config_.seq_len, C, s.heads, stream_);
-    prof_.mark("fwd attention", stream_);
     matmul_->forward<T>(a.res2, a.att, P(W(l, kAttProjW)), P(W(l, kAttProjB)), x, bt, C, C, stream_);
-    prof_.mark("fwd gemm attproj+residual", stream_);
     cuda::layernorm_forward<T>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(W(l, kLn2W)), P(W(l, kLn2B)), bt, C, stream_);
-    prof_.mark("fwd layernorm", stream_);
     matmul_->forward_gelu<T>(a.gelu, a.fc, a.ln2, P(W(l, kFcW)), P(W(l, kFcB)), bt, C, 4 * C, stream_);
-    prof_.mark("fwd gemm fc+gelu", stream_);
     if (!recompute)
       matmul_->forward<T>(y, a.gelu, P(W(l, kFcProjW)), P(W(l, kFcProjB)), a.res2, bt, 4 * C, C, stream_);
-      prof_.mark("fwd gemm fcproj+residual", stream_);
   }
 
   void forward(const int* in, const int* tg, bool want_grad, i64 micro, float dloss = 0.0f) {
@@ -395,81 +345,57 @@ class CudaTrainer final : public Trainer {
     CUDA_CHECK(cudaMemcpyAsync(tokens_ + bt, tg, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
     cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), P(layout_.wpe()), config_.micro_batch,
                              config_.seq_len, C, stream_);
-                             prof_.mark("fwd encoder", stream_);
     for (i64 l = 0; l < s.layers; ++l) block_forward(l, false);
     cuda::layernorm_forward<T>(lnf_, lnf_stats_, lnf_stats_ + bt, residual_ + s.layers * bt * C, P(layout_.lnf_w()),
                                P(layout_.lnf_b()), bt, C, stream_);
-                               prof_.mark("fwd layernorm", stream_);
     matmul_->forward<T>(logits_, lnf_, P(layout_.wte()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
-    prof_.mark("fwd gemm logits", stream_);
     cuda::crossentropy_forward_backward<T>(losses_, logits_, tokens_ + bt, bt, s.vocab, s.padded_vocab, dloss,
                                            want_grad, stream_);
-                                           prof_.mark("fwd crossentropy", stream_);
-    CUDA_CHECK(cudaMemcpyAsync(host_losses_ + micro * bt, losses_, bt * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(host_losses_.get() + micro * bt, losses_, bt * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
 
   // Gradients are written on the first micro-step and accumulated on the others.
-  void backward(const int* /*in: already on the device*/, bool first) {
+  void backward(bool first) {  // the micro-step's tokens are already on the device
     const auto& s = config_.shape;
     const i64 C = s.hidden, bt = BT(), B = config_.micro_batch, Tn = config_.seq_len;
     const bool acc = !first;
     // logits = lnf wte^T
     matmul_->backward_input<T>(dln_, logits_, P(layout_.wte()), bt, C, s.padded_vocab, stream_);
-    prof_.mark("bwd gemm logits dX", stream_);
     matmul_->backward_weight<T>(G(layout_.wte()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
-    prof_.mark("bwd gemm logits dW", stream_);
     CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
-    prof_.mark("bwd memset", stream_);
     cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, counter_, dln_,
                                 residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
                                 acc, stream_);
-                                prof_.mark("bwd layernorm", stream_);
     for (i64 l = s.layers - 1; l >= 0; --l) {
       if (config_.recompute == ExecRecompute::full) block_forward(l, true);
       const BlockBuffers<T>& a = blocks_[l];
       const T* x = residual_ + l * bt * C;
       // y = res2 + gelu Wfcproj^T + b
       matmul_->backward_input_dgelu<T>(d4_, dres_, P(W(l, kFcProjW)), a.fc, bt, 4 * C, C, stream_);
-      prof_.mark("bwd gemm dX+dgelu", stream_);
       matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
-      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, partial_, counter_, bt, C, acc, stream_);
-      prof_.mark("bwd bias", stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
-      prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
-      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kFcB)), d4_, partial_, counter_, bt, 4 * C, acc, stream_);
-      prof_.mark("bwd bias", stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), partial_, counter_, dln_, a.res2, P(W(l, kLn2W)),
                                   a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
-                                  prof_.mark("bwd layernorm", stream_);
       // res2 = x + att Wproj^T + b
       matmul_->backward_input<T>(dln_, dres_, P(W(l, kAttProjW)), bt, C, C, stream_);
-      prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
-      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, partial_, counter_, bt, C, acc, stream_);
-      prof_.mark("bwd bias", stream_);
-      cuda::attention_backward<T>(d4_, dq_accum_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
-      prof_.mark("bwd attention", stream_);
+      cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
-      prof_.mark("bwd gemm dX", stream_);
       matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
-      prof_.mark("bwd gemm dW", stream_);
       cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, counter_, bt, 3 * C, acc, stream_);
-      prof_.mark("bwd bias", stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, counter_, dln_, x, P(W(l, kLn1W)),
                                   a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
-                                  prof_.mark("bwd layernorm", stream_);
     }
     cuda::encoder_backward<T>(G(layout_.wte()), G(layout_.wpe()), dres_, tokens_, B, Tn, C, acc, stream_);
-    prof_.mark("bwd encoder", stream_);
   }
 
   double mean_loss(i64 micro_steps) const {
     double sum = 0;
-    for (i64 i = 0; i < micro_steps * BT(); ++i) sum += host_losses_[i];
+    for (i64 i = 0; i < micro_steps * BT(); ++i) sum += host_losses_.get()[i];
     return sum / static_cast<double>(micro_steps * BT());
   }
 
@@ -486,11 +412,11 @@ class CudaTrainer final : public Trainer {
   ParamLayout layout_;
   LossScaler scaler_;
   std::string device_name_;
-  cudaStream_t stream_ = nullptr;
+  // declaration order is release order reversed: host buffers, events, cuBLASLt, device memory, the stream
+  CudaStream stream_;
   std::unique_ptr<DeviceAllocator> alloc_;
   std::unique_ptr<cuda::Matmul> matmul_;
   CudaEvent ev_start_, ev_a_, ev_b_, ev_c_, ev_end_;
-  OpProfiler prof_;
   int t_ = 0;
   T *params_ = nullptr, *grads_ = nullptr;
   float *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
@@ -501,12 +427,12 @@ class CudaTrainer final : public Trainer {
   T* logits_ = nullptr;
   float* losses_ = nullptr;
   T *dres_ = nullptr, *dln_ = nullptr, *d4_ = nullptr;
-  float *dq_accum_ = nullptr, *d_rowsum_ = nullptr, *partial_ = nullptr, *norm_partials_ = nullptr;
+  float *d_rowsum_ = nullptr, *partial_ = nullptr, *norm_partials_ = nullptr;
   unsigned* counter_ = nullptr;
   int* tokens_ = nullptr;
   void* cublas_ws_ = nullptr;
-  float* host_losses_ = nullptr;
-  float* host_scalar_ = nullptr;
+  PinnedHost<float> host_losses_;
+  PinnedHost<float> host_scalar_;
 };
 
 }  // namespace

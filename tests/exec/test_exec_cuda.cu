@@ -225,7 +225,7 @@ TYPED_TEST(KernelTest, AttentionForwardBackward) {
     const int B = 2, Tn = 200, NH = 3, C = NH * HS;
     auto qkv = randn(B * Tn * 3 * C, 1 + HS), dout = randn(B * Tn * C, 2 + HS);
     Buf<T> QKV(qkv), O(B * Tn * C), DO(dout), DQKV(B * Tn * 3 * C);
-    Buf<float> lse(B * NH * Tn), dq(B * Tn * C), drow(B * NH * Tn);
+    Buf<float> lse(B * NH * Tn), drow(B * NH * Tn);
     cuda::attention_forward<T>(O.d, lse.d, QKV.d, B, Tn, C, NH, 0);
     auto o_gpu = O.get();
     std::vector<float> o(B * Tn * C), l(B * NH * Tn), dqkv(B * Tn * 3 * C);
@@ -233,7 +233,7 @@ TYPED_TEST(KernelTest, AttentionForwardBackward) {
     EXPECT_LT(rel_err(o_gpu, o), tol<T>(1e-5, 1e-2)) << "HS " << HS;
     EXPECT_LT(rel_err(lse.get(), l), tol<T>(1e-5, 1e-3)) << "HS " << HS;
     // the backward consumes the GPU's (rounded) forward output, as in training
-    cuda::attention_backward<T>(DQKV.d, dq.d, drow.d, DO.d, QKV.d, O.d, lse.d, B, Tn, C, NH, 0);
+    cuda::attention_backward<T>(DQKV.d, drow.d, DO.d, QKV.d, O.d, lse.d, B, Tn, C, NH, 0);
     cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), o_gpu.data(), l.data(), B, Tn, C, NH);
     const auto got = DQKV.get();
     std::vector<float> gq, gk, gv, rq, rk, rv;
