@@ -1,8 +1,6 @@
 #include "exec/cuda/matmul.cuh"
 
-#include <algorithm>
-#include <cstdlib>
-#include <vector>
+#include <string>
 
 #include "exec/cuda/cuda_common.cuh"
 #include "exec/cuda/gelu.cuh"
@@ -14,21 +12,43 @@ template <typename T> constexpr cudaDataType_t data_type();
 template <> constexpr cudaDataType_t data_type<float>() { return CUDA_R_32F; }
 template <> constexpr cudaDataType_t data_type<__half>() { return CUDA_R_16F; }
 template <> constexpr cudaDataType_t data_type<__nv_bfloat16>() { return CUDA_R_16BF; }
+
+// The descriptors of one GEMM call, destroyed however the call ends (a failed CUBLAS_CHECK throws).
+struct GemmDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  GemmDescriptors() = default;
+  GemmDescriptors(const GemmDescriptors&) = delete;
+  GemmDescriptors& operator=(const GemmDescriptors&) = delete;
+  ~GemmDescriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
 }  // namespace
 
 Matmul::Matmul(void* workspace, std::size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
-  CUBLAS_CHECK(cublasLtCreate(&handle_));
-  const char* env = std::getenv("ZEROPLAN_GEMM_AUTOTUNE");
-  autotune_ = !(env && std::string(env) == "0");
-  autotune_weight_grads_ = !(env && std::string(env) == "nodw");
-  if (const char* c = std::getenv("ZEROPLAN_GEMM_CANDIDATES")) candidates_ = std::max(1, std::min(32, std::atoi(c)));
-  CUDA_CHECK(cudaEventCreate(&tune_start_));
-  CUDA_CHECK(cudaEventCreate(&tune_stop_));
+  try {
+    CUBLAS_CHECK(cublasLtCreate(&handle_));
+    CUDA_CHECK(cudaEventCreate(&tune_start_));
+    CUDA_CHECK(cudaEventCreate(&tune_stop_));
+  } catch (...) {
+    release();
+    throw;
+  }
 }
-Matmul::~Matmul() {
+Matmul::~Matmul() { release(); }
+
+void Matmul::release() noexcept {
   if (handle_) cublasLtDestroy(handle_);
   if (tune_start_) cudaEventDestroy(tune_start_);
   if (tune_stop_) cudaEventDestroy(tune_stop_);
+  handle_ = nullptr;
+  tune_start_ = tune_stop_ = nullptr;
 }
 
 template <typename T>
@@ -38,9 +58,10 @@ bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, 
   // fp32 runs true fp32 GEMMs (no TF32) so the fp32 mode is a precise reference.
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   const cudaDataType_t dt = data_type<T>();
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
+  GemmDescriptors desc;
+  cublasLtMatmulDesc_t& op = desc.op;
+  cublasLtMatrixLayout_t &la = desc.la, &lb = desc.lb, &lc = desc.lc;
+  cublasLtMatmulPreference_t& pref = desc.pref;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
   const cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
@@ -70,15 +91,14 @@ bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, 
                                 workspace_bytes_, stream));
     ok = true;
   } else {
-    constexpr int kMaxCandidates = 32;
-    cublasLtMatmulHeuristicResult_t heuristic[kMaxCandidates] = {};
+    cublasLtMatmulHeuristicResult_t heuristic[kCandidates] = {};
     int found = 0;
     const cublasStatus_t hs =
-        cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, lc, lc, pref, candidates_, heuristic, &found);
+        cublasLtMatmulAlgoGetHeuristic(handle_, op, la, lb, lc, lc, pref, kCandidates, heuristic, &found);
     if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
       int best = 0;
       const bool rerun_safe = !(C == D && beta != 0);  // re-running must not change the result
-      if (autotune_ && (autotune_weight_grads_ || !transb) && rerun_safe && found > 1) {
+      if (rerun_safe && found > 1) {
         float best_ms = 1e30f;
         for (int i = 0; i < found; ++i) {
           // one warm-up run, then three timed
@@ -105,11 +125,6 @@ bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, 
       ok = true;
     }
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatmulDescDestroy(op);
   if (!ok && !allow_failure)
     throw CudaError("cuBLASLt found no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" +
                     std::to_string(k) + " GEMM (epilogue " + std::to_string(static_cast<int>(epilogue)) + ")");
@@ -156,15 +171,6 @@ void Matmul::backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i
                              cudaStream_t stream) {
   run<T>(dW, inp, dout, accumulate ? dW : nullptr, K, N, M, false, true, accumulate ? 1.0f : 0.0f,
          CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream, false);
-}
-
-template <typename T>
-void Matmul::backward_weight_bias(T* dW, T* dbias, float* partial, unsigned* counter, const T* dout, const T* inp,
-                                  i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream) {
-  // cuBLASLt's BGRADB epilogue computes the same bias gradient inside the GEMM, but measured slower on an H200
-  // (GPT-2 1.5B, mb 8: 39.5 ms per step for the fused GEMMs vs 32.7 + 4.8 ms GEMM + bias kernel), so it is not used.
-  backward_weight<T>(dW, dout, inp, M, K, N, accumulate, stream);
-  bias_backward<T>(dbias, dout, partial, counter, M, N, accumulate, stream);
 }
 
 namespace {
@@ -220,8 +226,6 @@ void bias_backward(T* dbias, const T* dout, float* partial, unsigned* counter, i
   template void Matmul::backward_input<T>(T*, const T*, const T*, i64, i64, i64, cudaStream_t);                \
   template void Matmul::backward_input_dgelu<T>(T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t); \
   template void Matmul::backward_weight<T>(T*, const T*, const T*, i64, i64, i64, bool, cudaStream_t);         \
-  template void Matmul::backward_weight_bias<T>(T*, T*, float*, unsigned*, const T*, const T*, i64, i64, i64, bool, \
-                                                cudaStream_t);                                                     \
   template void bias_backward<T>(T*, const T*, float*, unsigned*, i64, i64, bool, cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)

@@ -40,31 +40,27 @@ class Matmul {
   // dW (N, K) (+)= dout^T inp; accumulate adds to dW (gradient accumulation), else overwrites.
   template <typename T>
   void backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream);
-  // backward_weight plus bias_backward.
-  template <typename T>
-  void backward_weight_bias(T* dW, T* dbias, float* partial, unsigned* counter, const T* dout, const T* inp, i64 M,
-                            i64 K, i64 N, bool accumulate, cudaStream_t stream);
 
  private:
   template <typename T>
   bool run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, bool transa, bool transb, float beta,
            cublasLtEpilogue_t epilogue, const T* bias, T* aux, cudaStream_t stream, bool allow_failure);
+  void release() noexcept;  // the handle and events (the destructor, and a constructor that throws)
   cublasLtHandle_t handle_ = nullptr;
-  // Chosen algorithm per GEMM configuration. With autotuning (default; ZEROPLAN_GEMM_AUTOTUNE=0 turns it off) the
-  // first call of a configuration times cuBLASLt's top heuristic candidates and keeps the fastest; GEMMs that
+  // Chosen algorithm per GEMM configuration (per instance: a Matmul serves one device). The first call of a
+  // configuration times cuBLASLt's top kCandidates heuristic candidates and keeps the fastest; GEMMs that
   // accumulate into their output (beta = 1 with C == D) are not re-run and take the first heuristic.
+  static constexpr int kCandidates = 8;  // 16 measured no faster: 46,319 / 46,468 vs 46,460 / 46,451 tokens/s
   std::map<std::string, cublasLtMatmulAlgo_t> algos_;
-  bool autotune_ = true;
-  bool autotune_weight_grads_ = true;
-  int candidates_ = 8;  // heuristic candidates timed per configuration (ZEROPLAN_GEMM_CANDIDATES, at most 32; 16 measured
-                        // no faster: 46,319 / 46,468 vs 46,460 / 46,451 tokens/s)  // ZEROPLAN_GEMM_AUTOTUNE=nodw keeps the heuristic's pick for dW GEMMs
   cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
   void* workspace_;
   std::size_t workspace_bytes_;
 };
 
 // dbias (N) (+)= column sums of dout (M, N). partial: N fp32 zeros and counter: a zero, both left zeroed
-// (cuda_common.cuh last_block_finish); one launch.
+// (cuda_common.cuh last_block_finish); one launch. cuBLASLt's BGRADB epilogue computes the same sums inside the
+// dW GEMM but measured slower on an H200 (GPT-2 1.5B, mb 8: 39.5 ms per step for the fused GEMMs vs 32.7 + 4.8 ms
+// GEMM + this kernel), so it is not used.
 template <typename T>
 void bias_backward(T* dbias, const T* dout, float* partial, unsigned* counter, i64 M, i64 N, bool accumulate,
                    cudaStream_t stream);
