@@ -29,12 +29,6 @@ __global__ void set_kernel(T* params, float* master, const float* src, i64 n) {
 }
 
 template <typename T>
-__global__ void to_fp32_kernel(float* dst, const T* src, i64 n) {
-  const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = to_f(src[i]);
-}
-
-template <typename T>
 __global__ void norm_partial_kernel(float* partials, const T* g, i64 n) {
   using P = Pack<T>;
   float s = 0.0f;
@@ -114,12 +108,6 @@ void set_from_fp32(T* params, float* master, const float* src, i64 n, cudaStream
 }
 
 template <typename T>
-void to_fp32(float* dst, const T* src, i64 n, cudaStream_t stream) {
-  to_fp32_kernel<T><<<ceil_div(n, 256), 256, 0, stream>>>(dst, src, n);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
 void grad_norm_squared(float* out, float* partials, const T* g, i64 n, cudaStream_t stream) {
   if (n % Pack<T>::kSize != 0) throw CudaError("grad_norm_squared: size must be a multiple of the 16-byte pack");
   norm_partial_kernel<T><<<static_cast<int>(kNormPartials), 256, 0, stream>>>(partials, g, n);
@@ -143,7 +131,6 @@ void adamw_update(T* params, float* master, const T* grads, float* m, float* v, 
 #define ZP_INSTANTIATE(T)                                                                                        \
   template void init_tensor<T>(T*, float*, i64, i64, i64, InitKind, std::uint64_t, float, cudaStream_t);          \
   template void set_from_fp32<T>(T*, float*, const float*, i64, cudaStream_t);                                    \
-  template void to_fp32<T>(float*, const T*, i64, cudaStream_t);                                                  \
   template void grad_norm_squared<T>(float*, float*, const T*, i64, cudaStream_t);                                \
   template void adamw_update<T>(T*, float*, const T*, float*, float*, i64, float, float, float, float, float, float, \
                                 int, DecayGeometry, cudaStream_t);

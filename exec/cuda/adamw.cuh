@@ -26,9 +26,6 @@ void init_tensor(T* params, float* master, std::int64_t offset, std::int64_t num
 // params = round(src) and master = src (when not null), src fp32 on the device.
 template <typename T>
 void set_from_fp32(T* params, float* master, const float* src, std::int64_t n, cudaStream_t stream);
-// dst (fp32) = src.
-template <typename T>
-void to_fp32(float* dst, const T* src, std::int64_t n, cudaStream_t stream);
 
 // out[0] = sum of squares of g (fp32), through `partials` (kNormPartials floats).
 template <typename T>

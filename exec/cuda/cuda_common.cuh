@@ -29,11 +29,6 @@ struct alignas(16) Pack {
   T v[kSize];
   __device__ __forceinline__ static Pack load(const T* p) { return *reinterpret_cast<const Pack*>(p); }
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Pack*>(p) = *this; }
-  __device__ __forceinline__ static Pack load_cs(const T* p) {
-    Pack r;
-    *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
-    return r;
-  }
 };
 
 __device__ __forceinline__ float warp_sum(float x) {

@@ -40,8 +40,14 @@ void* DeviceAllocator::allocate(const std::string& component, const std::string&
                             gib(static_cast<std::int64_t>(free_b)) + " free of " +
                             gib(static_cast<std::int64_t>(total_b)) + " (" + cudaGetErrorString(err) + ")");
   }
-  blocks_[ptr] = Block{component, bytes};
-  if (!live_.count(component)) order_.push_back(component);
+  try {
+    blocks_[ptr] = Block{component, bytes};
+    if (!live_.count(component)) order_.push_back(component);
+  } catch (...) {  // std::bad_alloc: the block must not outlive its record
+    blocks_.erase(ptr);
+    cudaFree(ptr);
+    throw;
+  }
   live_[component] += bytes;
   peak_[component] = std::max(peak_[component], live_[component]);
   live_total_ += bytes;
@@ -58,10 +64,6 @@ void DeviceAllocator::free(void* ptr) {
   blocks_.erase(it);
 }
 
-std::int64_t DeviceAllocator::live_bytes(const std::string& c) const {
-  auto it = live_.find(c);
-  return it == live_.end() ? 0 : it->second;
-}
 std::int64_t DeviceAllocator::peak_bytes(const std::string& c) const {
   auto it = peak_.find(c);
   return it == peak_.end() ? 0 : it->second;

@@ -33,7 +33,6 @@ class DeviceAllocator {
   }
   void free(void* ptr);
 
-  std::int64_t live_bytes(const std::string& component) const;
   std::int64_t peak_bytes(const std::string& component) const;
   std::int64_t peak_total() const { return peak_total_; }
   std::vector<std::pair<std::string, std::int64_t>> peaks() const;  // every component seen, in first-use order
