@@ -51,6 +51,17 @@ struct LossScaleSettings {
   double min_scale = 1.0;
 };
 
+// The ZeRO side of the step (DeepSpeed's zero_optimization block, docs/config-json "ZeRO optimizations"). The
+// engine (exec/zero/zero_engine.h) reads these; world size and rank come from the communicator.
+struct ZeroSettings {
+  int stage = 0;                                     // 0: DDP-like, 1: optimizer states, 2: + gradients
+  std::int64_t reduce_bucket_elements = 500000000;   // reduce_bucket_size (DeepSpeed default 5e8 elements)
+  std::int64_t allgather_bucket_elements = 500000000;  // allgather_bucket_size (DeepSpeed default 5e8)
+  bool overlap_comm = true;        // reductions on the comm stream while backward runs
+  bool reduce_scatter = true;      // stages 1-2: reduce-scatter buckets (false: all-reduce them, DeepSpeed's option)
+  bool deterministic = false;      // fixed-order reductions everywhere (bit-identical repeated runs)
+};
+
 struct ExecConfig {
   Gpt2Shape shape;
   std::int64_t micro_batch = 1;  // B
@@ -60,6 +71,7 @@ struct ExecConfig {
   ExecRecompute recompute = ExecRecompute::none;
   OptimizerSettings optimizer;
   LossScaleSettings loss_scale;
+  ZeroSettings zero;
   std::uint64_t seed = 1337;     // parameter initialization
 
   std::int64_t tokens_per_step() const { return micro_batch * seq_len * grad_accum; }

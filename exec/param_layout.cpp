@@ -49,13 +49,20 @@ void validate(const ExecConfig& c) {
   if (c.loss_scale.scale_window < 1) fail("loss_scale_window", "expected >= 1");
   if (c.loss_scale.hysteresis < 1) fail("hysteresis", "expected >= 1");
   if (c.loss_scale.min_scale <= 0) fail("min_loss_scale", "expected > 0");
+  if (c.zero.stage < 0 || c.zero.stage > 2) fail("zero_optimization.stage", "the executor runs stages 0, 1 and 2");
+  if (c.zero.reduce_bucket_elements < 1) fail("reduce_bucket_size", "expected >= 1 element");
+  if (c.zero.allgather_bucket_elements < 1) fail("allgather_bucket_size", "expected >= 1 element");
 }
 
-ParamLayout::ParamLayout(const Gpt2Shape& shape) : shape_(shape) {
+ParamLayout::ParamLayout(const Gpt2Shape& shape, std::int64_t align) : shape_(shape), align_(align) {
+  if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
   const std::int64_t C = shape.hidden;
-  auto add = [this](std::string name, std::int64_t rows, std::int64_t cols, bool decay, InitKind init) {
-    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, decay, init});
-    total_ += rows * cols;
+  std::int64_t dense = 0;  // offset in the unaligned layout
+  auto round_up = [align](std::int64_t x) { return (x + align - 1) / align * align; };
+  auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, bool decay, InitKind init) {
+    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, decay, init, dense});
+    total_ = round_up(total_ + rows * cols);
+    dense += rows * cols;
   };
   add("wte", shape.padded_vocab, C, true, InitKind::normal);
   add("wpe", shape.max_seq, C, true, InitKind::normal);
@@ -82,7 +89,11 @@ ParamLayout::ParamLayout(const Gpt2Shape& shape) : shape_(shape) {
   add("ln_f.bias", 1, C, false, InitKind::zeros);
 }
 
-std::int64_t ParamLayout::model_params() const { return total_ - (shape_.padded_vocab - shape_.vocab) * shape_.hidden; }
+std::int64_t ParamLayout::model_params() const {
+  std::int64_t n = 0;
+  for (const ParamTensor& t : tensors_) n += t.numel();
+  return n - (shape_.padded_vocab - shape_.vocab) * shape_.hidden;
+}
 
 float ParamLayout::residual_std() const {
   return 0.02f / std::sqrt(2.0f * static_cast<float>(shape_.layers));
@@ -95,7 +106,9 @@ void ParamLayout::initialize(std::uint64_t seed, float* flat) const {
     if (&t == &tensors_[0]) live = shape_.vocab * shape_.hidden;  // padded vocabulary rows stay 0
     for (std::int64_t i = 0; i < t.numel(); ++i)
       flat[t.offset + i] =
-          i < live ? init_value(t.init, seed, static_cast<std::uint64_t>(t.offset + i), rstd) : 0.0f;
+          i < live ? init_value(t.init, seed, static_cast<std::uint64_t>(t.init_index + i), rstd) : 0.0f;
+    const std::int64_t end = &t == &tensors_.back() ? total_ : (&t)[1].offset;
+    for (std::int64_t i = t.offset + t.numel(); i < end; ++i) flat[i] = 0.0f;  // alignment gaps
   }
 }
 

@@ -23,6 +23,9 @@ struct ParamTensor {
   std::int64_t cols;      // in features
   bool weight_decay;      // 2-D weights and embeddings
   InitKind init;          // GPT-2 initialization of this tensor (exec/init_rng.h)
+  // Position of the tensor in the unaligned layout: the index the initialization hashes, so that a layout
+  // aligned for N ranks holds the same values as the one-rank layout.
+  std::int64_t init_index;
   std::int64_t numel() const { return rows * cols; }
 };
 
@@ -35,10 +38,14 @@ enum BlockTensor : int {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const Gpt2Shape& shape);
+  // `align` (elements): every tensor starts at a multiple of it and the total is rounded up to it, the gaps
+  // holding zeros. The ZeRO engine aligns to world * 64 so that every gradient bucket (whole tensors) splits
+  // into equal, 128-byte-aligned per-rank chunks (exec/zero/zero_partition.h); 1 is the dense layout.
+  explicit ParamLayout(const Gpt2Shape& shape, std::int64_t align = 1);
 
   const Gpt2Shape& shape() const { return shape_; }
   std::int64_t total() const { return total_; }                 // elements in the flat buffer (padded vocab)
+  std::int64_t align() const { return align_; }
   // Parameters of the model as described (real vocabulary rows only): the N of the 6N FLOP convention.
   std::int64_t model_params() const;
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -66,6 +73,7 @@ class ParamLayout {
 
  private:
   Gpt2Shape shape_;
+  std::int64_t align_ = 1;
   std::vector<ParamTensor> tensors_;
   std::int64_t total_ = 0;
   std::int64_t blocks_begin_ = 0;

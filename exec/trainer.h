@@ -1,5 +1,6 @@
 // The training-step interface both backends implement (cpu: Eigen fp32 reference; cuda: the GPU executor).
-// One Trainer owns one rank's model replica; with world size 1 (this issue) the rank owns every partition.
+// One Trainer is one rank: its model, its ZeRO engine (exec/zero/zero_engine.h) and its communicator. The
+// tokens given to step() are this rank's share of the global batch (exec/data_shard.h).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/comm/communicator.h"
 #include "exec/exec_config.h"
 #include "exec/param_layout.h"
 
@@ -17,8 +19,10 @@ namespace zeroplan::exec {
 struct StepTimes {
   double forward_s = 0;    // all micro-steps' forward passes (incl. the loss)
   double backward_s = 0;   // all micro-steps' backward passes (incl. recompute)
-  double optimizer_s = 0;  // gradient norm, clipping, overflow check, AdamW
+  double optimizer_s = 0;  // gradient norm, clipping, overflow check, AdamW, parameter all-gather
   double step_s = 0;       // the whole step
+  double comm_s[kCommKinds] = {0, 0, 0};  // busy time of the communication lane per collective kind
+  double exposed_comm_s = 0;  // time the compute lane waited for communication
 };
 
 struct StepResult {
@@ -50,8 +54,13 @@ class Trainer {
   virtual const ParamLayout& layout() const = 0;
   virtual std::string backend() const = 0;      // "cpu" or "cuda"
   virtual std::string device_name() const = 0;  // "NVIDIA H200", "CPU (Eigen, fp32)"
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // Bytes per collective kind since the trainer was made (model-state traffic and control scalars apart).
+  virtual CommCounters comm_counters() const = 0;
 
-  // One optimizer step over grad_accum micro-batches; inputs/targets hold grad_accum * B * T tokens.
+  // One optimizer step over grad_accum micro-batches; inputs/targets hold grad_accum * B * T tokens of this
+  // rank. The loss is the mean over the global batch (all ranks).
   virtual StepResult step(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
   // Forward and loss of one micro-batch (B*T tokens), no gradients; logits() then holds its logits.
   virtual double forward_loss(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
@@ -59,13 +68,15 @@ class Trainer {
   virtual double forward_backward(const std::vector<std::int32_t>& inputs,
                                   const std::vector<std::int32_t>& targets) = 0;
 
-  virtual std::vector<float> params() const = 0;  // flat layout, as float (model precision values)
-  virtual std::vector<float> grads() const = 0;   // flat layout, unscaled
+  virtual std::vector<float> params() const = 0;  // flat layout, as float (model precision values), whole
+  // flat layout, unscaled: the rank's reduced gradients (its chunks from stage 1 on; zeros elsewhere)
+  virtual std::vector<float> grads() const = 0;
   virtual std::vector<float> logits() const = 0;  // B*T*Vp of the last forward_loss
   virtual void set_params(const std::vector<float>& flat) = 0;  // sets params and the fp32 master copy
   virtual MemoryReport memory() const = 0;
 };
 
-std::unique_ptr<Trainer> make_cpu_trainer(const ExecConfig& config);
+// `comm` (not owned) joins the ranks; null means one rank. The layout is aligned for comm's world size.
+std::unique_ptr<Trainer> make_cpu_trainer(const ExecConfig& config, Communicator* comm = nullptr);
 
 }  // namespace zeroplan::exec

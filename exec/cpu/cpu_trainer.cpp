@@ -1,13 +1,16 @@
 // The CPU reference trainer: the same GPT-2 step as the CUDA backend in fp32 with Eigen, used by the tests as
 // ground truth and by `zeroplan run --backend cpu` for small models. Activation checkpointing does not change
-// the math, so this trainer always keeps every activation.
+// the math, so this trainer always keeps every activation. Parameters, gradients and optimizer states belong to
+// the ZeRO engine (exec/zero/zero_engine.h), which runs every stage here over MPI exactly as on the GPUs.
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
 
 #include "exec/cpu/cpu_ops.h"
+#include "exec/cpu/cpu_zero_device.h"
 #include "exec/loss_scaler.h"
 #include "exec/trainer.h"
+#include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
 
@@ -19,16 +22,15 @@ struct LayerActivations {
 
 class CpuTrainer final : public Trainer {
  public:
-  explicit CpuTrainer(const ExecConfig& config) : config_(config), layout_(config.shape), scaler_(config.precision, config.loss_scale) {
+  CpuTrainer(const ExecConfig& config, Communicator* comm)
+      : config_(config),
+        own_comm_(comm ? nullptr : std::make_unique<SelfCommunicator>()),
+        comm_(comm ? *comm : *own_comm_),
+        layout_(config.shape, zero_alignment(comm_.world())),
+        scaler_(config.precision, config.loss_scale) {
     validate(config_);
-    const std::int64_t n = layout_.total();
-    params_.resize(n);
-    grads_.assign(n, 0.0f);
-    m_.assign(n, 0.0f);
-    v_.assign(n, 0.0f);
-    decay_.reset(new bool[n]);
-    for (std::int64_t i = 0; i < n; ++i) decay_[i] = layout_.decayed(i);
-    layout_.initialize(config_.seed, params_.data());
+    device_ = std::make_unique<CpuZeroDevice>(layout_, config_.seed);
+    engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
     const auto& s = config_.shape;
     const std::int64_t BT = config_.micro_batch * config_.seq_len, C = s.hidden;
     residual_.assign((s.layers + 1) * BT * C, 0.0f);
@@ -48,6 +50,9 @@ class CpuTrainer final : public Trainer {
   const ParamLayout& layout() const override { return layout_; }
   std::string backend() const override { return "cpu"; }
   std::string device_name() const override { return "CPU (Eigen, fp32)"; }
+  int rank() const override { return comm_.rank(); }
+  int world() const override { return comm_.world(); }
+  CommCounters comm_counters() const override { return comm_.counters(); }
 
   double forward_loss(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
@@ -56,11 +61,11 @@ class CpuTrainer final : public Trainer {
 
   double forward_backward(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
     const std::int64_t BT = config_.micro_batch * config_.seq_len;
+    engine_->begin_step();
+    engine_->begin_micro_step(config_.grad_accum - 1);  // a boundary micro-step: its gradients are reduced
     const double loss = forward(in.data(), tg.data(), true, 1.0f / static_cast<float>(BT));
     backward(in.data());
-    unscale_grads();
     return loss;
   }
 
@@ -69,13 +74,17 @@ class CpuTrainer final : public Trainer {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     StepResult r;
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
     const std::int64_t BT = config_.micro_batch * config_.seq_len;
-    const float dloss = 1.0f / static_cast<float>(BT * config_.grad_accum);
+    // Each rank's loss gradient is 1/(tokens of the global batch): the sum over ranks is the global mean.
+    const double global_tokens = static_cast<double>(BT * config_.grad_accum * comm_.world());
+    const float dloss = static_cast<float>(scaler_.scale() / global_tokens);
+    r.loss_scale = scaler_.scale();
     double fwd = 0, bwd = 0, loss = 0;
+    engine_->begin_step();
     for (std::int64_t k = 0; k < config_.grad_accum; ++k) {
+      engine_->begin_micro_step(k);
       const auto a = clock::now();
-      loss += forward(in.data() + k * BT, tg.data() + k * BT, true, dloss);
+      loss += forward(in.data() + k * BT, tg.data() + k * BT, true, dloss) * static_cast<double>(BT);
       const auto b = clock::now();
       backward(in.data() + k * BT);
       const auto c = clock::now();
@@ -83,52 +92,38 @@ class CpuTrainer final : public Trainer {
       bwd += std::chrono::duration<double>(c - b).count();
     }
     const auto o0 = clock::now();
-    unscale_grads();
-    double sq = 0;
-    for (float g : grads_) sq += static_cast<double>(g) * g;
-    r.grad_norm = std::sqrt(sq);
-    r.loss = loss / static_cast<double>(config_.grad_accum);
-    r.loss_scale = scaler_.scale();
-    const bool overflow = !std::isfinite(r.grad_norm);
-    r.skipped = scaler_.update(overflow);
-    if (!r.skipped) {
-      float clip = 1.0f;
-      if (config_.optimizer.grad_clip > 0 && r.grad_norm > config_.optimizer.grad_clip)
-        clip = static_cast<float>(config_.optimizer.grad_clip / (r.grad_norm + 1e-6));
-      ++t_;
-      const auto& o = config_.optimizer;
-      cpu::adamw(params_.data(), grads_.data(), m_.data(), v_.data(), decay_.get(), layout_.total(),
-                 static_cast<float>(o.learning_rate), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-                 static_cast<float>(o.epsilon), static_cast<float>(o.weight_decay), clip, t_);
-    }
+    r.loss = engine_->sum_over_ranks(loss) / global_tokens;
+    r.grad_norm = engine_->finish_step(scaler_.scale(), [&](double norm) {
+      r.skipped = scaler_.update(!std::isfinite(norm));
+      return r.skipped;
+    });
     const auto t1 = clock::now();
+    const CommTimes& ct = engine_->last_comm_times();
     r.times.forward_s = fwd;
     r.times.backward_s = bwd;
     r.times.optimizer_s = std::chrono::duration<double>(t1 - o0).count();
     r.times.step_s = std::chrono::duration<double>(t1 - t0).count();
+    for (int k = 0; k < kCommKinds; ++k) r.times.comm_s[k] = ct.seconds[k];
+    r.times.exposed_comm_s = ct.exposed_s;
     return r;
   }
 
-  std::vector<float> params() const override { return params_; }
-  std::vector<float> grads() const override { return grads_; }
+  std::vector<float> params() const override { return engine_->gathered_params(); }
+  std::vector<float> grads() const override { return engine_->gathered_grads(scaler_.scale()); }
   std::vector<float> logits() const override { return logits_; }
-  void set_params(const std::vector<float>& flat) override {
-    if (static_cast<std::int64_t>(flat.size()) != layout_.total())
-      throw std::invalid_argument("set_params: expected " + std::to_string(layout_.total()) + " values");
-    params_ = flat;
-  }
+  void set_params(const std::vector<float>& flat) override { engine_->set_params(flat); }
 
   MemoryReport memory() const override {
     // fp32 everywhere; the parameters are their own master copy (no separate master_params).
-    const std::int64_t n = layout_.total() * 4;
     std::int64_t act = static_cast<std::int64_t>(residual_.size() + lnf_.size() + lnf_mean_.size() + lnf_rstd_.size()) * 4;
     for (const auto& a : layers_)
       act += static_cast<std::int64_t>(a.ln1.size() + a.ln1_mean.size() + a.ln1_rstd.size() + a.qkv.size() + a.att.size() +
                                        a.lse.size() + a.res2.size() + a.ln2.size() + a.ln2_mean.size() +
                                        a.ln2_rstd.size() + a.fc.size() + a.gelu.size()) * 4;
     MemoryReport r;
-    r.peak_by_component = {{"params", n}, {"grads", n}, {"master_params", 0}, {"optimizer_states", 2 * n},
-                           {"activations", act}, {"logits", static_cast<std::int64_t>(logits_.size()) * 4}};
+    r.peak_by_component = device_->bytes_by_component();
+    r.peak_by_component.emplace_back("activations", act);
+    r.peak_by_component.emplace_back("logits", static_cast<std::int64_t>(logits_.size()) * 4);
     for (const auto& [name, b] : r.peak_by_component) r.peak_total += b;
     return r;
   }
@@ -143,8 +138,12 @@ class CpuTrainer final : public Trainer {
         throw std::invalid_argument("cpu trainer: token outside [0, vocab) at position " + std::to_string(i));
   }
 
-  const float* P(const ParamTensor& t) const { return params_.data() + t.offset; }
-  float* G(const ParamTensor& t) { return grads_.data() + t.offset; }
+  const float* P(const ParamTensor& t) const { return static_cast<const float*>(engine_->params()) + t.offset; }
+  float* G(const ParamTensor& t) { return static_cast<float*>(engine_->grad_at(t.offset)); }
+  std::int64_t block_begin(std::int64_t l) const { return layout_.block(l, kQkvW).offset; }
+  std::int64_t block_end(std::int64_t l) const {
+    return l + 1 < config_.shape.layers ? block_begin(l + 1) : layout_.lnf_w().offset;
+  }
 
   double forward(const int* in, const int* tg, bool want_grad, float dloss) {
     const auto& s = config_.shape;
@@ -177,18 +176,23 @@ class CpuTrainer final : public Trainer {
     return sum / static_cast<double>(BT);
   }
 
-  // Gradients accumulate into grads_ (scaled by the loss scale, unscaled at the end of the step in fp16).
+  // Gradients accumulate into the engine's buffers (scaled by the loss scale; the engine unscales them).
   void backward(const int* in) {
     const auto& s = config_.shape;
     const std::int64_t B = config_.micro_batch, T = config_.seq_len, C = s.hidden, BT = B * T;
     std::vector<float> dres(BT * C, 0.0f), dln(BT * C), d4(BT * 4 * C), dqkv(BT * 3 * C), dtmp(BT * 4 * C);
+    // The ZeRO engine learns which gradients backward writes next and which are final (its buckets).
+    engine_->prepare_gradients(0, block_begin(0));                      // embeddings (wte by the logits)
+    engine_->prepare_gradients(layout_.lnf_w().offset, layout_.total());  // ln_f
     // logits = lnf wte^T: dlnf = dlogits wte; dwte += dlogits^T lnf
     cpu::matmul_backward(dln.data(), G(layout_.wte()), nullptr, logits_.data(), lnf_.data(), P(layout_.wte()), BT, C,
                          s.padded_vocab);
     cpu::layernorm_backward(dres.data(), G(layout_.lnf_w()), G(layout_.lnf_b()), dln.data(),
                             residual_.data() + s.layers * BT * C, P(layout_.lnf_w()), lnf_mean_.data(),
                             lnf_rstd_.data(), BT, C);
+    engine_->gradients_final_from(layout_.lnf_w().offset);
     for (std::int64_t l = s.layers - 1; l >= 0; --l) {
+      engine_->prepare_gradients(block_begin(l), block_end(l));
       auto& a = layers_[l];
       const float* x = residual_.data() + l * BT * C;
       // y = res2 + fcproj(gelu): dres flows to res2 unchanged
@@ -207,22 +211,19 @@ class CpuTrainer final : public Trainer {
                            a.ln1.data(), P(layout_.block(l, kQkvW)), BT, C, 3 * C);
       cpu::layernorm_backward(dres.data(), G(layout_.block(l, kLn1W)), G(layout_.block(l, kLn1B)), dln.data(), x,
                               P(layout_.block(l, kLn1W)), a.ln1_mean.data(), a.ln1_rstd.data(), BT, C);
+      engine_->gradients_final_from(block_begin(l));
     }
     cpu::encoder_backward(G(layout_.wte()), G(layout_.wpe()), dres.data(), in, B, T, C);
-  }
-
-  void unscale_grads() {
-    const float inv = static_cast<float>(1.0 / scaler_.scale());
-    if (inv != 1.0f)
-      for (float& g : grads_) g *= inv;
+    engine_->gradients_final_from(0);
   }
 
   ExecConfig config_;
+  std::unique_ptr<Communicator> own_comm_;  // one rank, when no communicator was given
+  Communicator& comm_;
   ParamLayout layout_;
   LossScaler scaler_;
-  int t_ = 0;
-  std::vector<float> params_, grads_, m_, v_;
-  std::unique_ptr<bool[]> decay_;
+  std::unique_ptr<CpuZeroDevice> device_;
+  std::unique_ptr<ZeroEngine> engine_;
   std::vector<float> residual_;  // (L+1) x (B,T,C): the input of each block and of the final LayerNorm
   std::vector<LayerActivations> layers_;
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
@@ -230,6 +231,8 @@ class CpuTrainer final : public Trainer {
 
 }  // namespace
 
-std::unique_ptr<Trainer> make_cpu_trainer(const ExecConfig& config) { return std::make_unique<CpuTrainer>(config); }
+std::unique_ptr<Trainer> make_cpu_trainer(const ExecConfig& config, Communicator* comm) {
+  return std::make_unique<CpuTrainer>(config, comm);
+}
 
 }  // namespace zeroplan::exec

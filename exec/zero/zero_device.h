@@ -1,0 +1,71 @@
+// What a backend gives the ZeRO engine: typed buffers in its memory, a handful of elementwise operations, AdamW
+// over a range, and the ordering between its compute lane (the stream that runs forward/backward) and its
+// communication lane (the stream the collectives run on). The CUDA backend implements it with streams, events and
+// kernels (exec/cuda/cuda_zero_device.*); the CPU backend with plain loops, where both lanes are the calling thread
+// (exec/cpu/cpu_zero_device.*). The engine (exec/zero/zero_engine.*) is written once against this interface.
+#pragma once
+
+#include <cstdint>
+
+#include "exec/comm/communicator.h"
+
+namespace zeroplan::exec {
+
+enum class Lane { compute, comm };
+
+// AdamW on n elements: params[i] (and master[i] when master is not null: the fp32 copy the update runs on) with
+// gradient grads[i] * grad_scale, moments m[i], v[i]; `flat_base` is the flat index of element 0 (weight decay
+// applies by position in the layout). Runs on the compute lane.
+struct AdamwRange {
+  void* params = nullptr;
+  float* master = nullptr;
+  const void* grads = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  std::int64_t n = 0;
+  std::int64_t flat_base = 0;
+};
+
+class ZeroDevice {
+ public:
+  virtual ~ZeroDevice() = default;
+  // The element type of parameters and gradients (the model precision).
+  virtual CommDtype element_type() const = 0;
+  // Tagged with a planner component name ("params", "grads", "gradient_buckets", ...) for the memory report.
+  virtual void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) = 0;
+  // Whether backward kernels can overwrite gradients (CUDA: GEMM beta = 0) or always accumulate (CPU reference).
+  virtual bool kernels_overwrite() const = 0;
+  // Whether the communication lane runs concurrently with the compute lane (streams) or on the same thread.
+  virtual bool lanes_concurrent() const = 0;
+  // The initialization (exec/init_rng.h, by the layout's init_index) of flat elements [flat_begin, flat_begin+n)
+  // into params[0..n) (element type) and master[0..n) (fp32), each when not null; alignment gaps get 0.
+  virtual void init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) = 0;
+  virtual void zero(void* p, std::int64_t elements, CommDtype type, Lane lane) = 0;
+  // dst[0..n) += src[0..n), both of `type`.
+  virtual void accumulate(void* dst, const void* src, std::int64_t n, CommDtype type, Lane lane) = 0;
+  // Sum of squares of g[0..n) into norm slot `slot` (fp32 accumulation on the GPU, double on the CPU).
+  virtual void sum_squares(const void* g, std::int64_t n, int slot) = 0;
+  // Waits for the compute lane and returns slots [0, count) in host doubles.
+  virtual void read_sum_squares(double* out, int count) = 0;
+  virtual int max_norm_slots() const = 0;
+  virtual void adamw(const AdamwRange& range, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale, int step) = 0;
+  // params[i] = round(values[i]) and master[i] = values[i] (either may be null), values on the host (fp32).
+  virtual void upload_params(void* params, float* master, const float* values, std::int64_t n) = 0;
+  // Host copy of n elements of a `type` buffer as floats, times `factor`.
+  virtual void download(const void* src, float* dst, std::int64_t n, CommDtype type, double factor) = 0;
+
+  // Ordering between the lanes (no-ops where both lanes are the calling thread).
+  virtual void lane_waits_for(Lane waiter, Lane producer) = 0;
+  // Named events for buffer reuse: record on `lane` now; a later wait makes `waiter` wait for that point.
+  virtual void record_event(int id, Lane lane) = 0;
+  virtual void wait_event(int id, Lane waiter) = 0;
+  // Time marks (events on the GPU, clock readings on the CPU): mark() records one on `lane` and returns its
+  // index; seconds_between() is valid once the step has synchronized; clear_marks() starts a new step.
+  virtual int mark(Lane lane) = 0;
+  virtual double seconds_between(int a, int b) = 0;
+  virtual void clear_marks() = 0;
+  virtual void synchronize() = 0;
+};
+
+}  // namespace zeroplan::exec

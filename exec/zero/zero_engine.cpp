@@ -1,0 +1,343 @@
+#include "exec/zero/zero_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace zeroplan::exec {
+
+namespace {
+
+void* at(void* base, std::int64_t elements, CommDtype type) {
+  return static_cast<char*>(base) + elements * comm_dtype_bytes(type);
+}
+
+// The flat ranges backward writes at once (ParamLayout order): the head (ln_f), each block, the embeddings.
+std::vector<std::pair<std::int64_t, std::int64_t>> backward_ranges(const ParamLayout& layout) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> r;
+  const std::int64_t L = layout.shape().layers;
+  r.emplace_back(layout.lnf_w().offset, layout.total());
+  for (std::int64_t l = L - 1; l >= 0; --l) {
+    const std::int64_t lo = layout.block(l, kQkvW).offset;
+    const std::int64_t hi = l + 1 < L ? layout.block(l + 1, kQkvW).offset : layout.lnf_w().offset;
+    r.emplace_back(lo, hi);
+  }
+  r.emplace_back(0, layout.block(0, kQkvW).offset);
+  return r;
+}
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm)
+    : config_(config),
+      layout_(layout),
+      device_(device),
+      comm_(comm),
+      partition_(layout, comm.world(), comm.rank(), config.zero.reduce_bucket_elements),
+      type_(device.element_type()),
+      rank_(comm.rank()),
+      world_(comm.world()) {
+  const int stage = config_.zero.stage;
+  const std::int64_t n = layout_.total();
+  const std::int64_t part = partition_.partition_elements();
+  const auto& buckets = partition_.buckets();
+  if (stage == 1 && static_cast<int>(buckets.size()) > device_.max_norm_slots())
+    throw std::invalid_argument("zero_optimization.reduce_bucket_size: " + std::to_string(buckets.size()) +
+                                " buckets; at most " + std::to_string(device_.max_norm_slots()) +
+                                " are supported (use a larger bucket)");
+  params_ = device_.allocate("params", "parameters", n, type_);
+  const bool fp32 = type_ == CommDtype::f32;
+  const std::int64_t states = stage == 0 ? n : part;
+  grads_ = device_.allocate("grads", stage == 2 ? "gradient partition" : "gradients", stage == 2 ? part : n, type_);
+  if (!fp32) master_ = static_cast<float*>(device_.allocate("master_params", "fp32 master weights", states, CommDtype::f32));
+  m_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW momentum", states, CommDtype::f32));
+  v_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW variance", states, CommDtype::f32));
+  if (stage < 2 && config_.grad_accum > 1 && !device_.kernels_overwrite()) {
+    micro_grads_ = device_.allocate("grads", "micro-step gradients", n, type_);
+    device_.zero(micro_grads_, n, type_, Lane::compute);
+  }
+  device_.zero(params_, n, type_, Lane::compute);
+  device_.zero(grads_, stage == 2 ? part : n, type_, Lane::compute);
+  device_.zero(m_, states, CommDtype::f32, Lane::compute);
+  device_.zero(v_, states, CommDtype::f32, Lane::compute);
+
+  if (stage == 2) {
+    // Bucket buffers: the embeddings' bucket has its own (written at the start and the end of backward); the
+    // others rotate over enough buffers that a block never waits for a reduction that needs the block itself.
+    int per_range = 1;
+    for (const auto& [lo, hi] : backward_ranges(layout_)) {
+      int k = 0;
+      for (const GradientBucket& b : buckets)
+        if (!b.embeddings && b.begin < hi && b.end > lo) ++k;
+      per_range = std::max(per_range, k);
+    }
+    const int rotating = config_.zero.overlap_comm ? per_range + 1 : per_range;
+    std::int64_t largest = 0;
+    for (const GradientBucket& b : buckets)
+      if (!b.embeddings) largest = std::max(largest, b.elements());
+    bucket_slot_.assign(buckets.size(), -1);
+    int next = 0;
+    for (std::size_t k = 0; k < buckets.size(); ++k)
+      if (!buckets[k].embeddings) bucket_slot_[k] = next++ % rotating;
+    const int used = std::min<int>(rotating, next);
+    for (int s = 0; s < used; ++s)
+      slots_.push_back(Slot{device_.allocate("gradient_buckets", "gradient bucket buffer", largest, type_), -1});
+    for (std::size_t k = 0; k < buckets.size(); ++k)
+      if (buckets[k].embeddings) {
+        bucket_slot_[k] = static_cast<int>(slots_.size());
+        slots_.push_back(
+            Slot{device_.allocate("gradient_buckets", "embedding gradient bucket", buckets[k].elements(), type_), -1});
+      }
+    if (config_.grad_accum > 1)
+      reduce_scratch_ = device_.allocate("gradient_buckets", "reduce-scatter output (accumulation)",
+                                         partition_.largest_chunk(), type_);
+  }
+  // Initialization: the whole 16-bit parameters, and the fp32 master exactly (not from the rounded params).
+  if (stage == 0 || fp32) {
+    device_.init_params(params_, master_, 0, n);
+  } else {
+    device_.init_params(params_, nullptr, 0, n);
+    for (const GradientBucket& b : buckets)
+      device_.init_params(nullptr, master_ + b.partition_offset, b.chunk_begin(rank_), b.chunk);
+  }
+  device_.synchronize();
+  reduced_.assign(buckets.size(), false);
+}
+
+void* ZeroEngine::bucket_grads(int b) const {
+  const GradientBucket& bucket = partition_.buckets()[b];
+  if (config_.zero.stage < 2) return at(grads_, bucket.begin, type_);
+  return slots_[bucket_slot_[b]].buffer;
+}
+
+void* ZeroEngine::grad_at(std::int64_t offset) const {
+  if (config_.zero.stage < 2) return at(micro_grads_ && micro_ > 0 ? micro_grads_ : grads_, offset, type_);
+  const int b = partition_.bucket_of(offset);
+  const Slot& slot = slots_[bucket_slot_[b]];
+  if (slot.owner != b)
+    throw std::logic_error("ZeroEngine: gradient of flat index " + std::to_string(offset) +
+                           " written before prepare_gradients");
+  return at(slot.buffer, offset - partition_.buckets()[b].begin, type_);
+}
+
+void ZeroEngine::begin_step() {
+  device_.clear_marks();
+  comm_marks_.clear();
+  wait_marks_.clear();
+  const int a = device_.mark(Lane::compute);
+  device_.lane_waits_for(Lane::compute, Lane::comm);
+  wait_marks_.emplace_back(a, device_.mark(Lane::compute));
+}
+
+void ZeroEngine::begin_micro_step(std::int64_t micro) {
+  micro_ = micro;
+  boundary_ = micro == config_.grad_accum - 1;
+  accumulate_in_kernels_ = config_.zero.stage < 2 && micro > 0;
+  std::fill(reduced_.begin(), reduced_.end(), false);
+  for (Slot& s : slots_) s.owner = -1;
+  // Backends whose kernels always accumulate start the step from zeroed gradients.
+  if (config_.zero.stage < 2 && !device_.kernels_overwrite()) {
+    if (micro == 0) device_.zero(grads_, layout_.total(), type_, Lane::compute);
+    else if (micro_grads_) device_.zero(micro_grads_, layout_.total(), type_, Lane::compute);
+  }
+}
+
+void ZeroEngine::prepare_gradients(std::int64_t lo, std::int64_t hi) {
+  if (config_.zero.stage < 2) return;
+  const auto& buckets = partition_.buckets();
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const GradientBucket& b = buckets[k];
+    if (b.begin >= hi || b.end <= lo) continue;
+    Slot& slot = slots_[bucket_slot_[k]];
+    if (slot.owner == static_cast<int>(k)) continue;
+    // The buffer's previous reduction must be done before backward overwrites it.
+    const int a = device_.mark(Lane::compute);
+    device_.wait_event(bucket_slot_[k], Lane::compute);
+    wait_marks_.emplace_back(a, device_.mark(Lane::compute));
+    // Zero the whole bucket: alignment gaps must reduce to 0, and backends that accumulate start from 0.
+    device_.zero(slot.buffer, b.elements(), type_, Lane::compute);
+    slot.owner = static_cast<int>(k);
+  }
+}
+
+void ZeroEngine::gradients_final_from(std::int64_t lo) {
+  const auto& buckets = partition_.buckets();
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    if (!reduced_[k] && buckets[k].begin >= lo) finish_bucket(static_cast<int>(k));
+}
+
+void ZeroEngine::finish_bucket(int k) {
+  reduced_[k] = true;
+  const GradientBucket& b = partition_.buckets()[k];
+  if (micro_grads_ && micro_ > 0)
+    device_.accumulate(at(grads_, b.begin, type_), at(micro_grads_, b.begin, type_), b.elements(), type_,
+                       Lane::compute);
+  if (config_.zero.stage == 2 || boundary_) reduce_bucket(k);
+}
+
+void ZeroEngine::reduce_bucket(int k) {
+  const GradientBucket& b = partition_.buckets()[k];
+  const int stage = config_.zero.stage;
+  if (world_ == 1 && stage < 2) return;  // whole gradients of one rank are already reduced
+  device_.lane_waits_for(Lane::comm, Lane::compute);
+  const int begin = device_.mark(Lane::comm);
+  CommKind kind = CommKind::all_reduce;
+  void* src = bucket_grads(k);
+  if (stage == 0 || !config_.zero.reduce_scatter) {
+    comm_.all_reduce_sum(src, src, b.elements(), type_);
+  } else {
+    kind = CommKind::reduce_scatter;
+    if (stage == 1) {
+      comm_.reduce_scatter_sum(src, at(src, static_cast<std::int64_t>(rank_) * b.chunk, type_), b.chunk, type_);
+    } else {
+      void* dst = micro_ == 0 ? at(grads_, b.partition_offset, type_) : reduce_scratch_;
+      comm_.reduce_scatter_sum(src, dst, b.chunk, type_);
+    }
+  }
+  if (stage == 2) {
+    void* part = at(grads_, b.partition_offset, type_);
+    if (kind == CommKind::all_reduce) {
+      // all-reduced bucket: this rank keeps its chunk
+      const void* mine = at(src, static_cast<std::int64_t>(rank_) * b.chunk, type_);
+      if (micro_ == 0) device_.zero(part, b.chunk, type_, Lane::comm);
+      device_.accumulate(part, mine, b.chunk, type_, Lane::comm);
+    } else if (micro_ > 0) {
+      device_.accumulate(part, reduce_scratch_, b.chunk, type_, Lane::comm);
+    }
+    device_.record_event(bucket_slot_[k], Lane::comm);  // the bucket buffer is free again
+  }
+  comm_marks_.emplace_back(static_cast<int>(kind), begin, device_.mark(Lane::comm));
+  if (!config_.zero.overlap_comm) {
+    const int a = device_.mark(Lane::compute);
+    device_.lane_waits_for(Lane::compute, Lane::comm);
+    wait_marks_.emplace_back(a, device_.mark(Lane::compute));
+  }
+}
+
+double ZeroEngine::sum_over_ranks(double value) {
+  comm_.all_reduce_host(&value, 1);
+  return value;
+}
+
+double ZeroEngine::finish_step(double loss_scale, const std::function<bool(double)>& skip) {
+  const auto& buckets = partition_.buckets();
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    if (!reduced_[k]) throw std::logic_error("ZeroEngine: backward did not finish bucket " + std::to_string(k));
+  const int stage = config_.zero.stage;
+  {
+    const int a = device_.mark(Lane::compute);
+    device_.lane_waits_for(Lane::compute, Lane::comm);
+    wait_marks_.emplace_back(a, device_.mark(Lane::compute));
+  }
+  // Sum of squares of the rank's reduced gradients, in a fixed order, then summed over ranks in rank order.
+  int slots = 1;
+  if (stage == 0) {
+    device_.sum_squares(grads_, layout_.total(), 0);
+  } else if (stage == 1) {
+    slots = static_cast<int>(buckets.size());
+    for (int k = 0; k < slots; ++k)
+      device_.sum_squares(at(grads_, buckets[k].chunk_begin(rank_), type_), buckets[k].chunk, k);
+  } else {
+    device_.sum_squares(grads_, partition_.partition_elements(), 0);
+  }
+  std::vector<double> sq(slots);
+  device_.read_sum_squares(sq.data(), slots);
+  double total = 0;
+  for (double x : sq) total += x;
+  if (stage > 0 && world_ > 1) comm_.all_reduce_host(&total, 1);
+  const double norm = std::sqrt(total) / loss_scale;
+  const bool skipped = skip(norm);
+  if (!skipped) {
+    const auto& o = config_.optimizer;
+    double clip = 1.0;
+    if (o.grad_clip > 0 && norm > o.grad_clip) clip = o.grad_clip / (norm + 1e-6);
+    ++optimizer_step_;
+    const float grad_scale = static_cast<float>(clip / loss_scale);
+    auto update = [&](const AdamwRange& r) {
+      device_.adamw(r, static_cast<float>(o.learning_rate), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+                    static_cast<float>(o.epsilon), static_cast<float>(o.weight_decay), grad_scale, optimizer_step_);
+    };
+    if (stage == 0) {
+      update(AdamwRange{params_, master_, grads_, m_, v_, layout_.total(), 0});
+    } else {
+      for (const GradientBucket& b : buckets) {
+        const std::int64_t cb = b.chunk_begin(rank_);
+        const void* g = stage == 1 ? at(grads_, cb, type_) : at(grads_, b.partition_offset, type_);
+        update(AdamwRange{at(params_, cb, type_), master_ ? master_ + b.partition_offset : nullptr, g,
+                          m_ + b.partition_offset, v_ + b.partition_offset, b.chunk, cb});
+      }
+      if (world_ > 1) all_gather_params();
+    }
+  }
+  device_.synchronize();
+  collect_comm_times();
+  return norm;
+}
+
+void ZeroEngine::all_gather_params() {
+  device_.lane_waits_for(Lane::comm, Lane::compute);
+  const auto& buckets = partition_.buckets();
+  std::size_t k = 0;
+  while (k < buckets.size()) {
+    // One NCCL group per allgather_bucket_size elements of buckets.
+    const int begin = device_.mark(Lane::comm);
+    std::int64_t grouped = 0;
+    comm_.group_start();
+    do {
+      const GradientBucket& b = buckets[k];
+      comm_.all_gather(at(params_, b.chunk_begin(rank_), type_), at(params_, b.begin, type_), b.chunk, type_);
+      grouped += b.elements();
+      ++k;
+    } while (k < buckets.size() && grouped + buckets[k].elements() <= config_.zero.allgather_bucket_elements);
+    comm_.group_end();
+    comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
+  }
+}
+
+void ZeroEngine::collect_comm_times() {
+  times_ = CommTimes{};
+  for (const auto& [kind, a, b] : comm_marks_) times_.seconds[kind] += device_.seconds_between(a, b);
+  if (device_.lanes_concurrent()) {
+    for (const auto& [a, b] : wait_marks_) times_.exposed_s += device_.seconds_between(a, b);
+  } else {
+    for (double s : times_.seconds) times_.exposed_s += s;  // one thread: every collective is waited for
+  }
+}
+
+std::vector<float> ZeroEngine::gathered_params() {
+  std::vector<float> out(layout_.total());
+  device_.download(params_, out.data(), layout_.total(), type_, 1.0);
+  return out;
+}
+
+void ZeroEngine::set_params(const std::vector<float>& flat) {
+  if (static_cast<std::int64_t>(flat.size()) != layout_.total())
+    throw std::invalid_argument("set_params: expected " + std::to_string(layout_.total()) + " values");
+  if (config_.zero.stage == 0 || !master_) {
+    device_.upload_params(params_, master_, flat.data(), layout_.total());
+  } else {
+    device_.upload_params(params_, nullptr, flat.data(), layout_.total());
+    for (const GradientBucket& b : partition_.buckets())
+      device_.upload_params(nullptr, master_ + b.partition_offset, flat.data() + b.chunk_begin(rank_), b.chunk);
+  }
+  device_.synchronize();
+}
+
+std::vector<float> ZeroEngine::gathered_grads(double loss_scale) {
+  std::vector<float> out(layout_.total(), 0.0f);
+  const double f = 1.0 / loss_scale;
+  if (config_.zero.stage == 0) {
+    device_.download(grads_, out.data(), layout_.total(), type_, f);
+  } else {
+    for (const GradientBucket& b : partition_.buckets()) {
+      const std::int64_t cb = b.chunk_begin(rank_);
+      const void* g = config_.zero.stage == 1 ? at(grads_, cb, type_) : at(grads_, b.partition_offset, type_);
+      device_.download(g, out.data() + cb, b.chunk, type_, f);
+    }
+  }
+  return out;
+}
+
+}  // namespace zeroplan::exec

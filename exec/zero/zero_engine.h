@@ -1,0 +1,122 @@
+// The ZeRO engine: one rank's model states and the gradient/parameter synchronization of stages 0, 1 and 2,
+// written once for every backend (exec/zero/zero_device.h) and communicator (exec/comm/communicator.h).
+//
+// DeepSpeed semantics (deepspeed/runtime/engine.py, zero/stage_1_and_2.py), with our partitioning
+// (zero_partition.h):
+//   stage 0  every rank holds all params, grads, master params and AdamW moments; at the gradient-accumulation
+//            boundary each gradient bucket is all-reduced as soon as backward has finished it.
+//   stage 1  fp32 master params and moments are partitioned (rank r keeps chunk r of every bucket); gradients
+//            stay whole and accumulate over micro-steps; at the boundary each bucket is reduce-scattered (in
+//            place) as backward finishes it; each rank updates its chunks; the 16-bit params are all-gathered.
+//   stage 2  gradients are partitioned too: every micro-step's backward writes into a few bucket buffers and
+//            each finished bucket is reduce-scattered into the rank's gradient partition (accumulated over
+//            micro-steps), the bucket buffer then reused (DeepSpeed's ipg buckets with overlap_comm).
+// At every stage the global gradient norm (and with it the fp16 overflow decision and the clipping factor) is
+// computed from the reduced gradients and agreed on by all ranks before any parameter changes.
+//
+// Better than DeepSpeed here: no fp32 copy of the gradients (AdamW reads the 16-bit reduced gradients and
+// unscales/clips them in registers), reduce-scatter straight into the partition (no copy into a separate
+// partition buffer), one collective per bucket (not one reduce per owning rank).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/comm/communicator.h"
+#include "exec/exec_config.h"
+#include "exec/param_layout.h"
+#include "exec/zero/zero_device.h"
+#include "exec/zero/zero_partition.h"
+
+namespace zeroplan::exec {
+
+// Seconds of one step spent in communication, measured on the communication lane, and the part of it the
+// compute lane waited for (exposed communication).
+struct CommTimes {
+  double seconds[kCommKinds] = {0, 0, 0};
+  double exposed_s = 0;
+};
+
+class ZeroEngine {
+ public:
+  ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm);
+
+  const ZeroPartition& partition() const { return partition_; }
+  int stage() const { return config_.zero.stage; }
+
+  // Where the model reads parameters and writes gradients (element type of the device).
+  void* params() const { return params_; }
+  // Pointer to the gradient of the flat element `offset` for the current micro-step (a bucket buffer at stage 2).
+  void* grad_at(std::int64_t offset) const;
+  // Whether backward kernels accumulate into the gradients (later micro-steps at stages 0-1) or overwrite them.
+  bool kernels_accumulate() const { return accumulate_in_kernels_; }
+
+  // The micro-step protocol, called by the backend in this order:
+  void begin_step();                          // waits for the previous step's parameter all-gathers
+  void begin_micro_step(std::int64_t micro);  // micro in [0, grad_accum)
+  // Before backward writes any gradient in [lo, hi): makes sure its buckets have buffers.
+  void prepare_gradients(std::int64_t lo, std::int64_t hi);
+  // After backward has finished every gradient at flat index >= lo for this micro-step.
+  void gradients_final_from(std::int64_t lo);
+  // After the last micro-step: reduced gradients, norm, overflow, clip, AdamW, parameter sync. `loss_scale` is
+  // the scale the gradients carry. Returns the global gradient norm of the unscaled gradients (inf/nan on
+  // overflow). `skip` decides from the norm whether to skip (the loss scaler); it runs on every rank with the
+  // same value.
+  double finish_step(double loss_scale, const std::function<bool(double)>& skip);
+
+  // Sum of a host value over ranks (losses), deterministic.
+  double sum_over_ranks(double value);
+
+  // Whole parameters as floats (tests; stages 0-2 hold whole 16-bit params) and setting them (also the master).
+  std::vector<float> gathered_params();
+  void set_params(const std::vector<float>& flat);
+  // The rank's reduced gradients of the last step, gathered whole and unscaled (tests).
+  std::vector<float> gathered_grads(double loss_scale);
+
+  const CommTimes& last_comm_times() const { return times_; }
+
+ private:
+  struct Slot {
+    void* buffer = nullptr;
+    int owner = -1;  // bucket using it in this micro-step
+  };
+  void finish_bucket(int b);  // accumulate (if separate) and reduce a bucket finished in this micro-step
+  void reduce_bucket(int b);
+  void* bucket_grads(int b) const;  // where backward writes bucket b in this micro-step
+  void all_gather_params();
+  void collect_comm_times();
+
+  ExecConfig config_;
+  const ParamLayout& layout_;
+  ZeroDevice& device_;
+  Communicator& comm_;
+  ZeroPartition partition_;
+  CommDtype type_;
+  int rank_, world_;
+
+  void* params_ = nullptr;           // whole 16-bit (or fp32) parameters
+  void* grads_ = nullptr;            // stages 0-1: whole gradients; stage 2: the rank's gradient partition
+  // Stages 0-1 on backends whose kernels always accumulate (the CPU reference): micro-steps after the first
+  // write here and are added to grads_ bucket by bucket, so the step's gradient is the sum of per-micro-step
+  // gradients, summed in the order the ranks' gradients are (and DeepSpeed's accumulation order).
+  void* micro_grads_ = nullptr;
+  void* reduce_scratch_ = nullptr;   // stage 2: one chunk, for accumulating micro-steps after the first
+  float* master_ = nullptr;          // fp32 master: whole (stage 0) or partition; null in fp32 training
+  float *m_ = nullptr, *v_ = nullptr;
+  std::vector<Slot> slots_;          // stage 2 bucket buffers
+  std::vector<int> bucket_slot_;     // stage 2: the slot each bucket uses
+  std::vector<bool> reduced_;        // this micro-step: bucket finished (accumulated, reduction issued)
+  std::int64_t micro_ = 0;
+  bool boundary_ = false;
+  bool accumulate_in_kernels_ = false;
+  int optimizer_step_ = 0;
+  // timing marks of this step: (kind, begin mark, end mark) on the comm lane; exposed waits on compute
+  std::vector<std::tuple<int, int, int>> comm_marks_;
+  std::vector<std::pair<int, int>> wait_marks_;
+  CommTimes times_;
+};
+
+}  // namespace zeroplan::exec

@@ -1,0 +1,461 @@
+#include "run/training_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/common_options.h"
+#include "run/launcher.h"
+#include "core/input_error.h"
+#include "core/units.h"
+#include "exec/activation_accounting.h"
+#include "exec/exec_config.h"
+#include "exec/data_shard.h"
+#include "exec/token_data.h"
+#include "exec/comm/mpi_communicator.h"
+#include "exec/trainer.h"
+#include "sim/plan_json.h"
+#include "sim/planner.h"
+#include "sim/simulator.h"
+#ifdef ZEROPLAN_HAVE_CUDA
+#include "exec/comm/nccl_communicator.h"
+#include "exec/cuda/cuda_trainer.h"
+#endif
+
+namespace zeroplan {
+
+namespace {
+
+constexpr const char* kCli = "command line";
+
+
+
+// The executor trains the gpt2 family (learned positions, LayerNorm, GELU, biases, tied embeddings, 4h MLP).
+exec::Gpt2Shape exec_shape(const ModelDescription& model) {
+  if (!model.transformer || model.transformer->family != ModelFamily::gpt2)
+    throw InputError(model.source, "transformer.family",
+                     "the executor trains gpt2-family transformers; got " + to_string(model.family));
+  const TransformerShape& t = *model.transformer;
+  auto need = [&](bool ok, const std::string& field, const std::string& what) {
+    if (!ok) throw InputError(model.source, "transformer." + field, "the gpt2 executor needs " + what);
+  };
+  need(t.kv_heads == t.heads, "kv_heads", "kv_heads == heads (no grouped-query attention)");
+  need(t.ffn_hidden == 4 * t.hidden, "ffn_hidden", "ffn_hidden == 4 * hidden");
+  need(t.norm == NormKind::layer_norm, "norm", "layer_norm");
+  need(t.activation == ActivationKind::gelu, "activation", "gelu");
+  need(t.attention_bias && t.mlp_bias, "attention_bias", "biases on every linear layer");
+  need(t.tied_embeddings, "tied_embeddings", "tied embeddings");
+  need(t.learned_positions, "learned_positions", "learned positions");
+  need(!t.embedding_norm, "embedding_norm", "no embedding norm");
+  need(t.hidden % 8 == 0, "hidden", "a multiple of 8");
+  need(t.hidden % t.heads == 0 && (t.hidden / t.heads) % 8 == 0, "heads", "hidden/heads a multiple of 8");
+  return exec::make_shape(t.vocab_size, t.hidden, t.layers, t.heads, t.max_seq);
+}
+
+exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig& tr, std::uint64_t seed) {
+  exec::ExecConfig c;
+  c.shape = exec_shape(model);
+  c.micro_batch = tr.micro_batch;
+  c.seq_len = tr.seq_len;
+  c.grad_accum = tr.grad_accum;
+  c.precision = tr.precision == Precision::fp32   ? exec::ExecPrecision::fp32
+                : tr.precision == Precision::fp16 ? exec::ExecPrecision::fp16
+                                                  : exec::ExecPrecision::bf16;
+  c.recompute = tr.checkpointing == Checkpointing::full ? exec::ExecRecompute::full : exec::ExecRecompute::none;
+  c.optimizer.learning_rate = tr.learning_rate;
+  c.optimizer.beta1 = tr.adam_beta1;
+  c.optimizer.beta2 = tr.adam_beta2;
+  c.optimizer.epsilon = tr.adam_epsilon;
+  c.optimizer.weight_decay = tr.weight_decay;
+  c.optimizer.grad_clip = tr.gradient_clipping;
+  c.loss_scale.static_scale = tr.loss_scale.static_loss_scale;
+  c.loss_scale.initial_scale_power = tr.loss_scale.initial_scale_power;
+  c.loss_scale.scale_window = tr.loss_scale.loss_scale_window;
+  c.loss_scale.hysteresis = tr.loss_scale.hysteresis;
+  c.loss_scale.min_scale = tr.loss_scale.min_loss_scale;
+  c.seed = seed;
+  try {
+    exec::validate(c);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(model.source, "executor", e.what());
+  }
+  return c;
+}
+
+std::vector<std::string> own_command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(f, arg, '\0')) args.push_back(arg);
+  if (args.empty()) throw std::runtime_error("cannot read this process's command line to start the ranks");
+  return args;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+std::string gib(Bytes b) { return fmt("%.3f", to_gib(b)); }
+std::string err_pct(double predicted, double measured) {
+  if (measured == 0) return predicted == 0 ? "0.0%" : "n/a";
+  return fmt("%+.1f%%", 100.0 * (predicted - measured) / measured);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+int run_training(RunOptions& o) {
+  ResolvedInputs in = resolve_inputs(o.common);
+  TrainingConfig& tr = in.training;
+  if (o.steps < 1) throw InputError(kCli, "--steps", "must be at least 1");
+  if (!o.warmup_steps) o.warmup_steps = std::min<std::int64_t>(2, o.steps - 1);
+  if (*o.warmup_steps < 0 || *o.warmup_steps >= o.steps)
+    throw InputError(kCli, "--warmup-steps", "must be in [0, --steps), got " + std::to_string(*o.warmup_steps));
+  if (o.backend != "cuda" && o.backend != "cpu") throw InputError(kCli, "--backend", "expected cuda or cpu");
+  if (o.learning_rate) {
+    if (!std::isfinite(*o.learning_rate) || *o.learning_rate <= 0)
+      throw InputError(kCli, "--lr", "expected a finite learning rate > 0, got " + fmt("%g", *o.learning_rate));
+    tr.learning_rate = *o.learning_rate;
+  }
+  // The ranks: --gpus N on this machine (started below), or the world mpirun made.
+  const RankEnvironment env = rank_environment();
+  int world = o.common.gpus ? *o.common.gpus : (env.launched ? env.world : 1);
+  if (env.launched && env.world != world)
+    throw InputError(kCli, "--gpus", "the launcher started " + std::to_string(env.world) + " ranks but --gpus says " +
+                                         std::to_string(world) + " (leave --gpus out under mpirun)");
+  if (in.cluster.total_gpus() != world) in.cluster = with_gpu_count(in.cluster, world);
+  if (in.filter.stage == 3 || tr.zero.stage == 3)
+    throw InputError(kCli, "--stage", "the executor runs stages 0, 1 and 2 (stage 3 is not implemented yet)");
+  if (tr.zero.offload_optimizer != OffloadDevice::none || tr.zero.offload_param != OffloadDevice::none)
+    throw InputError(kCli, "--offload-*", "the executor does not offload (yet)");
+  if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
+  if (in.filter.stage < 0) tr.zero.stage = 0;  // no stage asked for: plain data parallelism
+  if (!env.launched && world > 1) {
+    // This process is the launcher: start the ranks, which print the plan and the run themselves.
+    if (o.argv.empty()) o.argv = own_command_line();
+    if (o.backend == "cpu") {
+      if (!exec::mpi_available())
+        throw InputError(kCli, "--gpus", "this zeroplan was built without MPI: the CPU backend runs one rank");
+      return launch_under_mpirun(o.argv, world);
+    }
+#ifdef ZEROPLAN_HAVE_CUDA
+    int devices = 0;
+    std::string why;
+    if (!exec::cuda_device_available(&why)) throw InputError(kCli, "--backend", "cuda: " + why + " (try --backend cpu)");
+    devices = exec::cuda_device_count();
+    if (devices < world)
+      throw InputError(kCli, "--gpus", std::to_string(world) + " ranks need " + std::to_string(world) +
+                                           " GPUs; this machine has " + std::to_string(devices));
+    return launch_local_ranks(o.argv, world, exec::make_nccl_unique_id_hex());
+#else
+    throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
+#endif
+  }
+  // A rank: only rank 0 prints the run; the others speak on stderr when something goes wrong.
+  if (env.rank != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw std::runtime_error("cannot silence the standard output of rank " + std::to_string(env.rank));
+  if (in.model.transformer && in.model.transformer->dropout > 0) {
+    tr.notes.push_back("run: the model's dropout " + fmt("%.2f", in.model.transformer->dropout) +
+                       " is not implemented by the executor; the run and its plan use dropout 0");
+    in.model.transformer->dropout = 0;
+  }
+  if (tr.checkpointing == Checkpointing::selective)
+    tr.notes.push_back("run: selective checkpointing recomputes the attention core, which the flash kernel never "
+                       "stores: the executor keeps the same tensors as with checkpointing none");
+  // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
+  tr.fused_attention = true;
+  tr.fused_cross_entropy = true;
+  tr.engine = TrainingEngine::zeroplan;  // the memory model of our own executor (core/training_config.h)
+  tr.fp32_loss = false;
+  exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
+  cfg.zero.stage = tr.zero.stage;
+  cfg.zero.reduce_bucket_elements = tr.zero.reduce_bucket_size;
+  cfg.zero.allgather_bucket_elements = tr.zero.allgather_bucket_size;
+  // DeepSpeed's overlap_comm when a DeepSpeed config says so; our executor overlaps by default (its buckets
+  // cost no extra memory beyond what the plan counts), and says so.
+  cfg.zero.overlap_comm = o.common.ds_config ? tr.zero.overlap_comm : true;
+  if (!o.common.ds_config && world > 1 && cfg.zero.stage > 0)
+    tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
+                       "false)");
+  cfg.zero.deterministic = o.deterministic;
+
+  // The plan first: stop before allocating when the planner says it does not fit.
+  PlannerOptions popts;
+  popts.search_max_micro_batch = false;
+  const PlanChoice choice{tr.zero.stage, OffloadDevice::none, OffloadDevice::none};
+  const PlanResult plan = evaluate_plan(in.model, in.cluster, tr, choice, popts);
+  const GpuMemoryBreakdown& pred = plan.memory.gpu;
+  std::cout << "plan: " << in.model.name << " on " << world << "x " << in.cluster.gpu_model << ", "
+            << choice.label() << ", micro-batch " << tr.micro_batch
+            << " x seq " << tr.seq_len << " x grad-accum " << tr.grad_accum << ", " << to_string(tr.precision)
+            << ", checkpointing " << to_string(tr.checkpointing) << ": predicted " << gib(pred.total) << " GiB of "
+            << gib(in.cluster.gpu_memory_bytes) << " GiB\n";
+  for (const auto& n : tr.notes) std::cout << "  note: " << n << '\n';
+  if (!plan.gpu_fits && o.backend == "cuda") {
+    std::cout << "the planner says this does not fit:\n";
+    for (const auto& [name, bytes] : pred.components()) std::cout << "  " << name << ": " << gib(bytes) << " GiB\n";
+    std::cout << "  total: " << gib(pred.total) << " GiB > capacity " << gib(in.cluster.gpu_memory_bytes) << " GiB\n";
+    if (!o.force) {
+      std::cout << "stopped before allocating (--force runs it anyway)\n";
+      return 1;
+    }
+  }
+  const std::optional<StepSimulation> sim = [&]() -> std::optional<StepSimulation> {
+    try {
+      return simulate_step(in.model, in.cluster, tr, choice);
+    } catch (const InputError& e) {
+      std::cout << "  note: no step-time prediction: " << e.what() << '\n';
+      return std::nullopt;
+    }
+  }();
+
+  std::unique_ptr<exec::Trainer> trainer;
+  std::unique_ptr<exec::Communicator> mpi, comm;
+  if (env.by_mpi || (o.backend == "cpu" && world > 1)) mpi = exec::make_mpi_communicator();
+  if (o.backend == "cpu") {
+    trainer = exec::make_cpu_trainer(cfg, mpi.get());
+  } else {
+#ifdef ZEROPLAN_HAVE_CUDA
+    std::string why;
+    if (!exec::cuda_device_available(&why)) throw InputError(kCli, "--backend", "cuda: " + why + " (try --backend cpu)");
+    comm = exec::make_nccl_communicator(env.rank, world, env.local_rank, env.nccl_id_hex, mpi.get());
+    trainer = exec::make_cuda_trainer(cfg, comm.get());
+#else
+    throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
+#endif
+  }
+  exec::TokenSource data = exec::TokenSource::synthetic(cfg.shape.vocab, o.seed + 1);
+  if (o.data) {
+    try {
+      data = exec::TokenSource::from_file(*o.data, cfg.shape.vocab);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(*o.data, "--data", e.what());
+    }
+  }
+  const std::int64_t n_params = in.model.params();
+  const auto& shape = *in.model.transformer;
+  // PaLM appendix B (zero-formulas.md sec. 6): 6N + 12 L h s per token, recompute not counted.
+  const double flops_per_token = 6.0 * static_cast<double>(n_params) +
+                                 12.0 * static_cast<double>(shape.layers * shape.hidden * tr.seq_len);
+  const double peak = in.cluster.peak_flops(to_string(tr.precision));
+  const std::int64_t tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
+  std::cout << "run: " << o.steps << " steps on " << trainer->device_name() << " (" << trainer->backend() << "), data "
+            << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
+
+  std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s;
+  std::vector<double> comm_s[exec::kCommKinds], exposed_s;
+  exec::CommCounters counters_before;
+  for (std::int64_t s = 0; s < o.steps; ++s) {
+    if (s == *o.warmup_steps) counters_before = trainer->comm_counters();
+    const exec::TokenBatch b =
+        exec::next_rank_share(data, cfg.micro_batch, cfg.seq_len, cfg.grad_accum, world, env.rank);
+    const exec::StepResult r = trainer->step(b.inputs, b.targets);
+    losses.push_back(r.loss);
+    if (s >= *o.warmup_steps) {
+      step_s.push_back(r.times.step_s);
+      fwd_s.push_back(r.times.forward_s);
+      bwd_s.push_back(r.times.backward_s);
+      opt_s.push_back(r.times.optimizer_s);
+      for (int k = 0; k < exec::kCommKinds; ++k) comm_s[k].push_back(r.times.comm_s[k]);
+      exposed_s.push_back(r.times.exposed_comm_s);
+    }
+    const double tps = tokens_per_step / r.times.step_s;
+    const exec::MemoryReport mem = trainer->memory();
+    std::printf("step %4lld/%lld | loss %.4f | %8.1f ms | %10.0f tok/s | MFU %5.1f%% | mem %.2f GiB%s%s\n",
+                static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, r.times.step_s * 1e3, tps,
+                peak > 0 ? 100.0 * tps * flops_per_token / peak : 0.0, to_gib(mem.peak_total),
+                r.skipped ? " | overflow: step skipped" : "",
+                cfg.precision == exec::ExecPrecision::fp16 ? (" | scale " + fmt("%.0f", r.loss_scale)).c_str() : "");
+    std::fflush(stdout);
+  }
+
+  const exec::MemoryReport mem = trainer->memory();
+  const double step_med = median(step_s);
+  const double tps = tokens_per_step / step_med;
+  const double mfu = peak > 0 ? tps * flops_per_token / peak : 0.0;
+  // Measured runtime overhead: the executor's workspace (backward scratch, cuBLASLt workspace) plus what the
+  // device reports beyond our allocations (CUDA context, libraries), i.e. the planner's runtime_overhead.
+  const Bytes device_extra = mem.device_total > 0 ? std::max<Bytes>(0, mem.device_used_peak - mem.peak_total) : 0;
+  const Bytes measured_runtime = mem.component("workspace") + device_extra;
+  const Bytes measured_total = mem.device_total > 0 ? mem.device_used_peak : mem.peak_total;
+  // Communication per step after warm-up (model-state bytes per collective kind, counted where issued).
+  const exec::CommCounters counters_after = trainer->comm_counters();
+  const std::int64_t timed_steps = std::max<std::int64_t>(1, o.steps - *o.warmup_steps);
+  std::int64_t measured_comm[exec::kCommKinds];
+  for (int k = 0; k < exec::kCommKinds; ++k)
+    measured_comm[k] = (counters_after.bytes[k] - counters_before.bytes[k]) / timed_steps;
+  // Every rank's figures, gathered on every rank (a sum of one-hot rows: each rank fills its own).
+  const std::vector<std::string> rank_fields = {"params", "grads", "master_params", "optimizer_states", "activations",
+                                                "logits", "gradient_buckets", "workspace"};
+  const int F = static_cast<int>(rank_fields.size()) + 6;
+  std::vector<double> per_rank(static_cast<std::size_t>(world) * F, 0.0);
+  {
+    double* mine = per_rank.data() + static_cast<std::size_t>(env.rank) * F;
+    for (std::size_t i = 0; i < rank_fields.size(); ++i) mine[i] = static_cast<double>(mem.component(rank_fields[i]));
+    const int base = static_cast<int>(rank_fields.size());
+    mine[base + 0] = static_cast<double>(mem.device_used_peak);
+    mine[base + 1] = static_cast<double>(mem.peak_total);
+    mine[base + 2] = step_med;
+    for (int k = 0; k < exec::kCommKinds; ++k) mine[base + 3 + k] = static_cast<double>(measured_comm[k]);
+    exec::Communicator* ranks_comm = comm ? comm.get() : mpi.get();
+    if (ranks_comm && world > 1)
+      for (std::size_t at = 0; at < per_rank.size(); at += 64)
+        ranks_comm->all_reduce_host(per_rank.data() + at, static_cast<int>(std::min<std::size_t>(64, per_rank.size() - at)));
+  }
+  struct Row {
+    std::string name;
+    Bytes predicted, measured;
+  };
+  const std::vector<Row> rows = {
+      {"params", pred.params, mem.component("params")},
+      {"grads", pred.grads, mem.component("grads")},
+      {"master_params", pred.master_params, mem.component("master_params")},
+      {"optimizer_states", pred.optimizer_states, mem.component("optimizer_states")},
+      {"activations", pred.activations, mem.component("activations")},
+      {"logits", pred.logits, mem.component("logits")},
+      {"buffers (buckets, gathered, offload)", pred.gradient_buckets + pred.gathered_params + pred.offload_buffers,
+       mem.component("gradient_buckets")},
+      {"runtime_overhead (workspace + context)", pred.runtime_overhead, measured_runtime},
+      {"total (device view)", pred.total, measured_total}};
+  if (trainer->backend() == "cpu") {
+    // The CPU reference keeps every tensor in fp32 on the host: a different program from the GPU plan, so its
+    // memory is listed, not compared.
+    std::cout << "\nhost memory of the CPU reference backend (fp32 tensors; not compared with the GPU plan)\n";
+    for (const auto& [name, bytes] : mem.peak_by_component)
+      std::printf("  %-38s %12s bytes (%s)\n", name.c_str(), format_integer(bytes).c_str(), format_bytes(bytes).c_str());
+    std::printf("  %-38s %12s bytes (%s)\n", "total", format_integer(mem.peak_total).c_str(),
+                format_bytes(mem.peak_total).c_str());
+  } else {
+    std::cout << "\nmemory per GPU (GiB = 2^30 bytes)      predicted   measured   error\n";
+    for (const auto& r : rows)
+      std::printf("  %-38s %9s %10s %7s\n", r.name.c_str(), gib(r.predicted).c_str(), gib(r.measured).c_str(),
+                  err_pct(static_cast<double>(r.predicted), static_cast<double>(r.measured)).c_str());
+    std::printf("  (allocator peak %s GiB; device baseline before allocating %s GiB; measured = allocator peaks per "
+                "component, total = cudaMemGetInfo used at its peak)\n",
+                gib(mem.peak_total).c_str(), gib(mem.device_used_baseline).c_str());
+  }
+  std::cout << "\nstep time (median of " << step_s.size() << " steps after " << *o.warmup_steps << " warm-up)\n";
+  if (sim && trainer->backend() == "cpu")
+    std::printf("  (the plan predicts %.1f ms on the cluster's GPU; the CPU backend is not compared with it)\n",
+                sim->step_seconds * 1e3);
+  else if (sim)
+    std::printf("  step %.1f ms predicted, %.1f ms measured (%s); tokens/s %.0f predicted, %.0f measured\n",
+                sim->step_seconds * 1e3, step_med * 1e3, err_pct(sim->step_seconds, step_med).c_str(),
+                sim->tokens_per_second, tps);
+  std::printf("  forward %.1f ms, backward %.1f ms, optimizer %.1f ms\n", median(fwd_s) * 1e3, median(bwd_s) * 1e3,
+              median(opt_s) * 1e3);
+  std::printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% (6N + 12*L*h*s per token, PaLM appendix B; peak = datasheet "
+              "dense %s %.0f TFLOP/s of %s)\n",
+              tps, tps * flops_per_token / 1e12, 100 * mfu, to_string(tr.precision).c_str(), peak / 1e12,
+              in.cluster.gpu_model.c_str());
+  std::printf("  loss %.4f -> %.4f\n", losses.front(), losses.back());
+  if (world > 1) {
+    std::printf("\ncommunication per step and GPU (bytes of the full buffer per collective, nccl-tests' convention)\n");
+    std::printf("  %-16s %16s %16s  %s\n", "collective", "predicted", "measured", "measured time (median)");
+    const char* names[exec::kCommKinds] = {"all_reduce", "reduce_scatter", "all_gather"};
+    const CollectiveKind kinds[exec::kCommKinds] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
+                                                    CollectiveKind::all_gather};
+    for (int k = 0; k < exec::kCommKinds; ++k) {
+      Bytes predicted = 0;
+      for (const auto& c : plan.comm.collectives)
+        if (c.kind == kinds[k]) predicted += c.bytes;
+      if (predicted == 0 && measured_comm[k] == 0) continue;
+      std::printf("  %-16s %16s %16s  %.2f ms\n", names[k], format_integer(predicted).c_str(),
+                  format_integer(measured_comm[k]).c_str(), median(comm_s[k]) * 1e3);
+    }
+    std::printf("  exposed communication (compute waiting): %.2f ms per step (median)\n", median(exposed_s) * 1e3);
+    std::printf("\nper rank                device used peak   allocator peak   step ms\n");
+    const int base = static_cast<int>(rank_fields.size());
+    for (int r = 0; r < world; ++r) {
+      const double* row = per_rank.data() + static_cast<std::size_t>(r) * F;
+      std::printf("  rank %-3d %22s GiB %12s GiB %9.1f\n", r, gib(static_cast<Bytes>(row[base])).c_str(),
+                  gib(static_cast<Bytes>(row[base + 1])).c_str(), row[base + 2] * 1e3);
+    }
+  }
+
+  if (o.report && env.rank == 0) {
+    nlohmann::json doc = plans_document(in.model, in.cluster, tr, {plan});
+    nlohmann::json m;
+    m["backend"] = trainer->backend();
+    m["device"] = trainer->device_name();
+    m["steps"] = o.steps;
+    m["warmup_steps"] = *o.warmup_steps;
+    m["data"] = data.description();
+    m["padded_vocab"] = cfg.shape.padded_vocab;
+    nlohmann::json comp;
+    for (const auto& [name, bytes] : mem.peak_by_component) comp[name] = bytes;
+    comp["runtime_overhead"] = measured_runtime;
+    m["gpu_bytes"] = comp;
+    m["allocator_peak_bytes"] = mem.peak_total;
+    m["device_total_bytes"] = mem.device_total;
+    m["device_used_baseline_bytes"] = mem.device_used_baseline;
+    m["device_used_peak_bytes"] = mem.device_used_peak;
+    nlohmann::json expected;
+    for (const auto& [name, bytes] : exec::expected_device_memory(cfg).components()) expected[name] = bytes;
+    m["executor_formula_bytes"] = expected;
+    m["step_seconds"] = step_med;
+    m["step_seconds_all"] = step_s;
+    m["forward_seconds"] = median(fwd_s);
+    m["backward_seconds"] = median(bwd_s);
+    m["optimizer_seconds"] = median(opt_s);
+    m["tokens_per_second"] = tps;
+    m["model_flops_per_token"] = flops_per_token;
+    m["flop_convention"] = "6N + 12*L*h*s per token (PaLM appendix B)";
+    m["peak_flops"] = peak;
+    m["peak_name"] = "datasheet dense " + to_string(tr.precision);
+    m["mfu"] = mfu;
+    m["loss"] = losses;
+    m["world_size"] = world;
+    m["stage"] = cfg.zero.stage;
+    nlohmann::json cb;
+    for (int k = 0; k < exec::kCommKinds; ++k) cb[exec::to_string(static_cast<exec::CommKind>(k))] = measured_comm[k];
+    m["comm_bytes_per_step"] = cb;
+    nlohmann::json cs;
+    for (int k = 0; k < exec::kCommKinds; ++k) cs[exec::to_string(static_cast<exec::CommKind>(k))] = median(comm_s[k]);
+    m["comm_seconds_per_step"] = cs;
+    m["exposed_comm_seconds"] = median(exposed_s);
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < world; ++r) {
+      const double* row = per_rank.data() + static_cast<std::size_t>(r) * F;
+      const int base = static_cast<int>(rank_fields.size());
+      nlohmann::json rj, gb, rc;
+      for (std::size_t i = 0; i < rank_fields.size(); ++i) gb[rank_fields[i]] = static_cast<Bytes>(row[i]);
+      for (int k = 0; k < exec::kCommKinds; ++k)
+        rc[exec::to_string(static_cast<exec::CommKind>(k))] = static_cast<Bytes>(row[base + 3 + k]);
+      rj["rank"] = r;
+      rj["gpu_bytes"] = gb;
+      rj["device_used_peak_bytes"] = static_cast<Bytes>(row[base]);
+      rj["allocator_peak_bytes"] = static_cast<Bytes>(row[base + 1]);
+      rj["step_seconds"] = row[base + 2];
+      rj["comm_bytes_per_step"] = rc;
+      ranks.push_back(rj);
+    }
+    m["ranks"] = ranks;
+    if (sim) {
+      m["predicted_step_seconds"] = sim->step_seconds;
+      m["predicted_tokens_per_second"] = sim->tokens_per_second;
+    }
+    doc["measured"] = m;
+    std::ofstream f(*o.report);
+    if (!f) throw InputError(*o.report, "--report", "cannot open for writing");
+    f << doc.dump(2) << '\n';
+    std::cout << "report written to " << *o.report << '\n';
+  }
+  return 0;
+}
+
+}  // namespace zeroplan

@@ -1,0 +1,33 @@
+// One `zeroplan run`: resolve the inputs, check the plan, start the ranks (run/launcher.h) or be one, train
+// with the executor (exec/), and print measured beside predicted: memory per component and the device view per
+// rank, step time and its phases, bytes per collective kind against the planner's communication model. Below
+// cli/ so that cli/run_command.cpp only reads flags.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/common_options.h"
+
+namespace zeroplan {
+
+struct RunOptions {
+  std::vector<std::string> argv;  // the whole command line, to start the ranks with
+  CommonOptions common;
+  std::int64_t steps = 20;
+  std::optional<std::int64_t> warmup_steps;  // default: min(2, steps - 1)
+  std::string backend = "cuda";
+  std::optional<std::string> data;
+  std::optional<std::string> report;
+  bool force = false;
+  std::uint64_t seed = 1337;
+  std::optional<double> learning_rate;
+  bool deterministic = false;
+};
+
+// Returns the exit status (0 trained, 1 the plan does not fit and --force was not given). Throws InputError.
+int run_training(RunOptions& options);
+
+}  // namespace zeroplan
