@@ -27,10 +27,10 @@ TokenSource TokenSource::synthetic(std::int64_t vocab, std::uint64_t seed) {
   return s;
 }
 
-std::vector<std::int32_t> TokenSource::tokenize_bytes(const std::string& text) {
+std::vector<std::int32_t> TokenSource::tokenize_bytes(const std::string& text, std::int64_t vocab) {
   std::vector<std::int32_t> out;
   out.reserve(text.size() + 1);
-  out.push_back(kEndOfText);
+  if (vocab > kEndOfText) out.push_back(kEndOfText);
   for (unsigned char c : text) out.push_back(static_cast<std::int32_t>(c));
   return out;
 }
@@ -76,9 +76,10 @@ TokenSource TokenSource::from_file(const std::string& path, std::int64_t vocab) 
     }
     s.description_ = path + " (raw uint16 tokens, " + std::to_string(s.tokens_.size()) + " tokens)";
   } else {
-    if (vocab <= kEndOfText)
-      fail(path, "text is tokenized byte-level (257 tokens) but the model's vocab_size is " + std::to_string(vocab));
-    s.tokens_ = tokenize_bytes(std::string(bytes.begin(), bytes.end()));
+    if (vocab < kByteVocab)
+      fail(path, "text is tokenized byte-level: every byte value 0..255 is a token, so vocab_size must be at least " +
+                     std::to_string(kByteVocab) + ", got " + std::to_string(vocab));
+    s.tokens_ = tokenize_bytes(std::string(bytes.begin(), bytes.end()), vocab);
     s.description_ = path + " (text, byte-level tokens, " + std::to_string(s.tokens_.size()) + " tokens)";
   }
   for (std::size_t i = 0; i < s.tokens_.size(); ++i)

@@ -152,7 +152,17 @@ TEST(TokenData, ReadsLlmcNanoGptAndText) {
   auto c = TokenSource::from_file(text, 257).next_batch(1, 3);
   EXPECT_EQ(c.inputs, (std::vector<std::int32_t>{kEndOfText, 'H', 'i'}));
   EXPECT_EQ(c.targets, (std::vector<std::int32_t>{'H', 'i', '!'}));
-  EXPECT_THROW(TokenSource::from_file(text, 256), std::invalid_argument);  // byte vocab needs 257
+  // A byte-level model (vocabulary 256) reads the same text without the end-of-text id (issue 9); a vocabulary
+  // that cannot hold every byte is refused.
+  auto bytes_only = TokenSource::from_file(text, 256).next_batch(1, 2);
+  EXPECT_EQ(bytes_only.inputs, (std::vector<std::int32_t>{'H', 'i'}));
+  EXPECT_EQ(bytes_only.targets, (std::vector<std::int32_t>{'i', '!'}));
+  try {
+    TokenSource::from_file(text, 255);
+    ADD_FAILURE() << "vocab 255 accepted for byte-level text";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("at least 256, got 255"), std::string::npos) << error.what();
+  }
   EXPECT_THROW(TokenSource::from_file(temp_path("missing"), 257), std::invalid_argument);
 }
 
@@ -285,7 +295,7 @@ TEST(CpuTrainer, LossFallsOnText) {
   auto trainer = make_cpu_trainer(c);
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. ";
-  const auto tokens = TokenSource::tokenize_bytes(text);
+  const auto tokens = TokenSource::tokenize_bytes(text, c.shape.vocab);
   const std::string path = temp_path("fox.txt");
   { std::ofstream(path) << text; }
   auto src = TokenSource::from_file(path, c.shape.vocab);
