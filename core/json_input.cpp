@@ -51,6 +51,30 @@ std::string describe_value(const nlohmann::json& value) {
   }
 }
 
+// The byte offset where the nesting first goes deeper than kMaxJsonDepth, or npos. Brackets inside strings and
+// comments do not count; anything malformed is left to the parser, which reports it with its position.
+std::size_t too_deep_at(const std::string& text) {
+  int depth = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      const std::size_t end = text.find("*/", i + 2);
+      i = end == std::string::npos ? text.size() : end + 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
+
 // 2^63 as a double: the first value a signed 64-bit integer cannot hold.
 constexpr double kTwoTo63 = 9223372036854775808.0;
 
@@ -65,7 +89,17 @@ nlohmann::json read_json_file(const std::filesystem::path& path, bool allow_comm
   if (!stream) throw InputError(source, "", "cannot open: permission denied or unreadable");
   std::ostringstream buffer;
   buffer << stream.rdbuf();
-  const std::string text = buffer.str();
+  return parse_json_text(buffer.str(), source, allow_comments);
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& source, bool allow_comments) {
+  if (const std::size_t at = too_deep_at(text); at != std::string::npos) {
+    const auto [line, column] = line_and_column(text, at);
+    throw InputError(source, "",
+                     "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels of arrays and objects at line " +
+                         std::to_string(line) + ", column " + std::to_string(column) +
+                         "; expected a zeroplan, DeepSpeed or Hugging Face file (a few levels deep)");
+  }
   try {
     return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/allow_comments);
   } catch (const nlohmann::json::parse_error& parse_error) {

@@ -12,9 +12,16 @@
 
 namespace zeroplan {
 
+// Deepest nesting of arrays and objects a file may have. The files zeroplan reads nest a few levels; a bound keeps
+// every recursive walk of a parsed document (dump, comparison, destruction) far from the stack's limit.
+inline constexpr int kMaxJsonDepth = 100;
+
 // Reads and parses a JSON file. allow_comments accepts // and /* */ comments (DeepSpeed configs carry them).
-// Throws InputError: "FILE: cannot open", or "FILE: malformed JSON at line L, column C: ...".
+// Throws InputError: "FILE: cannot open", "FILE: malformed JSON at line L, column C: ...", or "FILE: nested
+// deeper than 100 levels at line L, column C".
 nlohmann::json read_json_file(const std::filesystem::path& path, bool allow_comments = false);
+// The same for text already read; source names it in errors.
+nlohmann::json parse_json_text(const std::string& text, const std::string& source, bool allow_comments = false);
 
 // A view of one JSON object that knows where it came from: reads fields with type and range checks.
 class JsonFields {

@@ -34,6 +34,24 @@ TEST(ReadJsonFile, CommentsOnlyWhenAllowed) {
                      {"ds_unknown_stage.json", "line 1, column 1", "comments are not allowed"});
 }
 
+// Issue 9: a file nested 100,000 levels deep crashed every recursive walk of the parsed document.
+TEST(ReadJsonFile, NestingIsBoundedAndNamedWithItsPosition) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_input_error([&] { parse_json_text(deep, "deep.json"); },
+                     {"deep.json", "nested deeper than 100 levels", "line 1, column 101"});
+  const std::string objects = "{\n" + [] {
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "{\"a\":";
+    return text;
+  }();
+  expect_input_error([&] { parse_json_text(objects, "objects.json"); }, {"objects.json", "line 2"});
+  // 100 levels are accepted; brackets inside strings and comments do not count.
+  const std::string hundred = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(parse_json_text(hundred, "ok.json").is_array());
+  const std::string quoted = "{\"text\": \"" + std::string(500, '[') + "\\\"\"} // " + std::string(500, '{');
+  EXPECT_EQ(parse_json_text(quoted, "quoted.json", /*allow_comments=*/true).at("text").get<std::string>().size(), 501u);
+}
+
 TEST(JsonFields, IntegralFloatsAreIntegersButFractionsAreRefused) {
   const auto document = nlohmann::json::parse(R"({"a": 5e8, "b": 2.5, "c": 12})");
   const JsonFields fields(document, "cfg.json", "zero_optimization");
