@@ -126,13 +126,13 @@ TextTable traffic_table(const std::vector<PlanResult>& plans) {
 
 // One wide row per plan, every figure in bytes (times in seconds): the CSV a spreadsheet wants.
 TextTable csv_table(const std::vector<PlanResult>& plans, const std::vector<std::optional<StepSimulation>>& times,
-                    bool with_deepspeed) {
+                    bool with_deepspeed, const char* throughput_column) {
   std::vector<std::string> headers = {"plan", "stage", "offload_optimizer", "offload_param"};
   for (const auto& [name, bytes] : GpuMemoryBreakdown{}.components()) headers.push_back("gpu_" + name + "_bytes");
   for (const char* name : {"gpu_total_bytes", "gpu_capacity_bytes", "gpu_headroom_bytes", "host_bytes",
                            "host_pinned_bytes", "nvme_bytes", "all_reduce_bytes", "reduce_scatter_bytes",
                            "all_gather_bytes", "wire_bytes", "pcie_h2d_bytes", "pcie_d2h_bytes", "fits",
-                           "max_micro_batch", "step_seconds", "tokens_per_second", "mfu", "exposed_comm_seconds",
+                           "max_micro_batch", "step_seconds", throughput_column, "mfu", "exposed_comm_seconds",
                            "timeline_peak_gpu_bytes", "sum_of_worst_cases_gpu_bytes"}) {
     headers.emplace_back(name);
   }
@@ -201,11 +201,12 @@ void print_header(const ResolvedInputs& inputs, bool markdown) {
             << format_gib(cluster.host_memory_bytes) << " per node";
   if (cluster.nvme_capacity_bytes > 0) std::cout << ", NVMe " << format_gib(cluster.nvme_capacity_bytes);
   std::cout << '\n';
-  std::cout << bold << "training" << bold << " micro-batch " << training.micro_batch << ", sequence "
-            << training.seq_len << ", gradient accumulation " << training.grad_accum << ", "
-            << to_string(training.precision) << ", " << to_string(training.optimizer) << ", checkpointing "
-            << to_string(training.checkpointing) << (training.fused_attention ? ", fused attention" : "")
-            << ", global batch " << training.micro_batch * training.grad_accum * cluster.total_gpus()
+  // A layer list has no sequence and no attention: its header says neither.
+  std::cout << bold << "training" << bold << " micro-batch " << training.micro_batch;
+  if (model.transformer) std::cout << ", sequence " << training.seq_len;
+  std::cout << ", gradient accumulation " << training.grad_accum << ", " << to_string(training.precision) << ", "
+            << to_string(training.optimizer) << ", checkpointing " << to_string(training.checkpointing)
+            << (model.transformer && training.fused_attention ? ", fused attention" : "") << ", global batch " << training.micro_batch * training.grad_accum * cluster.total_gpus()
             << " samples\n";
   for (const std::string& note : training.notes) std::cout << "  note: " << note << '\n';
   for (const std::string& warning : training.warnings) std::cout << "  warning: " << warning << '\n';
@@ -237,22 +238,10 @@ void print_deepspeed_rows(const ModelDescription& model, const ClusterDescriptio
 }
 
 // The plan a --emit-ds-config writes and the verdict names: the one asked for when the flags narrow to one;
-// otherwise the fitting plan with the most simulated tokens/s, ties (and plans the cluster cannot time) going to
-// the earlier one in the order stage 0..3 with the least offload (the least communication and host traffic).
-const PlanResult* chosen_plan(const std::vector<PlanResult>& plans,
-                              const std::vector<std::optional<StepSimulation>>& times) {
-  if (plans.size() == 1) return &plans.front();
-  const PlanResult* best = nullptr;
-  double best_tokens_per_second = -1.0;
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    if (!plans[i].fits) continue;
-    const double tokens_per_second = times[i] ? times[i]->tokens_per_second : 0.0;
-    if (best == nullptr || tokens_per_second > best_tokens_per_second) {
-      best = &plans[i];
-      best_tokens_per_second = tokens_per_second;
-    }
-  }
-  return best;
+// otherwise the recommended plan (sim/plan_timing.h). -1 when none.
+int chosen_plan(const std::vector<TimedPlan>& timed) {
+  if (timed.size() == 1) return 0;
+  return recommended_plan(timed);
 }
 
 void write_ds_config(const PlanCommandOptions& options, const ResolvedInputs& inputs, const PlanResult& plan) {
@@ -284,13 +273,17 @@ int run_plan(const PlanCommandOptions& options) {
   // Memory, step time and the GPU verdict from the simulated timeline's peak, as `simulate`, `recommend` and the
   // GUI judge it (sim/plan_timing.h); the memory model's sum of worst cases stays beside it. A choice the cluster
   // lacks the rates for (NVMe offload without NVMe) keeps the memory model's verdict.
+  const std::vector<TimedPlan> timed = evaluate_timed_plans(inputs.model, inputs.cluster, inputs.training,
+                                                            enumerate_plan_choices(inputs.filter), planner_options);
   std::vector<PlanResult> plans;
   std::vector<std::optional<StepSimulation>> times;
-  for (TimedPlan& timed : evaluate_timed_plans(inputs.model, inputs.cluster, inputs.training,
-                                               enumerate_plan_choices(inputs.filter), planner_options)) {
-    plans.push_back(std::move(timed.plan));
-    times.push_back(std::move(timed.simulation));
+  for (const TimedPlan& entry : timed) {
+    plans.push_back(entry.plan);
+    times.push_back(entry.simulation);
   }
+  const int chosen = chosen_plan(timed);
+  const bool tokens = inputs.model.transformer.has_value();
+  const char* rate_unit = tokens ? "tokens/s" : "samples/s";
 
   // Optional searches, per plan.
   std::vector<std::optional<int>> fewest(plans.size());
@@ -310,31 +303,17 @@ int run_plan(const PlanCommandOptions& options) {
   const int status = any_fits ? 0 : 1;
 
   if (!options.emit_ds_config.empty()) {
-    const PlanResult* plan = chosen_plan(plans, times);
-    if (plan == nullptr) {
+    if (chosen < 0) {
       std::cerr << "zeroplan: no plan fits; no DeepSpeed config written\n";
     } else {
-      write_ds_config(options, inputs, *plan);
+      write_ds_config(options, inputs, plans[static_cast<std::size_t>(chosen)]);
     }
   }
 
   if (inputs.format == OutputFormat::json) {
     nlohmann::json document = plans_document(inputs.model, inputs.cluster, inputs.training, plans);
     for (std::size_t i = 0; i < plans.size(); ++i) {
-      document["plans"][i]["sum_of_worst_cases_gpu_bytes"] =
-          times[i] ? times[i]->sum_of_worst_cases_gpu_bytes : plans[i].memory.gpu.total;
-      document["plans"][i]["timeline_peak_gpu_bytes"] =
-          times[i] ? nlohmann::json(times[i]->peak_gpu_bytes) : nlohmann::json(nullptr);
-      document["plans"][i]["gpu_bytes_source"] =
-          times[i] ? "timeline peak (components live at the peak)"
-                   : "memory model, sum of worst cases (not simulated: the cluster lacks a rate this plan needs)";
-      if (times[i]) {
-        add_time_fields(document["plans"][i], *times[i]);
-      } else {
-        for (const char* key : {"step_seconds", "tokens_per_second", "mfu", "exposed_comm_seconds"}) {
-          document["plans"][i][key] = nullptr;
-        }
-      }
+      document["plans"][i] = timed_plan_to_json(timed[i], inputs.model, inputs.cluster);
       if (options.fewest_gpus) document["plans"][i]["fewest_gpus"] = fewest[i] ? nlohmann::json(*fewest[i]) : nullptr;
       if (options.largest_model) {
         document["plans"][i]["largest_model_params"] = largest[i] ? nlohmann::json(largest[i]->params()) : nullptr;
@@ -354,7 +333,7 @@ int run_plan(const PlanCommandOptions& options) {
     return status;
   }
   if (inputs.format == OutputFormat::csv) {
-    csv_table(plans, times, compare_deepspeed).print_csv(std::cout);
+    csv_table(plans, times, compare_deepspeed, throughput_key(inputs.model)).print_csv(std::cout);
     return status;
   }
 
@@ -369,8 +348,10 @@ int run_plan(const PlanCommandOptions& options) {
                "sent per GPU = ring wire bytes):\n";
   print_table(traffic_table(plans), inputs.format);
   std::cout << "\nStep time (simulated timeline, `zeroplan simulate` for the breakdown; MFU against the datasheet "
-               "dense peak, FLOPs 6N + 12*L*h*s per token; exposed comm = NCCL busy while compute idles):\n";
-  TextTable time_table({"plan", "step ms", "tokens/s", "MFU %", "exposed comm ms"});
+               "dense peak, FLOPs "
+            << (tokens ? "6N + 12*L*h*s per token" : "3 x forward FLOPs per sample")
+            << "; exposed comm = NCCL busy while compute idles):\n";
+  TextTable time_table({"plan", "step ms", rate_unit, "MFU %", "exposed comm ms"});
   for (std::size_t i = 0; i < plans.size(); ++i) {
     char step[32] = "-", rate[32] = "-", mfu[32] = "-", exposed[32] = "-";
     if (times[i]) {
@@ -420,13 +401,13 @@ int run_plan(const PlanCommandOptions& options) {
               << " at micro-batch " << inputs.training.micro_batch
               << ". Try a smaller micro-batch, checkpointing, offload, or more GPUs (--fewest-gpus).\n";
   } else {
-    const PlanResult* best = chosen_plan(plans, times);
-    const std::size_t best_index = static_cast<std::size_t>(best - plans.data());
+    const std::size_t best_index = static_cast<std::size_t>(chosen);
+    const PlanResult* best = &plans[best_index];
     std::cout << "Verdict: " << fitting.size() << " of " << plans.size() << " plans fit. "
               << (plans.size() == 1 ? "Plan: " : "Fastest that fits: ") << best->choice.label();
     if (times[best_index]) {
       std::cout << " (" << static_cast<std::int64_t>(times[best_index]->tokens_per_second)
-                << " tokens/s predicted, ";
+                << " " << rate_unit << " predicted, ";
     } else {
       std::cout << " (";
     }

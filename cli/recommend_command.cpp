@@ -9,6 +9,7 @@
 #include "cli/common_options.h"
 #include "cli/text_table.h"
 #include "core/input_error.h"
+#include "core/number_checks.h"
 #include "core/units.h"
 #include "sim/recommender.h"
 #include "sim/simulation_json.h"
@@ -37,9 +38,13 @@ int run_recommend(const RecommendCommandOptions& options) {
   search.global_batch = options.global_batch != 0
                             ? options.global_batch
                             : inputs.training.micro_batch * inputs.training.grad_accum * inputs.cluster.total_gpus();
-  if (options.global_batch < 0) {
-    throw InputError("command line", "--global-batch",
-                     "is " + std::to_string(options.global_batch) + "; expected samples per step >= 1");
+  if (options.global_batch != 0) {
+    // Every GPU count the search tries splits it into micro-batches and micro-steps within their bounds.
+    require_count_at_most(options.global_batch, kMaxMicroBatch * kMaxGradAccum * inputs.cluster.total_gpus(),
+                          "command line", "--global-batch",
+                          "micro-batch at most " + std::to_string(kMaxMicroBatch) + " * " +
+                              std::to_string(kMaxGradAccum) + " micro-steps * " +
+                              std::to_string(inputs.cluster.total_gpus()) + " GPUs");
   }
   search.top = options.top;
   search.filter = inputs.filter;
@@ -59,7 +64,8 @@ int run_recommend(const RecommendCommandOptions& options) {
     document["candidates"] = result.candidates;
     document["simulated"] = result.simulated;
     document["fitting"] = result.fitting;
-    document["ranking"] = "tokens_per_second, highest first, among plans whose simulated GPU peak, host and NVMe fit";
+    document["ranking"] = std::string(throughput_key(inputs.model)) +
+                          ", highest first, among plans whose simulated GPU peak, host and NVMe fit";
     nlohmann::json plans = nlohmann::json::array();
     for (const Recommendation& r : result.plans) {
       nlohmann::json entry = simulation_json(r.simulation);
@@ -94,8 +100,9 @@ int run_recommend(const RecommendCommandOptions& options) {
     return status;
   }
   std::cout << inputs.model.name << " on up to " << inputs.cluster.total_gpus() << " x " << inputs.cluster.gpu_model
-            << " (" << inputs.cluster.name << "), global batch " << search.global_batch << " samples of "
-            << inputs.training.seq_len << " tokens: " << result.candidates << " configurations, "
+            << " (" << inputs.cluster.name << "), global batch " << search.global_batch << " samples"
+            << (inputs.model.transformer ? " of " + std::to_string(inputs.training.seq_len) + " tokens" : std::string())
+            << ": " << result.candidates << " configurations, "
             << result.simulated << " simulated, " << result.fitting << " fit\n";
   if (result.plans.empty()) {
     std::cout << "No plan fits. Try more GPUs (--gpus), a smaller global batch, or a cluster with NVMe.\n";

@@ -97,7 +97,7 @@ int run_simulate(const SimulateCommandOptions& options) {
     if (choices.size() != 1) {
       throw InputError("command line", "--trace",
                        "a trace shows one plan but the flags select " + std::to_string(choices.size()) +
-                           "; give --stage and, for stages 1-3, --offload-optimizer (and --offload-param for 3)");
+                           "; give --stage (with no offload flags it means no offload, as in DeepSpeed)");
     }
     if (std::filesystem::exists(options.trace) && !options.overwrite) {
       throw InputError(options.trace, "--trace", "file exists; not overwriting it (pass --overwrite to replace it)");
@@ -134,7 +134,7 @@ int run_simulate(const SimulateCommandOptions& options) {
     document["cluster"] = inputs.cluster.name;
     document["gpus"] = inputs.cluster.total_gpus();
     document["micro_batch"] = inputs.training.micro_batch;
-    document["seq_len"] = inputs.training.seq_len;
+    if (inputs.model.transformer) document["seq_len"] = inputs.training.seq_len;
     document["grad_accum"] = inputs.training.grad_accum;
     document["checkpointing"] = to_string(inputs.training.checkpointing);
     document["exposed_comm_definition"] = "seconds NCCL is busy while the GPU compute stream is idle";
@@ -168,7 +168,8 @@ int run_simulate(const SimulateCommandOptions& options) {
   }
   std::cout << inputs.model.name << " on " << inputs.cluster.total_gpus() << " x " << inputs.cluster.gpu_model
             << " (" << inputs.cluster.name << "), micro-batch " << inputs.training.micro_batch << " x "
-            << inputs.training.grad_accum << " steps, sequence " << inputs.training.seq_len << ", "
+            << inputs.training.grad_accum << " steps, "
+            << (inputs.model.transformer ? "sequence " + std::to_string(inputs.training.seq_len) + ", " : std::string())
             << to_string(inputs.training.precision) << ", checkpointing " << to_string(inputs.training.checkpointing)
             << "\n";
   for (const std::string& note : inputs.training.notes) std::cout << "  note: " << note << '\n';

@@ -8,6 +8,7 @@
 
 #include "core/input_error.h"
 #include "core/json_input.h"
+#include "core/number_checks.h"
 
 namespace zeroplan {
 
@@ -141,6 +142,7 @@ void read_batch_sizes(const Reader& reader, const JsonFields& top) {
   bool total_auto = false;
   if (top.has("train_micro_batch_size_per_gpu")) {
     micro = integer_or_auto(top, "train_micro_batch_size_per_gpu", false);
+    if (micro) require_count_at_most(*micro, kMaxMicroBatch, top.source(), "train_micro_batch_size_per_gpu", kMaxSizeWhy);
     if (!micro) {
       micro = training.micro_batch;
       reader.note("train_micro_batch_size_per_gpu auto -> " + with_commas(*micro) +
@@ -149,6 +151,7 @@ void read_batch_sizes(const Reader& reader, const JsonFields& top) {
   }
   if (top.has("gradient_accumulation_steps")) {
     accum = integer_or_auto(top, "gradient_accumulation_steps", false);
+    if (accum) require_count_at_most(*accum, kMaxGradAccum, top.source(), "gradient_accumulation_steps", kMaxGradAccumWhy);
     if (!accum) {
       accum = training.grad_accum;
       reader.note("gradient_accumulation_steps auto -> " + with_commas(*accum) +
@@ -219,6 +222,15 @@ void read_batch_sizes(const Reader& reader, const JsonFields& top) {
   } else if (!micro) {
     reader.warn("neither train_batch_size nor train_micro_batch_size_per_gpu is set (DeepSpeed requires one); "
                 "the micro-batch stays " + with_commas(training.micro_batch));
+  }
+  // Within the bounds every front end checks (core/number_checks.h), named by the config's own fields.
+  if (micro) {
+    require_count_at_most(*micro, kMaxMicroBatch, top.source(), top.field_path("train_micro_batch_size_per_gpu"),
+                          kMaxSizeWhy);
+  }
+  if (accum) {
+    require_count_at_most(*accum, kMaxGradAccum, top.source(), top.field_path("gradient_accumulation_steps"),
+                          kMaxGradAccumWhy);
   }
   if (micro) training.micro_batch = *micro;
   if (accum) training.grad_accum = *accum;
@@ -335,6 +347,19 @@ OffloadDevice read_device(const JsonFields& section) {
   return parse_offload_device(device, section.source(), section.field_path("device"));
 }
 
+// NVMe offload swaps into a directory the config must name: DeepSpeed's offload configs default nvme_path to None
+// and its swappers fail without one (runtime/swap_tensor), so zeroplan refuses the config as DeepSpeed would.
+void read_nvme_path(const JsonFields& offload, OffloadDevice device, ZeroConfig& zero) {
+  if (offload.has("nvme_path")) {
+    zero.nvme_path = offload.string("nvme_path");
+    if (zero.nvme_path.empty()) offload.fail("nvme_path", "is empty; expected the directory on the NVMe drive to swap to");
+  } else if (device == OffloadDevice::nvme) {
+    offload.fail("nvme_path",
+                 "missing: device nvme needs the directory on the NVMe drive to swap to (DeepSpeed's own requirement: "
+                 "it does not start NVMe offload without one), e.g. \"nvme_path\": \"/local_nvme\"");
+  }
+}
+
 void read_zero(const Reader& reader, const JsonFields& top) {
   TrainingConfig& training = reader.training;
   ZeroConfig& zero = training.zero;
@@ -378,7 +403,7 @@ void read_zero(const Reader& reader, const JsonFields& top) {
     zero.offload_optimizer = read_device(offload);
     zero.pin_memory = offload.boolean_or("pin_memory", zero.pin_memory);
     zero.optimizer_buffer_count = offload.positive_integer_or("buffer_count", zero.optimizer_buffer_count);
-    if (offload.has("nvme_path")) zero.nvme_path = offload.string("nvme_path");
+    read_nvme_path(offload, zero.offload_optimizer, zero);
     if (offload.has("ratio") && offload.non_negative_number("ratio") != 1.0) {
       reader.warn("'" + offload.field_path("ratio") + "' (partial optimizer offload) is not modelled: the whole "
                   "optimizer is offloaded");
@@ -392,7 +417,7 @@ void read_zero(const Reader& reader, const JsonFields& top) {
     zero.param_buffer_count = offload.positive_integer_or("buffer_count", zero.param_buffer_count);
     zero.param_buffer_size = offload.positive_integer_or("buffer_size", zero.param_buffer_size);
     if (offload.has("max_in_cpu")) offload.non_negative_integer("max_in_cpu");
-    if (offload.has("nvme_path")) zero.nvme_path = offload.string("nvme_path");
+    read_nvme_path(offload, zero.offload_param, zero);
   }
   if (zero.offload_param != OffloadDevice::none && zero.stage < 3) {
     throw InputError(section.source(), param_device_field,

@@ -79,6 +79,20 @@ Checkpointing parse_checkpointing(const std::string& text, const std::string& so
   return parse_named(text, source, field, {Checkpointing::none, Checkpointing::selective, Checkpointing::full});
 }
 
+TrainingEngine parse_engine(const std::string& text, const std::string& source, const std::string& field) {
+  return parse_named(text, source, field, {TrainingEngine::deepspeed, TrainingEngine::zeroplan});
+}
+
+void use_engine(TrainingConfig& training, TrainingEngine engine) {
+  training.engine = engine;
+  if (engine != TrainingEngine::zeroplan) return;
+  training.fused_attention = true;
+  training.fused_cross_entropy = true;
+  training.fp32_loss = false;
+  training.notes.push_back("engine zeroplan: 16-bit gradients only, in-place reduction, fused attention and "
+                           "fused softmax cross-entropy, exact-size allocations (exec/)");
+}
+
 int precision_bytes(Precision precision) { return precision == Precision::fp32 ? 4 : 2; }
 
 int optimizer_state_bytes_per_param(OptimizerKind optimizer) {

@@ -31,6 +31,7 @@ Precision parse_precision(const std::string& text, const std::string& source, co
 OptimizerKind parse_optimizer(const std::string& text, const std::string& source, const std::string& field);
 OffloadDevice parse_offload_device(const std::string& text, const std::string& source, const std::string& field);
 Checkpointing parse_checkpointing(const std::string& text, const std::string& source, const std::string& field);
+TrainingEngine parse_engine(const std::string& text, const std::string& source, const std::string& field);
 
 // Bytes per element of a 16/32-bit training precision's model weights and gradients.
 int precision_bytes(Precision precision);
@@ -108,6 +109,11 @@ struct TrainingConfig {
 
   std::int64_t tokens_per_micro_step() const { return micro_batch * seq_len; }
 };
+
+// Sets whose engine the memory model describes. The zeroplan engine (exec/) implies what its executor stores:
+// flash attention, dlogits written in place over the 16-bit logits, no fp32 copy of the logits; a note says so.
+// `plan`, the GUI and `run` all call this, so the executor and its prediction describe the same program.
+void use_engine(TrainingConfig& training, TrainingEngine engine);
 
 nlohmann::json training_to_json(const TrainingConfig& training);
 

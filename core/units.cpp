@@ -31,10 +31,6 @@ std::string format_seconds(double seconds) {
   return printf_string("%.1f %s", seconds * 1e6, "us");
 }
 
-std::string format_bandwidth(double bytes_per_second) {
-  return printf_string("%.1f %s", bytes_per_second / kGB, "GB/s");
-}
-
 std::string format_integer(std::int64_t value) {
   const bool negative = value < 0;
   // Work on the unsigned magnitude so INT64_MIN does not overflow.

@@ -22,8 +22,6 @@ std::string format_gib(Bytes bytes);
 std::string format_bytes(Bytes bytes);
 // "1.234 s", "12.3 ms", "45.6 us" (microseconds as "us").
 std::string format_seconds(double seconds);
-// "356.0 GB/s" (decimal GB, as nccl-tests prints bandwidth).
-std::string format_bandwidth(double bytes_per_second);
 // 1557611200 -> "1,557,611,200".
 std::string format_integer(std::int64_t value);
 // "1.50e9" style counts: "124.4M", "1.56B", "175.0B".

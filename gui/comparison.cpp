@@ -1,6 +1,5 @@
 #include "gui/comparison.h"
 
-#include "core/deepspeed_config.h"
 #include "core/input_error.h"
 #include "sim/plan_timing.h"
 
@@ -8,11 +7,16 @@ namespace zeroplan {
 
 namespace {
 
-constexpr const char* kInputSource = "GUI input";
-
-std::int64_t require_positive(std::int64_t value, const std::string& field) {
-  if (value < 1) throw InputError(kInputSource, field, "must be a positive integer, got " + std::to_string(value));
-  return value;
+// The panel's labels, for errors that name the input at fault.
+PlanInputNames gui_input_names() {
+  PlanInputNames names;
+  names.source = "GUI input";
+  names.model = "model";
+  names.gpus = "GPUs";
+  names.micro_batch = "micro-batch";
+  names.seq = "sequence length";
+  names.grad_accum = "gradient accumulation";
+  return names;
 }
 
 }  // namespace
@@ -35,41 +39,21 @@ PlannerOptions gui_planner_options() {
 Comparison build_comparison(const GuiInputs& inputs) {
   Comparison out;
   out.inputs = inputs;
-  if (inputs.model.empty()) throw InputError(kInputSource, "model", "no model chosen: pick a bundled one or open a file");
-  out.model = load_model(inputs.model);
-
-  out.cluster = load_cluster(inputs.cluster);
-  if (inputs.gpus) {
-    if (*inputs.gpus < 1) throw InputError(kInputSource, "GPUs", "must be at least 1, got " + std::to_string(*inputs.gpus));
-    out.cluster = with_gpu_count(out.cluster, *inputs.gpus);
+  if (inputs.model.empty()) {
+    throw InputError("GUI input", "model", "no model chosen: pick a bundled one or open a file");
   }
-  const int world_size = out.cluster.total_gpus();
-
-  // Same precedence as the CLI (cli/common_options.cpp): the model's maximum sequence, then the DeepSpeed
-  // config, then what the panel sets.
-  TrainingConfig& training = out.training;
-  if (out.model.transformer) {
-    training.seq_len = out.model.transformer->max_seq;
-  } else {
-    training.seq_len = 1;  // generic layer-list models count samples, not tokens
-  }
+  ResolvedPlanInputs resolved = resolve_plan_inputs(inputs, gui_input_names());
+  out.model = std::move(resolved.model);
+  out.cluster = std::move(resolved.cluster);
+  out.training = std::move(resolved.training);
   if (inputs.ds_config) {
-    apply_deepspeed_config(*inputs.ds_config, out.model, world_size, training);
     out.configured_choice =
-        PlanChoice{training.zero.stage, training.zero.offload_optimizer, training.zero.offload_param};
+        PlanChoice{out.training.zero.stage, out.training.zero.offload_optimizer, out.training.zero.offload_param};
   }
-  if (inputs.micro_batch) training.micro_batch = require_positive(*inputs.micro_batch, "micro-batch");
-  if (inputs.seq) {
-    training.seq_len = require_positive(*inputs.seq, "sequence length");
-    check_sequence_length(out.model, training.seq_len, kInputSource, "sequence length");
-  }
-  if (inputs.grad_accum) training.grad_accum = require_positive(*inputs.grad_accum, "gradient accumulation");
-  if (inputs.precision) training.precision = *inputs.precision;
-  if (inputs.checkpointing) training.checkpointing = *inputs.checkpointing;
 
   // The same verdicts as `zeroplan plan`: GPU memory judged on the simulated timeline's peak.
   for (TimedPlan& timed :
-       evaluate_timed_plans(out.model, out.cluster, training, enumerate_plan_choices(), gui_planner_options())) {
+       evaluate_timed_plans(out.model, out.cluster, out.training, enumerate_plan_choices(), gui_planner_options())) {
     out.plans.push_back(std::move(timed.plan));
   }
   return out;

@@ -65,6 +65,7 @@ QColor task_color(TaskKind kind) {
     case TaskKind::all_gather: return QColor(0x8c, 0x56, 0x4b);
     case TaskKind::param_upload: return QColor(0xe3, 0x77, 0xc2);
     case TaskKind::grad_download: return QColor(0x7f, 0x7f, 0x7f);
+    case TaskKind::param_download: return QColor(0xf7, 0xb6, 0xd2);  // the upload's pink, lighter
     case TaskKind::cpu_optimizer_step: return QColor(0xbc, 0xbd, 0x22);
     case TaskKind::nvme_read: return QColor(0x17, 0xbe, 0xcf);
     case TaskKind::nvme_write: return QColor(0x0e, 0x7c, 0x86);

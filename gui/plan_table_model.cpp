@@ -79,6 +79,7 @@ void PlanTableModel::setComparison(const Comparison& comparison, const Simulated
   configured_ = comparison.configured_choice;
   recommended_ = simulated.recommended;
   ranks_ = comparison.cluster.total_gpus();
+  counts_tokens_ = comparison.model.transformer.has_value();
   buildColumns();
   endResetModel();
 }
@@ -143,7 +144,9 @@ void PlanTableModel::buildColumns() {
     };
     add("step_seconds", tr("Step\n(ms)"), tr("Predicted optimizer step time (simulated timeline)"),
         timing_value([](const PlanTiming& t) { return t.step_seconds; }), ms_text, timing_tip);
-    add("tokens_per_second", tr("Tokens/s"), tr("Predicted tokens per second over all GPUs"),
+    add(counts_tokens_ ? "tokens_per_second" : "samples_per_second", counts_tokens_ ? tr("Tokens/s") : tr("Samples/s"),
+        counts_tokens_ ? tr("Predicted tokens per second over all GPUs")
+                       : tr("Predicted samples (images) per second over all GPUs"),
         timing_value([](const PlanTiming& t) { return t.tokens_per_second; }), rate_text, timing_tip);
     add("mfu", tr("MFU\n(%)"), tr("Model FLOP/s utilization (hover for the FLOP convention and the peak)"),
         timing_value([](const PlanTiming& t) { return t.mfu; }), percent_text, timing_tip);

@@ -56,6 +56,7 @@ class PlanTableModel : public QAbstractTableModel {
   std::vector<Column> columns_;
   std::vector<PlanResult> plans_;
   std::vector<std::optional<PlanTiming>> timings_;
+  bool counts_tokens_ = true;  // a transformer (tokens/s); a layer list counts samples (samples/s)
   std::optional<PlanChoice> configured_;
   int recommended_ = -1;
   int ranks_ = 1;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/input_error.h"
+#include "core/number_checks.h"
 #include "core/json_input.h"
 #include "sim/memory_model.h"
 
@@ -139,7 +140,9 @@ RunReport run_report_from_json(const nlohmann::json& document, const std::string
       if (!loss[i].is_number()) {
         throw InputError(source, measured.field_path("loss") + "[" + std::to_string(i) + "]", "expected a number");
       }
-      report.loss.push_back(loss[i].get<double>());
+      // A loss the report could only write as a huge number (1e999 parses as infinity) is no loss to plot.
+      report.loss.push_back(require_finite(loss[i].get<double>(), source,
+                                           measured.field_path("loss") + "[" + std::to_string(i) + "]"));
     }
   }
   return report;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/input_error.h"
+#include "sim/plan_timing.h"
 #include "sim/simulator.h"
 
 namespace zeroplan {
@@ -11,16 +12,17 @@ namespace zeroplan {
 SimulatedPlans simulate_plans(const Comparison& comparison) {
   SimulatedPlans out;
   out.timings.resize(comparison.plans.size());
-  double best = 0.0;
+  std::vector<TimedPlan> timed(comparison.plans.size());
   for (std::size_t i = 0; i < comparison.plans.size(); ++i) {
     const PlanResult& plan = comparison.plans[i];
-    StepSimulation sim;
+    timed[i].plan = plan;
     try {
-      sim = simulate_step(comparison.model, comparison.cluster, comparison.training, plan.choice);
+      timed[i].simulation = simulate_step(comparison.model, comparison.cluster, comparison.training, plan.choice);
     } catch (const InputError& error) {
       if (out.problem.empty()) out.problem = error.what();
       continue;
     }
+    const StepSimulation& sim = *timed[i].simulation;
     PlanTiming timing;
     timing.step_seconds = sim.step_seconds;
     timing.tokens_per_second = sim.tokens_per_second;
@@ -30,20 +32,18 @@ SimulatedPlans simulate_plans(const Comparison& comparison) {
     timing.comm_seconds = sim.communication_seconds;
     timing.mfu_basis = sim.flop_convention + ", against the " + sim.peak_name + " peak";
     out.timings[i] = timing;
-    if (plan.fits && sim.tokens_per_second > best) {
-      best = sim.tokens_per_second;
-      out.recommended = static_cast<int>(i);
-    }
   }
+  // The plan `zeroplan plan` names as the fastest that fits (sim/plan_timing.h), so the star and the CLI agree.
+  out.recommended = recommended_plan(timed);
+  const std::string unit = comparison.model.transformer ? "tokens/s" : "samples/s";
   if (out.recommended >= 0) {
-    const PlanTiming& chosen = *out.timings[static_cast<std::size_t>(out.recommended)];
-    out.recommendation = "the most tokens/s of the plans that fit (" +
-                         std::to_string(std::llround(chosen.tokens_per_second)) + " predicted)";
+    const std::optional<PlanTiming>& chosen = out.timings[static_cast<std::size_t>(out.recommended)];
+    out.recommendation = chosen ? "the most " + unit + " of the plans that fit (" +
+                                      std::to_string(std::llround(chosen->tokens_per_second)) + " predicted)"
+                                : "the first plan that fits; none that fits could be simulated: " + out.problem;
   } else if (std::none_of(comparison.plans.begin(), comparison.plans.end(), [](const PlanResult& p) { return p.fits; })) {
     out.recommendation = "every plan exceeds the GPU, host or NVMe capacity; try a smaller micro-batch, "
                          "checkpointing or more GPUs";
-  } else {
-    out.recommendation = "the plans that fit could not be simulated: " + out.problem;
   }
   return out;
 }

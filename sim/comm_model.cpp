@@ -68,7 +68,10 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
   CommVolume v;
   double elements_one_micro_step = 0.0;  // the paper's multiple, without accumulation (all-reduce = 2 passes)
 
-  switch (in.stage) {
+  // One GPU has nobody to reduce with or gather from: no collective runs (the simulator schedules none either).
+  switch (n > 1 ? in.stage : -1) {
+    case -1:
+      break;
     case 0:
       add(v, CollectiveKind::all_reduce, buckets(P, zero.reduce_bucket_size), P, e, n,
           "gradients, at the accumulation boundary, per bucket");
@@ -122,6 +125,11 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
     if (in.offload_param == OffloadDevice::nvme) {
       v.nvme_read_bytes = sat_add(v.nvme_read_bytes, fetched);
       v.nvme_write_bytes = sat_add(v.nvme_write_bytes, partition_16bit);  // the updated partition
+    }
+    // Optimizer on the GPU: the step updates the partition there, and the 16-bit copy goes back to its home on
+    // the host (stage3.py with offload_param only).
+    if (in.offload_optimizer == OffloadDevice::none) {
+      v.pcie_device_to_host_bytes = sat_add(v.pcie_device_to_host_bytes, partition_16bit);
     }
   }
   return v;

@@ -100,6 +100,9 @@ std::optional<DeepSpeedEstimate> deepspeed_estimate_for(const PlanChoice& choice
                                                         int nodes) {
   if (choice.offload_optimizer == OffloadDevice::nvme || choice.offload_param == OffloadDevice::nvme)
     return std::nullopt;
+  // DeepSpeed's estimator has no row for parameters offloaded with the optimizer on the GPU.
+  if (choice.offload_param != OffloadDevice::none && choice.offload_optimizer == OffloadDevice::none)
+    return std::nullopt;
   if (choice.stage == 1 || choice.stage == 2) {
     // DeepSpeed has one estimator for stages 1 and 2 (stage_1_and_2.py).
     DeepSpeedEstimate e = estimate_zero2(P, gpus_per_node, nodes, choice.offload_optimizer == OffloadDevice::cpu);

@@ -35,13 +35,11 @@ std::vector<PlanChoice> enumerate_plan_choices(const PlanChoiceFilter& filter) {
   // (DeepSpeed rejects offload_optimizer.device nvme below stage 3).
   for (int stage : {1, 2})
     for (OffloadDevice optimizer : {OffloadDevice::none, OffloadDevice::cpu}) all.push_back({stage, optimizer, OffloadDevice::none});
-  // Stage 3: DeepSpeed requires the optimizer to be offloaded when the parameters are (ZeRO-Infinity:
-  // offload_param implies offload_optimizer), so (optimizer none, param cpu/nvme) is not a valid choice.
+  // Stage 3: every pair. DeepSpeed accepts offload_param without offload_optimizer (the 16-bit partition lives
+  // on the host/NVMe, the fp32 master and optimizer states stay on the GPU, and the updated partition is copied
+  // back after each step; runtime/zero/stage3.py), so all nine are plans.
   for (OffloadDevice optimizer : kDevices)
-    for (OffloadDevice param : kDevices) {
-      if (param != OffloadDevice::none && optimizer == OffloadDevice::none) continue;
-      all.push_back({3, optimizer, param});
-    }
+    for (OffloadDevice param : kDevices) all.push_back({3, optimizer, param});
   std::vector<PlanChoice> chosen;
   for (const PlanChoice& choice : all)
     if (passes(choice, filter)) chosen.push_back(choice);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/plan_inputs.h"  // PlanChoiceFilter: the stage and offloads the inputs ask for
 #include "core/training_config.h"
 
 namespace zeroplan {
@@ -18,15 +19,9 @@ struct PlanChoice {
 };
 
 // Every choice zeroplan compares: stage 0; stages 1 and 2 with offload_optimizer none/cpu (NVMe offload is
-// ZeRO-Infinity, stage 3 only); stage 3 with every (offload_optimizer, offload_param) pair of none/cpu/nvme where
-// param offload implies optimizer offload: 1 + 2 + 2 + 7 = 12 choices, narrowed by the filter (-1 / unset: any).
-struct PlanChoiceFilter {
-  int stage = -1;
-  bool offload_optimizer_set = false;
-  OffloadDevice offload_optimizer = OffloadDevice::none;
-  bool offload_param_set = false;
-  OffloadDevice offload_param = OffloadDevice::none;
-};
+// ZeRO-Infinity, stage 3 only); stage 3 with every (offload_optimizer, offload_param) pair of none/cpu/nvme
+// (DeepSpeed offloads either without the other): 1 + 2 + 2 + 9 = 14 choices, narrowed by the filter (-1 / unset:
+// any).
 std::vector<PlanChoice> enumerate_plan_choices(const PlanChoiceFilter& filter = {});
 
 // The training configuration with the choice applied (zero.stage and offloads set).

@@ -1,5 +1,7 @@
 #include "sim/plan_json.h"
 
+#include "sim/simulation_json.h"
+
 namespace zeroplan {
 
 nlohmann::json plan_to_json(const PlanResult& plan, const ClusterDescription& cluster) {
@@ -89,6 +91,24 @@ nlohmann::json plans_document(const ModelDescription& model, const ClusterDescri
       {"warnings", training.warnings},
       {"plans", plan_array},
   };
+}
+
+nlohmann::json timed_plan_to_json(const TimedPlan& timed, const ModelDescription& model,
+                                  const ClusterDescription& cluster) {
+  nlohmann::json out = plan_to_json(timed.plan, cluster);
+  const std::optional<StepSimulation>& simulation = timed.simulation;
+  out["sum_of_worst_cases_gpu_bytes"] =
+      simulation ? simulation->sum_of_worst_cases_gpu_bytes : timed.plan.memory.gpu.total;
+  out["timeline_peak_gpu_bytes"] = simulation ? nlohmann::json(simulation->peak_gpu_bytes) : nlohmann::json(nullptr);
+  out["gpu_bytes_source"] =
+      simulation ? "timeline peak (components live at the peak)"
+                 : "memory model, sum of worst cases (not simulated: " + timed.why_not_timed + ")";
+  if (simulation) {
+    add_time_fields(out, *simulation);
+  } else {
+    for (const char* key : {"step_seconds", throughput_key(model), "mfu", "exposed_comm_seconds"}) out[key] = nullptr;
+  }
+  return out;
 }
 
 }  // namespace zeroplan

@@ -8,6 +8,7 @@
 
 #include "core/cluster_description.h"
 #include "core/model_description.h"
+#include "sim/plan_timing.h"
 #include "sim/planner.h"
 
 namespace zeroplan {
@@ -23,5 +24,11 @@ nlohmann::json plan_to_json(const PlanResult& plan, const ClusterDescription& cl
 // notes and warnings, and the plans under "plans".
 nlohmann::json plans_document(const ModelDescription& model, const ClusterDescription& cluster,
                               const TrainingConfig& training, const std::vector<PlanResult>& plans);
+
+// plan_to_json plus what the simulated timeline adds: timeline_peak_gpu_bytes, sum_of_worst_cases_gpu_bytes,
+// gpu_bytes_source, and step_seconds, tokens_per_second (samples_per_second for layer lists), mfu,
+// exposed_comm_seconds (null when the cluster lacks a rate the plan needs).
+nlohmann::json timed_plan_to_json(const TimedPlan& timed, const ModelDescription& model,
+                                  const ClusterDescription& cluster);
 
 }  // namespace zeroplan

@@ -54,4 +54,18 @@ std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const
   return timed;
 }
 
+int recommended_plan(const std::vector<TimedPlan>& plans) {
+  int best = -1;
+  double best_rate = 0.0;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (!plans[i].plan.fits) continue;
+    const double rate = plans[i].simulation ? plans[i].simulation->tokens_per_second : 0.0;
+    if (best < 0 || rate > best_rate) {
+      best = static_cast<int>(i);
+      best_rate = rate;
+    }
+  }
+  return best;
+}
+
 }  // namespace zeroplan

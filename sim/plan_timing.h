@@ -42,4 +42,10 @@ std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const
                                             const TrainingConfig& training, const std::vector<PlanChoice>& choices,
                                             const PlannerOptions& options);
 
+// The recommended plan, as `zeroplan plan` names it in its verdict and the GUI stars it: among the plans that fit,
+// the one with the most simulated throughput (tokens/s, or samples/s for layer lists); a plan the cluster cannot
+// time counts as 0, and ties go to the earlier one (enumerate_plan_choices orders stage 0..3, least offload
+// first: the least communication and host traffic). Index into plans; -1 when none fits.
+int recommended_plan(const std::vector<TimedPlan>& plans);
+
 }  // namespace zeroplan

@@ -62,15 +62,6 @@ PlanResult evaluate_plan(const ModelDescription& model, const ClusterDescription
   return result;
 }
 
-std::vector<PlanResult> evaluate_plans(const ModelDescription& model, const ClusterDescription& cluster,
-                                       const TrainingConfig& training, const std::vector<PlanChoice>& choices,
-                                       const PlannerOptions& options) {
-  std::vector<PlanResult> results;
-  results.reserve(choices.size());
-  for (const PlanChoice& choice : choices) results.push_back(evaluate_plan(model, cluster, training, choice, options));
-  return results;
-}
-
 std::int64_t largest_fitting_micro_batch(const ModelDescription& model, const ClusterDescription& cluster,
                                          const TrainingConfig& training, const PlanChoice& choice,
                                          std::int64_t limit) {

@@ -44,10 +44,6 @@ bool gpu_memory_fits(const MemoryEstimate& memory, const ClusterDescription& clu
 PlanResult evaluate_plan(const ModelDescription& model, const ClusterDescription& cluster,
                          const TrainingConfig& training, const PlanChoice& choice, const PlannerOptions& options);
 
-std::vector<PlanResult> evaluate_plans(const ModelDescription& model, const ClusterDescription& cluster,
-                                       const TrainingConfig& training, const std::vector<PlanChoice>& choices,
-                                       const PlannerOptions& options);
-
 // Largest micro-batch in [1, limit] for which the plan fits (memory grows monotonically with it); 0 if none.
 std::int64_t largest_fitting_micro_batch(const ModelDescription& model, const ClusterDescription& cluster,
                                          const TrainingConfig& training, const PlanChoice& choice,

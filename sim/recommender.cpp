@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/input_error.h"
+#include "core/number_checks.h"
 #include "core/units.h"
 #include "sim/planner.h"
 
@@ -115,6 +116,7 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
       for (Checkpointing checkpointing : options.checkpointing) {
         for (std::int64_t micro = 1; micro <= std::min(per_gpu, options.max_micro_batch); ++micro) {
           if (per_gpu % micro != 0) continue;
+          if (per_gpu / micro > kMaxGradAccum) continue;  // more micro-steps than the simulator times
           ++result.candidates;
           TrainingConfig candidate = training;
           candidate.micro_batch = micro;

@@ -4,9 +4,14 @@
 
 namespace zeroplan {
 
+const char* throughput_key(const ModelDescription& model) {
+  return model.transformer ? "tokens_per_second" : "samples_per_second";
+}
+
 void add_time_fields(nlohmann::json& plan, const StepSimulation& simulation) {
   plan["step_seconds"] = simulation.step_seconds;
-  plan["tokens_per_second"] = simulation.tokens_per_second;
+  plan[simulation.token_unit == "tokens" ? "tokens_per_second" : "samples_per_second"] = simulation.tokens_per_second;
+  plan["throughput_unit"] = simulation.token_unit;
   plan["mfu"] = simulation.mfu;
   plan["exposed_comm_seconds"] = simulation.exposed_comm_seconds;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/input_error.h"
+#include "core/number_checks.h"
 #include "sim/collective_time.h"
 #include "sim/compute_time.h"
 #include "sim/memory_model.h"
@@ -16,12 +17,6 @@ namespace {
 
 constexpr const char* kTrainingSource = "training configuration";
 
-void require_positive(std::int64_t value, const char* field) {
-  if (value < 1) {
-    throw InputError(kTrainingSource, field, "is " + std::to_string(value) + "; expected an integer >= 1");
-  }
-}
-
 void require_rate(const ClusterDescription& cluster, double value, const char* field, const std::string& why) {
   if (!(value > 0.0)) {
     throw InputError(cluster.source, field, "is " + std::to_string(value) + "; expected > 0 (" + why + ")");
@@ -30,9 +25,14 @@ void require_rate(const ClusterDescription& cluster, double value, const char* f
 
 void validate(const ModelDescription& model, const ClusterDescription& cluster, const TrainingConfig& training) {
   if (model.layers.empty()) throw InputError(model.source, "layers", "the model has no layers to simulate");
-  require_positive(training.micro_batch, "micro_batch");
-  require_positive(training.seq_len, "seq_len");
-  require_positive(training.grad_accum, "gradient_accumulation_steps");
+  // The inputs' bounds again (core/number_checks.h): the simulator is called with configurations no front end
+  // resolved (the recommender's candidates, tests), and it sizes its timeline from them.
+  require_count_at_most(training.micro_batch, kMaxMicroBatch, kTrainingSource, "micro_batch", kMaxSizeWhy);
+  require_count_at_most(training.seq_len, kMaxSeqLen, kTrainingSource, "seq_len", kMaxSizeWhy);
+  require_count_at_most(training.grad_accum, kMaxGradAccum, kTrainingSource, "gradient_accumulation_steps",
+                        kMaxGradAccumWhy);
+  require_tokens_per_micro_step(training.micro_batch, training.seq_len, kTrainingSource, "micro_batch * seq_len");
+  require_count_at_most(cluster.total_gpus(), kMaxGpus, cluster.source, "gpus", kMaxSizeWhy);
   const ZeroConfig& zero = training.zero;
   if (zero.stage < 0 || zero.stage > 3) {
     throw InputError(kTrainingSource, "zero_optimization.stage",
@@ -46,9 +46,9 @@ void validate(const ModelDescription& model, const ClusterDescription& cluster, 
     throw InputError(kTrainingSource, "zero_optimization.offload_optimizer",
                      "optimizer offload needs stage 1, 2 or 3");
   }
-  require_positive(zero.reduce_bucket_size, "zero_optimization.reduce_bucket_size");
-  require_positive(zero.allgather_bucket_size, "zero_optimization.allgather_bucket_size");
-  require_positive(zero.sub_group_size, "zero_optimization.sub_group_size");
+  require_positive(zero.reduce_bucket_size, kTrainingSource, "zero_optimization.reduce_bucket_size");
+  require_positive(zero.allgather_bucket_size, kTrainingSource, "zero_optimization.allgather_bucket_size");
+  require_positive(zero.sub_group_size, kTrainingSource, "zero_optimization.sub_group_size");
   if (zero.prefetch_bucket_size < 0) {
     throw InputError(kTrainingSource, "zero_optimization.stage3_prefetch_bucket_size", "expected >= 0 elements");
   }

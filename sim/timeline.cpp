@@ -29,6 +29,7 @@ std::string to_string(TaskKind kind) {
     case TaskKind::all_gather: return "all-gather";
     case TaskKind::param_upload: return "params H2D";
     case TaskKind::grad_download: return "grads D2H";
+    case TaskKind::param_download: return "params D2H";
     case TaskKind::cpu_optimizer_step: return "CPU optimizer step";
     case TaskKind::nvme_read: return "NVMe read";
     case TaskKind::nvme_write: return "NVMe write";

@@ -42,6 +42,7 @@ enum class TaskKind : std::uint8_t {
   all_gather,
   param_upload,        // offload: parameters host -> device
   grad_download,       // offload: gradients device -> host
+  param_download,      // param offload with the optimizer on the GPU: updated parameters device -> host
   cpu_optimizer_step,  // offload: one sub-group's optimizer step on the host CPU
   nvme_read,
   nvme_write,
@@ -109,8 +110,6 @@ class Timeline {
   const std::vector<TimelineTask>& tasks() const { return tasks_; }
   std::size_t size() const { return tasks_.size(); }
 
-  // When a resource finishes its last task (0 when it has none).
-  double resource_free_at(Resource resource) const { return free_at_[static_cast<int>(resource)]; }
   // The step's end: the latest finish over every resource.
   double makespan() const;
   // Seconds each resource is busy (sum of its task durations; a resource runs one task at a time).

@@ -233,6 +233,19 @@ class StepBuilder {
           static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.optimizer_bandwidth;
       updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
                               {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro);
+      if (zero_.stage == 3 && zero_.offload_param != OffloadDevice::none) {
+        // Parameters offloaded, optimizer on the GPU: the updated 16-bit partition goes back to the host (and on
+        // to NVMe), where the next step's gathers fetch it.
+        const Bytes param_bytes = partition * e_;
+        updated = timeline_.add(Resource::device_to_host, TaskKind::param_download,
+                                static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(updated)}, -1, micro,
+                                param_bytes);
+        if (zero_.offload_param == OffloadDevice::nvme) {
+          updated = timeline_.add(Resource::nvme, TaskKind::nvme_write,
+                                  static_cast<double>(param_bytes) / in_.nvme_write_bandwidth, {after(updated)}, -1,
+                                  micro, param_bytes);
+        }
+      }
     } else {
       // Host CPU, one sub-group at a time; NVMe states read before and written after each; updated 16-bit
       // parameters up over H2D (stage 1/2, stage 3 without param offload) or kept on the host / NVMe.

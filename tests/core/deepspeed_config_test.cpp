@@ -19,11 +19,6 @@ namespace {
 
 const std::string kData = ZEROPLAN_TEST_DATA_DIR;
 
-bool any_contains(const std::vector<std::string>& lines, const std::string& fragment) {
-  return std::any_of(lines.begin(), lines.end(),
-                     [&](const std::string& line) { return line.find(fragment) != std::string::npos; });
-}
-
 std::filesystem::path example(const std::string& name) {
   return data_directory() / "configs" / "deepspeed" / name;
 }
@@ -284,6 +279,29 @@ TEST(TrainingConfig, NamesParseAndPrint) {
   const nlohmann::json document = training_to_json(TrainingConfig{});
   EXPECT_EQ(document.at("zero").at("stage"), 0);
   EXPECT_EQ(document.at("precision"), "bf16");
+}
+
+// Issue 9: DeepSpeed plans parameter offload without optimizer offload, but not NVMe offload without nvme_path.
+TEST(DeepSpeedConfig, NvmeOffloadNeedsItsPathAndParameterOffloadMayStandAlone) {
+  const ModelDescription model = load_model("gpt2-124m");
+  TrainingConfig training;
+  expect_input_error([&] { apply_deepspeed_config(kData + "/ds_offload_param_nvme_no_path.json", model, 4, training); },
+                     {"ds_offload_param_nvme_no_path.json", "zero_optimization.offload_param.nvme_path", "missing",
+                      "DeepSpeed's own requirement"});
+  apply_deepspeed_config(kData + "/ds_offload_param_nvme_only.json", model, 4, training);
+  EXPECT_EQ(training.zero.stage, 3);
+  EXPECT_EQ(training.zero.offload_param, OffloadDevice::nvme);
+  EXPECT_EQ(training.zero.offload_optimizer, OffloadDevice::none);
+}
+
+// Issue 9: numbers JSON can only hold as infinity (1e999) and absurd sizes are refused, named by their field.
+TEST(DeepSpeedConfig, NonFiniteRatesAndAbsurdSizesAreRefused) {
+  const ModelDescription model = load_model("gpt2-124m");
+  TrainingConfig training;
+  expect_input_error([&] { apply_deepspeed_config(kData + "/ds_nan_lr.json", model, 4, training); },
+                     {"ds_nan_lr.json", "optimizer.params.lr", "not a finite number"});
+  expect_input_error([&] { apply_deepspeed_config(kData + "/ds_absurd_accumulation.json", model, 4, training); },
+                     {"gradient_accumulation_steps", "at most 10,000"});
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // (the file, the field, what was expected). Shared by the core test files.
 #pragma once
 
+#include <algorithm>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +24,12 @@ void expect_input_error(Body body, std::initializer_list<std::string> fragments)
           << "message \"" << error.what() << "\" lacks \"" << fragment << "\"";
     }
   }
+}
+
+// Whether any line (a note, a warning) contains the fragment.
+inline bool any_contains(const std::vector<std::string>& lines, const std::string& fragment) {
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const std::string& line) { return line.find(fragment) != std::string::npos; });
 }
 
 }  // namespace zeroplan

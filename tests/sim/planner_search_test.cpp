@@ -4,6 +4,7 @@
 #include "core/input_error.h"
 
 #include "sim/planner.h"
+#include "sim/simulator.h"
 #include "tests/sim/sim_test_fixtures.h"
 
 namespace zeroplan {
@@ -24,19 +25,43 @@ TrainingConfig training_b(std::int64_t micro_batch) {
 
 TEST(PlanChoices, EnumeratesEveryStageAndValidOffloadPair) {
   const auto all = enumerate_plan_choices();
-  EXPECT_EQ(all.size(), 1u + 2u + 2u + 7u);  // NVMe optimizer offload is stage 3 only (ZeRO-Infinity)
+  EXPECT_EQ(all.size(), 1u + 2u + 2u + 9u);  // NVMe optimizer offload is stage 3 only (ZeRO-Infinity)
   for (const PlanChoice& c : all) {
     if (c.stage < 3) EXPECT_EQ(c.offload_param, OffloadDevice::none);
-    if (c.offload_param != OffloadDevice::none) EXPECT_NE(c.offload_optimizer, OffloadDevice::none) << c.label();
+    if (c.stage < 3) EXPECT_NE(c.offload_optimizer, OffloadDevice::nvme) << c.label();
   }
   PlanChoiceFilter filter;
   filter.stage = 3;
   filter.offload_param_set = true;
   filter.offload_param = OffloadDevice::nvme;
   const auto narrowed = enumerate_plan_choices(filter);
-  ASSERT_EQ(narrowed.size(), 2u);
-  EXPECT_EQ(narrowed[0].label(), "stage 3 + opt:cpu + param:nvme");
+  ASSERT_EQ(narrowed.size(), 3u);
+  EXPECT_EQ(narrowed[0].label(), "stage 3 + param:nvme");
+  EXPECT_EQ(narrowed[1].label(), "stage 3 + opt:cpu + param:nvme");
   EXPECT_EQ(PlanChoice{2}.label(), "stage 2");
+}
+
+// DeepSpeed accepts offload_param without offload_optimizer (issue 9): the parameter partition leaves the GPU,
+// the fp32 master and the optimizer states stay, and the updated partition goes back over PCIe every step.
+TEST(PlanChoices, ParameterOffloadWithTheOptimizerOnTheGpu) {
+  const ModelDescription model = gpt2_xl();
+  const ClusterDescription cluster = load_cluster("h200x4");
+  const TrainingConfig training = training_b(1);
+  PlannerOptions options;
+  options.search_max_micro_batch = false;
+  const PlanResult plain = evaluate_plan(model, cluster, training, {3}, options);
+  const PlanResult offloaded = evaluate_plan(model, cluster, training, {3, OffloadDevice::none, OffloadDevice::cpu}, options);
+  EXPECT_EQ(offloaded.memory.gpu.params, 0);
+  EXPECT_GT(plain.memory.gpu.params, 0);
+  EXPECT_EQ(offloaded.memory.gpu.optimizer_states, plain.memory.gpu.optimizer_states);
+  EXPECT_EQ(offloaded.memory.gpu.master_params, plain.memory.gpu.master_params);
+  EXPECT_GT(offloaded.memory.host.total, plain.memory.host.total);
+  EXPECT_GT(offloaded.comm.pcie_device_to_host_bytes, 0);
+  EXPECT_GT(offloaded.comm.pcie_host_to_device_bytes, 0);
+  EXPECT_EQ(plain.comm.pcie_device_to_host_bytes, 0);
+
+  const StepSimulation step = simulate_step(model, cluster, training, {3, OffloadDevice::none, OffloadDevice::nvme});
+  EXPECT_GT(step.step_seconds, simulate_step(model, cluster, training, {3}).step_seconds);
 }
 
 TEST(PlanChoices, ApplyChoiceSetsStageAndOffloads) {
