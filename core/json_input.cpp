@@ -112,6 +112,21 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
                          (!allow_comments && byte < text.size() && text[byte] == '/'
                               ? " (comments are not allowed in this file)"
                               : ""));
+  } catch (const nlohmann::json::out_of_range& overflow) {
+    // nlohmann 3.11 (Debian 12) refuses a literal such as 1e999 with out_of_range.406 while parsing: a number
+    // that is not finite as a double, which every reader refuses anyway.
+    // The message quotes the literal ('1e999'): find it to say where it is.
+    const std::string what = overflow.what();
+    const std::size_t q = what.find('\''), q2 = q == std::string::npos ? q : what.find('\'', q + 1);
+    const std::string literal = q2 == std::string::npos ? "" : what.substr(q + 1, q2 - q - 1);
+    const std::size_t at = literal.empty() ? std::string::npos : text.find(literal);
+    std::string where;
+    if (at != std::string::npos) {
+      const auto [line, column] = line_and_column(text, at);
+      where = " at line " + std::to_string(line) + ", column " + std::to_string(column);
+    }
+    throw InputError(source, "", "value " + literal + where + " is not a finite number (it overflows a double); "
+                                 "expected a finite number");
   }
 }
 

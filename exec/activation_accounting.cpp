@@ -35,7 +35,7 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   }
   m.activations += backward_working_set_bytes(c);
   m.logits = e * sb * c.shape.padded_vocab + 4 * sb;
-  m.workspace = 4 * (4 * C + 1) + 4 * (kNormPartials + 1) + 8 * sb + kCublasWorkspaceBytes;
+  m.workspace = 4 * (4 * C + 1) + 4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + kCublasWorkspaceBytes;
   return m;
 }
 

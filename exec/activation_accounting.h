@@ -24,7 +24,7 @@
 //                   and the flash-attention D = rowsum(dO*O) 4*a*s*b (fp32).
 // logits            e*s*b*Vp (the fused cross-entropy writes dlogits in place) + 4*s*b (per-token losses, fp32)
 // workspace         bias/LN-gradient partials and their counter 4*(4C+1), grad-norm partials and result
-//                   (kNormPartials + 1 floats), the micro-batch's input and target token ids 8*s*b (int32), and the
+//                   (kNormPartials + 1 floats), the ZeRO engine's norm slots (kNormSlots floats), the micro-batch's input and target token ids 8*s*b (int32), and the
 //                   cuBLASLt workspace (32 MiB, customary on Hopper)
 #pragma once
 
@@ -39,6 +39,8 @@ namespace zeroplan::exec {
 
 inline constexpr std::int64_t kCublasWorkspaceBytes = 32ll << 20;
 inline constexpr std::int64_t kNormPartials = 1024;  // blocks of the grad-norm reduction (fp32 each)
+// Sums of squares the ZeRO engine keeps per bucket for the global norm (exec/zero/zero_engine.cpp), fp32 each.
+inline constexpr std::int64_t kNormSlots = 1024;
 
 struct ExpectedMemory {
   std::int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0, activations = 0, logits = 0,

@@ -24,6 +24,7 @@
 #include "exec/trainer.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
+#include "sim/compute_time.h"
 #include "sim/simulator.h"
 #ifdef ZEROPLAN_HAVE_CUDA
 #include "exec/comm/nccl_communicator.h"
@@ -177,10 +178,7 @@ int run_training(RunOptions& o) {
     tr.notes.push_back("run: selective checkpointing recomputes the attention core, which the flash kernel never "
                        "stores: the executor keeps the same tensors as with checkpointing none");
   // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
-  tr.fused_attention = true;
-  tr.fused_cross_entropy = true;
-  tr.engine = TrainingEngine::zeroplan;  // the memory model of our own executor (core/training_config.h)
-  tr.fp32_loss = false;
+  use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
   exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
   cfg.zero.stage = tr.zero.stage;
   cfg.zero.reduce_bucket_elements = tr.zero.reduce_bucket_size;
@@ -191,6 +189,11 @@ int run_training(RunOptions& o) {
   if (!o.common.ds_config && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");
+  // The CPU backend is deterministic by construction (fixed-order MPI reductions, no atomics); the CUDA
+  // kernels' atomic bias/embedding gradient sums have no fixed-order variant yet.
+  if (o.deterministic && o.backend == "cuda")
+    throw InputError(kCli, "--deterministic", "not available on the CUDA backend yet (its bias and embedding "
+                                              "gradients are summed with atomics); the CPU backend always is");
   cfg.zero.deterministic = o.deterministic;
 
   // The plan first: stop before allocating when the planner says it does not fit.
@@ -232,7 +235,7 @@ int run_training(RunOptions& o) {
 #ifdef ZEROPLAN_HAVE_CUDA
     std::string why;
     if (!exec::cuda_device_available(&why)) throw InputError(kCli, "--backend", "cuda: " + why + " (try --backend cpu)");
-    comm = exec::make_nccl_communicator(env.rank, world, env.local_rank, env.nccl_id_hex, mpi.get());
+    if (world > 1) comm = exec::make_nccl_communicator(env.rank, world, env.local_rank, env.nccl_id_hex, mpi.get());
     trainer = exec::make_cuda_trainer(cfg, comm.get());
 #else
     throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
@@ -246,11 +249,8 @@ int run_training(RunOptions& o) {
       throw InputError(*o.data, "--data", e.what());
     }
   }
-  const std::int64_t n_params = in.model.params();
-  const auto& shape = *in.model.transformer;
   // PaLM appendix B (zero-formulas.md sec. 6): 6N + 12 L h s per token, recompute not counted.
-  const double flops_per_token = 6.0 * static_cast<double>(n_params) +
-                                 12.0 * static_cast<double>(shape.layers * shape.hidden * tr.seq_len);
+  const double flops_per_token = model_flops_per_token(in.model, tr);
   const double peak = in.cluster.peak_flops(to_string(tr.precision));
   const std::int64_t tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
   std::cout << "run: " << o.steps << " steps on " << trainer->device_name() << " (" << trainer->backend() << "), data "

@@ -129,7 +129,42 @@ class NcclCommunicator final : public Communicator {
   double* scalars_ = nullptr;
 };
 
+class SingleGpuCommunicator final : public Communicator {
+ public:
+  SingleGpuCommunicator() { CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~SingleGpuCommunicator() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  std::string backend() const override { return "local"; }
+  void all_reduce_sum(const void* send, void* recv, std::int64_t count, CommDtype type) override {
+    copy(send, recv, count * comm_dtype_bytes(type));
+  }
+  void reduce_scatter_sum(const void* send, void* recv, std::int64_t recv_count, CommDtype type) override {
+    copy(send, recv, recv_count * comm_dtype_bytes(type));
+  }
+  void all_gather(const void* send, void* recv, std::int64_t send_count, CommDtype type) override {
+    copy(send, recv, send_count * comm_dtype_bytes(type));
+  }
+  void group_start() override {}
+  void group_end() override {}
+  void all_reduce_host(double*, int) override {}
+  void barrier() override {}
+  void* comm_stream() const override { return stream_; }
+
+ private:
+  void copy(const void* send, void* recv, std::int64_t bytes) {
+    if (send != recv && bytes > 0)
+      CUDA_CHECK(cudaMemcpyAsync(recv, send, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace
+
+std::unique_ptr<Communicator> make_single_gpu_communicator() { return std::make_unique<SingleGpuCommunicator>(); }
 
 std::string make_nccl_unique_id_hex() {
   ncclUniqueId id;

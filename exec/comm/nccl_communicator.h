@@ -19,4 +19,8 @@ std::string make_nccl_unique_id_hex();
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world, int device, const std::string& id_hex,
                                                      Communicator* mpi);
 
+// One rank on the current GPU without NCCL: collectives of one rank are copies (cudaMemcpyAsync on its own
+// stream); nothing is counted, as nothing crosses a wire.
+std::unique_ptr<Communicator> make_single_gpu_communicator();
+
 }  // namespace zeroplan::exec

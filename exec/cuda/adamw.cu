@@ -11,20 +11,20 @@ namespace {
 using i64 = std::int64_t;
 
 template <typename T>
-__global__ void init_kernel(T* params, float* master, i64 offset, i64 numel, i64 live, InitKind kind,
+__global__ void init_kernel(T* params, float* master, i64 count, i64 hash_first, i64 live, InitKind kind,
                             std::uint64_t seed, float residual_std) {
   const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= numel) return;
-  const float v = i < live ? init_value(kind, seed, static_cast<std::uint64_t>(offset + i), residual_std) : 0.0f;
-  params[offset + i] = from_f<T>(v);
-  if (master) master[offset + i] = v;
+  if (i >= count) return;
+  const float v = i < live ? init_value(kind, seed, static_cast<std::uint64_t>(hash_first + i), residual_std) : 0.0f;
+  if (params) params[i] = from_f<T>(v);
+  if (master) master[i] = v;
 }
 
 template <typename T>
 __global__ void set_kernel(T* params, float* master, const float* src, i64 n) {
   const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  params[i] = from_f<T>(src[i]);
+  if (params) params[i] = from_f<T>(src[i]);
   if (master) master[i] = src[i];
 }
 
@@ -95,9 +95,11 @@ __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m,
 }  // namespace
 
 template <typename T>
-void init_tensor(T* params, float* master, i64 offset, i64 numel, i64 live, InitKind kind, std::uint64_t seed,
+void init_tensor(T* params, float* master, i64 count, i64 hash_first, i64 live, InitKind kind, std::uint64_t seed,
                  float residual_std, cudaStream_t stream) {
-  init_kernel<T><<<ceil_div(numel, 256), 256, 0, stream>>>(params, master, offset, numel, live, kind, seed, residual_std);
+  if (count <= 0) return;
+  init_kernel<T><<<ceil_div(count, 256), 256, 0, stream>>>(params, master, count, hash_first, live, kind, seed,
+                                                           residual_std);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -129,7 +131,7 @@ void adamw_update(T* params, float* master, const T* grads, float* m, float* v, 
 }
 
 #define ZP_INSTANTIATE(T)                                                                                        \
-  template void init_tensor<T>(T*, float*, i64, i64, i64, InitKind, std::uint64_t, float, cudaStream_t);          \
+  template void init_tensor<T>(T*, float*, i64, i64, i64, InitKind, std::uint64_t, float, cudaStream_t);\
   template void set_from_fp32<T>(T*, float*, const float*, i64, cudaStream_t);                                    \
   template void grad_norm_squared<T>(float*, float*, const T*, i64, cudaStream_t);                                \
   template void adamw_update<T>(T*, float*, const T*, float*, float*, i64, float, float, float, float, float, float, \

@@ -19,11 +19,12 @@ struct DecayGeometry {
   std::int64_t base = 0;
 };
 
-// params[offset, offset+numel) (and master, when not null) = init; elements at or past `live` are 0.
+// params[0, count) and master[0, count) (each when not null) = the initialization of hash indices
+// [hash_first, hash_first + count) (exec/init_rng.h); elements at or past `live` are 0.
 template <typename T>
-void init_tensor(T* params, float* master, std::int64_t offset, std::int64_t numel, std::int64_t live, InitKind kind,
-                 std::uint64_t seed, float residual_std, cudaStream_t stream);
-// params = round(src) and master = src (when not null), src fp32 on the device.
+void init_tensor(T* params, float* master, std::int64_t count, std::int64_t hash_first, std::int64_t live,
+                 InitKind kind, std::uint64_t seed, float residual_std, cudaStream_t stream);
+// params = round(src) and master = src (each when not null), src fp32 on the device.
 template <typename T>
 void set_from_fp32(T* params, float* master, const float* src, std::int64_t n, cudaStream_t stream);
 

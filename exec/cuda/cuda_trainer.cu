@@ -23,7 +23,10 @@
 #include "exec/cuda/gelu.cuh"
 #include "exec/cuda/layernorm.cuh"
 #include "exec/cuda/matmul.cuh"
+#include "exec/comm/nccl_communicator.h"
+#include "exec/cuda/cuda_zero_device.h"
 #include "exec/loss_scaler.h"
+#include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
 
@@ -123,21 +126,28 @@ double elapsed_s(const CudaEvent& a, const CudaEvent& b) {
 template <typename T>
 class CudaTrainer final : public Trainer {
  public:
-  explicit CudaTrainer(const ExecConfig& config)
-      : config_(config), layout_(config.shape), scaler_(config.precision, config.loss_scale) {
+  CudaTrainer(const ExecConfig& config, Communicator* comm)
+      : config_(config), layout_(config.shape, zero_alignment(comm ? comm->world() : 1)),
+        scaler_(config.precision, config.loss_scale) {
     validate(config_);
     if (config_.seq_len > (1 << 30) || config_.micro_batch * config_.seq_len > (1ll << 31))
       throw std::invalid_argument("executor: micro_batch x seq_len too large for 32-bit token indexing");
-    CUDA_CHECK(cudaSetDevice(0));
+    // The communicator chose this rank's GPU (cudaSetDevice); one rank without one uses the current device.
+    if (!comm) own_comm_ = make_single_gpu_communicator();
+    comm_ = comm ? comm : own_comm_.get();
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     device_name_ = prop.name;
     try {
       stream_.create();
       alloc_ = std::make_unique<DeviceAllocator>();
+      zero_device_ = std::make_unique<CudaZeroDevice>(layout_, config_.seed, element_type(), *alloc_, stream_,
+                                                      static_cast<cudaStream_t>(comm_->comm_stream()));
+      engine_ = std::make_unique<ZeroEngine>(config_, layout_, *zero_device_, *comm_);
       allocate();
       matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes));
-      initialize();
     } catch (...) {
       // the members release everything created so far; first let queued work finish with the buffers
       if (stream_.get()) cudaStreamSynchronize(stream_);
@@ -154,6 +164,9 @@ class CudaTrainer final : public Trainer {
   const ParamLayout& layout() const override { return layout_; }
   std::string backend() const override { return "cuda"; }
   std::string device_name() const override { return device_name_; }
+  int rank() const override { return comm_->rank(); }
+  int world() const override { return comm_->world(); }
+  CommCounters comm_counters() const override { return comm_->counters(); }
 
   double forward_loss(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
@@ -165,9 +178,11 @@ class CudaTrainer final : public Trainer {
   double forward_backward(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
     const float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(BT()));
+    engine_->begin_step();
+    engine_->begin_micro_step(config_.grad_accum - 1);  // a boundary micro-step: its gradients are reduced
     forward(in.data(), tg.data(), true, 0, dloss);
-    backward(true);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    backward();
+    zero_device_->synchronize();
     return mean_loss(1);
   }
 
@@ -176,63 +191,47 @@ class CudaTrainer final : public Trainer {
     StepResult r;
     const double scale = scaler_.scale();
     r.loss_scale = scale;
-    const float dloss = static_cast<float>(scale / static_cast<double>(BT() * config_.grad_accum));
+    // Each rank's loss gradient is 1/(tokens of the global batch): the sum over ranks is the global mean.
+    const double global_tokens = static_cast<double>(BT() * config_.grad_accum * comm_->world());
+    const float dloss = static_cast<float>(scale / global_tokens);
     CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
+    engine_->begin_step();
     double fwd = 0, bwd = 0;
     for (i64 k = 0; k < config_.grad_accum; ++k) {
+      engine_->begin_micro_step(k);
       CUDA_CHECK(cudaEventRecord(ev_a_.get(), stream_));
       forward(in.data() + k * BT(), tg.data() + k * BT(), true, k, dloss);
       CUDA_CHECK(cudaEventRecord(ev_b_.get(), stream_));
-      backward(k == 0);
+      backward();
       CUDA_CHECK(cudaEventRecord(ev_c_.get(), stream_));
       CUDA_CHECK(cudaEventSynchronize(ev_c_.get()));  // also keeps the token upload buffers free for reuse
       fwd += elapsed_s(ev_a_, ev_b_);
       bwd += elapsed_s(ev_b_, ev_c_);
     }
-    // Global gradient norm of the scaled gradients; inf/nan means fp16 overflow (DeepSpeed's has_overflow).
-    cuda::grad_norm_squared<T>(norm_partials_, norm_partials_ + 1, grads_, layout_.total(), stream_);
-    CUDA_CHECK(cudaMemcpyAsync(host_scalar_.get(), norm_partials_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const double norm = std::sqrt(static_cast<double>(*host_scalar_.get())) / scale;
-    r.grad_norm = norm;
-    r.skipped = scaler_.update(!std::isfinite(norm));
-    if (!r.skipped) {
-      double clip = 1.0;
-      if (config_.optimizer.grad_clip > 0 && norm > config_.optimizer.grad_clip)
-        clip = config_.optimizer.grad_clip / (norm + 1e-6);
-      ++t_;
-      const auto& o = config_.optimizer;
-      cuda::adamw_update<T>(params_, master_, grads_, m_, v_, layout_.total(), static_cast<float>(o.learning_rate),
-                            static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.epsilon),
-                            static_cast<float>(o.weight_decay), static_cast<float>(clip / scale), t_,
-                            cuda::DecayGeometry{layout_.blocks_begin(), layout_.block_stride(),
-                                                layout_.block_decay_elements(), layout_.blocks_end()},
-                            stream_);
-    }
+    // Reduced gradients, the global norm (inf/nan: fp16 overflow, DeepSpeed's has_overflow) agreed by all
+    // ranks, clipping, AdamW on the rank's partition, the parameter all-gather.
+    r.loss = engine_->sum_over_ranks(local_loss_sum(config_.grad_accum)) / global_tokens;
+    r.grad_norm = engine_->finish_step(scale, [&](double norm) {
+      r.skipped = scaler_.update(!std::isfinite(norm));
+      return r.skipped;
+    });
     CUDA_CHECK(cudaEventRecord(ev_end_.get(), stream_));
     CUDA_CHECK(cudaEventSynchronize(ev_end_.get()));
+    const CommTimes& ct = engine_->last_comm_times();
     r.times.forward_s = fwd;
     r.times.backward_s = bwd;
     r.times.step_s = elapsed_s(ev_start_, ev_end_);
     r.times.optimizer_s = std::max(0.0, r.times.step_s - fwd - bwd);
-    r.loss = mean_loss(config_.grad_accum);
+    for (int k = 0; k < kCommKinds; ++k) r.times.comm_s[k] = ct.seconds[k];
+    r.times.exposed_comm_s = ct.exposed_s;
     alloc_->sample();
     return r;
   }
 
-  std::vector<float> params() const override { return download(params_, layout_.total(), 1.0); }
-  std::vector<float> grads() const override { return download(grads_, layout_.total(), 1.0 / scaler_.scale()); }
+  std::vector<float> params() const override { return engine_->gathered_params(); }
+  std::vector<float> grads() const override { return engine_->gathered_grads(scaler_.scale()); }
   std::vector<float> logits() const override { return download(logits_, BT() * config_.shape.padded_vocab, 1.0); }
-
-  void set_params(const std::vector<float>& flat) override {
-    if (static_cast<i64>(flat.size()) != layout_.total())
-      throw std::invalid_argument("set_params: expected " + std::to_string(layout_.total()) + " values");
-    float* tmp = alloc_->allocate_n<float>("transfer", "set_params upload", layout_.total());
-    CUDA_CHECK(cudaMemcpyAsync(tmp, flat.data(), flat.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
-    cuda::set_from_fp32<T>(params_, master_, tmp, layout_.total(), stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    alloc_->free(tmp);
-  }
+  void set_params(const std::vector<float>& flat) override { engine_->set_params(flat); }
 
   MemoryReport memory() const override {
     MemoryReport r;
@@ -246,8 +245,15 @@ class CudaTrainer final : public Trainer {
 
  private:
   i64 BT() const { return config_.micro_batch * config_.seq_len; }
-  T* P(const ParamTensor& t) const { return params_ + t.offset; }
-  T* G(const ParamTensor& t) const { return grads_ + t.offset; }
+  T* P(const ParamTensor& t) const { return static_cast<T*>(engine_->params()) + t.offset; }
+  T* G(const ParamTensor& t) const { return static_cast<T*>(engine_->grad_at(t.offset)); }
+  i64 block_begin(i64 l) const { return layout_.block(l, kQkvW).offset; }
+  i64 block_end(i64 l) const { return l + 1 < config_.shape.layers ? block_begin(l + 1) : layout_.lnf_w().offset; }
+  static CommDtype element_type() {
+    if constexpr (std::is_same_v<T, float>) return CommDtype::f32;
+    else if constexpr (std::is_same_v<T, __half>) return CommDtype::f16;
+    else return CommDtype::bf16;
+  }
   const ParamTensor& W(i64 l, BlockTensor which) const { return layout_.block(l, which); }
 
   void check_tokens(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg, i64 micro) const {
@@ -263,11 +269,7 @@ class CudaTrainer final : public Trainer {
     const auto& s = config_.shape;
     const i64 n = layout_.total(), C = s.hidden, L = s.layers, bt = BT();
     const i64 nb = config_.recompute == ExecRecompute::none ? L : 1;  // blocks whose tensors are kept
-    params_ = alloc_->allocate_n<T>("params", "parameters", n);
-    grads_ = alloc_->allocate_n<T>("grads", "gradients", n);
-    if constexpr (!std::is_same_v<T, float>) master_ = alloc_->allocate_n<float>("master_params", "fp32 master weights", n);
-    m_ = alloc_->allocate_n<float>("optimizer_states", "AdamW momentum", n);
-    v_ = alloc_->allocate_n<float>("optimizer_states", "AdamW variance", n);
+    (void)n;  // params, grads, master params and AdamW moments belong to the ZeRO engine
     residual_ = alloc_->allocate_n<T>("activations", "block inputs (residual stream)", (L + 1) * bt * C);
     // with full recompute the one set of block buffers also holds layer 0's LN1 input (it is residual_[0])
     blocks_.resize(L);
@@ -302,23 +304,9 @@ class CudaTrainer final : public Trainer {
     partial_ = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", 4 * C + 1);
     counter_ = reinterpret_cast<unsigned*>(partial_ + 4 * C);
     CUDA_CHECK(cudaMemset(partial_, 0, (4 * C + 1) * sizeof(float)));
-    norm_partials_ = alloc_->allocate_n<float>("workspace", "gradient-norm partials", kNormPartials + 1);
     tokens_ = alloc_->allocate_n<int>("workspace", "input and target tokens", 2 * bt);
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * bt));
-    host_scalar_.allocate(1);
-  }
-
-  void initialize() {
-    const float rstd = layout_.residual_std();
-    for (const ParamTensor& t : layout_.tensors()) {
-      const i64 live = &t == &layout_.wte() ? config_.shape.vocab * config_.shape.hidden : t.numel();
-      cuda::init_tensor<T>(params_, master_, t.offset, t.numel(), live, t.init, config_.seed, rstd, stream_);
-    }
-    CUDA_CHECK(cudaMemsetAsync(m_, 0, layout_.total() * sizeof(float), stream_));
-    CUDA_CHECK(cudaMemsetAsync(v_, 0, layout_.total() * sizeof(float), stream_));
-    CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total() * sizeof(T), stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   // One block's forward. `recompute` (full checkpointing, in backward) skips the block output, already stored.
@@ -355,10 +343,15 @@ class CudaTrainer final : public Trainer {
   }
 
   // Gradients are written on the first micro-step and accumulated on the others.
-  void backward(bool first) {  // the micro-step's tokens are already on the device
+  // The ZeRO engine learns which gradients backward writes next (prepare_gradients: stage 2 hands out bucket
+  // buffers) and which are final (gradients_final_from: finished buckets are reduced on the comm stream while
+  // backward goes on).
+  void backward() {  // the micro-step's tokens are already on the device
     const auto& s = config_.shape;
     const i64 C = s.hidden, bt = BT(), B = config_.micro_batch, Tn = config_.seq_len;
-    const bool acc = !first;
+    const bool acc = engine_->kernels_accumulate();
+    engine_->prepare_gradients(0, block_begin(0));                       // embeddings (wte by the logits)
+    engine_->prepare_gradients(layout_.lnf_w().offset, layout_.total());  // ln_f
     // logits = lnf wte^T
     matmul_->backward_input<T>(dln_, logits_, P(layout_.wte()), bt, C, s.padded_vocab, stream_);
     matmul_->backward_weight<T>(G(layout_.wte()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
@@ -366,7 +359,9 @@ class CudaTrainer final : public Trainer {
     cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, counter_, dln_,
                                 residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
                                 acc, stream_);
+    engine_->gradients_final_from(layout_.lnf_w().offset);
     for (i64 l = s.layers - 1; l >= 0; --l) {
+      engine_->prepare_gradients(block_begin(l), block_end(l));
       if (config_.recompute == ExecRecompute::full) block_forward(l, true);
       const BlockBuffers<T>& a = blocks_[l];
       const T* x = residual_ + l * bt * C;
@@ -389,8 +384,17 @@ class CudaTrainer final : public Trainer {
       cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, counter_, bt, 3 * C, acc, stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, counter_, dln_, x, P(W(l, kLn1W)),
                                   a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
+      engine_->gradients_final_from(block_begin(l));
     }
     cuda::encoder_backward<T>(G(layout_.wte()), G(layout_.wpe()), dres_, tokens_, B, Tn, C, acc, stream_);
+    engine_->gradients_final_from(0);
+  }
+
+  // Sum of this rank's per-token losses over its micro-steps (host copies made by forward).
+  double local_loss_sum(i64 micro_steps) const {
+    double sum = 0;
+    for (i64 i = 0; i < micro_steps * BT(); ++i) sum += host_losses_.get()[i];
+    return sum;
   }
 
   double mean_loss(i64 micro_steps) const {
@@ -412,14 +416,17 @@ class CudaTrainer final : public Trainer {
   ParamLayout layout_;
   LossScaler scaler_;
   std::string device_name_;
-  // declaration order is release order reversed: host buffers, events, cuBLASLt, device memory, the stream
+  std::unique_ptr<Communicator> own_comm_;  // one rank, when no communicator was given
+  Communicator* comm_ = nullptr;
+  // declaration order is release order reversed: host buffers, events, cuBLASLt, the engine, device memory,
+  // the stream, the communicator (and its stream)
   CudaStream stream_;
   std::unique_ptr<DeviceAllocator> alloc_;
+  std::unique_ptr<CudaZeroDevice> zero_device_;
+  std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<cuda::Matmul> matmul_;
   CudaEvent ev_start_, ev_a_, ev_b_, ev_c_, ev_end_;
   int t_ = 0;
-  T *params_ = nullptr, *grads_ = nullptr;
-  float *master_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   T* residual_ = nullptr;
   std::vector<BlockBuffers<T>> blocks_;
   T* lnf_ = nullptr;
@@ -427,21 +434,29 @@ class CudaTrainer final : public Trainer {
   T* logits_ = nullptr;
   float* losses_ = nullptr;
   T *dres_ = nullptr, *dln_ = nullptr, *d4_ = nullptr;
-  float *d_rowsum_ = nullptr, *partial_ = nullptr, *norm_partials_ = nullptr;
+  float *d_rowsum_ = nullptr, *partial_ = nullptr;
   unsigned* counter_ = nullptr;
   int* tokens_ = nullptr;
   void* cublas_ws_ = nullptr;
   PinnedHost<float> host_losses_;
-  PinnedHost<float> host_scalar_;
 };
 
 }  // namespace
 
-std::unique_ptr<Trainer> make_cuda_trainer(const ExecConfig& config) {
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Trainer> make_cuda_trainer(const ExecConfig& config, Communicator* comm) {
   switch (config.precision) {
-    case ExecPrecision::fp32: return std::make_unique<CudaTrainer<float>>(config);
-    case ExecPrecision::fp16: return std::make_unique<CudaTrainer<__half>>(config);
-    case ExecPrecision::bf16: return std::make_unique<CudaTrainer<__nv_bfloat16>>(config);
+    case ExecPrecision::fp32: return std::make_unique<CudaTrainer<float>>(config, comm);
+    case ExecPrecision::fp16: return std::make_unique<CudaTrainer<__half>>(config, comm);
+    case ExecPrecision::bf16: return std::make_unique<CudaTrainer<__nv_bfloat16>>(config, comm);
   }
   throw std::invalid_argument("executor: unknown precision");
 }

@@ -1,0 +1,197 @@
+#include "exec/cuda/cuda_zero_device.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "exec/activation_accounting.h"
+#include "exec/cuda/adamw.cuh"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_common.cuh"
+
+namespace zeroplan::exec {
+
+namespace {
+
+using i64 = std::int64_t;
+
+template <typename T>
+__global__ void accumulate_kernel(T* dst, const T* src, i64 n) {
+  const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = cuda::from_f<T>(cuda::to_f(dst[i]) + cuda::to_f(src[i]));
+}
+
+template <typename F>
+void by_type(CommDtype type, F&& f) {
+  switch (type) {
+    case CommDtype::f32: f(float{}); return;
+    case CommDtype::f16: f(__half{}); return;
+    case CommDtype::bf16: f(__nv_bfloat16{}); return;
+    default: throw std::invalid_argument("CUDA ZeRO device: unsupported element type");
+  }
+}
+
+float host_value(const unsigned char* p, CommDtype type) {
+  switch (type) {
+    case CommDtype::f32: { float x; std::memcpy(&x, p, 4); return x; }
+    case CommDtype::bf16: {
+      std::uint16_t b; std::memcpy(&b, p, 2);
+      const std::uint32_t f = static_cast<std::uint32_t>(b) << 16;
+      float x; std::memcpy(&x, &f, 4); return x;
+    }
+    case CommDtype::f16: { __half h; std::memcpy(&h, p, 2); return __half2float(h); }
+    default: return 0.0f;
+  }
+}
+
+}  // namespace
+
+CudaZeroDevice::CudaZeroDevice(const ParamLayout& layout, std::uint64_t seed, CommDtype element,
+                               DeviceAllocator& alloc, cudaStream_t compute, cudaStream_t comm)
+    : layout_(layout), seed_(seed), element_(element), alloc_(alloc), compute_(compute), comm_(comm) {
+  norm_slots_ = alloc_.allocate_n<float>("workspace", "gradient-norm slots", kNormSlots);
+  norm_partials_ = alloc_.allocate_n<float>("workspace", "gradient-norm partials", kNormPartials + 1);
+  CUDA_CHECK(cudaMallocHost(&host_norms_, kNormSlots * sizeof(float)));
+  for (cudaEvent_t& e : order_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+
+CudaZeroDevice::~CudaZeroDevice() {
+  cudaStreamSynchronize(compute_);
+  cudaStreamSynchronize(comm_);
+  for (cudaEvent_t e : order_)
+    if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : named_)
+    if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : marks_) cudaEventDestroy(e);
+  if (host_norms_) cudaFreeHost(host_norms_);
+}
+
+void* CudaZeroDevice::allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) {
+  return alloc_.allocate(component, what, std::max<std::int64_t>(1, elements) * comm_dtype_bytes(type));
+}
+
+void CudaZeroDevice::init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) {
+  const std::int64_t flat_end = flat_begin + n;
+  const int e = comm_dtype_bytes(element_);
+  // gaps between tensors (alignment) are zero
+  if (params) CUDA_CHECK(cudaMemsetAsync(params, 0, n * e, compute_));
+  if (master) CUDA_CHECK(cudaMemsetAsync(master, 0, n * sizeof(float), compute_));
+  const float rstd = layout_.residual_std();
+  for (const ParamTensor& t : layout_.tensors()) {
+    const std::int64_t lo = std::max(flat_begin, t.offset), hi = std::min(flat_end, t.offset + t.numel());
+    if (lo >= hi) continue;
+    const std::int64_t live_rows = &t == &layout_.wte() ? layout_.shape().vocab * layout_.shape().hidden : t.numel();
+    const std::int64_t skip = lo - t.offset;  // elements of the tensor before the range
+    by_type(element_, [&](auto zero) {
+      using T = decltype(zero);
+      T* p = params ? static_cast<T*>(params) + (lo - flat_begin) : nullptr;
+      float* m = master ? master + (lo - flat_begin) : nullptr;
+      cuda::init_tensor<T>(p, m, hi - lo, t.init_index + skip, live_rows - skip, t.init, seed_, rstd, compute_);
+    });
+  }
+}
+
+void CudaZeroDevice::zero(void* p, std::int64_t elements, CommDtype type, Lane lane) {
+  CUDA_CHECK(cudaMemsetAsync(p, 0, elements * comm_dtype_bytes(type), stream(lane)));
+}
+
+void CudaZeroDevice::accumulate(void* dst, const void* src, std::int64_t n, CommDtype type, Lane lane) {
+  by_type(type, [&](auto zero) {
+    using T = decltype(zero);
+    accumulate_kernel<T><<<cuda::ceil_div(n, 256), 256, 0, stream(lane)>>>(static_cast<T*>(dst),
+                                                                          static_cast<const T*>(src), n);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void CudaZeroDevice::sum_squares(const void* g, std::int64_t n, int slot) {
+  if (slot < 0 || slot >= kNormSlots) throw std::out_of_range("sum_squares: slot " + std::to_string(slot));
+  by_type(element_, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::grad_norm_squared<T>(norm_slots_ + slot, norm_partials_, static_cast<const T*>(g), n, compute_);
+  });
+}
+
+void CudaZeroDevice::read_sum_squares(double* out, int count) {
+  CUDA_CHECK(cudaMemcpyAsync(host_norms_, norm_slots_, count * sizeof(float), cudaMemcpyDeviceToHost, compute_));
+  CUDA_CHECK(cudaStreamSynchronize(compute_));  // the norm decides clipping and overflow on the host
+  for (int i = 0; i < count; ++i) out[i] = host_norms_[i];
+}
+
+void CudaZeroDevice::adamw(const AdamwRange& r, float lr, float beta1, float beta2, float eps, float weight_decay,
+                           float grad_scale, int step) {
+  const cuda::DecayGeometry decay{layout_.blocks_begin(), layout_.block_stride(), layout_.block_decay_elements(),
+                                  layout_.blocks_end(), r.flat_base};
+  by_type(element_, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::adamw_update<T>(static_cast<T*>(r.params), r.master, static_cast<const T*>(r.grads), r.m, r.v, r.n, lr,
+                          beta1, beta2, eps, weight_decay, grad_scale, step, decay, compute_);
+  });
+}
+
+void CudaZeroDevice::upload_params(void* params, float* master, const float* values, std::int64_t n) {
+  float* tmp = alloc_.allocate_n<float>("transfer", "parameter upload", n);
+  CUDA_CHECK(cudaMemcpyAsync(tmp, values, n * sizeof(float), cudaMemcpyHostToDevice, compute_));
+  by_type(element_, [&](auto zero) {
+    using T = decltype(zero);
+    cuda::set_from_fp32<T>(static_cast<T*>(params), master, tmp, n, compute_);
+  });
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  alloc_.free(tmp);
+}
+
+void CudaZeroDevice::download(const void* src, float* dst, std::int64_t n, CommDtype type, double factor) {
+  const int e = comm_dtype_bytes(type);
+  std::vector<unsigned char> raw(static_cast<std::size_t>(n * e));
+  synchronize();
+  CUDA_CHECK(cudaMemcpy(raw.data(), src, n * e, cudaMemcpyDeviceToHost));
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(host_value(raw.data() + i * e, type) * factor);
+}
+
+void CudaZeroDevice::lane_waits_for(Lane waiter, Lane producer) {
+  if (waiter == producer) return;
+  cudaEvent_t e = order_[producer == Lane::compute ? 0 : 1];
+  CUDA_CHECK(cudaEventRecord(e, stream(producer)));
+  CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), e, 0));
+}
+
+cudaEvent_t CudaZeroDevice::named_event(int id) {
+  if (id < 0) throw std::out_of_range("named event " + std::to_string(id));
+  while (static_cast<int>(named_.size()) <= id) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    named_.push_back(e);
+  }
+  return named_[id];
+}
+
+void CudaZeroDevice::record_event(int id, Lane lane) { CUDA_CHECK(cudaEventRecord(named_event(id), stream(lane))); }
+void CudaZeroDevice::wait_event(int id, Lane waiter) {
+  CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), named_event(id), 0));
+}
+
+int CudaZeroDevice::mark(Lane lane) {
+  if (marks_used_ == static_cast<int>(marks_.size())) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    marks_.push_back(e);
+  }
+  CUDA_CHECK(cudaEventRecord(marks_[marks_used_], stream(lane)));
+  return marks_used_++;
+}
+
+double CudaZeroDevice::seconds_between(int a, int b) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, marks_.at(a), marks_.at(b)));
+  return ms * 1e-3;
+}
+
+void CudaZeroDevice::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(compute_));
+  CUDA_CHECK(cudaStreamSynchronize(comm_));
+}
+
+}  // namespace zeroplan::exec

@@ -1,0 +1,67 @@
+// The CUDA backend's side of the ZeRO engine (exec/zero/zero_device.h): buffers from the tagged device
+// allocator, elementwise kernels, AdamW and initialization launched on the compute stream (or the
+// communication stream, for work that follows a collective), lane ordering with CUDA events, and CUDA events as
+// time marks. One instance per rank (per GPU); nothing in it is shared between devices or threads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "exec/activation_accounting.h"
+#include "exec/cuda/device_allocator.h"
+#include "exec/param_layout.h"
+#include "exec/zero/zero_device.h"
+
+namespace zeroplan::exec {
+
+class CudaZeroDevice final : public ZeroDevice {
+ public:
+  CudaZeroDevice(const ParamLayout& layout, std::uint64_t seed, CommDtype element, DeviceAllocator& alloc,
+                 cudaStream_t compute, cudaStream_t comm);
+  ~CudaZeroDevice() override;
+  CudaZeroDevice(const CudaZeroDevice&) = delete;
+  CudaZeroDevice& operator=(const CudaZeroDevice&) = delete;
+
+  CommDtype element_type() const override { return element_; }
+  void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) override;
+  bool kernels_overwrite() const override { return true; }
+  bool lanes_concurrent() const override { return true; }
+  void init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) override;
+  void zero(void* p, std::int64_t elements, CommDtype type, Lane lane) override;
+  void accumulate(void* dst, const void* src, std::int64_t n, CommDtype type, Lane lane) override;
+  void sum_squares(const void* g, std::int64_t n, int slot) override;
+  void read_sum_squares(double* out, int count) override;
+  int max_norm_slots() const override { return static_cast<int>(kNormSlots); }
+  void adamw(const AdamwRange& range, float lr, float beta1, float beta2, float eps, float weight_decay,
+             float grad_scale, int step) override;
+  void upload_params(void* params, float* master, const float* values, std::int64_t n) override;
+  void download(const void* src, float* dst, std::int64_t n, CommDtype type, double factor) override;
+  void lane_waits_for(Lane waiter, Lane producer) override;
+  void record_event(int id, Lane lane) override;
+  void wait_event(int id, Lane waiter) override;
+  int mark(Lane lane) override;
+  double seconds_between(int a, int b) override;
+  void clear_marks() override { marks_used_ = 0; }
+  void synchronize() override;
+
+ private:
+  cudaStream_t stream(Lane lane) const { return lane == Lane::compute ? compute_ : comm_; }
+  cudaEvent_t named_event(int id);
+
+  const ParamLayout& layout_;
+  std::uint64_t seed_;
+  CommDtype element_;
+  DeviceAllocator& alloc_;
+  cudaStream_t compute_, comm_;
+  float* norm_slots_ = nullptr;     // kNormSlots sums of squares
+  float* norm_partials_ = nullptr;  // grad_norm_squared's block partials (compute stream only)
+  float* host_norms_ = nullptr;     // pinned
+  cudaEvent_t order_[2] = {nullptr, nullptr};  // lane ordering: [0] compute -> comm, [1] comm -> compute
+  std::vector<cudaEvent_t> named_;
+  std::vector<cudaEvent_t> marks_;
+  int marks_used_ = 0;
+};
+
+}  // namespace zeroplan::exec
