@@ -378,6 +378,9 @@ int run_training(RunOptions& o) {
                   format_integer(measured_comm[k]).c_str(), median(comm_s[k]) * 1e3);
     }
     std::printf("  exposed communication (compute waiting): %.2f ms per step (median)\n", median(exposed_s) * 1e3);
+    if (trainer->backend() == "cpu" && cfg.precision != exec::ExecPrecision::fp32)
+      std::printf("  (the CPU backend moves fp32 elements; the plan counts %s, so the two columns differ by design)\n",
+                  to_string(tr.precision).c_str());
     std::printf("\nper rank                device used peak   allocator peak   step ms\n");
     const int base = static_cast<int>(rank_fields.size());
     for (int r = 0; r < world; ++r) {
