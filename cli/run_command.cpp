@@ -11,7 +11,7 @@ namespace zeroplan {
 void add_run_command(CLI::App& app, int* status) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Train the model on this machine's GPUs (--gpus N: one rank per GPU, ZeRO stages 0-2 over NCCL; "
+      "run", "Train the model on this machine's GPUs (--gpus N: one rank per GPU, ZeRO stages 0-3 over NCCL; "
              "--backend cpu: the fp32 reference over MPI) and measure it against the plan");
   add_common_options(*cmd, options->common);
   cmd->add_option("--steps", options->steps, "Optimizer steps to run")->capture_default_str();

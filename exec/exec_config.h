@@ -54,12 +54,17 @@ struct LossScaleSettings {
 // The ZeRO side of the step (DeepSpeed's zero_optimization block, docs/config-json "ZeRO optimizations"). The
 // engine (exec/zero/zero_engine.h) reads these; world size and rank come from the communicator.
 struct ZeroSettings {
-  int stage = 0;                                     // 0: DDP-like, 1: optimizer states, 2: + gradients
+  int stage = 0;                                     // 0: DDP-like, 1: optimizer states, 2: + gradients, 3: + params
   std::int64_t reduce_bucket_elements = 500000000;   // reduce_bucket_size (DeepSpeed default 5e8 elements)
   std::int64_t allgather_bucket_elements = 500000000;  // allgather_bucket_size (DeepSpeed default 5e8)
   bool overlap_comm = true;        // reductions on the comm stream while backward runs
   bool reduce_scatter = true;      // stages 1-2: reduce-scatter buckets (false: all-reduce them, DeepSpeed's option)
   bool deterministic = false;      // fixed-order reductions everywhere (bit-identical repeated runs)
+  // Stage 3 (core/zero3_fetch_plan.h; DeepSpeed's stage3_* fields and defaults).
+  std::int64_t prefetch_bucket_elements = 50000000;     // stage3_prefetch_bucket_size
+  std::int64_t param_persistence_threshold = 100000;    // stage3_param_persistence_threshold
+  std::int64_t max_live_parameters = 1000000000;        // stage3_max_live_parameters
+  std::int64_t max_reuse_distance = 1000000000;         // stage3_max_reuse_distance
 };
 
 struct ExecConfig {

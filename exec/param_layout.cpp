@@ -49,9 +49,13 @@ void validate(const ExecConfig& c) {
   if (c.loss_scale.scale_window < 1) fail("loss_scale_window", "expected >= 1");
   if (c.loss_scale.hysteresis < 1) fail("hysteresis", "expected >= 1");
   if (c.loss_scale.min_scale <= 0) fail("min_loss_scale", "expected > 0");
-  if (c.zero.stage < 0 || c.zero.stage > 2) fail("zero_optimization.stage", "the executor runs stages 0, 1 and 2");
+  if (c.zero.stage < 0 || c.zero.stage > 3) fail("zero_optimization.stage", "expected 0, 1, 2 or 3");
   if (c.zero.reduce_bucket_elements < 1) fail("reduce_bucket_size", "expected >= 1 element");
   if (c.zero.allgather_bucket_elements < 1) fail("allgather_bucket_size", "expected >= 1 element");
+  if (c.zero.prefetch_bucket_elements < 0) fail("stage3_prefetch_bucket_size", "expected >= 0 elements");
+  if (c.zero.param_persistence_threshold < 0) fail("stage3_param_persistence_threshold", "expected >= 0 elements");
+  if (c.zero.max_live_parameters < 0) fail("stage3_max_live_parameters", "expected >= 0 elements");
+  if (c.zero.max_reuse_distance < 0) fail("stage3_max_reuse_distance", "expected >= 0 elements");
 }
 
 ParamLayout::ParamLayout(const Gpt2Shape& shape, std::int64_t align) : shape_(shape), align_(align) {

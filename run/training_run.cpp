@@ -139,8 +139,6 @@ int run_training(RunOptions& o) {
     throw InputError(kCli, "--gpus", "the launcher started " + std::to_string(env.world) + " ranks but --gpus says " +
                                          std::to_string(world) + " (leave --gpus out under mpirun)");
   if (in.cluster.total_gpus() != world) in.cluster = with_gpu_count(in.cluster, world);
-  if (in.filter.stage == 3 || tr.zero.stage == 3)
-    throw InputError(kCli, "--stage", "the executor runs stages 0, 1 and 2 (stage 3 is not implemented yet)");
   if (tr.zero.offload_optimizer != OffloadDevice::none || tr.zero.offload_param != OffloadDevice::none)
     throw InputError(kCli, "--offload-*", "the executor does not offload (yet)");
   if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
@@ -183,6 +181,10 @@ int run_training(RunOptions& o) {
   cfg.zero.stage = tr.zero.stage;
   cfg.zero.reduce_bucket_elements = tr.zero.reduce_bucket_size;
   cfg.zero.allgather_bucket_elements = tr.zero.allgather_bucket_size;
+  cfg.zero.prefetch_bucket_elements = tr.zero.prefetch_bucket_size;
+  cfg.zero.param_persistence_threshold = tr.zero.param_persistence_threshold;
+  cfg.zero.max_live_parameters = tr.zero.max_live_parameters;
+  cfg.zero.max_reuse_distance = tr.zero.max_reuse_distance;
   // DeepSpeed's overlap_comm when a DeepSpeed config says so; our executor overlaps by default (its buckets
   // cost no extra memory beyond what the plan counts), and says so.
   cfg.zero.overlap_comm = o.common.ds_config ? tr.zero.overlap_comm : true;

@@ -56,6 +56,7 @@ class CpuTrainer final : public Trainer {
 
   double forward_loss(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
+    engine_->begin_forward_only();
     return forward(in.data(), tg.data(), false, 0.0f);
   }
 
@@ -138,18 +139,24 @@ class CpuTrainer final : public Trainer {
         throw std::invalid_argument("cpu trainer: token outside [0, vocab) at position " + std::to_string(i));
   }
 
-  const float* P(const ParamTensor& t) const { return static_cast<const float*>(engine_->params()) + t.offset; }
+  const float* P(const ParamTensor& t) const { return static_cast<const float*>(engine_->param_at(t.offset)); }
   float* G(const ParamTensor& t) { return static_cast<float*>(engine_->grad_at(t.offset)); }
   std::int64_t block_begin(std::int64_t l) const { return layout_.block(l, kQkvW).offset; }
   std::int64_t block_end(std::int64_t l) const {
     return l + 1 < config_.shape.layers ? block_begin(l + 1) : layout_.lnf_w().offset;
   }
+  // Stage 3 gathers each unit's parameters before it computes (a no-op at stages 0-2).
+  void need_embeddings() { engine_->params_needed(0, block_begin(0)); }
+  void need_block(std::int64_t l) { engine_->params_needed(block_begin(l), block_end(l)); }
+  void need_final_norm() { engine_->params_needed(layout_.lnf_w().offset, layout_.total()); }
 
   double forward(const int* in, const int* tg, bool want_grad, float dloss) {
     const auto& s = config_.shape;
     const std::int64_t B = config_.micro_batch, T = config_.seq_len, C = s.hidden, BT = B * T;
+    need_embeddings();
     cpu::encoder_forward(residual_.data(), in, P(layout_.wte()), P(layout_.wpe()), B, T, C);
     for (std::int64_t l = 0; l < s.layers; ++l) {
+      need_block(l);
       auto& a = layers_[l];
       const float* x = residual_.data() + l * BT * C;
       float* y = residual_.data() + (l + 1) * BT * C;
@@ -167,7 +174,9 @@ class CpuTrainer final : public Trainer {
       for (std::int64_t i = 0; i < BT * C; ++i) y[i] += a.res2[i];
     }
     const float* xf = residual_.data() + s.layers * BT * C;
+    need_final_norm();
     cpu::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), xf, P(layout_.lnf_w()), P(layout_.lnf_b()), BT, C);
+    need_embeddings();  // the tied LM head
     cpu::matmul_forward(logits_.data(), lnf_.data(), P(layout_.wte()), nullptr, BT, C, s.padded_vocab);
     cpu::crossentropy_forward_backward(losses_.data(), want_grad ? logits_.data() : nullptr, logits_.data(), tg, BT,
                                        s.vocab, s.padded_vocab, dloss * static_cast<float>(scaler_.scale()));
@@ -185,14 +194,17 @@ class CpuTrainer final : public Trainer {
     engine_->prepare_gradients(0, block_begin(0));                      // embeddings (wte by the logits)
     engine_->prepare_gradients(layout_.lnf_w().offset, layout_.total());  // ln_f
     // logits = lnf wte^T: dlnf = dlogits wte; dwte += dlogits^T lnf
+    need_embeddings();
     cpu::matmul_backward(dln.data(), G(layout_.wte()), nullptr, logits_.data(), lnf_.data(), P(layout_.wte()), BT, C,
                          s.padded_vocab);
+    need_final_norm();
     cpu::layernorm_backward(dres.data(), G(layout_.lnf_w()), G(layout_.lnf_b()), dln.data(),
                             residual_.data() + s.layers * BT * C, P(layout_.lnf_w()), lnf_mean_.data(),
                             lnf_rstd_.data(), BT, C);
     engine_->gradients_final_from(layout_.lnf_w().offset);
     for (std::int64_t l = s.layers - 1; l >= 0; --l) {
       engine_->prepare_gradients(block_begin(l), block_end(l));
+      need_block(l);
       auto& a = layers_[l];
       const float* x = residual_.data() + l * BT * C;
       // y = res2 + fcproj(gelu): dres flows to res2 unchanged

@@ -170,6 +170,7 @@ class CudaTrainer final : public Trainer {
 
   double forward_loss(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
+    engine_->begin_forward_only();
     forward(in.data(), tg.data(), false, 0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return mean_loss(1);
@@ -245,10 +246,14 @@ class CudaTrainer final : public Trainer {
 
  private:
   i64 BT() const { return config_.micro_batch * config_.seq_len; }
-  T* P(const ParamTensor& t) const { return static_cast<T*>(engine_->params()) + t.offset; }
+  T* P(const ParamTensor& t) const { return static_cast<T*>(engine_->param_at(t.offset)); }
   T* G(const ParamTensor& t) const { return static_cast<T*>(engine_->grad_at(t.offset)); }
   i64 block_begin(i64 l) const { return layout_.block(l, kQkvW).offset; }
   i64 block_end(i64 l) const { return l + 1 < config_.shape.layers ? block_begin(l + 1) : layout_.lnf_w().offset; }
+  // Stage 3 gathers each unit's parameters before it computes (a no-op at stages 0-2).
+  void need_embeddings() { engine_->params_needed(0, block_begin(0)); }
+  void need_block(i64 l) { engine_->params_needed(block_begin(l), block_end(l)); }
+  void need_final_norm() { engine_->params_needed(layout_.lnf_w().offset, layout_.total()); }
   static CommDtype element_type() {
     if constexpr (std::is_same_v<T, float>) return CommDtype::f32;
     else if constexpr (std::is_same_v<T, __half>) return CommDtype::f16;
@@ -331,11 +336,17 @@ class CudaTrainer final : public Trainer {
     const i64 C = s.hidden, bt = BT();
     CUDA_CHECK(cudaMemcpyAsync(tokens_, in, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaMemcpyAsync(tokens_ + bt, tg, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    need_embeddings();
     cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), P(layout_.wpe()), config_.micro_batch,
                              config_.seq_len, C, stream_);
-    for (i64 l = 0; l < s.layers; ++l) block_forward(l, false);
+    for (i64 l = 0; l < s.layers; ++l) {
+      need_block(l);
+      block_forward(l, false);
+    }
+    need_final_norm();
     cuda::layernorm_forward<T>(lnf_, lnf_stats_, lnf_stats_ + bt, residual_ + s.layers * bt * C, P(layout_.lnf_w()),
                                P(layout_.lnf_b()), bt, C, stream_);
+    need_embeddings();  // the tied LM head
     matmul_->forward<T>(logits_, lnf_, P(layout_.wte()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
     cuda::crossentropy_forward_backward<T>(losses_, logits_, tokens_ + bt, bt, s.vocab, s.padded_vocab, dloss,
                                            want_grad, stream_);
@@ -353,15 +364,18 @@ class CudaTrainer final : public Trainer {
     engine_->prepare_gradients(0, block_begin(0));                       // embeddings (wte by the logits)
     engine_->prepare_gradients(layout_.lnf_w().offset, layout_.total());  // ln_f
     // logits = lnf wte^T
+    need_embeddings();
     matmul_->backward_input<T>(dln_, logits_, P(layout_.wte()), bt, C, s.padded_vocab, stream_);
     matmul_->backward_weight<T>(G(layout_.wte()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
     CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
+    need_final_norm();
     cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, counter_, dln_,
                                 residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
                                 acc, stream_);
     engine_->gradients_final_from(layout_.lnf_w().offset);
     for (i64 l = s.layers - 1; l >= 0; --l) {
       engine_->prepare_gradients(block_begin(l), block_end(l));
+      need_block(l);
       if (config_.recompute == ExecRecompute::full) block_forward(l, true);
       const BlockBuffers<T>& a = blocks_[l];
       const T* x = residual_ + l * bt * C;

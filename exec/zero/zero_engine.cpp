@@ -28,6 +28,14 @@ std::vector<std::pair<std::int64_t, std::int64_t>> backward_ranges(const ParamLa
   return r;
 }
 
+PartitionRules partition_rules(const ExecConfig& config) {
+  PartitionRules r;
+  r.bucket_elements = config.zero.reduce_bucket_elements;
+  r.stage3 = config.zero.stage == 3;
+  r.persistence_threshold = config.zero.param_persistence_threshold;
+  return r;
+}
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm)
@@ -35,7 +43,7 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
       layout_(layout),
       device_(device),
       comm_(comm),
-      partition_(layout, comm.world(), comm.rank(), config.zero.reduce_bucket_elements),
+      partition_(layout, comm.world(), comm.rank(), partition_rules(config)),
       type_(device.element_type()),
       rank_(comm.rank()),
       world_(comm.world()) {
@@ -47,10 +55,11 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
     throw std::invalid_argument("zero_optimization.reduce_bucket_size: " + std::to_string(buckets.size()) +
                                 " buckets; at most " + std::to_string(device_.max_norm_slots()) +
                                 " are supported (use a larger bucket)");
-  params_ = device_.allocate("params", "parameters", n, type_);
+  params_ = device_.allocate("params", stage == 3 ? "parameter partition" : "parameters", stage == 3 ? part : n, type_);
   const bool fp32 = type_ == CommDtype::f32;
   const std::int64_t states = stage == 0 ? n : part;
-  grads_ = device_.allocate("grads", stage == 2 ? "gradient partition" : "gradients", stage == 2 ? part : n, type_);
+  const std::int64_t grad_elements = stage >= 2 ? part : n;
+  grads_ = device_.allocate("grads", stage >= 2 ? "gradient partition" : "gradients", grad_elements, type_);
   if (!fp32) master_ = static_cast<float*>(device_.allocate("master_params", "fp32 master weights", states, CommDtype::f32));
   m_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW momentum", states, CommDtype::f32));
   v_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW variance", states, CommDtype::f32));
@@ -58,12 +67,12 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
     micro_grads_ = device_.allocate("grads", "micro-step gradients", n, type_);
     device_.zero(micro_grads_, n, type_, Lane::compute);
   }
-  device_.zero(params_, n, type_, Lane::compute);
-  device_.zero(grads_, stage == 2 ? part : n, type_, Lane::compute);
+  device_.zero(params_, stage == 3 ? part : n, type_, Lane::compute);
+  device_.zero(grads_, grad_elements, type_, Lane::compute);
   device_.zero(m_, states, CommDtype::f32, Lane::compute);
   device_.zero(v_, states, CommDtype::f32, Lane::compute);
 
-  if (stage == 2) {
+  if (stage >= 2) {
     // Bucket buffers: the embeddings' bucket has its own (written at the start and the end of backward); the
     // others rotate over enough buffers that a block never waits for a reduction that needs the block itself.
     int per_range = 1;
@@ -95,13 +104,19 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
                                          partition_.largest_chunk(), type_);
   }
   // Initialization: the whole 16-bit parameters, and the fp32 master exactly (not from the rounded params).
-  if (stage == 0 || fp32) {
+  if (stage == 3) {
+    // zero.Init: only this rank's chunks (and the persistent tensors, whole) are ever initialized here.
+    for (const GradientBucket& b : buckets)
+      device_.init_params(at(params_, b.partition_offset, type_), master_ ? master_ + b.partition_offset : nullptr,
+                          b.chunk_begin(rank_), b.chunk);
+  } else if (stage == 0 || fp32) {
     device_.init_params(params_, master_, 0, n);
   } else {
     device_.init_params(params_, nullptr, 0, n);
     for (const GradientBucket& b : buckets)
       device_.init_params(nullptr, master_ + b.partition_offset, b.chunk_begin(rank_), b.chunk);
   }
+  if (stage == 3) setup_stage3();
   device_.synchronize();
   reduced_.assign(buckets.size(), false);
 }
@@ -132,6 +147,7 @@ void ZeroEngine::begin_step() {
 }
 
 void ZeroEngine::begin_micro_step(std::int64_t micro) {
+  if (stage3()) start_schedule(&train_plan_);
   micro_ = micro;
   boundary_ = micro == config_.grad_accum - 1;
   accumulate_in_kernels_ = config_.zero.stage < 2 && micro > 0;
@@ -174,7 +190,7 @@ void ZeroEngine::finish_bucket(int k) {
   if (micro_grads_ && micro_ > 0)
     device_.accumulate(at(grads_, b.begin, type_), at(micro_grads_, b.begin, type_), b.elements(), type_,
                        Lane::compute);
-  if (config_.zero.stage == 2 || boundary_) reduce_bucket(k);
+  if (config_.zero.stage >= 2 || boundary_) reduce_bucket(k);
 }
 
 void ZeroEngine::reduce_bucket(int k) {
@@ -196,7 +212,7 @@ void ZeroEngine::reduce_bucket(int k) {
       comm_.reduce_scatter_sum(src, dst, b.chunk, type_);
     }
   }
-  if (stage == 2) {
+  if (stage >= 2) {
     void* part = at(grads_, b.partition_offset, type_);
     if (kind == CommKind::all_reduce) {
       // all-reduced bucket: this rank keeps its chunk
@@ -222,6 +238,7 @@ double ZeroEngine::sum_over_ranks(double value) {
 }
 
 double ZeroEngine::finish_step(double loss_scale, const std::function<bool(double)>& skip) {
+  if (stage3()) start_schedule(nullptr);
   const auto& buckets = partition_.buckets();
   for (std::size_t k = 0; k < buckets.size(); ++k)
     if (!reduced_[k]) throw std::logic_error("ZeroEngine: backward did not finish bucket " + std::to_string(k));
@@ -240,7 +257,7 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
     for (int k = 0; k < slots; ++k)
       device_.sum_squares(at(grads_, buckets[k].chunk_begin(rank_), type_), buckets[k].chunk, k);
   } else {
-    device_.sum_squares(grads_, partition_.partition_elements(), 0);
+    device_.sum_squares(grads_, partition_.partition_elements(), 0);  // stages 2-3: the gradient partition
   }
   std::vector<double> sq(slots);
   device_.read_sum_squares(sq.data(), slots);
@@ -265,10 +282,12 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
       for (const GradientBucket& b : buckets) {
         const std::int64_t cb = b.chunk_begin(rank_);
         const void* g = stage == 1 ? at(grads_, cb, type_) : at(grads_, b.partition_offset, type_);
-        update(AdamwRange{at(params_, cb, type_), master_ ? master_ + b.partition_offset : nullptr, g,
-                          m_ + b.partition_offset, v_ + b.partition_offset, b.chunk, cb});
+        void* p = stage == 3 ? at(params_, b.partition_offset, type_) : at(params_, cb, type_);
+        update(AdamwRange{p, master_ ? master_ + b.partition_offset : nullptr, g, m_ + b.partition_offset,
+                          v_ + b.partition_offset, b.chunk, cb});
       }
-      if (world_ > 1) all_gather_params();
+      if (stage == 3) all_gather_persistent();  // the next forward gathers the rest
+      else if (world_ > 1) all_gather_params();
     }
   }
   device_.synchronize();
@@ -307,15 +326,47 @@ void ZeroEngine::collect_comm_times() {
 }
 
 std::vector<float> ZeroEngine::gathered_params() {
-  std::vector<float> out(layout_.total());
-  device_.download(params_, out.data(), layout_.total(), type_, 1.0);
+  std::vector<float> out(layout_.total(), 0.0f);
+  if (!stage3()) {
+    device_.download(params_, out.data(), layout_.total(), type_, 1.0);
+    return out;
+  }
+  // Unit by unit through the arena (free between steps), the persistent tensors from their whole copy.
+  start_schedule(nullptr);
+  const auto& buckets = partition_.buckets();
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (unit_buckets_[u].empty()) continue;
+    gather_unit(static_cast<int>(u), 0);
+    device_.wait_event(gather_event_base_ + static_cast<int>(u), Lane::compute);
+    for (int k : unit_buckets_[u])
+      device_.download(at(arena_, buckets[k].begin - unit_gather_lo_[u], type_), out.data() + buckets[k].begin,
+                       buckets[k].elements(), type_, 1.0);
+    unit_region_[u] = -1;
+    device_.record_event(release_event_base_ + static_cast<int>(u), Lane::compute);
+    freed_.push_back(FreedRange{0, train_plan_.unit_elements[u], release_event_base_ + static_cast<int>(u)});
+  }
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    if (buckets[k].persistent)
+      device_.download(at(persistent_, persistent_offset_[k], type_), out.data() + buckets[k].begin,
+                       buckets[k].elements(), type_, 1.0);
   return out;
 }
 
 void ZeroEngine::set_params(const std::vector<float>& flat) {
   if (static_cast<std::int64_t>(flat.size()) != layout_.total())
     throw std::invalid_argument("set_params: expected " + std::to_string(layout_.total()) + " values");
-  if (config_.zero.stage == 0 || !master_) {
+  if (stage3()) {
+    start_schedule(nullptr);
+    const auto& buckets = partition_.buckets();
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      const GradientBucket& b = buckets[k];
+      device_.upload_params(at(params_, b.partition_offset, type_), master_ ? master_ + b.partition_offset : nullptr,
+                            flat.data() + b.chunk_begin(rank_), b.chunk);
+      if (b.persistent)
+        device_.upload_params(at(persistent_, persistent_offset_[k], type_), nullptr, flat.data() + b.begin,
+                              b.elements());
+    }
+  } else if (config_.zero.stage == 0 || !master_) {
     device_.upload_params(params_, master_, flat.data(), layout_.total());
   } else {
     device_.upload_params(params_, nullptr, flat.data(), layout_.total());
@@ -331,6 +382,7 @@ std::vector<float> ZeroEngine::gathered_grads(double loss_scale) {
   if (config_.zero.stage == 0) {
     device_.download(grads_, out.data(), layout_.total(), type_, f);
   } else {
+    // Stages 1-2-3: this rank's chunks of the reduced gradients (the rest of `out` stays 0).
     for (const GradientBucket& b : partition_.buckets()) {
       const std::int64_t cb = b.chunk_begin(rank_);
       const void* g = config_.zero.stage == 1 ? at(grads_, cb, type_) : at(grads_, b.partition_offset, type_);
@@ -338,6 +390,188 @@ std::vector<float> ZeroEngine::gathered_grads(double loss_scale) {
     }
   }
   return out;
+}
+
+// ---- stage 3 ----
+
+void ZeroEngine::setup_stage3() {
+  const auto& buckets = partition_.buckets();
+  const ZeroSettings& z = config_.zero;
+  units_ = gather_unit_ranges(layout_);
+  const int U = static_cast<int>(units_.size());
+  unit_buckets_.assign(U, {});
+  unit_gather_lo_.assign(U, 0);
+  bucket_unit_.assign(buckets.size(), -1);
+  persistent_offset_.assign(buckets.size(), -1);
+  std::vector<std::int64_t> unit_elements(U, 0);
+  std::int64_t persistent = 0;
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const GradientBucket& b = buckets[k];
+    int u = 0;
+    while (!(b.begin >= units_[u].first && b.end <= units_[u].second)) ++u;  // buckets never cross units
+    bucket_unit_[k] = u;
+    if (b.persistent) {
+      persistent_offset_[k] = persistent;
+      persistent += b.elements();
+    } else {
+      unit_buckets_[u].push_back(static_cast<int>(k));
+    }
+  }
+  // A unit's gathered span runs from its lowest to its highest partitioned bucket (persistent tensors between
+  // them, which GPT-2's layout never has, would leave their part of the span unused).
+  for (int u = 0; u < U; ++u) {
+    if (unit_buckets_[u].empty()) continue;
+    std::int64_t lo = units_[u].second, hi = units_[u].first;
+    for (int k : unit_buckets_[u]) {
+      lo = std::min(lo, buckets[k].begin);
+      hi = std::max(hi, buckets[k].end);
+    }
+    unit_gather_lo_[u] = lo;
+    unit_elements[u] = hi - lo;
+  }
+  // The model's uses of its units (exec/cpu/cpu_trainer.cpp, exec/cuda/cuda_trainer.cu call params_needed in
+  // this order): forward [embeddings, blocks, final norm, embeddings as the LM head], backward [LM head,
+  // final norm, blocks top down]; the encoder's backward reads no parameters.
+  std::vector<int> forward, train;
+  forward.push_back(0);
+  for (int u = 1; u + 1 < U; ++u) forward.push_back(u);
+  forward.push_back(U - 1);
+  forward.push_back(0);
+  train = forward;
+  train.push_back(0);
+  train.push_back(U - 1);
+  for (int u = U - 2; u >= 1; --u) train.push_back(u);
+  Zero3FetchRules rules;
+  rules.prefetch_elements = z.prefetch_bucket_elements;
+  rules.max_live_elements = z.max_live_parameters;
+  rules.max_reuse_distance = z.max_reuse_distance;
+  train_plan_ = make_zero3_fetch_plan(unit_elements, train, rules);
+  forward_plan_ = make_zero3_fetch_plan(unit_elements, forward, rules);
+  const std::int64_t arena = plan_arena_elements();
+  if (persistent > 0) persistent_ = device_.allocate("gathered_params", "persistent parameters (whole)", persistent, type_);
+  if (arena > 0) arena_ = device_.allocate("gathered_params", "gathered parameters (arena)", arena, type_);
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    if (buckets[k].persistent)
+      device_.init_params(at(persistent_, persistent_offset_[k], type_), nullptr, buckets[k].begin,
+                          buckets[k].elements());
+  unit_region_.assign(U, -1);
+  // Named events: [0, slots) the gradient bucket buffers (stage 2), then one per unit for "gathered" and one
+  // per unit for "released".
+  gather_event_base_ = static_cast<int>(slots_.size());
+  release_event_base_ = gather_event_base_ + U;
+}
+
+std::int64_t ZeroEngine::plan_arena_elements() const {
+  return std::max(train_plan_.arena_elements, forward_plan_.arena_elements);
+}
+
+void* ZeroEngine::param_at(std::int64_t offset) const {
+  if (!stage3()) return at(params_, offset, type_);
+  const int k = partition_.bucket_of(offset);
+  const GradientBucket& b = partition_.buckets()[k];
+  if (b.persistent) return at(persistent_, persistent_offset_[k] + (offset - b.begin), type_);
+  const int u = bucket_unit_[k];
+  if (unit_region_[u] < 0)
+    throw std::logic_error("ZeroEngine: parameter at flat index " + std::to_string(offset) +
+                           " read while its unit is not gathered (params_needed missing)");
+  return at(arena_, unit_region_[u] + (offset - unit_gather_lo_[u]), type_);
+}
+
+void ZeroEngine::begin_forward_only() {
+  if (stage3()) start_schedule(&forward_plan_);
+}
+
+void ZeroEngine::start_schedule(const Zero3FetchPlan* plan) {
+  record_pending_releases();
+  if (plan_ && cursor_ != plan_->steps.size())
+    throw std::logic_error("ZeroEngine: the model used " + std::to_string(cursor_) + " of the " +
+                           std::to_string(plan_->steps.size()) + " parameter units of its schedule");
+  for (std::int64_t r : unit_region_)
+    if (r >= 0) throw std::logic_error("ZeroEngine: a gathered unit outlived its schedule");
+  plan_ = plan;
+  cursor_ = 0;
+  // The first gathers read partitions the optimizer (compute lane) may just have written.
+  if (plan_) device_.lane_waits_for(Lane::comm, Lane::compute);
+}
+
+void ZeroEngine::params_needed(std::int64_t lo, std::int64_t hi) {
+  if (!stage3()) return;
+  if (!plan_ || cursor_ >= plan_->steps.size())
+    throw std::logic_error("ZeroEngine: params_needed outside a forward/backward schedule");
+  record_pending_releases();
+  const Zero3UseStep& step = plan_->steps[cursor_++];
+  if (units_[step.unit].first != lo || units_[step.unit].second != hi)
+    throw std::logic_error("ZeroEngine: the model used parameters [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                           ") where its schedule expects unit " + std::to_string(step.unit));
+  for (const Zero3Gather& g : step.gathers) gather_unit(g.unit, g.arena_offset);
+  if (!unit_buckets_[step.unit].empty()) {
+    const int a = device_.mark(Lane::compute);
+    device_.wait_event(gather_event_base_ + step.unit, Lane::compute);
+    wait_marks_.emplace_back(a, device_.mark(Lane::compute));
+  }
+  pending_releases_ = step.releases;
+}
+
+void ZeroEngine::record_pending_releases() {
+  // The compute lane has enqueued every reader of these units: later gathers into their ranges wait for this.
+  for (int u : pending_releases_) {
+    const int event = release_event_base_ + u;
+    device_.record_event(event, Lane::compute);
+    freed_.push_back(FreedRange{unit_region_[u], unit_region_[u] + train_plan_.unit_elements[u], event});
+    unit_region_[u] = -1;
+  }
+  pending_releases_.clear();
+}
+
+void ZeroEngine::gather_unit(int u, std::int64_t region) {
+  const std::int64_t size = train_plan_.unit_elements[u];
+  // Wait (on the comm lane) for the last readers of whatever occupied this range before.
+  for (std::size_t i = 0; i < freed_.size();) {
+    if (freed_[i].lo < region + size && region < freed_[i].hi) {
+      device_.wait_event(freed_[i].event, Lane::comm);
+      freed_[i] = freed_.back();
+      freed_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  const auto& buckets = partition_.buckets();
+  const int begin = device_.mark(Lane::comm);
+  comm_.group_start();
+  for (int k : unit_buckets_[u]) {
+    const GradientBucket& b = buckets[k];
+    comm_.all_gather(at(params_, b.partition_offset, type_), at(arena_, region + (b.begin - unit_gather_lo_[u]), type_),
+                     b.chunk, type_);
+  }
+  comm_.group_end();
+  comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
+  device_.record_event(gather_event_base_ + u, Lane::comm);
+  unit_region_[u] = region;
+}
+
+void ZeroEngine::all_gather_persistent() {
+  // The persistent tensors are whole on every rank: after the update, each rank's chunks go to all.
+  device_.lane_waits_for(Lane::comm, Lane::compute);
+  const auto& buckets = partition_.buckets();
+  const int begin = device_.mark(Lane::comm);
+  std::int64_t grouped = 0;
+  bool open = false;
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const GradientBucket& b = buckets[k];
+    if (!b.persistent) continue;
+    if (open && grouped + b.elements() > config_.zero.allgather_bucket_elements) {
+      comm_.group_end();
+      open = false;
+      grouped = 0;
+    }
+    if (!open) comm_.group_start();
+    open = true;
+    comm_.all_gather(at(params_, b.partition_offset, type_), at(persistent_, persistent_offset_[k], type_), b.chunk,
+                     type_);
+    grouped += b.elements();
+  }
+  if (open) comm_.group_end();
+  comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
 }
 
 }  // namespace zeroplan::exec

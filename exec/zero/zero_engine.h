@@ -11,6 +11,13 @@
 //   stage 2  gradients are partitioned too: every micro-step's backward writes into a few bucket buffers and
 //            each finished bucket is reduce-scattered into the rank's gradient partition (accumulated over
 //            micro-steps), the bucket buffer then reused (DeepSpeed's ipg buckets with overlap_comm).
+//   stage 3  parameters are partitioned too (DeepSpeed zero/stage3.py): the rank keeps its chunk of every
+//            bucket of 16-bit params; before each unit (embeddings, a block, the final norm) computes, its
+//            buckets are all-gathered into a gathered-parameter arena, the next units prefetched on the comm
+//            lane, and released after use unless reused soon (core/zero3_fetch_plan.h: the same plan the
+//            planner reads); tensors below stage3_param_persistence_threshold stay whole on every rank and are
+//            all-gathered once after the optimizer step. Gradients as at stage 2. Each rank initializes only
+//            its partition (DeepSpeed's zero.Init): no rank ever holds the whole model.
 // At every stage the global gradient norm (and with it the fp16 overflow decision and the clipping factor) is
 // computed from the reduced gradients and agreed on by all ranks before any parameter changes.
 //
@@ -25,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "core/zero3_fetch_plan.h"
 #include "exec/comm/communicator.h"
 #include "exec/exec_config.h"
 #include "exec/param_layout.h"
@@ -47,8 +55,9 @@ class ZeroEngine {
   const ZeroPartition& partition() const { return partition_; }
   int stage() const { return config_.zero.stage; }
 
-  // Where the model reads parameters and writes gradients (element type of the device).
-  void* params() const { return params_; }
+  // Where the model reads the parameter at flat element `offset` (element type of the device). At stage 3 only
+  // between params_needed() for its unit and that unit's release.
+  void* param_at(std::int64_t offset) const;
   // Pointer to the gradient of the flat element `offset` for the current micro-step (a bucket buffer at stage 2).
   void* grad_at(std::int64_t offset) const;
   // Whether backward kernels accumulate into the gradients (later micro-steps at stages 0-1) or overwrite them.
@@ -57,6 +66,13 @@ class ZeroEngine {
   // The micro-step protocol, called by the backend in this order:
   void begin_step();                          // waits for the previous step's parameter all-gathers
   void begin_micro_step(std::int64_t micro);  // micro in [0, grad_accum)
+  // A forward without backward (evaluation): the stage-3 schedule of a forward alone. Then params_needed().
+  void begin_forward_only();
+  // Before the compute lane reads the parameters of the unit [lo, hi) (gather_unit_ranges, in the order the
+  // model uses them: forward embeddings, blocks, final norm, embeddings (logits); backward embeddings
+  // (logits), final norm, blocks top down). Stage 3 gathers (or finds prefetched) the unit and prefetches the
+  // next ones; a no-op at stages 0-2.
+  void params_needed(std::int64_t lo, std::int64_t hi);
   // Before backward writes any gradient in [lo, hi): makes sure its buckets have buffers.
   void prepare_gradients(std::int64_t lo, std::int64_t hi);
   // After backward has finished every gradient at flat index >= lo for this micro-step.
@@ -70,7 +86,7 @@ class ZeroEngine {
   // Sum of a host value over ranks (losses), deterministic.
   double sum_over_ranks(double value);
 
-  // Whole parameters as floats (tests; stages 0-2 hold whole 16-bit params) and setting them (also the master).
+  // Whole parameters as floats (tests; stage 3 gathers them unit by unit) and setting them (also the master).
   std::vector<float> gathered_params();
   void set_params(const std::vector<float>& flat);
   // The rank's reduced gradients of the last step, gathered whole and unscaled (tests).
@@ -88,6 +104,14 @@ class ZeroEngine {
   void* bucket_grads(int b) const;  // where backward writes bucket b in this micro-step
   void all_gather_params();
   void collect_comm_times();
+  bool stage3() const { return config_.zero.stage == 3; }
+  // Stage 3: the fetch plan's gathers and releases.
+  void setup_stage3();
+  void gather_unit(int unit, std::int64_t arena_offset);
+  void record_pending_releases();
+  void start_schedule(const Zero3FetchPlan* plan);
+  void all_gather_persistent();
+  std::int64_t plan_arena_elements() const;
 
   ExecConfig config_;
   const ParamLayout& layout_;
@@ -97,7 +121,7 @@ class ZeroEngine {
   CommDtype type_;
   int rank_, world_;
 
-  void* params_ = nullptr;           // whole 16-bit (or fp32) parameters
+  void* params_ = nullptr;           // whole 16-bit (or fp32) parameters; stage 3: the rank's partition
   void* grads_ = nullptr;            // stages 0-1: whole gradients; stage 2: the rank's gradient partition
   // Stages 0-1 on backends whose kernels always accumulate (the CPU reference): micro-steps after the first
   // write here and are added to grads_ bucket by bucket, so the step's gradient is the sum of per-micro-step
@@ -117,6 +141,26 @@ class ZeroEngine {
   std::vector<std::tuple<int, int, int>> comm_marks_;
   std::vector<std::pair<int, int>> wait_marks_;
   CommTimes times_;
+
+  // Stage 3
+  struct FreedRange {
+    std::int64_t lo, hi;  // arena elements
+    int event;            // recorded on the compute lane when the unit's last reader was enqueued
+  };
+  std::vector<std::pair<std::int64_t, std::int64_t>> units_;  // gather units (flat ranges)
+  std::vector<std::vector<int>> unit_buckets_;                 // each unit's partitioned (gathered) buckets
+  std::vector<std::int64_t> unit_gather_lo_;                   // flat index at arena offset 0 of the unit
+  std::vector<int> bucket_unit_;
+  std::vector<std::int64_t> persistent_offset_;                // per bucket: offset in persistent_, or -1
+  void* persistent_ = nullptr;                                 // persistent tensors, whole
+  void* arena_ = nullptr;                                      // gathered parameters
+  Zero3FetchPlan train_plan_, forward_plan_;
+  const Zero3FetchPlan* plan_ = nullptr;
+  std::size_t cursor_ = 0;
+  std::vector<std::int64_t> unit_region_;                      // arena offset of a resident unit, or -1
+  std::vector<int> pending_releases_;                          // released after the previous use
+  std::vector<FreedRange> freed_;
+  int gather_event_base_ = 0, release_event_base_ = 0;
 };
 
 }  // namespace zeroplan::exec

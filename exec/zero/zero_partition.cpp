@@ -8,35 +8,65 @@ namespace zeroplan::exec {
 
 std::int64_t zero_alignment(int world) { return world <= 1 ? 1 : 64 * static_cast<std::int64_t>(world); }
 
-ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, std::int64_t bucket_elements)
+std::vector<std::pair<std::int64_t, std::int64_t>> gather_unit_ranges(const ParamLayout& layout) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> units;
+  const std::int64_t L = layout.shape().layers;
+  units.emplace_back(0, layout.block(0, kQkvW).offset);
+  for (std::int64_t l = 0; l < L; ++l)
+    units.emplace_back(layout.block(l, kQkvW).offset,
+                       l + 1 < L ? layout.block(l + 1, kQkvW).offset : layout.lnf_w().offset);
+  units.emplace_back(layout.lnf_w().offset, layout.total());
+  return units;
+}
+
+ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, const PartitionRules& rules)
     : world_(world), rank_(rank) {
   if (world < 1 || rank < 0 || rank >= world)
     throw std::invalid_argument("ZeroPartition: rank " + std::to_string(rank) + " of world " + std::to_string(world));
-  if (bucket_elements < 1) throw std::invalid_argument("ZeroPartition: bucket size must be >= 1 element");
+  if (rules.bucket_elements < 1) throw std::invalid_argument("ZeroPartition: bucket size must be >= 1 element");
   const std::int64_t align = zero_alignment(world);
   if (layout.align() % align != 0)
     throw std::invalid_argument("ZeroPartition: layout aligned to " + std::to_string(layout.align()) +
                                 " elements, the world needs a multiple of " + std::to_string(align));
   const auto& tensors = layout.tensors();
+  const std::size_t count = tensors.size();
   // Tensor i occupies [start(i), start(i+1)) with its alignment gap; the last one runs to total().
-  auto start = [&](std::size_t i) { return i < tensors.size() ? tensors[i].offset : layout.total(); };
+  auto start = [&](std::size_t i) { return i < count ? tensors[i].offset : layout.total(); };
   const std::size_t first_block_tensor = 2;  // wte, wpe come first (param_layout.cpp)
+  auto persistent = [&](std::size_t i) {
+    return rules.stage3 && rules.persistence_threshold > 0 && tensors[i].numel() <= rules.persistence_threshold;
+  };
 
-  std::size_t hi = tensors.size();  // tensors [lo, hi) form the current bucket
-  while (hi > first_block_tensor) {
-    std::size_t lo = hi - 1;
-    while (lo > first_block_tensor && start(hi) - start(lo - 1) <= bucket_elements) --lo;
-    GradientBucket b;
-    b.begin = start(lo);
-    b.end = start(hi);
-    buckets_.push_back(b);
-    hi = lo;
+  // Segments of tensors [lo, hi) no bucket crosses: the embeddings always; at stage 3 every gather unit and
+  // every change between persistent and partitioned tensors.
+  std::vector<std::size_t> cuts = {0, first_block_tensor, count};
+  if (rules.stage3) {
+    for (std::size_t i = first_block_tensor; i < count; ++i) {
+      const bool unit_start = i == count - 2 || (i - first_block_tensor) % kBlockTensorCount == 0;
+      if (unit_start || persistent(i) != persistent(i - 1)) cuts.push_back(i);
+    }
+    for (std::size_t i = 1; i < first_block_tensor; ++i)
+      if (persistent(i) != persistent(i - 1)) cuts.push_back(i);
   }
-  GradientBucket emb;  // wte and wpe: written first and last in backward, a bucket of their own
-  emb.begin = 0;
-  emb.end = start(first_block_tensor);
-  emb.embeddings = true;
-  buckets_.push_back(emb);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+
+  // Buckets from the top down (backward's order), greedily within each segment.
+  for (std::size_t s = cuts.size() - 1; s > 0; --s) {
+    const std::size_t seg_lo = cuts[s - 1];
+    std::size_t hi = cuts[s];
+    while (hi > seg_lo) {
+      std::size_t lo = hi - 1;
+      while (lo > seg_lo && start(hi) - start(lo - 1) <= rules.bucket_elements) --lo;
+      GradientBucket b;
+      b.begin = start(lo);
+      b.end = start(hi);
+      b.embeddings = lo < first_block_tensor;
+      b.persistent = persistent(lo);
+      buckets_.push_back(b);
+      hi = lo;
+    }
+  }
 
   for (GradientBucket& b : buckets_) {
     if (b.elements() % world != 0) throw std::logic_error("ZeroPartition: bucket not divisible by the world");
@@ -45,12 +75,20 @@ ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, std
     partition_elements_ += b.chunk;
     largest_bucket_ = std::max(largest_bucket_, b.elements());
     largest_chunk_ = std::max(largest_chunk_, b.chunk);
+    if (b.persistent) persistent_elements_ += b.elements();
   }
+  by_begin_.resize(buckets_.size());
+  for (std::size_t k = 0; k < buckets_.size(); ++k) by_begin_[k] = static_cast<int>(buckets_.size() - 1 - k);
 }
 
 int ZeroPartition::bucket_of(std::int64_t i) const {
-  for (std::size_t k = 0; k < buckets_.size(); ++k)
-    if (i >= buckets_[k].begin && i < buckets_[k].end) return static_cast<int>(k);
+  // by_begin_ lists the buckets in increasing begin (they were cut from the top down).
+  auto it = std::upper_bound(by_begin_.begin(), by_begin_.end(), i,
+                             [&](std::int64_t x, int k) { return x < buckets_[k].begin; });
+  if (it != by_begin_.begin()) {
+    const int k = *(it - 1);
+    if (i < buckets_[k].end) return k;
+  }
   throw std::out_of_range("ZeroPartition: flat index " + std::to_string(i) + " outside the layout");
 }
 

@@ -16,6 +16,11 @@
 // is larger (then it is a bucket alone, as DeepSpeed puts a parameter larger than reduce_bucket_size in a bucket
 // of its own); the embeddings always close with a bucket of their own (their gradients are written at the start
 // of backward, so their bucket buffer stays live through it).
+//
+// Stage 3 gathers parameters unit by unit (the embeddings, each block, the final norm: what one forward phase
+// computes with), so its buckets never cross a unit boundary, and tensors at or below
+// stage3_param_persistence_threshold (DeepSpeed parameter_offload.py mark_persistent_parameters: numel <=
+// threshold) form buckets of their own, marked persistent: kept whole on every rank, never gathered.
 #pragma once
 
 #include <cstdint>
@@ -34,15 +39,25 @@ struct GradientBucket {
   std::int64_t chunk = 0;              // (end - begin) / world: each rank's share
   std::int64_t partition_offset = 0;   // where this bucket's chunk sits in the rank's partition
   bool embeddings = false;             // holds wte/wpe: written at the start and the end of backward
+  bool persistent = false;             // stage 3: whole on every rank (below the persistence threshold)
   std::int64_t elements() const { return end - begin; }
   // flat index of rank r's chunk
   std::int64_t chunk_begin(int rank) const { return begin + static_cast<std::int64_t>(rank) * chunk; }
 };
 
+// Stage 3's gather units of a GPT-2 layout, in layout order: [wte, wpe], each block, [ln_f]: flat ranges.
+std::vector<std::pair<std::int64_t, std::int64_t>> gather_unit_ranges(const ParamLayout& layout);
+
+struct PartitionRules {
+  std::int64_t bucket_elements = 500000000;  // reduce_bucket_size
+  bool stage3 = false;                       // cut at gather units and persistence runs
+  std::int64_t persistence_threshold = 0;    // stage 3: tensors with numel <= this persist (0: none)
+};
+
 class ZeroPartition {
  public:
   // layout must be aligned to zero_alignment(world). bucket_elements >= 1.
-  ZeroPartition(const ParamLayout& layout, int world, int rank, std::int64_t bucket_elements);
+  ZeroPartition(const ParamLayout& layout, int world, int rank, const PartitionRules& rules);
 
   int world() const { return world_; }
   int rank() const { return rank_; }
@@ -51,13 +66,15 @@ class ZeroPartition {
   std::int64_t partition_elements() const { return partition_elements_; }  // sum of chunks = total / world
   std::int64_t largest_bucket() const { return largest_bucket_; }
   std::int64_t largest_chunk() const { return largest_chunk_; }
-  // The bucket holding flat index i.
+  // The bucket holding flat index i (binary search).
   int bucket_of(std::int64_t flat_index) const;
+  std::int64_t persistent_elements() const { return persistent_elements_; }  // stage 3: whole on every rank
 
  private:
   int world_, rank_;
   std::vector<GradientBucket> buckets_;
-  std::int64_t partition_elements_ = 0, largest_bucket_ = 0, largest_chunk_ = 0;
+  std::int64_t partition_elements_ = 0, largest_bucket_ = 0, largest_chunk_ = 0, persistent_elements_ = 0;
+  std::vector<int> by_begin_;  // bucket indices sorted by begin
 };
 
 }  // namespace zeroplan::exec

@@ -51,6 +51,12 @@ struct Case {
   std::int64_t bucket_elements;
   bool overlap;
   bool reduce_scatter;
+  // stage 3 (the small model's tensors are 64 to 24,576 elements): persistence threshold, prefetch bucket,
+  // max live parameters, max reuse distance
+  std::int64_t persistence = 300;
+  std::int64_t prefetch = 20000;
+  std::int64_t max_live = 1000000000;
+  std::int64_t reuse = 1000000000;
 };
 
 void expect_equal_to_one_rank(const Case& k) {
@@ -58,6 +64,10 @@ void expect_equal_to_one_rank(const Case& k) {
   ExecConfig many = small_config(k.stage, k.grad_accum, k.bucket_elements);
   many.zero.overlap_comm = k.overlap;
   many.zero.reduce_scatter = k.reduce_scatter;
+  many.zero.param_persistence_threshold = k.persistence;
+  many.zero.prefetch_bucket_elements = k.prefetch;
+  many.zero.max_live_parameters = k.max_live;
+  many.zero.max_reuse_distance = k.reuse;
   ExecConfig one = small_config(0, k.grad_accum * comm.world(), k.bucket_elements);
   auto ranks = make_cpu_trainer(many, &comm);
   auto reference = make_cpu_trainer(one);
@@ -108,6 +118,18 @@ TEST(ZeroOverMpi, Stage2WithAccumulationEqualsOneRank) { expect_equal_to_one_ran
 TEST(ZeroOverMpi, Stage2OneLargeBucketNoOverlap) { expect_equal_to_one_rank({2, 2, 1 << 30, false, true}); }
 TEST(ZeroOverMpi, Stage2AllReduceInsteadOfReduceScatter) { expect_equal_to_one_rank({2, 2, 5000, true, false}); }
 
+TEST(ZeroOverMpi, Stage3EqualsOneRank) { expect_equal_to_one_rank({3, 1, 20000, true, true}); }
+TEST(ZeroOverMpi, Stage3WithAccumulationEqualsOneRank) { expect_equal_to_one_rank({3, 3, 20000, true, true}); }
+TEST(ZeroOverMpi, Stage3NothingPersistentNoReuseNoPrefetch) {
+  expect_equal_to_one_rank({3, 2, 5000, false, true, 0, 0, 1000000000, 0});
+}
+TEST(ZeroOverMpi, Stage3EverythingPersistent) {
+  expect_equal_to_one_rank({3, 2, 20000, true, true, 1 << 30, 20000, 1000000000, 1000000000});
+}
+TEST(ZeroOverMpi, Stage3TightLiveBoundAllReduce) {
+  expect_equal_to_one_rank({3, 1, 1 << 30, true, false, 100, 1 << 30, 30000, 40000});
+}
+
 TEST(ZeroOverMpi, CommunicationBytesAreTwoPsi) {
   // Stages 0-2 move 2 x the flat buffer per step (all-reduce = reduce-scatter + all-gather), stage 2 with
   // A micro-steps reduces A times (the planner's rule, sim/comm_model.cpp).
@@ -133,12 +155,37 @@ TEST(ZeroOverMpi, CommunicationBytesAreTwoPsi) {
   }
 }
 
+TEST(ZeroOverMpi, Stage3CommunicationBytesAreThreePsi) {
+  // Nothing persistent and no reuse: each micro-step gathers every unit for its forward and again for its
+  // backward (the tied embeddings twice in the forward, as the LM head, then kept for the LM head's backward),
+  // and reduce-scatters every gradient: 3 x the flat buffer per micro-step (ZeRO paper sec. 7.2.2).
+  Communicator& comm = *world_comm;
+  for (std::int64_t A : {1, 3}) {
+    ExecConfig c = small_config(3, A, 5000);
+    c.zero.param_persistence_threshold = 0;
+    c.zero.max_reuse_distance = 0;
+    comm.reset_counters();
+    auto t = make_cpu_trainer(c, &comm);
+    TokenSource data = TokenSource::synthetic(257, 9);
+    const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
+    t->step(b.inputs, b.targets);
+    if (comm.world() == 1) continue;
+    const std::int64_t P = t->layout().total() * 4;
+    const CommCounters& k = comm.counters();
+    EXPECT_EQ(k.bytes[0], 0);
+    EXPECT_EQ(k.bytes[1], A * P) << "reduce-scatter, A = " << A;
+    EXPECT_EQ(k.bytes[2], 2 * A * P) << "all-gather, A = " << A;
+  }
+}
+
 TEST(ZeroPartition, BucketsSplitIntoEqualAlignedChunks) {
   const Gpt2Shape s = make_shape(257, 64, 3, 2, 32);
   for (int world : {1, 2, 3, 4}) {
     const ParamLayout layout(s, zero_alignment(world));
     for (std::int64_t bucket : {1, 5000, 20000, 1 << 30}) {
-      const ZeroPartition p(layout, world, world - 1, bucket);
+      PartitionRules rules;
+      rules.bucket_elements = bucket;
+      const ZeroPartition p(layout, world, world - 1, rules);
       std::int64_t covered = 0, prev_begin = layout.total();
       for (const GradientBucket& b : p.buckets()) {
         EXPECT_EQ(b.end, prev_begin) << "buckets tile the buffer from the top down";
@@ -152,6 +199,34 @@ TEST(ZeroPartition, BucketsSplitIntoEqualAlignedChunks) {
       EXPECT_EQ(p.partition_elements() * world, layout.total());
       EXPECT_TRUE(p.buckets().back().embeddings);
     }
+  }
+}
+
+TEST(ZeroPartition, Stage3BucketsStayInsideUnitsAndSeparatePersistentTensors) {
+  const Gpt2Shape s = make_shape(257, 64, 3, 2, 32);
+  for (int world : {1, 2, 4}) {
+    const ParamLayout layout(s, zero_alignment(world));
+    const auto units = gather_unit_ranges(layout);
+    ASSERT_EQ(units.size(), 5u);  // embeddings, 3 blocks, final norm
+    PartitionRules rules;
+    rules.bucket_elements = 1 << 30;
+    rules.stage3 = true;
+    rules.persistence_threshold = 300;  // LayerNorm weights/biases and linear biases (<= 4 x 64), not weights
+    const ZeroPartition p(layout, world, 0, rules);
+    std::int64_t persistent = 0;
+    for (const GradientBucket& b : p.buckets()) {
+      int inside = 0;
+      for (const auto& [lo, hi] : units) inside += b.begin >= lo && b.end <= hi;
+      EXPECT_EQ(inside, 1) << "bucket [" << b.begin << ", " << b.end << ") crosses a unit";
+      for (const ParamTensor& t : layout.tensors())
+        if (t.offset >= b.begin && t.offset < b.end) EXPECT_EQ(b.persistent, t.numel() <= 300) << t.name;
+      if (b.persistent) persistent += b.elements();
+    }
+    // per block 8 one-dimensional tensors, plus ln_f's two; with alignment each starts a fresh aligned run
+    EXPECT_GE(persistent, (3 * 8 + 2) * 64);
+    EXPECT_EQ(p.persistent_elements(), persistent);
+    // one bucket per unit part: embeddings, (weights, 1-D tensors) per block, ln_f
+    EXPECT_EQ(p.buckets().size(), 1u + 3 * 2 + 1);
   }
 }
 

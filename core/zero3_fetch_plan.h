@@ -1,0 +1,66 @@
+// ZeRO stage 3's parameter fetch schedule, computed once from the order in which the model uses its units
+// (embeddings, each block, the final norm, ...): which units' all-gathers are issued before each use (the unit
+// itself when it is not resident, then the prefetch), which gathered units are released after it, and where in
+// one gathered-parameter arena each gather lands.
+//
+// The executor's ZeRO engine (exec/zero/zero_engine.cpp) runs exactly this plan, and the planner's
+// `--engine zeroplan` model (sim/) reads its gather volume and arena size from it, so predicted and measured
+// bytes and gathered-parameter memory agree by construction of one rule, not by two formulas kept in step.
+//
+// The rules follow DeepSpeed's PartitionedParameterCoordinator (deepspeed/runtime/zero/
+// partitioned_param_coordinator.py, fetch_sub_module / release_sub_module) with its config fields
+// (docs: "ZeRO optimizations", stage3_*):
+//   prefetch   after the unit in use is resident, the next units of the schedule that are not resident are
+//              gathered ahead while the elements gathered and not yet used stay within
+//              stage3_prefetch_bucket_size; the first unit ahead is always prefetched when the bucket is > 0,
+//              even if larger than it (a larger-than-bucket unit would otherwise never overlap; DeepSpeed
+//              splits such a module's parameters instead);
+//   live bound no prefetch that would make the gathered elements exceed stage3_max_live_parameters (the unit
+//              in use is always gathered);
+//   reuse      after its use a unit stays gathered when its next use in the schedule comes within
+//              stage3_max_reuse_distance elements of other units' uses, otherwise it is released;
+//   persistence units (or parts) below stage3_param_persistence_threshold are never gathered: their size here
+//              is 0 and the engine keeps them whole.
+// Arena placement is first fit over the offsets freed by releases, so the arena's size is the plan's peak
+// including fragmentation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace zeroplan {
+
+struct Zero3FetchRules {
+  std::int64_t prefetch_elements = 50'000'000;      // stage3_prefetch_bucket_size (DeepSpeed default 5e7)
+  std::int64_t max_live_elements = 1'000'000'000;   // stage3_max_live_parameters (default 1e9)
+  std::int64_t max_reuse_distance = 1'000'000'000;  // stage3_max_reuse_distance (default 1e9)
+};
+
+struct Zero3Gather {
+  int unit = 0;
+  std::int64_t arena_offset = 0;  // elements
+  bool prefetch = false;          // issued ahead of its use (false: the use waits for it)
+};
+
+struct Zero3UseStep {
+  int unit = 0;                      // the unit this use computes with
+  std::vector<Zero3Gather> gathers;  // issued at this use, before its compute
+  std::vector<int> releases;         // released once this use's compute is done
+};
+
+struct Zero3FetchPlan {
+  std::vector<Zero3UseStep> steps;             // one per use, in order
+  std::vector<std::int64_t> unit_elements;     // gathered elements per unit (0: persistent, never gathered)
+  std::int64_t arena_elements = 0;             // the arena's size: highest end offset of any gather
+  std::int64_t peak_live_elements = 0;         // most elements gathered at once
+  std::int64_t gathered_elements = 0;          // sum over gathers: the all-gather volume of one pass
+  std::int64_t gathers = 0;                    // all-gather operations (one per unit gather) in one pass
+};
+
+// `unit_elements[u]`: what gathering unit u brings (0 for a unit that is never gathered); `uses`: the units in
+// the order the model computes with them (a unit may appear several times). Every unit still gathered after
+// the last use is released there. Throws std::invalid_argument on a unit index out of range or negative sizes.
+Zero3FetchPlan make_zero3_fetch_plan(const std::vector<std::int64_t>& unit_elements, const std::vector<int>& uses,
+                                     const Zero3FetchRules& rules);
+
+}  // namespace zeroplan

@@ -1,0 +1,108 @@
+// The stage-3 fetch plan against schedules worked through by hand from DeepSpeed's rules (prefetch within the
+// bucket, live bound, release unless reused within the distance, first-fit arena).
+#include "core/zero3_fetch_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+using namespace zeroplan;
+
+namespace {
+
+// A GPT-like model: embeddings (10), three blocks (20 each), a final norm that is persistent (0); forward uses
+// the embeddings again as the LM head, backward runs LM head, norm, blocks top down.
+const std::vector<std::int64_t> kUnits = {10, 20, 20, 20, 0};
+const std::vector<int> kUses = {0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1};
+
+struct Expected {
+  std::vector<std::tuple<int, std::int64_t, bool>> gathers;
+  std::vector<int> releases;
+};
+
+void expect_step(const Zero3UseStep& step, const Expected& e, int i) {
+  ASSERT_EQ(step.gathers.size(), e.gathers.size()) << "use " << i;
+  for (std::size_t g = 0; g < e.gathers.size(); ++g) {
+    EXPECT_EQ(step.gathers[g].unit, std::get<0>(e.gathers[g])) << "use " << i << " gather " << g;
+    EXPECT_EQ(step.gathers[g].arena_offset, std::get<1>(e.gathers[g])) << "use " << i << " gather " << g;
+    EXPECT_EQ(step.gathers[g].prefetch, std::get<2>(e.gathers[g])) << "use " << i << " gather " << g;
+  }
+  EXPECT_EQ(step.releases, e.releases) << "use " << i;
+}
+
+}  // namespace
+
+TEST(Zero3FetchPlan, NoReuseRegathersForBackwardExceptAdjacentUses) {
+  Zero3FetchRules rules;
+  rules.prefetch_elements = 25;
+  rules.max_live_elements = 1000;
+  rules.max_reuse_distance = 0;
+  const Zero3FetchPlan plan = make_zero3_fetch_plan(kUnits, kUses, rules);
+  ASSERT_EQ(plan.steps.size(), kUses.size());
+  const std::vector<Expected> want = {
+      {{{0, 0, false}, {1, 10, true}}, {0}},  // block 1 prefetched; embeddings' next use is 60 elements away
+      {{{2, 30, true}}, {1}},                 // [0, 10) is too small for 20: placed after block 1
+      {{{3, 0, true}}, {2}},                  // [0, 30) free again
+      {{{0, 20, true}}, {3}},                 // the LM head's embeddings (the norm is never gathered)
+      {{}, {}},                               // persistent norm
+      {{{3, 0, true}}, {}},                   // LM head forward; reused at once by its backward (distance 0)
+      {{}, {0}},
+      {{}, {}},
+      {{{2, 20, true}}, {3}},
+      {{{1, 0, true}}, {2}},
+      {{}, {1}},
+  };
+  for (std::size_t i = 0; i < want.size(); ++i) expect_step(plan.steps[i], want[i], static_cast<int>(i));
+  EXPECT_EQ(plan.gathered_elements, 140);  // every block twice, the embeddings twice (input and LM head)
+  EXPECT_EQ(plan.gathers, 8);
+  EXPECT_EQ(plan.arena_elements, 50);
+  EXPECT_EQ(plan.peak_live_elements, 40);
+}
+
+TEST(Zero3FetchPlan, LargeReuseDistanceKeepsEveryUnitGatheredOnce) {
+  Zero3FetchRules rules;
+  rules.prefetch_elements = 25;
+  rules.max_live_elements = 1000;
+  rules.max_reuse_distance = 1000;
+  const Zero3FetchPlan plan = make_zero3_fetch_plan(kUnits, kUses, rules);
+  EXPECT_EQ(plan.gathered_elements, 70);
+  EXPECT_EQ(plan.peak_live_elements, 70);
+  // each unit is released once, after its last use (embeddings after the LM head's backward, then the blocks)
+  EXPECT_EQ(plan.steps[6].releases, std::vector<int>{0});
+  EXPECT_EQ(plan.steps[8].releases, std::vector<int>{3});
+  EXPECT_EQ(plan.steps[9].releases, std::vector<int>{2});
+  EXPECT_EQ(plan.steps[10].releases, std::vector<int>{1});
+}
+
+TEST(Zero3FetchPlan, LiveBoundStopsPrefetchButNeverTheUnitInUse) {
+  Zero3FetchRules rules;
+  rules.prefetch_elements = 1000;
+  rules.max_live_elements = 15;
+  rules.max_reuse_distance = 0;
+  const Zero3FetchPlan plan = make_zero3_fetch_plan(kUnits, kUses, rules);
+  for (const Zero3UseStep& s : plan.steps)
+    for (const Zero3Gather& g : s.gathers) EXPECT_FALSE(g.prefetch) << "a 20-element prefetch breaks the bound 15";
+  EXPECT_EQ(plan.peak_live_elements, 20);  // the block in use, alone
+  EXPECT_EQ(plan.arena_elements, 20);
+}
+
+TEST(Zero3FetchPlan, ZeroPrefetchBucketGathersOnDemand) {
+  Zero3FetchRules rules;
+  rules.prefetch_elements = 0;
+  const Zero3FetchPlan plan = make_zero3_fetch_plan({5, 7}, {0, 1, 1, 0}, rules);
+  ASSERT_EQ(plan.steps.size(), 4u);
+  EXPECT_EQ(plan.steps[0].gathers.size(), 1u);
+  EXPECT_FALSE(plan.steps[0].gathers[0].prefetch);
+  EXPECT_EQ(plan.steps[1].gathers.size(), 1u);
+  EXPECT_EQ(plan.steps[1].gathers[0].arena_offset, 5);  // unit 0 is kept (reused within 1e9)
+  EXPECT_TRUE(plan.steps[2].gathers.empty());
+  EXPECT_EQ(plan.gathered_elements, 12);
+}
+
+TEST(Zero3FetchPlan, RejectsUnknownUnitsAndNegativeSizes) {
+  EXPECT_THROW(make_zero3_fetch_plan({5}, {1}, {}), std::invalid_argument);
+  EXPECT_THROW(make_zero3_fetch_plan({-1}, {0}, {}), std::invalid_argument);
+  Zero3FetchRules bad;
+  bad.max_reuse_distance = -1;
+  EXPECT_THROW(make_zero3_fetch_plan({5}, {0}, bad), std::invalid_argument);
+}
