@@ -14,28 +14,6 @@ void* at(void* base, std::int64_t elements, CommDtype type) {
   return static_cast<char*>(base) + elements * comm_dtype_bytes(type);
 }
 
-// The flat ranges backward writes at once (ParamLayout order): the head (ln_f), each block, the embeddings.
-std::vector<std::pair<std::int64_t, std::int64_t>> backward_ranges(const ParamLayout& layout) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> r;
-  const std::int64_t L = layout.shape().layers;
-  r.emplace_back(layout.lnf_w().offset, layout.total());
-  for (std::int64_t l = L - 1; l >= 0; --l) {
-    const std::int64_t lo = layout.block(l, kQkvW).offset;
-    const std::int64_t hi = l + 1 < L ? layout.block(l + 1, kQkvW).offset : layout.lnf_w().offset;
-    r.emplace_back(lo, hi);
-  }
-  r.emplace_back(0, layout.block(0, kQkvW).offset);
-  return r;
-}
-
-PartitionRules partition_rules(const ExecConfig& config) {
-  PartitionRules r;
-  r.bucket_elements = config.zero.reduce_bucket_elements;
-  r.stage3 = config.zero.stage == 3;
-  r.persistence_threshold = config.zero.param_persistence_threshold;
-  return r;
-}
-
 }  // namespace
 
 ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm)
@@ -43,7 +21,8 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
       layout_(layout),
       device_(device),
       comm_(comm),
-      partition_(layout, comm.world(), comm.rank(), partition_rules(config)),
+      partition_(layout, comm.world(), comm.rank(), partition_rules(config.zero)),
+      buffers_(zero_buffer_layout(layout, partition_, config.zero, config.grad_accum)),
       type_(device.element_type()),
       rank_(comm.rank()),
       world_(comm.world()) {
@@ -72,37 +51,12 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   device_.zero(m_, states, CommDtype::f32, Lane::compute);
   device_.zero(v_, states, CommDtype::f32, Lane::compute);
 
-  if (stage >= 2) {
-    // Bucket buffers: the embeddings' bucket has its own (written at the start and the end of backward); the
-    // others rotate over enough buffers that a block never waits for a reduction that needs the block itself.
-    int per_range = 1;
-    for (const auto& [lo, hi] : backward_ranges(layout_)) {
-      int k = 0;
-      for (const GradientBucket& b : buckets)
-        if (!b.embeddings && b.begin < hi && b.end > lo) ++k;
-      per_range = std::max(per_range, k);
-    }
-    const int rotating = config_.zero.overlap_comm ? per_range + 1 : per_range;
-    std::int64_t largest = 0;
-    for (const GradientBucket& b : buckets)
-      if (!b.embeddings) largest = std::max(largest, b.elements());
-    bucket_slot_.assign(buckets.size(), -1);
-    int next = 0;
-    for (std::size_t k = 0; k < buckets.size(); ++k)
-      if (!buckets[k].embeddings) bucket_slot_[k] = next++ % rotating;
-    const int used = std::min<int>(rotating, next);
-    for (int s = 0; s < used; ++s)
-      slots_.push_back(Slot{device_.allocate("gradient_buckets", "gradient bucket buffer", largest, type_), -1});
-    for (std::size_t k = 0; k < buckets.size(); ++k)
-      if (buckets[k].embeddings) {
-        bucket_slot_[k] = static_cast<int>(slots_.size());
-        slots_.push_back(
-            Slot{device_.allocate("gradient_buckets", "embedding gradient bucket", buckets[k].elements(), type_), -1});
-      }
-    if (config_.grad_accum > 1)
-      reduce_scratch_ = device_.allocate("gradient_buckets", "reduce-scatter output (accumulation)",
-                                         partition_.largest_chunk(), type_);
-  }
+  // Stages 2-3: the gradient bucket buffers of zero_buffer_layout (the embeddings' own buffers last).
+  for (std::int64_t elements : buffers_.slot_elements)
+    slots_.push_back(Slot{device_.allocate("gradient_buckets", "gradient bucket buffer", elements, type_), -1});
+  if (buffers_.accumulation_scratch > 0)
+    reduce_scratch_ = device_.allocate("gradient_buckets", "reduce-scatter output (accumulation)",
+                                       buffers_.accumulation_scratch, type_);
   // Initialization: the whole 16-bit parameters, and the fp32 master exactly (not from the rounded params).
   if (stage == 3) {
     // zero.Init: only this rank's chunks (and the persistent tensors, whole) are ever initialized here.
@@ -124,13 +78,13 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
 void* ZeroEngine::bucket_grads(int b) const {
   const GradientBucket& bucket = partition_.buckets()[b];
   if (config_.zero.stage < 2) return at(grads_, bucket.begin, type_);
-  return slots_[bucket_slot_[b]].buffer;
+  return slots_[buffers_.bucket_slot[b]].buffer;
 }
 
 void* ZeroEngine::grad_at(std::int64_t offset) const {
   if (config_.zero.stage < 2) return at(micro_grads_ && micro_ > 0 ? micro_grads_ : grads_, offset, type_);
   const int b = partition_.bucket_of(offset);
-  const Slot& slot = slots_[bucket_slot_[b]];
+  const Slot& slot = slots_[buffers_.bucket_slot[b]];
   if (slot.owner != b)
     throw std::logic_error("ZeroEngine: gradient of flat index " + std::to_string(offset) +
                            " written before prepare_gradients");
@@ -147,7 +101,7 @@ void ZeroEngine::begin_step() {
 }
 
 void ZeroEngine::begin_micro_step(std::int64_t micro) {
-  if (stage3()) start_schedule(&train_plan_);
+  if (stage3()) start_schedule(&buffers_.train_plan);
   micro_ = micro;
   boundary_ = micro == config_.grad_accum - 1;
   accumulate_in_kernels_ = config_.zero.stage < 2 && micro > 0;
@@ -166,11 +120,11 @@ void ZeroEngine::prepare_gradients(std::int64_t lo, std::int64_t hi) {
   for (std::size_t k = 0; k < buckets.size(); ++k) {
     const GradientBucket& b = buckets[k];
     if (b.begin >= hi || b.end <= lo) continue;
-    Slot& slot = slots_[bucket_slot_[k]];
+    Slot& slot = slots_[buffers_.bucket_slot[k]];
     if (slot.owner == static_cast<int>(k)) continue;
     // The buffer's previous reduction must be done before backward overwrites it.
     const int a = device_.mark(Lane::compute);
-    device_.wait_event(bucket_slot_[k], Lane::compute);
+    device_.wait_event(buffers_.bucket_slot[k], Lane::compute);
     wait_marks_.emplace_back(a, device_.mark(Lane::compute));
     // Zero the whole bucket: alignment gaps must reduce to 0, and backends that accumulate start from 0.
     device_.zero(slot.buffer, b.elements(), type_, Lane::compute);
@@ -222,7 +176,7 @@ void ZeroEngine::reduce_bucket(int k) {
     } else if (micro_ > 0) {
       device_.accumulate(part, reduce_scratch_, b.chunk, type_, Lane::comm);
     }
-    device_.record_event(bucket_slot_[k], Lane::comm);  // the bucket buffer is free again
+    device_.record_event(buffers_.bucket_slot[k], Lane::comm);  // the bucket buffer is free again
   }
   comm_marks_.emplace_back(static_cast<int>(kind), begin, device_.mark(Lane::comm));
   if (!config_.zero.overlap_comm) {
@@ -334,20 +288,20 @@ std::vector<float> ZeroEngine::gathered_params() {
   // Unit by unit through the arena (free between steps), the persistent tensors from their whole copy.
   start_schedule(nullptr);
   const auto& buckets = partition_.buckets();
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    if (unit_buckets_[u].empty()) continue;
+  for (std::size_t u = 0; u < buffers_.units.size(); ++u) {
+    if (buffers_.unit_buckets[u].empty()) continue;
     gather_unit(static_cast<int>(u), 0);
     device_.wait_event(gather_event_base_ + static_cast<int>(u), Lane::compute);
-    for (int k : unit_buckets_[u])
-      device_.download(at(arena_, buckets[k].begin - unit_gather_lo_[u], type_), out.data() + buckets[k].begin,
+    for (int k : buffers_.unit_buckets[u])
+      device_.download(at(arena_, buckets[k].begin - buffers_.unit_gather_lo[u], type_), out.data() + buckets[k].begin,
                        buckets[k].elements(), type_, 1.0);
     unit_region_[u] = -1;
     device_.record_event(release_event_base_ + static_cast<int>(u), Lane::compute);
-    freed_.push_back(FreedRange{0, train_plan_.unit_elements[u], release_event_base_ + static_cast<int>(u)});
+    freed_.push_back(FreedRange{0, buffers_.train_plan.unit_elements[u], release_event_base_ + static_cast<int>(u)});
   }
   for (std::size_t k = 0; k < buckets.size(); ++k)
     if (buckets[k].persistent)
-      device_.download(at(persistent_, persistent_offset_[k], type_), out.data() + buckets[k].begin,
+      device_.download(at(persistent_, buffers_.persistent_offset[k], type_), out.data() + buckets[k].begin,
                        buckets[k].elements(), type_, 1.0);
   return out;
 }
@@ -363,7 +317,7 @@ void ZeroEngine::set_params(const std::vector<float>& flat) {
       device_.upload_params(at(params_, b.partition_offset, type_), master_ ? master_ + b.partition_offset : nullptr,
                             flat.data() + b.chunk_begin(rank_), b.chunk);
       if (b.persistent)
-        device_.upload_params(at(persistent_, persistent_offset_[k], type_), nullptr, flat.data() + b.begin,
+        device_.upload_params(at(persistent_, buffers_.persistent_offset[k], type_), nullptr, flat.data() + b.begin,
                               b.elements());
     }
   } else if (config_.zero.stage == 0 || !master_) {
@@ -396,89 +350,36 @@ std::vector<float> ZeroEngine::gathered_grads(double loss_scale) {
 
 void ZeroEngine::setup_stage3() {
   const auto& buckets = partition_.buckets();
-  const ZeroSettings& z = config_.zero;
-  units_ = gather_unit_ranges(layout_);
-  const int U = static_cast<int>(units_.size());
-  unit_buckets_.assign(U, {});
-  unit_gather_lo_.assign(U, 0);
-  bucket_unit_.assign(buckets.size(), -1);
-  persistent_offset_.assign(buckets.size(), -1);
-  std::vector<std::int64_t> unit_elements(U, 0);
-  std::int64_t persistent = 0;
-  for (std::size_t k = 0; k < buckets.size(); ++k) {
-    const GradientBucket& b = buckets[k];
-    int u = 0;
-    while (!(b.begin >= units_[u].first && b.end <= units_[u].second)) ++u;  // buckets never cross units
-    bucket_unit_[k] = u;
-    if (b.persistent) {
-      persistent_offset_[k] = persistent;
-      persistent += b.elements();
-    } else {
-      unit_buckets_[u].push_back(static_cast<int>(k));
-    }
-  }
-  // A unit's gathered span runs from its lowest to its highest partitioned bucket (persistent tensors between
-  // them, which GPT-2's layout never has, would leave their part of the span unused).
-  for (int u = 0; u < U; ++u) {
-    if (unit_buckets_[u].empty()) continue;
-    std::int64_t lo = units_[u].second, hi = units_[u].first;
-    for (int k : unit_buckets_[u]) {
-      lo = std::min(lo, buckets[k].begin);
-      hi = std::max(hi, buckets[k].end);
-    }
-    unit_gather_lo_[u] = lo;
-    unit_elements[u] = hi - lo;
-  }
-  // The model's uses of its units (exec/cpu/cpu_trainer.cpp, exec/cuda/cuda_trainer.cu call params_needed in
-  // this order): forward [embeddings, blocks, final norm, embeddings as the LM head], backward [LM head,
-  // final norm, blocks top down]; the encoder's backward reads no parameters.
-  std::vector<int> forward, train;
-  forward.push_back(0);
-  for (int u = 1; u + 1 < U; ++u) forward.push_back(u);
-  forward.push_back(U - 1);
-  forward.push_back(0);
-  train = forward;
-  train.push_back(0);
-  train.push_back(U - 1);
-  for (int u = U - 2; u >= 1; --u) train.push_back(u);
-  Zero3FetchRules rules;
-  rules.prefetch_elements = z.prefetch_bucket_elements;
-  rules.max_live_elements = z.max_live_parameters;
-  rules.max_reuse_distance = z.max_reuse_distance;
-  train_plan_ = make_zero3_fetch_plan(unit_elements, train, rules);
-  forward_plan_ = make_zero3_fetch_plan(unit_elements, forward, rules);
-  const std::int64_t arena = plan_arena_elements();
-  if (persistent > 0) persistent_ = device_.allocate("gathered_params", "persistent parameters (whole)", persistent, type_);
-  if (arena > 0) arena_ = device_.allocate("gathered_params", "gathered parameters (arena)", arena, type_);
+  if (buffers_.persistent_elements > 0)
+    persistent_ = device_.allocate("gathered_params", "persistent parameters (whole)", buffers_.persistent_elements, type_);
+  if (buffers_.arena_elements > 0)
+    arena_ = device_.allocate("gathered_params", "gathered parameters (arena)", buffers_.arena_elements, type_);
   for (std::size_t k = 0; k < buckets.size(); ++k)
     if (buckets[k].persistent)
-      device_.init_params(at(persistent_, persistent_offset_[k], type_), nullptr, buckets[k].begin,
+      device_.init_params(at(persistent_, buffers_.persistent_offset[k], type_), nullptr, buckets[k].begin,
                           buckets[k].elements());
+  const int U = static_cast<int>(buffers_.units.size());
   unit_region_.assign(U, -1);
-  // Named events: [0, slots) the gradient bucket buffers (stage 2), then one per unit for "gathered" and one
-  // per unit for "released".
+  // Named events: [0, slots) the gradient bucket buffers, then one per unit for "gathered" and one per unit for
+  // "released".
   gather_event_base_ = static_cast<int>(slots_.size());
   release_event_base_ = gather_event_base_ + U;
-}
-
-std::int64_t ZeroEngine::plan_arena_elements() const {
-  return std::max(train_plan_.arena_elements, forward_plan_.arena_elements);
 }
 
 void* ZeroEngine::param_at(std::int64_t offset) const {
   if (!stage3()) return at(params_, offset, type_);
   const int k = partition_.bucket_of(offset);
   const GradientBucket& b = partition_.buckets()[k];
-  if (b.persistent) return at(persistent_, persistent_offset_[k] + (offset - b.begin), type_);
-  const int u = bucket_unit_[k];
+  if (b.persistent) return at(persistent_, buffers_.persistent_offset[k] + (offset - b.begin), type_);
+  const int u = buffers_.bucket_unit[k];
   if (unit_region_[u] < 0)
     throw std::logic_error("ZeroEngine: parameter at flat index " + std::to_string(offset) +
                            " read while its unit is not gathered (params_needed missing)");
-  return at(arena_, unit_region_[u] + (offset - unit_gather_lo_[u]), type_);
+  return at(arena_, unit_region_[u] + (offset - buffers_.unit_gather_lo[u]), type_);
 }
 
 void ZeroEngine::begin_forward_only() {
-  if (stage3()) start_schedule(&forward_plan_);
+  if (stage3()) start_schedule(&buffers_.forward_plan);
 }
 
 void ZeroEngine::start_schedule(const Zero3FetchPlan* plan) {
@@ -500,11 +401,11 @@ void ZeroEngine::params_needed(std::int64_t lo, std::int64_t hi) {
     throw std::logic_error("ZeroEngine: params_needed outside a forward/backward schedule");
   record_pending_releases();
   const Zero3UseStep& step = plan_->steps[cursor_++];
-  if (units_[step.unit].first != lo || units_[step.unit].second != hi)
+  if (buffers_.units[step.unit].first != lo || buffers_.units[step.unit].second != hi)
     throw std::logic_error("ZeroEngine: the model used parameters [" + std::to_string(lo) + ", " + std::to_string(hi) +
                            ") where its schedule expects unit " + std::to_string(step.unit));
   for (const Zero3Gather& g : step.gathers) gather_unit(g.unit, g.arena_offset);
-  if (!unit_buckets_[step.unit].empty()) {
+  if (!buffers_.unit_buckets[step.unit].empty()) {
     const int a = device_.mark(Lane::compute);
     device_.wait_event(gather_event_base_ + step.unit, Lane::compute);
     wait_marks_.emplace_back(a, device_.mark(Lane::compute));
@@ -517,14 +418,14 @@ void ZeroEngine::record_pending_releases() {
   for (int u : pending_releases_) {
     const int event = release_event_base_ + u;
     device_.record_event(event, Lane::compute);
-    freed_.push_back(FreedRange{unit_region_[u], unit_region_[u] + train_plan_.unit_elements[u], event});
+    freed_.push_back(FreedRange{unit_region_[u], unit_region_[u] + buffers_.train_plan.unit_elements[u], event});
     unit_region_[u] = -1;
   }
   pending_releases_.clear();
 }
 
 void ZeroEngine::gather_unit(int u, std::int64_t region) {
-  const std::int64_t size = train_plan_.unit_elements[u];
+  const std::int64_t size = buffers_.train_plan.unit_elements[u];
   // Wait (on the comm lane) for the last readers of whatever occupied this range before.
   for (std::size_t i = 0; i < freed_.size();) {
     if (freed_[i].lo < region + size && region < freed_[i].hi) {
@@ -538,9 +439,9 @@ void ZeroEngine::gather_unit(int u, std::int64_t region) {
   const auto& buckets = partition_.buckets();
   const int begin = device_.mark(Lane::comm);
   comm_.group_start();
-  for (int k : unit_buckets_[u]) {
+  for (int k : buffers_.unit_buckets[u]) {
     const GradientBucket& b = buckets[k];
-    comm_.all_gather(at(params_, b.partition_offset, type_), at(arena_, region + (b.begin - unit_gather_lo_[u]), type_),
+    comm_.all_gather(at(params_, b.partition_offset, type_), at(arena_, region + (b.begin - buffers_.unit_gather_lo[u]), type_),
                      b.chunk, type_);
   }
   comm_.group_end();
@@ -566,7 +467,7 @@ void ZeroEngine::all_gather_persistent() {
     }
     if (!open) comm_.group_start();
     open = true;
-    comm_.all_gather(at(params_, b.partition_offset, type_), at(persistent_, persistent_offset_[k], type_), b.chunk,
+    comm_.all_gather(at(params_, b.partition_offset, type_), at(persistent_, buffers_.persistent_offset[k], type_), b.chunk,
                      type_);
     grouped += b.elements();
   }

@@ -37,6 +37,7 @@
 #include "exec/exec_config.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_device.h"
+#include "exec/zero/zero_buffer_layout.h"
 #include "exec/zero/zero_partition.h"
 
 namespace zeroplan::exec {
@@ -111,13 +112,13 @@ class ZeroEngine {
   void record_pending_releases();
   void start_schedule(const Zero3FetchPlan* plan);
   void all_gather_persistent();
-  std::int64_t plan_arena_elements() const;
 
   ExecConfig config_;
   const ParamLayout& layout_;
   ZeroDevice& device_;
   Communicator& comm_;
   ZeroPartition partition_;
+  ZeroBufferLayout buffers_;  // gradient bucket buffers, stage-3 units and fetch plans
   CommDtype type_;
   int rank_, world_;
 
@@ -130,8 +131,7 @@ class ZeroEngine {
   void* reduce_scratch_ = nullptr;   // stage 2: one chunk, for accumulating micro-steps after the first
   float* master_ = nullptr;          // fp32 master: whole (stage 0) or partition; null in fp32 training
   float *m_ = nullptr, *v_ = nullptr;
-  std::vector<Slot> slots_;          // stage 2 bucket buffers
-  std::vector<int> bucket_slot_;     // stage 2: the slot each bucket uses
+  std::vector<Slot> slots_;          // stages 2-3 bucket buffers (buffers_.slot_elements)
   std::vector<bool> reduced_;        // this micro-step: bucket finished (accumulated, reduction issued)
   std::int64_t micro_ = 0;
   bool boundary_ = false;
@@ -147,14 +147,8 @@ class ZeroEngine {
     std::int64_t lo, hi;  // arena elements
     int event;            // recorded on the compute lane when the unit's last reader was enqueued
   };
-  std::vector<std::pair<std::int64_t, std::int64_t>> units_;  // gather units (flat ranges)
-  std::vector<std::vector<int>> unit_buckets_;                 // each unit's partitioned (gathered) buckets
-  std::vector<std::int64_t> unit_gather_lo_;                   // flat index at arena offset 0 of the unit
-  std::vector<int> bucket_unit_;
-  std::vector<std::int64_t> persistent_offset_;                // per bucket: offset in persistent_, or -1
-  void* persistent_ = nullptr;                                 // persistent tensors, whole
-  void* arena_ = nullptr;                                      // gathered parameters
-  Zero3FetchPlan train_plan_, forward_plan_;
+  void* persistent_ = nullptr;  // persistent tensors, whole
+  void* arena_ = nullptr;       // gathered parameters
   const Zero3FetchPlan* plan_ = nullptr;
   std::size_t cursor_ = 0;
   std::vector<std::int64_t> unit_region_;                      // arena offset of a resident unit, or -1

@@ -1,0 +1,132 @@
+#include "exec/zero/zero_buffer_layout.h"
+
+#include <algorithm>
+
+namespace zeroplan::exec {
+
+namespace {
+
+// The flat ranges backward writes at once (ParamLayout order): the head (ln_f), each block, the embeddings.
+std::vector<std::pair<std::int64_t, std::int64_t>> backward_ranges(const ParamLayout& layout) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> r;
+  const std::int64_t L = layout.shape().layers;
+  r.emplace_back(layout.lnf_w().offset, layout.total());
+  for (std::int64_t l = L - 1; l >= 0; --l) {
+    const std::int64_t lo = layout.block(l, kQkvW).offset;
+    const std::int64_t hi = l + 1 < L ? layout.block(l + 1, kQkvW).offset : layout.lnf_w().offset;
+    r.emplace_back(lo, hi);
+  }
+  r.emplace_back(0, layout.block(0, kQkvW).offset);
+  return r;
+}
+
+void gradient_buffers(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPartition& partition,
+                      const ZeroSettings& zero, std::int64_t grad_accum) {
+  // The embeddings' buckets have their own buffers (written at the start and the end of backward); the others
+  // rotate over enough buffers that a block never waits for a reduction that needs the block itself, plus one
+  // with overlap_comm so that the next block's backward does not wait for the last reduction either.
+  const auto& buckets = partition.buckets();
+  int per_range = 1;
+  for (const auto& [lo, hi] : backward_ranges(layout)) {
+    int k = 0;
+    for (const GradientBucket& b : buckets)
+      if (!b.embeddings && b.begin < hi && b.end > lo) ++k;
+    per_range = std::max(per_range, k);
+  }
+  const int rotating = zero.overlap_comm ? per_range + 1 : per_range;
+  std::int64_t largest = 0;
+  for (const GradientBucket& b : buckets)
+    if (!b.embeddings) largest = std::max(largest, b.elements());
+  z.bucket_slot.assign(buckets.size(), -1);
+  int next = 0;
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    if (!buckets[k].embeddings) z.bucket_slot[k] = next++ % rotating;
+  z.slot_elements.assign(std::min(rotating, next), largest);
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    if (buckets[k].embeddings) {
+      z.bucket_slot[k] = static_cast<int>(z.slot_elements.size());
+      z.slot_elements.push_back(buckets[k].elements());
+    }
+  if (grad_accum > 1) z.accumulation_scratch = partition.largest_chunk();
+}
+
+void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPartition& partition,
+                  const ZeroSettings& zero) {
+  const auto& buckets = partition.buckets();
+  z.units = gather_unit_ranges(layout);
+  const int U = static_cast<int>(z.units.size());
+  z.unit_buckets.assign(U, {});
+  z.unit_gather_lo.assign(U, 0);
+  z.bucket_unit.assign(buckets.size(), -1);
+  z.persistent_offset.assign(buckets.size(), -1);
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const GradientBucket& b = buckets[k];
+    int u = 0;
+    while (!(b.begin >= z.units[u].first && b.end <= z.units[u].second)) ++u;  // buckets never cross units
+    z.bucket_unit[k] = u;
+    if (b.persistent) {
+      z.persistent_offset[k] = z.persistent_elements;
+      z.persistent_elements += b.elements();
+    } else {
+      z.unit_buckets[u].push_back(static_cast<int>(k));
+    }
+  }
+  // A unit's gathered span runs from its lowest to its highest partitioned bucket (persistent tensors between
+  // them, which GPT-2's layout never has, would leave their part of the span unused).
+  std::vector<std::int64_t> unit_elements(U, 0);
+  for (int u = 0; u < U; ++u) {
+    if (z.unit_buckets[u].empty()) continue;
+    std::int64_t lo = z.units[u].second, hi = z.units[u].first;
+    for (int k : z.unit_buckets[u]) {
+      lo = std::min(lo, buckets[k].begin);
+      hi = std::max(hi, buckets[k].end);
+    }
+    z.unit_gather_lo[u] = lo;
+    unit_elements[u] = hi - lo;
+  }
+  // The model's uses of its units (exec/cpu/cpu_trainer.cpp, exec/cuda/cuda_trainer.cu call params_needed in
+  // this order): forward [embeddings, blocks, final norm, embeddings as the LM head], backward [LM head,
+  // final norm, blocks top down]; the encoder's backward reads no parameters.
+  std::vector<int> forward, train;
+  forward.push_back(0);
+  for (int u = 1; u + 1 < U; ++u) forward.push_back(u);
+  forward.push_back(U - 1);
+  forward.push_back(0);
+  train = forward;
+  train.push_back(0);
+  train.push_back(U - 1);
+  for (int u = U - 2; u >= 1; --u) train.push_back(u);
+  Zero3FetchRules rules;
+  rules.prefetch_elements = zero.prefetch_bucket_elements;
+  rules.max_live_elements = zero.max_live_parameters;
+  rules.max_reuse_distance = zero.max_reuse_distance;
+  z.train_plan = make_zero3_fetch_plan(unit_elements, train, rules);
+  z.forward_plan = make_zero3_fetch_plan(unit_elements, forward, rules);
+  z.arena_elements = std::max(z.train_plan.arena_elements, z.forward_plan.arena_elements);
+}
+
+}  // namespace
+
+PartitionRules partition_rules(const ZeroSettings& zero) {
+  PartitionRules r;
+  r.bucket_elements = zero.reduce_bucket_elements;
+  r.stage3 = zero.stage == 3;
+  r.persistence_threshold = zero.param_persistence_threshold;
+  return r;
+}
+
+std::int64_t ZeroBufferLayout::bucket_buffer_elements() const {
+  std::int64_t sum = accumulation_scratch;
+  for (std::int64_t e : slot_elements) sum += e;
+  return sum;
+}
+
+ZeroBufferLayout zero_buffer_layout(const ParamLayout& layout, const ZeroPartition& partition,
+                                    const ZeroSettings& zero, std::int64_t grad_accum) {
+  ZeroBufferLayout z;
+  if (zero.stage >= 2) gradient_buffers(z, layout, partition, zero, grad_accum);
+  if (zero.stage == 3) stage3_units(z, layout, partition, zero);
+  return z;
+}
+
+}  // namespace zeroplan::exec

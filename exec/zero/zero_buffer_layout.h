@@ -1,0 +1,46 @@
+// What the ZeRO engine allocates beside the model states, decided from the layout, the partition and the
+// settings alone (no device, no communicator): the gradient bucket buffers of stages 2-3 and stage 3's gather
+// units, persistent tensors and fetch plans. The engine (zero_engine.cpp) allocates exactly this, and the
+// planner's `--engine zeroplan` model (sim/executor_layout.cpp) counts exactly this, so the two agree by
+// construction. Pure C++: this file and its dependencies (param_layout, zero_partition, core/zero3_fetch_plan)
+// form the zeroplan_exec_layout library, which sim links without the executor's backends.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/zero3_fetch_plan.h"
+#include "exec/exec_config.h"
+#include "exec/param_layout.h"
+#include "exec/zero/zero_partition.h"
+
+namespace zeroplan::exec {
+
+// The partition rules of a configuration (stage 3 cuts at gather units and persistence runs).
+PartitionRules partition_rules(const ZeroSettings& zero);
+
+struct ZeroBufferLayout {
+  // Stages 2-3: the buffer each bucket's gradients are written to during backward: rotating buffers of
+  // `rotating_elements` (indices [0, rotating)), then one per embeddings bucket, of its size.
+  std::vector<int> bucket_slot;            // per bucket
+  std::vector<std::int64_t> slot_elements;  // per buffer
+  std::int64_t accumulation_scratch = 0;   // reduce-scatter output for micro-steps after the first (A > 1)
+
+  // Stage 3.
+  std::vector<std::pair<std::int64_t, std::int64_t>> units;  // gather units (flat ranges)
+  std::vector<std::vector<int>> unit_buckets;                // each unit's partitioned buckets
+  std::vector<std::int64_t> unit_gather_lo;                  // flat index at the unit's arena offset 0
+  std::vector<int> bucket_unit;                              // per bucket
+  std::vector<std::int64_t> persistent_offset;               // per bucket: offset among persistent tensors or -1
+  std::int64_t persistent_elements = 0;
+  Zero3FetchPlan train_plan, forward_plan;                   // forward + backward; forward alone (evaluation)
+  std::int64_t arena_elements = 0;                           // the larger of the two plans' arenas
+
+  std::int64_t bucket_buffer_elements() const;  // sum of slot_elements and the accumulation scratch
+};
+
+ZeroBufferLayout zero_buffer_layout(const ParamLayout& layout, const ZeroPartition& partition,
+                                    const ZeroSettings& zero, std::int64_t grad_accum);
+
+}  // namespace zeroplan::exec
