@@ -22,6 +22,7 @@
 #include "exec/token_data.h"
 #include "exec/comm/mpi_communicator.h"
 #include "exec/trainer.h"
+#include "sim/executor_layout.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
 #include "sim/compute_time.h"
@@ -39,31 +40,9 @@ constexpr const char* kCli = "command line";
 
 
 
-// The executor trains the gpt2 family (learned positions, LayerNorm, GELU, biases, tied embeddings, 4h MLP).
-exec::Gpt2Shape exec_shape(const ModelDescription& model) {
-  if (!model.transformer || model.transformer->family != ModelFamily::gpt2)
-    throw InputError(model.source, "transformer.family",
-                     "the executor trains gpt2-family transformers; got " + to_string(model.family));
-  const TransformerShape& t = *model.transformer;
-  auto need = [&](bool ok, const std::string& field, const std::string& what) {
-    if (!ok) throw InputError(model.source, "transformer." + field, "the gpt2 executor needs " + what);
-  };
-  need(t.kv_heads == t.heads, "kv_heads", "kv_heads == heads (no grouped-query attention)");
-  need(t.ffn_hidden == 4 * t.hidden, "ffn_hidden", "ffn_hidden == 4 * hidden");
-  need(t.norm == NormKind::layer_norm, "norm", "layer_norm");
-  need(t.activation == ActivationKind::gelu, "activation", "gelu");
-  need(t.attention_bias && t.mlp_bias, "attention_bias", "biases on every linear layer");
-  need(t.tied_embeddings, "tied_embeddings", "tied embeddings");
-  need(t.learned_positions, "learned_positions", "learned positions");
-  need(!t.embedding_norm, "embedding_norm", "no embedding norm");
-  need(t.hidden % 8 == 0, "hidden", "a multiple of 8");
-  need(t.hidden % t.heads == 0 && (t.hidden / t.heads) % 8 == 0, "heads", "hidden/heads a multiple of 8");
-  return exec::make_shape(t.vocab_size, t.hidden, t.layers, t.heads, t.max_seq);
-}
-
 exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig& tr, std::uint64_t seed) {
   exec::ExecConfig c;
-  c.shape = exec_shape(model);
+  c.shape = executor_shape(model);
   c.micro_batch = tr.micro_batch;
   c.seq_len = tr.seq_len;
   c.grad_accum = tr.grad_accum;
@@ -178,16 +157,10 @@ int run_training(RunOptions& o) {
   // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
   use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
   exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
-  cfg.zero.stage = tr.zero.stage;
-  cfg.zero.reduce_bucket_elements = tr.zero.reduce_bucket_size;
-  cfg.zero.allgather_bucket_elements = tr.zero.allgather_bucket_size;
-  cfg.zero.prefetch_bucket_elements = tr.zero.prefetch_bucket_size;
-  cfg.zero.param_persistence_threshold = tr.zero.param_persistence_threshold;
-  cfg.zero.max_live_parameters = tr.zero.max_live_parameters;
-  cfg.zero.max_reuse_distance = tr.zero.max_reuse_distance;
-  // DeepSpeed's overlap_comm when a DeepSpeed config says so; our executor overlaps by default (its buckets
-  // cost no extra memory beyond what the plan counts), and says so.
-  cfg.zero.overlap_comm = o.common.ds_config ? tr.zero.overlap_comm : true;
+  // DeepSpeed's overlap_comm when a DeepSpeed config says so; our executor overlaps by default, and says so.
+  // The plan below is made with the same value (it decides how many gradient bucket buffers there are).
+  if (!o.common.ds_config) tr.zero.overlap_comm = true;
+  cfg.zero = executor_zero_settings(tr, tr.zero.stage);
   if (!o.common.ds_config && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");

@@ -66,6 +66,11 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
   const int e = communication_element_bytes(training);
   const int n = static_cast<int>(in.world_size);
   CommVolume v;
+  // zeroplan's executor (in.executor_exact): P is its flat buffer, one collective per gradient bucket of its
+  // partition (exec/zero/zero_partition.h), and stage 3 follows its fetch plan (core/zero3_fetch_plan.h).
+  auto reductions = [&](std::int64_t elements) {
+    return in.executor_exact ? in.executor_buckets : buckets(elements, zero.reduce_bucket_size);
+  };
   double elements_one_micro_step = 0.0;  // the paper's multiple, without accumulation (all-reduce = 2 passes)
 
   // One GPU has nobody to reduce with or gather from: no collective runs (the simulator schedules none either).
@@ -73,25 +78,39 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
     case -1:
       break;
     case 0:
-      add(v, CollectiveKind::all_reduce, buckets(P, zero.reduce_bucket_size), P, e, n,
+      add(v, CollectiveKind::all_reduce, reductions(P), P, e, n,
           "gradients, at the accumulation boundary, per bucket");
       elements_one_micro_step = 2.0 * P;
       break;
     case 1:
-      add(v, CollectiveKind::reduce_scatter, buckets(P, zero.reduce_bucket_size), P, e, n,
+      add(v, CollectiveKind::reduce_scatter, reductions(P), P, e, n,
           "gradients, at the accumulation boundary, per bucket");
       add(v, CollectiveKind::all_gather, buckets(P, zero.allgather_bucket_size), P, e, n,
           "updated parameters, after the optimizer step");
       elements_one_micro_step = 2.0 * P;
       break;
     case 2:
-      add(v, CollectiveKind::reduce_scatter, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), e, n,
+      add(v, CollectiveKind::reduce_scatter, sat_mul(A, reductions(P)), sat_mul(A, P), e, n,
           "gradients, every micro-step's backward, per bucket");
       add(v, CollectiveKind::all_gather, buckets(P, zero.allgather_bucket_size), P, e, n,
           "updated parameters, after the optimizer step");
       elements_one_micro_step = 2.0 * P;
       break;
     default: {
+      if (in.executor_exact) {
+        // The fetch plan's gathers (units kept within stage3_max_reuse_distance are not gathered again), the
+        // persistent tensors once per step after the optimizer, the gradients every micro-step.
+        add(v, CollectiveKind::all_gather, sat_mul(A, in.executor_gathers_per_micro),
+            sat_mul(A, in.executor_gathered_per_micro), e, n,
+            "parameters, by the fetch plan, before forward and backward units, every micro-step");
+        if (in.persistent_params > 0)
+          add(v, CollectiveKind::all_gather, in.executor_persistent_buckets, in.persistent_params, e, n,
+              "persistent parameters, after the optimizer step");
+        add(v, CollectiveKind::reduce_scatter, sat_mul(A, reductions(P)), sat_mul(A, P), e, n,
+            "gradients, every micro-step's backward, per bucket");
+        elements_one_micro_step = static_cast<double>(in.executor_gathered_per_micro) + P;
+        break;
+      }
       const std::int64_t G = in.gathered_params_total;
       add(v, CollectiveKind::all_gather, sat_mul(2 * A, in.gathered_modules), sat_mul(2 * A, G), e, n,
           "parameters, before each module's forward and backward, every micro-step");

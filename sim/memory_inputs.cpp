@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sim/executor_layout.h"
 #include "sim/saturating.h"
 #include "sim/zero_schedule.h"
 
@@ -46,6 +47,22 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
   in.persistent_params = std::min(persistent, params);
   in.gathered_params_total = params - in.persistent_params;
   in.gathered_modules = gathered_modules;
+  if (in.engine == TrainingEngine::zeroplan) {
+    // Not on the fast path: the DeepSpeed engine (the default, and what recommend searches) never gets here.
+    if (const auto f = executor_layout_figures(model, training, static_cast<int>(in.world_size), in.stage)) {
+      in.executor_exact = true;
+      in.params = f->flat_elements;
+      in.partition_params = in.world_size > 1 || in.stage > 0 ? f->partition_elements : f->flat_elements;
+      in.persistent_params = in.stage == 3 ? f->persistent_elements : 0;
+      in.gathered_params_total = in.params - in.persistent_params;
+      in.executor_buckets = f->buckets;
+      in.executor_bucket_buffers = f->bucket_buffer_elements;
+      in.executor_arena = f->arena_elements;
+      in.executor_gathered_per_micro = f->gathered_elements;
+      in.executor_gathers_per_micro = f->gathers;
+      in.executor_persistent_buckets = f->persistent_buckets;
+    }
+  }
   return in;
 }
 

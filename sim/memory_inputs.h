@@ -31,6 +31,17 @@ struct MemoryInputs {
   std::int64_t persistent_params = 0;      // stage 3: params below stage3_param_persistence_threshold
   std::int64_t gathered_params_total = 0;  // stage 3: params that are partitioned and gathered (P - persistent)
   std::int64_t gathered_modules = 0;       // stage 3: modules whose parameters are gathered (all-gather calls)
+
+  // `--engine zeroplan` on a model the executor trains: the executor's own figures (sim/executor_layout.h).
+  // Then params is the executor's flat buffer (padded vocabulary, aligned tensors) and partition_params its
+  // partition, so that bytes and buffers are the ones the run measures.
+  bool executor_exact = false;
+  std::int64_t executor_buckets = 0;              // gradient buckets (reductions per pass)
+  std::int64_t executor_bucket_buffers = 0;       // elements: stages 2-3 gradient bucket buffers and scratch
+  std::int64_t executor_arena = 0;                // elements: stage-3 gathered-parameter arena
+  std::int64_t executor_gathered_per_micro = 0;   // elements all-gathered per micro-step (stage 3 fetch plan)
+  std::int64_t executor_gathers_per_micro = 0;
+  std::int64_t executor_persistent_buckets = 0;
 };
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,

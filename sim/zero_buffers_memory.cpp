@@ -24,9 +24,17 @@ constexpr const char* kOffloadStaging = "DeepSpeed stage_1_and_2.py temp_grad_bu
 ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero) {
   ZeroBufferBytes b;
   const int pb = in.param_bytes;
-  // zeroplan's executor reduces in place over its flat gradient buffer (exec/param_layout.h): no bucket copies.
-  const bool in_place_reduction = in.engine == TrainingEngine::zeroplan && in.stage <= 2;
-  if (in_place_reduction) {
+  // zeroplan's executor reduces stages 0-1 in place over its flat gradient buffer (exec/param_layout.h): no
+  // bucket copies. From stage 2 its backward writes into rotating bucket buffers, and stage 3 gathers into an
+  // arena beside the persistent tensors: exactly exec/zero/zero_buffer_layout.h's (in.executor_exact).
+  const bool in_place_reduction = in.engine == TrainingEngine::zeroplan && in.stage <= 1;
+  if (in.executor_exact && in.stage >= 2) {
+    b.reduce_buckets = sat_mul(pb, in.executor_bucket_buffers);
+    if (in.stage == 3) {
+      b.gathered_in_flight = sat_mul(pb, in.executor_arena);
+      b.persistent_params = sat_mul(pb, in.persistent_params);
+    }
+  } else if (in_place_reduction) {
     // no reduce or all-gather buckets
   } else if (in.stage == 0) {
     // The engine flattens at most reduce_bucket_size gradients per all-reduce: never more than the model.
@@ -64,7 +72,20 @@ void explain_zero_buffers(const MemoryInputs& in, const ZeroConfig& zero, const 
                           std::vector<MemoryTerm>& terms) {
   const std::string pb = num(in.param_bytes);
   const std::string copies = zero.overlap_comm ? " * 2 (overlap_comm)" : "";
-  if (in.engine == TrainingEngine::zeroplan && in.stage <= 2) {
+  if (in.executor_exact && in.stage >= 2) {
+    terms.push_back({"gradient_buckets", "gradient bucket buffers (rotating, embeddings, accumulation scratch)",
+                     b.reduce_buckets, pb + " * " + num(in.executor_bucket_buffers) + " elements",
+                     "exec/zero/zero_buffer_layout.h (gradient_buffers)"});
+    if (in.stage == 3) {
+      terms.push_back({"gathered_params", "gathered-parameter arena (fetch plan peak)", b.gathered_in_flight,
+                       pb + " * " + num(in.executor_arena) + " elements",
+                       "core/zero3_fetch_plan.h (prefetch, live bound, reuse distance; first-fit arena)"});
+      terms.push_back({"gathered_params", "persistent parameters (whole on every GPU)", b.persistent_params,
+                       pb + " * tensors <= stage3_param_persistence_threshold (" +
+                           num(zero.param_persistence_threshold) + ") = " + pb + " * " + num(in.persistent_params),
+                       kPersistence});
+    }
+  } else if (in.engine == TrainingEngine::zeroplan && in.stage <= 2) {
     terms.push_back({"gradient_buckets", "gradient buckets", 0,
                      "0 (zeroplan's executor reduces in place over its flat gradient buffer)",
                      "exec/param_layout.h (flat parameter and gradient buffers)"});

@@ -13,6 +13,11 @@
 #include "exec/data_shard.h"
 #include "exec/trainer.h"
 #include "exec/zero/zero_partition.h"
+#include "core/cluster_description.h"
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "sim/comm_model.h"
+#include "sim/memory_model.h"
 
 using namespace zeroplan::exec;
 
@@ -176,6 +181,64 @@ TEST(ZeroOverMpi, Stage3CommunicationBytesAreThreePsi) {
     EXPECT_EQ(k.bytes[1], A * P) << "reduce-scatter, A = " << A;
     EXPECT_EQ(k.bytes[2], 2 * A * P) << "all-gather, A = " << A;
   }
+}
+
+// The planner's `--engine zeroplan` model against what the engine allocates and sends, component by component:
+// the planner reads the executor's own layout code (sim/executor_layout.h), so these must be equal, at every
+// stage and world size. (Stages 0-1 with accumulation are left out: only the CPU backend, whose kernels always
+// accumulate, keeps a separate micro-step gradient buffer there.)
+TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
+  Communicator& comm = *world_comm;
+  zeroplan::TransformerShape shape;
+  shape.vocab_size = 257;
+  shape.hidden = 64;
+  shape.layers = 3;
+  shape.heads = 2;
+  shape.kv_heads = 2;
+  shape.ffn_hidden = 256;
+  shape.max_seq = 32;
+  const zeroplan::ModelDescription model = zeroplan::expand_transformer("small", shape, "test");
+  const zeroplan::ClusterDescription cluster =
+      zeroplan::with_gpu_count(zeroplan::load_cluster("h200x4"), comm.world());
+  for (int stage = 0; stage <= 3; ++stage)
+    for (std::int64_t A : {1, 3}) {
+      if (stage < 2 && A > 1) continue;
+      ExecConfig c = small_config(stage, A, 5000);
+      zeroplan::TrainingConfig tr;
+      tr.micro_batch = c.micro_batch;
+      tr.seq_len = c.seq_len;
+      tr.grad_accum = A;
+      tr.precision = zeroplan::Precision::fp32;
+      tr.zero.stage = stage;
+      tr.zero.reduce_bucket_size = c.zero.reduce_bucket_elements;
+      tr.zero.allgather_bucket_size = c.zero.allgather_bucket_elements;
+      tr.zero.overlap_comm = c.zero.overlap_comm = true;
+      tr.zero.param_persistence_threshold = c.zero.param_persistence_threshold = 300;
+      tr.zero.prefetch_bucket_size = c.zero.prefetch_bucket_elements = 20000;
+      zeroplan::use_engine(tr, zeroplan::TrainingEngine::zeroplan);
+      const zeroplan::PlanChoice choice{stage, zeroplan::OffloadDevice::none, zeroplan::OffloadDevice::none};
+      const auto predicted = zeroplan::estimate_memory(model, cluster, tr, choice).gpu.components();
+      comm.reset_counters();
+      auto t = make_cpu_trainer(c, &comm);
+      const auto measured = t->memory().peak_by_component;
+      for (const char* name : {"params", "grads", "master_params", "optimizer_states", "gradient_buckets",
+                               "gathered_params"}) {
+        std::int64_t p = 0, m = 0;
+        for (const auto& [n, b] : predicted) p += n == name ? b : 0;
+        for (const auto& [n, b] : measured) m += n == name ? b : 0;
+        EXPECT_EQ(p, m) << name << ", stage " << stage << ", A = " << A;
+      }
+      TokenSource data = TokenSource::synthetic(257, 9);
+      const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
+      t->step(b.inputs, b.targets);
+      const zeroplan::CommVolume v = zeroplan::estimate_comm(model, cluster, tr, choice);
+      std::int64_t plan[3] = {0, 0, 0};
+      for (const auto& col : v.collectives) plan[static_cast<int>(col.kind)] += col.bytes;
+      const CommCounters& k = comm.counters();
+      EXPECT_EQ(plan[0], k.bytes[0]) << "all-reduce, stage " << stage << ", A = " << A;
+      EXPECT_EQ(plan[1], k.bytes[1]) << "reduce-scatter, stage " << stage << ", A = " << A;
+      EXPECT_EQ(plan[2], k.bytes[2]) << "all-gather, stage " << stage << ", A = " << A;
+    }
 }
 
 TEST(ZeroPartition, BucketsSplitIntoEqualAlignedChunks) {

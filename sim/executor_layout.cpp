@@ -1,0 +1,76 @@
+#include "sim/executor_layout.h"
+
+#include "core/input_error.h"
+#include "exec/param_layout.h"
+#include "exec/zero/zero_buffer_layout.h"
+#include "exec/zero/zero_partition.h"
+
+namespace zeroplan {
+
+namespace {
+
+// Why the executor cannot train this model, or empty.
+std::pair<std::string, std::string> executor_gap(const ModelDescription& model) {
+  if (!model.transformer || model.transformer->family != ModelFamily::gpt2)
+    return {"transformer.family", "the executor trains gpt2-family transformers; got " + to_string(model.family)};
+  const TransformerShape& t = *model.transformer;
+  if (t.kv_heads != t.heads) return {"kv_heads", "the gpt2 executor needs kv_heads == heads (no grouped-query attention)"};
+  if (t.ffn_hidden != 4 * t.hidden) return {"ffn_hidden", "the gpt2 executor needs ffn_hidden == 4 * hidden"};
+  if (t.norm != NormKind::layer_norm) return {"norm", "the gpt2 executor needs layer_norm"};
+  if (t.activation != ActivationKind::gelu) return {"activation", "the gpt2 executor needs gelu"};
+  if (!(t.attention_bias && t.mlp_bias)) return {"attention_bias", "the gpt2 executor needs biases on every linear layer"};
+  if (!t.tied_embeddings) return {"tied_embeddings", "the gpt2 executor needs tied embeddings"};
+  if (!t.learned_positions) return {"learned_positions", "the gpt2 executor needs learned positions"};
+  if (t.embedding_norm) return {"embedding_norm", "the gpt2 executor needs no embedding norm"};
+  if (t.hidden % 8 != 0) return {"hidden", "the gpt2 executor needs a multiple of 8"};
+  if (t.heads < 1 || t.hidden % t.heads != 0 || (t.hidden / t.heads) % 8 != 0)
+    return {"heads", "the gpt2 executor needs hidden/heads a multiple of 8"};
+  return {};
+}
+
+}  // namespace
+
+bool executor_trains(const ModelDescription& model) { return executor_gap(model).first.empty(); }
+
+exec::Gpt2Shape executor_shape(const ModelDescription& model) {
+  const auto [field, why] = executor_gap(model);
+  if (!field.empty()) throw InputError(model.source, field == "transformer.family" ? field : "transformer." + field, why);
+  const TransformerShape& t = *model.transformer;
+  return exec::make_shape(t.vocab_size, t.hidden, t.layers, t.heads, t.max_seq);
+}
+
+exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int stage) {
+  const ZeroConfig& z = training.zero;
+  exec::ZeroSettings s;
+  s.stage = stage;
+  s.reduce_bucket_elements = z.reduce_bucket_size;
+  s.allgather_bucket_elements = z.allgather_bucket_size;
+  s.overlap_comm = z.overlap_comm;
+  s.prefetch_bucket_elements = z.prefetch_bucket_size;
+  s.param_persistence_threshold = z.param_persistence_threshold;
+  s.max_live_parameters = z.max_live_parameters;
+  s.max_reuse_distance = z.max_reuse_distance;
+  return s;
+}
+
+std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescription& model,
+                                                             const TrainingConfig& training, int world, int stage) {
+  if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1) return std::nullopt;
+  const exec::ParamLayout layout(executor_shape(model), exec::zero_alignment(world));
+  const exec::ZeroSettings zero = executor_zero_settings(training, stage);
+  const exec::ZeroPartition partition(layout, world, 0, exec::partition_rules(zero));
+  const exec::ZeroBufferLayout buffers = exec::zero_buffer_layout(layout, partition, zero, training.grad_accum);
+  ExecutorLayoutFigures f;
+  f.flat_elements = layout.total();
+  f.partition_elements = partition.partition_elements();
+  f.buckets = static_cast<std::int64_t>(partition.buckets().size());
+  f.bucket_buffer_elements = buffers.bucket_buffer_elements();
+  f.persistent_elements = buffers.persistent_elements;
+  for (const exec::GradientBucket& b : partition.buckets()) f.persistent_buckets += b.persistent;
+  f.arena_elements = buffers.arena_elements;
+  f.gathered_elements = buffers.train_plan.gathered_elements;
+  f.gathers = buffers.train_plan.gathers;
+  return f;
+}
+
+}  // namespace zeroplan

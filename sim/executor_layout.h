@@ -1,0 +1,41 @@
+// The planner's view of zeroplan's own executor (`--engine zeroplan`): the executor's flat parameter buffer,
+// its ZeRO partition and what its engine allocates beside the model states, taken from the executor's own
+// layout code (exec/param_layout.h, exec/zero/zero_buffer_layout.h: the pure-C++ zeroplan_exec_layout
+// library), so that predicted bytes and buffers equal what `zeroplan run` measures by construction.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "exec/exec_config.h"
+
+namespace zeroplan {
+
+// The executor trains the gpt2 family (learned positions, LayerNorm, GELU, biases, tied embeddings, 4h MLP).
+// Throws InputError naming the model's field the executor cannot train.
+exec::Gpt2Shape executor_shape(const ModelDescription& model);
+bool executor_trains(const ModelDescription& model);
+
+// The engine's ZeRO settings for a training configuration (DeepSpeed's zero_optimization fields).
+exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int stage);
+
+struct ExecutorLayoutFigures {
+  std::int64_t flat_elements = 0;        // the flat buffer: padded vocabulary, tensors aligned for the world
+  std::int64_t partition_elements = 0;   // one rank's partition (stages 1-3)
+  std::int64_t buckets = 0;              // gradient buckets (one collective each per reduction)
+  std::int64_t bucket_buffer_elements = 0;  // stages 2-3: gradient bucket buffers + accumulation scratch
+  std::int64_t persistent_elements = 0;     // stage 3: tensors kept whole
+  std::int64_t persistent_buckets = 0;
+  std::int64_t arena_elements = 0;          // stage 3: gathered-parameter arena
+  std::int64_t gathered_elements = 0;       // stage 3: all-gather volume of one micro-step (forward + backward)
+  std::int64_t gathers = 0;                 // stage 3: unit gathers per micro-step
+};
+
+// For a model the executor trains, its figures at `world` ranks and `stage`; nullopt otherwise.
+std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescription& model,
+                                                             const TrainingConfig& training, int world, int stage);
+
+}  // namespace zeroplan
