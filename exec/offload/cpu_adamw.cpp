@@ -1,0 +1,186 @@
+#include "exec/offload/cpu_adamw.h"
+
+#include <cpuid.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "exec/offload/cpu_adamw_kernels.h"
+
+namespace zeroplan::exec::offload {
+
+namespace {
+
+using detail::AdamwCoefficients;
+using detail::AdamwSpan;
+
+// Thread shares start at multiples of this many elements: a multiple of every vector width (16 fp32 for AVX-512)
+// and of a 64-byte cache line of the 16-bit copy (32 elements), so threads never write one line.
+constexpr std::int64_t kShareAlignment = 64;
+
+float bf16_bits_to_float(std::uint16_t bits) {
+  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The update of element i; the vector kernels (cpu_adamw_simd.h) repeat it operation by operation. The 16-bit
+// copy rounds to nearest even through Eigen's conversions (Eigen/src/Core/arch/Default/{Half,BFloat16}.h).
+void adamw_element(const AdamwSpan& s, const AdamwCoefficients& c, std::int64_t i) {
+  const float grad = s.grads ? s.grads[i] : bf16_bits_to_float(s.grads_bf16[i]);
+  const float g = grad * c.grad_scale;
+  const float m = c.beta1 * s.exp_avg[i] + c.one_minus_beta1 * g;
+  const float v = c.beta2 * s.exp_avg_sq[i] + c.one_minus_beta2 * g * g;
+  const float mhat = m / c.bias_correction1;
+  const float vhat = v / c.bias_correction2;
+  const float p = s.params[i] - c.lr * (mhat / (std::sqrt(vhat) + c.eps) + s.weight_decay * s.params[i]);
+  s.exp_avg[i] = m;
+  s.exp_avg_sq[i] = v;
+  s.params[i] = p;
+  if (s.params_half) {
+    s.params_half[i] = s.half_format == HalfFormat::bf16 ? Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(p))
+                                                         : Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(p));
+  }
+}
+
+// Whether flat index f decays, and the end (exclusive) of the run of indices around it that share its decay.
+struct DecayRun {
+  bool decays;
+  std::int64_t end;
+};
+DecayRun decay_run(const DecayGeometry& d, std::int64_t f) {
+  constexpr std::int64_t kNoEnd = std::numeric_limits<std::int64_t>::max();
+  if (f < d.blocks_begin) return {true, d.blocks_begin};
+  if (f >= d.blocks_end) return {false, kNoEnd};
+  const std::int64_t block_start = f - (f - d.blocks_begin) % d.block_stride;
+  if (f - block_start < d.block_decay) return {true, std::min(block_start + d.block_decay, d.blocks_end)};
+  return {false, std::min(block_start + d.block_stride, d.blocks_end)};
+}
+
+void check_geometry(const DecayGeometry& d) {
+  const bool blocks = d.blocks_end > d.blocks_begin;
+  if (d.blocks_begin < 0 || d.blocks_end < d.blocks_begin ||
+      (blocks && (d.block_stride <= 0 || d.block_decay < 0 || d.block_decay > d.block_stride)))
+    throw std::invalid_argument("CpuAdamw: weight-decay geometry blocks_begin " + std::to_string(d.blocks_begin) +
+                                ", blocks_end " + std::to_string(d.blocks_end) + ", block_stride " +
+                                std::to_string(d.block_stride) + ", block_decay " + std::to_string(d.block_decay) +
+                                "; expected 0 <= blocks_begin <= blocks_end and, when blocks_end > blocks_begin, "
+                                "0 <= block_decay <= block_stride with block_stride > 0");
+}
+
+void check_tensors(const AdamwTensors& t, const AdamwHyper& h) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("CpuAdamw::update: " + what); };
+  if (t.count < 0) fail("count is " + std::to_string(t.count) + "; expected >= 0");
+  if (t.flat_base < 0) fail("flat_base is " + std::to_string(t.flat_base) + "; expected >= 0");
+  if (!t.params || !t.exp_avg || !t.exp_avg_sq) fail("params, exp_avg and exp_avg_sq must all be set");
+  if ((t.grads == nullptr) == (t.grads_bf16 == nullptr)) fail("exactly one of grads and grads_bf16 must be set");
+  if (h.step < 1) fail("step is " + std::to_string(h.step) + "; expected >= 1 (the first update is step 1)");
+}
+
+}  // namespace
+
+namespace detail {
+
+void adamw_span_scalar(const AdamwSpan& span, const AdamwCoefficients& c) {
+  for (std::int64_t i = 0; i < span.count; ++i) adamw_element(span, c, i);
+}
+
+}  // namespace detail
+
+bool cpu_supports(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::scalar:
+      return true;
+    case CpuIsa::avx2: {
+      // __builtin_cpu_supports checks that the OS saves the AVX registers (XCR0); F16C (the fp16 copy) has no
+      // name there in clang 14, so it is read from CPUID leaf 1, ECX bit 29 (Intel SDM vol. 2A, CPUID).
+      unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+      const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+      return __builtin_cpu_supports("avx2") && f16c;
+    }
+    case CpuIsa::avx512:
+      return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
+
+CpuIsa detect_cpu_isa() {
+  if (cpu_supports(CpuIsa::avx512)) return CpuIsa::avx512;
+  if (cpu_supports(CpuIsa::avx2)) return CpuIsa::avx2;
+  return CpuIsa::scalar;
+}
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::scalar:
+      return "scalar";
+    case CpuIsa::avx2:
+      return "avx2";
+    case CpuIsa::avx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+int default_optimizer_threads(int local_ranks) {
+  if (local_ranks < 1)
+    throw std::invalid_argument("default_optimizer_threads: local_ranks is " + std::to_string(local_ranks) +
+                                "; expected at least 1");
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores == 0)
+    throw std::runtime_error("default_optimizer_threads: the number of cores of this node is unknown "
+                             "(std::thread::hardware_concurrency() is 0); give the optimizer threads explicitly");
+  return std::max(1, static_cast<int>(cores) / local_ranks);
+}
+
+CpuAdamw::CpuAdamw(int threads, CpuIsa isa) : pool_(threads), isa_(isa) {
+  if (!cpu_supports(isa))
+    throw std::invalid_argument(std::string("CpuAdamw: this CPU cannot run the ") + cpu_isa_name(isa) +
+                                " path (detected: " + cpu_isa_name(detect_cpu_isa()) + ")");
+}
+
+void CpuAdamw::update(const AdamwTensors& t, const AdamwHyper& h, const DecayGeometry& decay) {
+  check_tensors(t, h);
+  check_geometry(decay);
+  if (t.count == 0) return;
+  // The coefficients in fp32, as the CPU reference (exec/cpu/cpu_ops.cpp) computes them.
+  const AdamwCoefficients c{h.lr,
+                            h.beta1,
+                            1.0f - h.beta1,
+                            h.beta2,
+                            1.0f - h.beta2,
+                            1.0f - std::pow(h.beta1, static_cast<float>(h.step)),
+                            1.0f - std::pow(h.beta2, static_cast<float>(h.step)),
+                            h.eps,
+                            h.grad_scale};
+  const AdamwSpan all{t.params,     t.grads,       t.grads_bf16, t.exp_avg, t.exp_avg_sq,
+                      t.params_half, t.half_format, t.count,      0.0f};
+  void (*kernel)(const AdamwSpan&, const AdamwCoefficients&) = detail::adamw_span_scalar;
+  if (isa_ == CpuIsa::avx2) kernel = detail::adamw_span_avx2;
+  if (isa_ == CpuIsa::avx512) kernel = detail::adamw_span_avx512;
+
+  // Contiguous shares (the hardware prefetchers follow each thread's streams), bounded at kShareAlignment.
+  const int threads = pool_.threads();
+  const std::int64_t aligned_units = (t.count + kShareAlignment - 1) / kShareAlignment;
+  const std::int64_t share = (aligned_units + threads - 1) / threads * kShareAlignment;
+  pool_.run([&](int thread_index) {
+    std::int64_t i = std::min(t.count, share * thread_index);
+    const std::int64_t end = std::min(t.count, i + share);
+    while (i < end) {
+      const DecayRun run = decay_run(decay, t.flat_base + i);
+      const std::int64_t run_end = std::min(end, run.end - t.flat_base);
+      AdamwSpan span = detail::sub_span(all, i, run_end - i);
+      span.weight_decay = run.decays ? h.weight_decay : 0.0f;
+      kernel(span, c);
+      i = run_end;
+    }
+  });
+}
+
+}  // namespace zeroplan::exec::offload
