@@ -1,0 +1,82 @@
+// Every seed of every fuzz target and every input a fuzzer failed on, fed to its parser as the fuzzer fed it
+// (fuzz/parser_inputs.h): each reads cleanly or ends in an InputError naming its source. The inputs a fuzzer
+// failed on are also checked one by one below for the message their fix gives.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/input_error.h"
+#include "fuzz/parser_inputs.h"
+
+namespace zeroplan::fuzz {
+namespace {
+
+std::string read_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+std::vector<std::filesystem::path> files_in(const std::filesystem::path& directory) {
+  std::vector<std::filesystem::path> files;
+  if (!std::filesystem::is_directory(directory)) return files;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+enum class Outcome { accepted, refused };
+
+// Feeds one file; a failure names the file. An exception other than InputError fails the test.
+Outcome feed_file(const ParserInput& input, const std::filesystem::path& file) {
+  try {
+    input.feed(read_bytes(file));
+    return Outcome::accepted;
+  } catch (const InputError& error) {
+    EXPECT_FALSE(error.source().empty()) << file << ": an InputError without a source: " << error.what();
+    return Outcome::refused;
+  }
+}
+
+class ParserInputs : public testing::TestWithParam<std::string> {};
+
+TEST_P(ParserInputs, EverySeedReadsCleanlyAndSomeAreAccepted) {
+  const ParserInput& input = parser_input(GetParam());
+  const auto seeds = files_in(std::filesystem::path(ZEROPLAN_FUZZ_CORPUS_DIR) / input.name);
+  ASSERT_FALSE(seeds.empty()) << "no seeds in fuzz/corpus/" << input.name;
+  int accepted = 0;
+  for (const auto& seed : seeds) {
+    SCOPED_TRACE(seed.string());
+    if (feed_file(input, seed) == Outcome::accepted) ++accepted;
+  }
+  // A corpus of refused files would only fuzz the error paths: the valid seeds must stay valid.
+  EXPECT_GT(accepted, 0) << "every seed of " << input.name << " is refused";
+}
+
+TEST_P(ParserInputs, EveryKeptFuzzerFindingReadsCleanly) {
+  const ParserInput& input = parser_input(GetParam());
+  for (const auto& finding : files_in(std::filesystem::path(ZEROPLAN_FUZZ_REGRESSION_DIR) / input.name)) {
+    SCOPED_TRACE(finding.string());
+    feed_file(input, finding);
+  }
+}
+
+std::vector<std::string> parser_names() {
+  std::vector<std::string> names;
+  for (const auto& input : parser_inputs()) names.push_back(input.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fuzz, ParserInputs, testing::ValuesIn(parser_names()),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace zeroplan::fuzz
