@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
           liburing-dev  # the executor's NVMe offload (ZeRO-Infinity): io_uring through liburing
+          # scripts/fuzz.sh (run by test.sh): libFuzzer ships with clang's compiler-rt
+          clang-14 libclang-rt-14-dev
           # zeroplan-gui: Qt 6 Widgets and Test (qt6-base-dev), Charts, and the OpenGL module Charts needs.
           qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl1-mesa-dev xvfb xauth)
 missing=()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs/builds as needed (scripts/setup.sh), then every test through ctest.
+# Runs the whole test suite: installs/builds as needed (scripts/setup.sh), then every test through ctest, then
+# every parser fuzzed for a bounded time (scripts/fuzz.sh).
 # GPU tests skip themselves when no GPU is present; GUI tests run offscreen (QT_QPA_PLATFORM=offscreen).
 # .ci/run runs exactly this script.
 set -euo pipefail
@@ -16,3 +17,7 @@ if [ "${gui_tests:-0}" -eq 0 ]; then
   exit 1
 fi
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+# Every parser fuzzed for a bounded time (ZEROPLAN_FUZZ_SECONDS per target, default 60), one target per core, from
+# the seeds in fuzz/corpus: a crash, hang or leak fails the run and names the input file (scripts/fuzz.sh).
+ZEROPLAN_FUZZ_PARALLEL=${ZEROPLAN_FUZZ_PARALLEL:-$(nproc)} ZEROPLAN_FUZZ_WORK=${ZEROPLAN_FUZZ_WORK:-$(mktemp -d)} \
+  scripts/fuzz.sh "${ZEROPLAN_FUZZ_SECONDS:-60}"
