@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/export_command.h"
 #include "cli/model_command.h"
 #include "cli/plan_command.h"
 #include "cli/recommend_command.h"
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   zeroplan::add_simulate_command(app, &status);
   zeroplan::add_recommend_command(app, &status);
   zeroplan::add_run_command(app, &status);
+  zeroplan::add_export_command(app, &status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

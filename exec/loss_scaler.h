@@ -14,6 +14,15 @@
 
 namespace zeroplan::exec {
 
+// Everything the scaler carries from step to step (checkpoints).
+struct LossScalerState {
+  double scale = 1.0;
+  std::int64_t cur_iter = 0;
+  std::int64_t last_overflow_iter = -1;
+  std::int64_t cur_hysteresis = 1;
+  std::int64_t skipped = 0;
+};
+
 class LossScaler {
  public:
   LossScaler(ExecPrecision precision, const LossScaleSettings& settings);
@@ -22,6 +31,14 @@ class LossScaler {
   // Record one optimizer step's overflow check; returns true when the step must be skipped.
   bool update(bool overflow);
   std::int64_t skipped_steps() const { return skipped_; }
+  LossScalerState state() const { return {scale_, cur_iter_, last_overflow_iter_, cur_hysteresis_, skipped_}; }
+  void restore(const LossScalerState& s) {
+    scale_ = s.scale;
+    cur_iter_ = s.cur_iter;
+    last_overflow_iter_ = s.last_overflow_iter;
+    cur_hysteresis_ = s.cur_hysteresis;
+    skipped_ = s.skipped;
+  }
 
  private:
   bool dynamic_ = false;

@@ -90,6 +90,13 @@ TokenSource TokenSource::from_file(const std::string& path, std::int64_t vocab) 
   return s;
 }
 
+void TokenSource::seek(std::int64_t position) {
+  if (position < 0 || (!synthetic_ && position > size()))
+    throw std::invalid_argument(description_ + ": data position " + std::to_string(position) + " outside [0, " +
+                                std::to_string(size()) + "]");
+  position_ = position;
+}
+
 TokenBatch TokenSource::next_batch(std::int64_t batch, std::int64_t seq) {
   TokenBatch out;
   const std::int64_t n = batch * seq;

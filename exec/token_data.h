@@ -41,6 +41,9 @@ class TokenSource {
   TokenBatch next_batch(std::int64_t batch, std::int64_t seq);
   std::string description() const { return description_; }
   std::int64_t size() const { return static_cast<std::int64_t>(tokens_.size()); }
+  // Where the next batch starts (checkpoints resume the data exactly there).
+  std::int64_t position() const { return position_; }
+  void seek(std::int64_t position);
 
  private:
   bool synthetic_ = false;

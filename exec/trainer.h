@@ -11,7 +11,9 @@
 
 #include "exec/comm/communicator.h"
 #include "exec/exec_config.h"
+#include "exec/loss_scaler.h"
 #include "exec/param_layout.h"
+#include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
 
@@ -74,6 +76,15 @@ class Trainer {
   virtual std::vector<float> logits() const = 0;  // B*T*Vp of the last forward_loss
   virtual void set_params(const std::vector<float>& flat) = 0;  // sets params and the fp32 master copy
   virtual MemoryReport memory() const = 0;
+
+  // Checkpoints (run/checkpoint.h): this rank's share of the model states (ZeroEngine::owned_ranges and
+  // read_owned_state), and restoring every state the rank holds plus the optimizer step and the loss scaler.
+  virtual std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const = 0;
+  virtual void read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) = 0;
+  virtual int optimizer_step() const = 0;
+  virtual LossScalerState loss_scaler_state() const = 0;
+  virtual void restore_state(const ZeroEngine::StateSource& source, int optimizer_step,
+                             const LossScalerState& scaler) = 0;
 };
 
 // `comm` (not owned) joins the ranks; null means one rank. The layout is aligned for comm's world size.

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libcli11-dev
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
           liburing-dev  # the executor's NVMe offload (ZeRO-Infinity): io_uring through liburing
+          # checkpoints: CRC-32 (zlib); the export test reads model.safetensors with the safetensors package
+          zlib1g-dev python3-numpy python3-pip
           # scripts/fuzz.sh (run by test.sh): libFuzzer ships with clang's compiler-rt
           clang-14 libclang-rt-14-dev
           # zeroplan-gui: Qt 6 Widgets and Test (qt6-base-dev), Charts, and the OpenGL module Charts needs.
@@ -22,6 +24,12 @@ if ((${#missing[@]})); then
   if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# safetensors has no Debian 12 package: pip, pinned, for Debian's own interpreter (the checkpoint export test
+# reads model.safetensors with it through /usr/bin/python3).
+if ! /usr/bin/python3 -c "import safetensors" 2>/dev/null; then
+  /usr/bin/python3 -m pip install -q --break-system-packages "safetensors==0.4.5"
 fi
 
 jobs=$(nproc)

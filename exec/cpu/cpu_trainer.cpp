@@ -114,6 +114,18 @@ class CpuTrainer final : public Trainer {
   std::vector<float> logits() const override { return logits_; }
   void set_params(const std::vector<float>& flat) override { engine_->set_params(flat); }
 
+  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override { return engine_->owned_ranges(); }
+  void read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) override {
+    engine_->read_owned_state(master, m, v);
+  }
+  int optimizer_step() const override { return engine_->optimizer_step(); }
+  LossScalerState loss_scaler_state() const override { return scaler_.state(); }
+  void restore_state(const ZeroEngine::StateSource& source, int optimizer_step,
+                     const LossScalerState& scaler) override {
+    engine_->restore_state(source, optimizer_step);
+    scaler_.restore(scaler);
+  }
+
   MemoryReport memory() const override {
     // fp32 everywhere; the parameters are their own master copy (no separate master_params).
     std::int64_t act = static_cast<std::int64_t>(residual_.size() + lnf_.size() + lnf_mean_.size() + lnf_rstd_.size()) * 4;

@@ -234,6 +234,18 @@ class CudaTrainer final : public Trainer {
   std::vector<float> logits() const override { return download(logits_, BT() * config_.shape.padded_vocab, 1.0); }
   void set_params(const std::vector<float>& flat) override { engine_->set_params(flat); }
 
+  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override { return engine_->owned_ranges(); }
+  void read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) override {
+    engine_->read_owned_state(master, m, v);
+  }
+  int optimizer_step() const override { return engine_->optimizer_step(); }
+  LossScalerState loss_scaler_state() const override { return scaler_.state(); }
+  void restore_state(const ZeroEngine::StateSource& source, int optimizer_step,
+                     const LossScalerState& scaler) override {
+    engine_->restore_state(source, optimizer_step);
+    scaler_.restore(scaler);
+  }
+
   MemoryReport memory() const override {
     MemoryReport r;
     r.peak_by_component = alloc_->peaks();

@@ -346,6 +346,86 @@ std::vector<float> ZeroEngine::gathered_grads(double loss_scale) {
   return out;
 }
 
+// ---- checkpoints ----
+
+std::vector<std::pair<std::int64_t, std::int64_t>> ZeroEngine::owned_ranges() const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> r;
+  for (const GradientBucket& b : partition_.buckets()) r.emplace_back(b.chunk_begin(rank_), b.chunk);
+  return r;
+}
+
+void ZeroEngine::read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {
+  start_schedule(nullptr);
+  std::int64_t total = 0;
+  for (const GradientBucket& b : partition_.buckets()) total += b.chunk;
+  master.assign(total, 0.0f);
+  m.assign(total, 0.0f);
+  v.assign(total, 0.0f);
+  const bool whole = config_.zero.stage == 0;  // stage 0 keeps every state whole: the chunk sits at its flat index
+  std::int64_t at_out = 0;
+  for (const GradientBucket& b : partition_.buckets()) {
+    const std::int64_t flat = b.chunk_begin(rank_);
+    const std::int64_t state_at = whole ? flat : b.partition_offset;
+    if (master_) {
+      device_.download(master_ + state_at, master.data() + at_out, b.chunk, CommDtype::f32, 1.0);
+    } else {  // fp32 training: the parameters are the master (whole at stages 0-2, the partition at stage 3)
+      const std::int64_t param_at = stage3() ? b.partition_offset : flat;
+      device_.download(at(params_, param_at, type_), master.data() + at_out, b.chunk, type_, 1.0);
+    }
+    device_.download(m_ + state_at, m.data() + at_out, b.chunk, CommDtype::f32, 1.0);
+    device_.download(v_ + state_at, v.data() + at_out, b.chunk, CommDtype::f32, 1.0);
+    at_out += b.chunk;
+  }
+}
+
+void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
+  start_schedule(nullptr);
+  const int stage = config_.zero.stage;
+  constexpr std::int64_t kPiece = std::int64_t{1} << 24;  // host staging per call: 3 x 64 MiB at most
+  std::vector<float> master, m, v;
+  // Sets [flat, flat + n) of the states kept at `state_at` (and the parameters at `param_at`, -1: none).
+  auto restore = [&](std::int64_t flat, std::int64_t n, std::int64_t state_at, std::int64_t param_at, bool moments) {
+    for (std::int64_t done = 0; done < n; done += kPiece) {
+      const std::int64_t k = std::min(kPiece, n - done);
+      master.resize(k);
+      m.resize(k);
+      v.resize(k);
+      source(flat + done, k, master.data(), moments ? m.data() : nullptr, moments ? v.data() : nullptr);
+      float* mp = state_at >= 0 && master_ ? master_ + state_at + done : nullptr;
+      void* pp = param_at >= 0 ? at(params_, param_at + done, type_) : nullptr;
+      device_.upload_params(pp, mp, master.data(), k);  // 16-bit params = the rounding of the fp32 master
+      if (moments) {
+        device_.upload_params(nullptr, m_ + state_at + done, m.data(), k);
+        device_.upload_params(nullptr, v_ + state_at + done, v.data(), k);
+      }
+    }
+  };
+  const auto& buckets = partition_.buckets();
+  for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
+    const GradientBucket& b = buckets[bi];
+    const std::int64_t chunk = b.chunk_begin(rank_);
+    if (stage == 0) {
+      restore(b.begin, b.elements(), b.begin, b.begin, true);
+    } else if (stage < 3) {
+      restore(b.begin, b.elements(), -1, b.begin, false);  // whole parameters
+      restore(chunk, b.chunk, b.partition_offset, -1, true);
+    } else {
+      restore(chunk, b.chunk, b.partition_offset, b.partition_offset, true);
+      if (b.persistent) {
+        for (std::int64_t done = 0; done < b.elements(); done += kPiece) {
+          const std::int64_t k = std::min(kPiece, b.elements() - done);
+          master.resize(k);
+          source(b.begin + done, k, master.data(), nullptr, nullptr);
+          device_.upload_params(at(persistent_, buffers_.persistent_offset[bi] + done, type_),
+                                nullptr, master.data(), k);
+        }
+      }
+    }
+  }
+  optimizer_step_ = optimizer_step;
+  device_.synchronize();
+}
+
 // ---- stage 3 ----
 
 void ZeroEngine::setup_stage3() {

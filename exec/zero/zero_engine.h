@@ -95,6 +95,20 @@ class ZeroEngine {
 
   const CommTimes& last_comm_times() const { return times_; }
 
+  // Checkpoints. Every rank owns chunk `rank` of every bucket (at every stage, so that the ranks write
+  // disjoint pieces in parallel): its (flat begin, elements) ranges, bucket after bucket.
+  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const;
+  // fp32 master parameters (the parameters in fp32 training) and AdamW moments over owned_ranges(),
+  // concatenated. The 16-bit parameters are not part of it: AdamW writes them as the rounding of the master
+  // (exec/cuda/adamw.cu), so restore_state() rebuilds them bit for bit.
+  void read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v);
+  // Fills `n` values of the flat range starting at `flat_begin` into each non-null destination.
+  using StateSource = std::function<void(std::int64_t flat_begin, std::int64_t n, float* master, float* m, float* v)>;
+  // Sets every state this rank holds (whole or partitioned as the stage keeps it) from `source`, and the
+  // optimizer's step count (AdamW bias correction).
+  void restore_state(const StateSource& source, int optimizer_step);
+  int optimizer_step() const { return optimizer_step_; }
+
  private:
   struct Slot {
     void* buffer = nullptr;

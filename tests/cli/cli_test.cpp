@@ -10,58 +10,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_test_support.h"
+
+using namespace zeroplan_test;
+
 namespace {
-
-struct CommandResult {
-  int status = -1;
-  std::string output;  // stdout (stderr separately)
-  std::string errors;
-};
-
-std::filesystem::path temp_dir() {
-  static const std::filesystem::path dir = [] {
-    std::filesystem::path path = std::filesystem::temp_directory_path() / ("zeroplan_cli_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path);
-    return path;
-  }();
-  return dir;
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-CommandResult run(const std::string& arguments) {
-  const std::filesystem::path err = temp_dir() / "stderr.txt";
-  const std::string command = std::string(ZEROPLAN_BINARY) + " " + arguments + " 2>" + err.string();
-  CommandResult result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  std::size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  const int raw = ::pclose(pipe);
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  result.errors = read_file(err);
-  return result;
-}
-
-std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  const std::filesystem::path path = temp_dir() / name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-// One line, naming what it must name.
-void expect_one_line_error(const CommandResult& result, const std::vector<std::string>& mentions) {
-  EXPECT_EQ(result.status, 2) << result.output << result.errors;
-  ASSERT_FALSE(result.errors.empty());
-  EXPECT_EQ(result.errors.find('\n'), result.errors.size() - 1) << "error should be one line: " << result.errors;
-  for (const std::string& mention : mentions) {
-    EXPECT_NE(result.errors.find(mention), std::string::npos) << "missing '" << mention << "' in: " << result.errors;
-  }
-}
 
 TEST(PlanCommand, JsonHasThePlanSchema) {
   const CommandResult result = run("plan --model gpt2-1.5b --gpus 4 --micro-batch 8 --seq 1024 --format json "

@@ -1,0 +1,377 @@
+#include "run/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "core/input_error.h"
+#include "core/json_input.h"
+
+namespace zeroplan {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kFormat = 1;
+constexpr const char* kManifest = "manifest.json";
+
+// A system call's failure: the call, the path and errno's text, with the source position of the check.
+[[noreturn]] void fail_io(const char* what, const std::string& path, const char* file, int line) {
+  throw std::runtime_error(std::string(what) + " " + path + ": " + std::strerror(errno) + " (" + file + ":" +
+                           std::to_string(line) + ")");
+}
+#define IO_CHECK(ok, what, path) \
+  do {                           \
+    if (!(ok)) fail_io(what, path, __FILE__, __LINE__); \
+  } while (0)
+
+std::string rank_file_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.bin", rank);
+  return name;
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  IO_CHECK(fd >= 0, "open directory", dir);
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  IO_CHECK(rc == 0, "fsync directory", dir);
+}
+
+// Writes `bytes` to `path` through path.tmp, fsync, rename: the file either exists whole or not at all.
+std::uint32_t write_atomically(const std::string& path, const std::vector<std::pair<const void*, std::size_t>>& parts) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  IO_CHECK(fd >= 0, "create", tmp);
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const auto& [data, size] : parts) {
+    const char* p = static_cast<const char*>(data);
+    std::size_t left = size;
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(p), size);
+    while (left > 0) {
+      const ssize_t n = ::write(fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fd);
+        fail_io("write", tmp, __FILE__, __LINE__);
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail_io("fsync", tmp, __FILE__, __LINE__);
+  }
+  IO_CHECK(::close(fd) == 0, "close", tmp);
+  IO_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "rename to", path);
+  return static_cast<std::uint32_t>(crc);
+}
+
+struct Piece {
+  std::string tensor;
+  std::int64_t tensor_offset, count, offset;
+};
+
+// The tensor pieces of `ranges` of a layout (alignment gaps hold no values and are left out); `offset` counts
+// elements from the start of the rank's section.
+std::vector<Piece> pieces_of(const exec::ParamLayout& layout, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+  std::vector<Piece> out;
+  std::int64_t at = 0;
+  for (const auto& [begin, n] : ranges) {
+    const std::int64_t end = begin + n;
+    for (const exec::ParamTensor& t : layout.tensors()) {
+      const std::int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel());
+      if (lo < hi) out.push_back(Piece{t.name, lo - t.offset, hi - lo, at + (lo - begin)});
+    }
+    at += n;
+  }
+  return out;
+}
+
+nlohmann::json shape_json(const exec::Gpt2Shape& s) {
+  return {{"vocab", s.vocab}, {"padded_vocab", s.padded_vocab}, {"hidden", s.hidden}, {"layers", s.layers},
+          {"heads", s.heads}, {"max_seq", s.max_seq}};
+}
+
+}  // namespace
+
+std::string checkpoint_step_dir(const std::string& save_dir, std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return (fs::path(save_dir) / name).string();
+}
+
+void check_save_dir(const std::string& save_dir, const std::vector<std::int64_t>& steps) {
+  for (std::int64_t step : steps) {
+    const std::string dir = checkpoint_step_dir(save_dir, step);
+    if (fs::exists(fs::path(dir) / kManifest))
+      throw InputError(save_dir, "--save-dir", dir + " already holds a complete checkpoint; nothing is overwritten "
+                                               "(choose another --save-dir, or --resume from it)");
+  }
+  if (fs::exists(save_dir) && !fs::is_directory(save_dir))
+    throw InputError(save_dir, "--save-dir", "exists and is not a directory");
+}
+
+void save_checkpoint(const std::string& save_dir, exec::Trainer& trainer, exec::Communicator* comm,
+                     const CheckpointState& state) {
+  const int rank = trainer.rank(), world = trainer.world();
+  const std::string dir = checkpoint_step_dir(save_dir, state.step);
+  if (fs::exists(fs::path(dir) / kManifest))
+    throw InputError(save_dir, "--save-dir", dir + " already holds a complete checkpoint; nothing is overwritten "
+                                             "(choose another --save-dir, or --resume from it)");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw InputError(save_dir, "--save-dir", "cannot create " + dir + ": " + ec.message());
+
+  std::vector<float> master, m, v;
+  trainer.read_owned_state(master, m, v);
+  const std::size_t bytes = master.size() * sizeof(float);
+  const std::uint32_t crc = write_atomically((fs::path(dir) / rank_file_name(rank)).string(),
+                                             {{master.data(), bytes}, {m.data(), bytes}, {v.data(), bytes}});
+  fsync_directory(dir);
+
+  // Every rank's CRC and size reach rank 0 (a sum of one-hot rows; doubles hold both exactly); the sum also
+  // tells rank 0 that every rank's file is in place.
+  std::vector<double> files(2 * static_cast<std::size_t>(world), 0.0);
+  files[2 * rank] = static_cast<double>(crc);
+  files[2 * rank + 1] = static_cast<double>(3 * bytes);
+  if (comm && world > 1)
+    for (std::size_t at = 0; at < files.size(); at += 64)
+      comm->all_reduce_host(files.data() + at, static_cast<int>(std::min<std::size_t>(64, files.size() - at)));
+
+  if (rank == 0) {
+    // Rank r owns chunk r of every bucket: rank 0's range (begin, n) is rank r's (begin + r n, n).
+    const auto mine = trainer.owned_ranges();
+    nlohmann::json file_list = nlohmann::json::array();
+    for (int r = 0; r < world; ++r) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+      std::int64_t elements = 0;
+      for (const auto& [begin, n] : mine) {
+        ranges.emplace_back(begin + r * n, n);
+        elements += n;
+      }
+      nlohmann::json segments = nlohmann::json::array();
+      for (const Piece& p : pieces_of(trainer.layout(), ranges))
+        segments.push_back({p.tensor, p.tensor_offset, p.count, p.offset});
+      file_list.push_back({{"rank", r},
+                           {"file", rank_file_name(r)},
+                           {"elements", elements},
+                           {"bytes", static_cast<std::int64_t>(files[2 * r + 1])},
+                           {"crc32", static_cast<std::uint32_t>(files[2 * r])},
+                           {"segments", segments}});
+    }
+    const nlohmann::json manifest = {
+        {"format", kFormat},
+        {"sections", {"master_params_fp32", "adamw_momentum_fp32", "adamw_variance_fp32"}},
+        {"step", state.step},
+        {"optimizer_step", state.optimizer_step},
+        {"loss_scaler",
+         {{"scale", state.scaler.scale},
+          {"cur_iter", state.scaler.cur_iter},
+          {"last_overflow_iter", state.scaler.last_overflow_iter},
+          {"cur_hysteresis", state.scaler.cur_hysteresis},
+          {"skipped", state.scaler.skipped}}},
+        {"data_position", state.data_position},
+        {"seed", state.seed},
+        {"data", state.data},
+        {"world", world},
+        {"stage", state.stage},
+        {"precision", state.precision},
+        {"shape", shape_json(state.shape)},
+        {"files", file_list}};
+    const std::string text = manifest.dump(1);
+    write_atomically((fs::path(dir) / kManifest).string(), {{text.data(), text.size()}});
+    fsync_directory(dir);
+  }
+  // No rank goes on (and possibly fails) before the checkpoint is complete.
+  if (comm && world > 1) {
+    double done = 1;
+    comm->all_reduce_host(&done, 1);
+  }
+}
+
+CheckpointReader::CheckpointReader(const std::string& dir, const std::string& flag) : flag_(flag) {
+  fs::path chosen = dir;
+  if (!fs::exists(chosen / kManifest)) {
+    // A save directory: its latest complete step.
+    std::error_code ec;
+    std::string best;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / kManifest) && name > best) best = name;
+    }
+    if (ec) throw InputError(dir, flag, "cannot read the directory: " + ec.message());
+    if (best.empty())
+      throw InputError(dir, flag, "no complete checkpoint here (expected manifest.json, or step-* directories "
+                                  "holding one; a step directory without it is an interrupted save)");
+    chosen /= best;
+  }
+  dir_ = chosen.string();
+  const std::string manifest_path = (chosen / kManifest).string();
+  const nlohmann::json doc = read_json_file(manifest_path);
+  if (!doc.is_object()) throw InputError(manifest_path, "(top level)", "expected a JSON object");
+  const JsonFields f(doc, manifest_path);
+  if (f.positive_integer("format") != kFormat)
+    f.fail("format", "this zeroplan reads checkpoint format " + std::to_string(kFormat));
+  state_.step = f.non_negative_integer("step");
+  state_.optimizer_step = static_cast<int>(f.non_negative_integer("optimizer_step"));
+  const JsonFields ls = f.object("loss_scaler");
+  state_.scaler.scale = ls.positive_number("scale");
+  state_.scaler.cur_iter = ls.non_negative_integer("cur_iter");
+  if (!ls.raw("last_overflow_iter").is_number_integer()) ls.fail("last_overflow_iter", "expected an integer");
+  state_.scaler.last_overflow_iter = ls.raw("last_overflow_iter").get<std::int64_t>();
+  state_.scaler.cur_hysteresis = ls.non_negative_integer("cur_hysteresis");
+  state_.scaler.skipped = ls.non_negative_integer("skipped");
+  state_.data_position = f.non_negative_integer("data_position");
+  state_.seed = static_cast<std::uint64_t>(f.non_negative_integer("seed"));
+  state_.data = f.string("data");
+  state_.world = static_cast<int>(f.positive_integer("world"));
+  state_.stage = static_cast<int>(f.non_negative_integer("stage"));
+  state_.precision = f.one_of("precision", {"fp32", "fp16", "bf16"});
+  const JsonFields sh = f.object("shape");
+  state_.shape.vocab = sh.positive_integer("vocab");
+  state_.shape.padded_vocab = sh.positive_integer("padded_vocab");
+  state_.shape.hidden = sh.positive_integer("hidden");
+  state_.shape.layers = sh.positive_integer("layers");
+  state_.shape.heads = sh.positive_integer("heads");
+  state_.shape.max_seq = sh.positive_integer("max_seq");
+  const nlohmann::json& list = f.raw("files");
+  if (!list.is_array() || static_cast<int>(list.size()) != state_.world)
+    f.fail("files", "expected one entry per rank (" + std::to_string(state_.world) + ")");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_object()) f.fail("files", "entry " + std::to_string(i) + " is not an object");
+    const JsonFields e(list[i], manifest_path, "files[" + std::to_string(i) + "]");
+    File file;
+    const std::string name = e.string("file");
+    if (name.find('/') != std::string::npos || name == ".." || name.empty())
+      e.fail("file", "expected a file name inside the checkpoint directory");
+    file.path = (chosen / name).string();
+    file.elements = e.non_negative_integer("elements");
+    file.bytes = e.non_negative_integer("bytes");
+    if (file.elements > (std::int64_t{1} << 58) || file.bytes != 12 * file.elements)
+      e.fail("bytes", "expected 12 bytes per element (three fp32 sections)");
+    const std::int64_t crc = e.non_negative_integer("crc32");
+    if (crc > 0xffffffffLL) e.fail("crc32", "expected a 32-bit value");
+    file.crc = static_cast<std::uint32_t>(crc);
+    const nlohmann::json& segs = e.raw("segments");
+    if (!segs.is_array()) e.fail("segments", "expected an array");
+    for (const nlohmann::json& s : segs) {
+      if (!s.is_array() || s.size() != 4 || !s[0].is_string() || !s[1].is_number_integer() ||
+          !s[2].is_number_integer() || !s[3].is_number_integer())
+        e.fail("segments", "expected [tensor, tensor_offset, count, offset] entries");
+      const Segment seg{s[1].get<std::int64_t>(), s[2].get<std::int64_t>(), s[3].get<std::int64_t>(),
+                        static_cast<int>(files_.size())};
+      if (seg.tensor_offset < 0 || seg.count < 1 || seg.offset < 0 || seg.offset > file.elements - seg.count)
+        e.fail("segments", "a segment of " + s[0].get<std::string>() + " lies outside the file's " +
+                               std::to_string(file.elements) + " elements");
+      segments_[s[0].get<std::string>()].push_back(seg);
+    }
+    if (!fs::exists(file.path)) throw InputError(file.path, flag, "missing: the manifest lists it");
+    files_.push_back(file);
+  }
+  for (auto& [name, segs] : segments_)
+    std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.tensor_offset < b.tensor_offset; });
+}
+
+CheckpointReader::~CheckpointReader() {
+  for (File& f : files_)
+    if (f.fd >= 0) ::close(f.fd);
+}
+
+void CheckpointReader::open_file(File& f) {
+  f.fd = ::open(f.path.c_str(), O_RDONLY);
+  IO_CHECK(f.fd >= 0, "open", f.path);
+  // The whole file once: its size and CRC-32 against the manifest.
+  std::vector<char> buffer(std::size_t{1} << 24);
+  std::int64_t total = 0;
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (;;) {
+    const ssize_t n = ::read(f.fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    IO_CHECK(n >= 0, "read", f.path);
+    if (n == 0) break;
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<z_size_t>(n));
+    total += n;
+  }
+  if (total != f.bytes)
+    throw InputError(f.path, flag_, "holds " + std::to_string(total) + " bytes where the manifest says " +
+                                        std::to_string(f.bytes) + " (truncated or not this checkpoint's file)");
+  if (static_cast<std::uint32_t>(crc) != f.crc)
+    throw InputError(f.path, flag_, "CRC-32 does not match the manifest (the file is corrupted)");
+  f.verified = true;
+}
+
+void CheckpointReader::verify() {
+  for (File& f : files_)
+    if (!f.verified) open_file(f);
+}
+
+void CheckpointReader::read(const std::string& tensor, std::int64_t offset, std::int64_t count, float* master,
+                            float* m, float* v) {
+  const auto it = segments_.find(tensor);
+  if (it == segments_.end())
+    throw InputError(dir_, flag_, "the checkpoint holds no tensor " + tensor + " (a different model?)");
+  std::int64_t covered = 0;
+  for (const Segment& s : it->second) {
+    const std::int64_t lo = std::max(offset, s.tensor_offset), hi = std::min(offset + count, s.tensor_offset + s.count);
+    if (lo >= hi) continue;
+    File& f = files_[s.file];
+    if (!f.verified) open_file(f);
+    float* dst[3] = {master, m, v};
+    for (int section = 0; section < 3; ++section) {
+      if (!dst[section]) continue;
+      const off_t at = static_cast<off_t>((section * f.elements + s.offset + (lo - s.tensor_offset)) * 4);
+      char* out = reinterpret_cast<char*>(dst[section] + (lo - offset));
+      std::size_t left = static_cast<std::size_t>(hi - lo) * 4;
+      off_t pos = at;
+      while (left > 0) {
+        const ssize_t n = ::pread(f.fd, out, left, pos);
+        if (n < 0 && errno == EINTR) continue;
+        IO_CHECK(n > 0, "read", f.path);
+        out += n;
+        pos += n;
+        left -= static_cast<std::size_t>(n);
+      }
+    }
+    covered += hi - lo;
+  }
+  if (covered != count)
+    throw InputError(dir_, flag_, "the checkpoint covers " + std::to_string(covered) + " of " + std::to_string(count) +
+                                      " elements of " + tensor + " from " + std::to_string(offset));
+}
+
+void CheckpointReader::restore(exec::Trainer& trainer) {
+  const exec::Gpt2Shape& have = trainer.config().shape;
+  const exec::Gpt2Shape& saved = state_.shape;
+  if (have.vocab != saved.vocab || have.hidden != saved.hidden || have.layers != saved.layers ||
+      have.heads != saved.heads || have.max_seq != saved.max_seq)
+    throw InputError(dir_, flag_, "saved for vocab " + std::to_string(saved.vocab) + ", hidden " +
+                                      std::to_string(saved.hidden) + ", " + std::to_string(saved.layers) +
+                                      " layers, " + std::to_string(saved.heads) + " heads, max_seq " +
+                                      std::to_string(saved.max_seq) + "; this run's model differs");
+  const exec::ParamLayout& layout = trainer.layout();
+  auto source = [&](std::int64_t begin, std::int64_t n, float* master, float* m, float* v) {
+    for (float* d : {master, m, v})
+      if (d) std::fill(d, d + n, 0.0f);  // alignment gaps
+    for (const exec::ParamTensor& t : layout.tensors()) {
+      const std::int64_t lo = std::max(begin, t.offset), hi = std::min(begin + n, t.offset + t.numel());
+      if (lo >= hi) continue;
+      const std::int64_t at = lo - begin;
+      read(t.name, lo - t.offset, hi - lo, master ? master + at : nullptr, m ? m + at : nullptr, v ? v + at : nullptr);
+    }
+  };
+  trainer.restore_state(source, state_.optimizer_step, state_.scaler);
+}
+
+}  // namespace zeroplan

@@ -1,0 +1,70 @@
+// What the end-to-end tests of the zeroplan binary share: run it, capture stdout, stderr and the exit status,
+// scratch files, and the one-line error expectation.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace zeroplan_test {
+
+struct CommandResult {
+  int status = -1;
+  std::string output;  // stdout (stderr separately)
+  std::string errors;
+};
+
+inline std::filesystem::path temp_dir() {
+  static const std::filesystem::path dir = [] {
+    std::filesystem::path path = std::filesystem::temp_directory_path() / ("zeroplan_cli_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+    return path;
+  }();
+  return dir;
+}
+
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline CommandResult run(const std::string& arguments) {
+  const std::filesystem::path err = temp_dir() / "stderr.txt";
+  const std::string command = std::string(ZEROPLAN_BINARY) + " " + arguments + " 2>" + err.string();
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  result.errors = read_file(err);
+  return result;
+}
+
+inline std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const std::filesystem::path path = temp_dir() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// One line, naming what it must name.
+inline void expect_one_line_error(const CommandResult& result, const std::vector<std::string>& mentions) {
+  EXPECT_EQ(result.status, 2) << result.output << result.errors;
+  ASSERT_FALSE(result.errors.empty());
+  EXPECT_EQ(result.errors.find('\n'), result.errors.size() - 1) << "error should be one line: " << result.errors;
+  for (const std::string& mention : mentions) {
+    EXPECT_NE(result.errors.find(mention), std::string::npos) << "missing '" << mention << "' in: " << result.errors;
+  }
+}
+
+}  // namespace zeroplan_test
