@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The multi-GPU PyTorch peers for `zeroplan run --gpus N` (run under torchrun, one process per GPU): the GPT-2 of
-pytorch_peer.py with DDP (stage 0), ZeroRedundancyOptimizer (stage 1) or FSDP SHARD_GRAD_OP (stage 2), bf16
-(autocast over fp32 parameters for DDP/ZeRO-1; FSDP bf16 parameters with fp32 master, as in
-../shared/reference/device-and-peers.md). Rank 0 prints one JSON line: global tokens/s, step ms, peak allocated."""
+pytorch_peer.py with DDP (stage 0), ZeroRedundancyOptimizer (stage 1), FSDP SHARD_GRAD_OP (stage 2), FSDP
+FULL_SHARD or FSDP2 fully_shard (stage 3), bf16 (autocast over fp32 parameters for DDP/ZeRO-1; FSDP bf16
+parameters with fp32 master, as in ../shared/reference/device-and-peers.md). Rank 0 prints one JSON line: global tokens/s, step ms, peak allocated."""
 import argparse
 import json
 import os
@@ -19,7 +19,7 @@ from pytorch_peer import GPT, Block
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["ddp", "zero1", "fsdp_grad_op"], required=True)
+    ap.add_argument("--mode", choices=["ddp", "zero1", "fsdp_grad_op", "fsdp_full", "fsdp2"], required=True)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
@@ -32,10 +32,25 @@ def main():
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     autocast = True
-    if a.mode == "fsdp_grad_op":
+    if a.mode == "fsdp2":
+        # FSDP2 (torch.distributed.fsdp.fully_shard): each block its own group, then the root; bf16 compute and
+        # reduction, fp32 sharded parameters (the device-and-peers.md configuration).
+        from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+        for m in model.modules():
+            if isinstance(m, Block):
+                fully_shard(m, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        autocast = False
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                lr=3e-4, betas=(0.9, 0.95), fused=True)
+    elif a.mode in ("fsdp_grad_op", "fsdp_full"):
         from functools import partial
         from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
-        model = FSDP(model, sharding_strategy=ShardingStrategy.SHARD_GRAD_OP, use_orig_params=True,
+        strategy = ShardingStrategy.SHARD_GRAD_OP if a.mode == "fsdp_grad_op" else ShardingStrategy.FULL_SHARD
+        model = FSDP(model, sharding_strategy=strategy, use_orig_params=True,
                      auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={Block}),
                      mixed_precision=MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16))
         autocast = False
@@ -61,7 +76,7 @@ def main():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             loss = model(inp, tgt)
         loss.backward()
-        if a.mode == "fsdp_grad_op":
+        if a.mode in ("fsdp_grad_op", "fsdp_full"):
             model.clip_grad_norm_(1.0)
         else:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
