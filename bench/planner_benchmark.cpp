@@ -5,8 +5,10 @@
 
 #include <vector>
 
+#include "core/model_description.h"
 #include "sim/memory_model.h"
 #include "sim/planner.h"
+#include "sim/recommender.h"
 
 namespace zeroplan {
 namespace {
@@ -139,6 +141,26 @@ void BM_EvaluatePlanWithMaxMicroBatch(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
 }
 BENCHMARK(BM_EvaluatePlanWithMaxMicroBatch);
+
+// `zeroplan recommend --model gpt3-175b --cluster a100x8-multinode --gpus 1024 --seq 2048` (issue 13): the
+// whole search the command runs, global batch 1024 over 1, 2, 4, ... 1024 GPUs, every stage and offload, three
+// checkpointing modes. Goal: under 0.3 s on one core, so the GUI can re-rank while the user types.
+void BM_RecommendGpt3_175B_1024Gpus(benchmark::State& state) {
+  const ModelDescription model = load_model("gpt3-175b");
+  const ClusterDescription cluster = with_gpu_count(load_cluster("a100x8-multinode"), 1024);
+  TrainingConfig training;
+  training.seq_len = 2048;
+  RecommendOptions options;
+  options.global_batch = 1024;
+  std::int64_t simulated = 0;
+  for (auto _ : state) {
+    RecommendResult result = recommend_plans(model, cluster, training, options);
+    simulated = result.simulated;
+    benchmark::DoNotOptimize(result.plans.data());
+  }
+  state.counters["simulated"] = static_cast<double>(simulated);
+}
+BENCHMARK(BM_RecommendGpt3_175B_1024Gpus)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace zeroplan

@@ -125,6 +125,10 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
           const PlanResult plan = evaluate_plan(model, sized, candidate, choice, planner);
           // Memory grows with the micro-batch: once it does not fit, larger ones do not either.
           if (!plan.host_fits || !plan.nvme_fits) break;
+          // Nor does a plan whose bytes held all step (or at initialization) exceed the GPU: the timeline's peak
+          // starts there, so it is not simulated.
+          const Bytes held = std::max(static_gpu_bytes(model, plan.training, plan.memory), plan.memory.init_peak_gpu_bytes);
+          if (held > sized.gpu_memory_bytes) break;
           Recommendation r;
           r.choice = choice;
           r.training = apply_choice(candidate, choice);

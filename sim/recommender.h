@@ -36,7 +36,8 @@ struct Recommendation {
 struct RecommendResult {
   std::vector<Recommendation> plans;  // best first, at most options.top
   std::int64_t candidates = 0;        // configurations considered
-  std::int64_t simulated = 0;         // of them, simulated (memory model said host/NVMe fit)
+  std::int64_t simulated = 0;         // of them, simulated (host and NVMe fit, and the bytes held all step fit
+                                      //   the GPU: the others cannot fit, whatever the timeline)
   std::int64_t fitting = 0;
 };
 

@@ -99,7 +99,30 @@ std::vector<Bytes> activation_bytes_per_layer(const ModelDescription& model, Byt
 
 std::string peak_label(Precision precision) { return "datasheet dense " + to_string(precision); }
 
+// The steady micro-step's exposed communication stands for every skipped one only if the communication of the
+// micro-steps up to it ends before the boundary micro-step computes: then what it overlaps is steady micro-steps
+// alone, as in the full step (zero_schedule.h SteadyMicroSteps). Otherwise the step is built whole.
+bool steady_share_is_own(const Timeline& timeline, const SteadyMicroSteps& steady) {
+  for (TaskId id = 0; id < steady.end_task; ++id) {
+    const TimelineTask& task = timeline.task(id);
+    if (task.resource == Resource::nccl && task.finish > steady.boundary_start) return false;
+  }
+  return true;
+}
+
+Bytes persistent_param_bytes(const ModelDescription& model, const TrainingConfig& training) {
+  if (training.zero.stage != 3) return 0;
+  Bytes persistent = 0;
+  for (const LayerDescription& layer : model.layers) persistent += persistent_params(layer, training.zero);
+  return persistent * precision_bytes(training.precision);
+}
+
 }  // namespace
+
+Bytes static_gpu_bytes(const ModelDescription& model, const TrainingConfig& training, const MemoryEstimate& memory) {
+  return memory.gpu.total - memory.gpu.activations - memory.gpu.logits - memory.gpu.gathered_params +
+         persistent_param_bytes(model, training);
+}
 
 Bytes timeline_gpu_demand(const StepSimulation& simulation) {
   return std::max(simulation.peak_gpu_bytes, simulation.init_peak_gpu_bytes);
@@ -156,12 +179,20 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   inputs.nvme_read_bandwidth = cluster.nvme_read_bandwidth / gpus_in_node;
   inputs.nvme_write_bandwidth = cluster.nvme_write_bandwidth / gpus_in_node;
 
+  inputs.every_micro_step = options.record_events;
+
   // One workspace per thread: after the first step of a given size, building a step allocates nothing.
   thread_local Timeline timeline;
-  build_step_schedule(inputs, timeline);
+  SteadyMicroSteps steady = build_step_schedule(inputs, timeline);
+  if (steady.count > 0 && !steady_share_is_own(timeline, steady)) {
+    inputs.every_micro_step = true;
+    steady = build_step_schedule(inputs, timeline);
+  }
+  const auto repeats = static_cast<double>(steady.count);
 
   StepSimulation result;
-  result.step_seconds = timeline.makespan();
+  result.repeated_micro_steps = steady.count;
+  result.step_seconds = timeline.makespan() + repeats * steady.period_seconds;
   const std::int64_t per_gpu_items =
       training.micro_batch * training.grad_accum * (model.transformer ? training.seq_len : 1);
   result.tokens_per_step = per_gpu_items * world_size;
@@ -180,26 +211,38 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   }
 
   result.busy_seconds = timeline.busy_seconds();
-  result.compute_seconds = result.busy_seconds[static_cast<int>(Resource::gpu_compute)];
-  result.communication_seconds = result.busy_seconds[static_cast<int>(Resource::nccl)];
   result.exposed_comm_seconds = timeline.exposed_seconds(Resource::nccl, Resource::gpu_compute);
-  result.offload_wait_seconds =
-      std::max(0.0, result.step_seconds - result.compute_seconds - result.exposed_comm_seconds);
-
   std::array<CollectiveTiming, 3> by_kind{};
-  for (const TimelineTask& task : timeline.tasks()) {
-    if (task.kind == TaskKind::recompute) result.recompute_seconds += task.finish - task.start;
-    if (!is_collective(task.kind)) continue;
+  // Each task counted once, and the steady micro-step's once more for every micro-step left off the timeline.
+  const auto count_task = [&](const TimelineTask& task, double times) {
+    const double seconds = task.finish - task.start;
+    if (task.kind == TaskKind::recompute) result.recompute_seconds += times * seconds;
+    if (!is_collective(task.kind)) return;
     const CollectiveKind kind = task.kind == TaskKind::all_reduce       ? CollectiveKind::all_reduce
                                 : task.kind == TaskKind::reduce_scatter ? CollectiveKind::reduce_scatter
                                                                         : CollectiveKind::all_gather;
     CollectiveTiming& timing = by_kind[static_cast<int>(kind)];
     timing.kind = kind;
     timing.ranks = world_size;
-    timing.calls += 1;
-    timing.bytes += task.bytes;
-    timing.seconds += task.finish - task.start;
+    timing.calls += static_cast<std::int64_t>(times);
+    timing.bytes += static_cast<Bytes>(times) * task.bytes;
+    timing.seconds += times * seconds;
+  };
+  for (const TimelineTask& task : timeline.tasks()) count_task(task, 1.0);
+  if (steady.count > 0) {
+    for (TaskId id = steady.first_task; id < steady.end_task; ++id) {
+      const TimelineTask& task = timeline.task(id);
+      result.busy_seconds[static_cast<int>(task.resource)] += repeats * (task.finish - task.start);
+      count_task(task, repeats);
+    }
+    result.exposed_comm_seconds += repeats * timeline.exposed_seconds(Resource::nccl, Resource::gpu_compute,
+                                                                      steady.first_task, steady.end_task);
   }
+  result.compute_seconds = result.busy_seconds[static_cast<int>(Resource::gpu_compute)];
+  result.communication_seconds = result.busy_seconds[static_cast<int>(Resource::nccl)];
+  result.offload_wait_seconds =
+      std::max(0.0, result.step_seconds - result.compute_seconds - result.exposed_comm_seconds);
+
   for (CollectiveTiming& timing : by_kind) {
     if (timing.calls == 0) continue;
     timing.algbw = algorithm_bandwidth(timing.bytes, timing.seconds);
@@ -209,15 +252,13 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
 
   // Memory: what the memory model holds for the whole step (model states, buckets, buffers, runtime, stage-3
   // persistent parameters) plus the timeline's dynamic bytes (activations, logits, gathered parameters).
-  Bytes persistent_bytes = 0;
-  if (training.zero.stage == 3) {
-    for (const LayerDescription& layer : model.layers) persistent_bytes += persistent_params(layer, training.zero);
-    persistent_bytes *= precision_bytes(training.precision);
-  }
-  result.static_gpu_bytes = memory.gpu.total - memory.gpu.activations - memory.gpu.logits -
-                            memory.gpu.gathered_params + persistent_bytes;
+  const Bytes persistent_bytes = persistent_param_bytes(model, training);
+  result.static_gpu_bytes = static_gpu_bytes(model, training, memory);
   std::array<Bytes, kMemoryUseCount> live{};
   result.peak_gpu_bytes = timeline.peak_memory(result.static_gpu_bytes, &result.peak_memory_at_seconds, &live);
+  // A peak in the boundary micro-step happens after the micro-steps left off the timeline.
+  if (steady.count > 0 && result.peak_memory_at_seconds >= steady.boundary_start)
+    result.peak_memory_at_seconds += repeats * steady.period_seconds;
   result.sum_of_worst_cases_gpu_bytes = memory.gpu.total;
   result.init_peak_gpu_bytes = memory.init_peak_gpu_bytes;
   result.peak_breakdown = memory.gpu;

@@ -74,6 +74,10 @@ struct StepSimulation {
   Bytes sum_of_worst_cases_gpu_bytes = 0;  // the memory model's total (every component at its own worst)
   Bytes init_peak_gpu_bytes = 0;        // the memory model's engine-initialization peak (0 when none)
 
+  // Micro-steps of the accumulation not built on the timeline because they repeat a steady one
+  // (zero_schedule.h SteadyMicroSteps; their time and traffic are counted above). 0 with record_events.
+  std::int64_t repeated_micro_steps = 0;
+
   std::vector<TimelineTask> events;         // when options.record_events
   std::vector<MemoryChange> memory_changes; // when options.record_events (static bytes not included)
 };
@@ -88,6 +92,13 @@ bool cluster_supports(const ClusterDescription& cluster, const PlanChoice& choic
 bool timeline_gpu_fits(const StepSimulation& simulation, const ClusterDescription& cluster);
 // The GPU bytes the verdict compares with the capacity: max(timeline peak, initialization peak).
 Bytes timeline_gpu_demand(const StepSimulation& simulation);
+
+// The GPU bytes held for the whole step, on top of which the timeline's dynamic memory (activations, logits,
+// gathered parameters) comes and goes: the memory model's total without its activations, logits and gathered
+// parameters, with the stage-3 persistent parameters (never released). The timeline's peak is at least this, so a
+// plan whose static bytes exceed the GPU does not fit, simulated or not. `training` has the choice applied;
+// `memory` is estimate_memory's for it.
+Bytes static_gpu_bytes(const ModelDescription& model, const TrainingConfig& training, const MemoryEstimate& memory);
 
 // Simulates one optimizer step of `choice` (applied to `training`) on `cluster` (all its GPUs are the
 // data-parallel group). Throws InputError for inputs it cannot simulate (missing rates in the cluster, sizes

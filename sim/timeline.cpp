@@ -116,12 +116,13 @@ std::array<double, kResourceCount> Timeline::busy_seconds() const {
   return busy;
 }
 
-double Timeline::exposed_seconds(Resource busy, Resource idle) const {
+double Timeline::exposed_seconds(Resource busy, Resource idle, TaskId first, TaskId end) const {
   const auto& busy_ids = by_resource_[static_cast<int>(busy)];
   const auto& idle_ids = by_resource_[static_cast<int>(idle)];
   double exposed = 0.0;
   std::size_t j = 0;
   for (TaskId id : busy_ids) {
+    if (id < first || (end != kNoTask && id >= end)) continue;
     const TimelineTask& b = tasks_[static_cast<std::size_t>(id)];
     double uncovered = b.finish - b.start;
     // Skip idle-resource intervals that end before this one starts; they cannot cover later ones either,

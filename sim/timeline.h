@@ -110,6 +110,8 @@ class Timeline {
   const std::vector<TimelineTask>& tasks() const { return tasks_; }
   std::size_t size() const { return tasks_.size(); }
 
+  // When the resource's last task finishes (0 before any task).
+  double resource_free_at(Resource resource) const { return free_at_[static_cast<int>(resource)]; }
   // The step's end: the latest finish over every resource.
   double makespan() const;
   // Seconds each resource is busy (sum of its task durations; a resource runs one task at a time).
@@ -117,8 +119,9 @@ class Timeline {
 
   // Seconds during which `busy` runs while `idle` has nothing running: e.g. NCCL busy while the compute
   // stream is idle = exposed communication. Tasks of one resource never overlap, so a merge of the two sorted
-  // interval lists gives it in O(tasks).
-  double exposed_seconds(Resource busy, Resource idle) const;
+  // interval lists gives it in O(tasks). With a task-id range, only the `busy` tasks with ids in [first, end)
+  // count (each against every `idle` task): the share of one stretch of the step.
+  double exposed_seconds(Resource busy, Resource idle, TaskId first = 0, TaskId end = kNoTask) const;
   // Seconds during which the compute stream is idle before the makespan (whatever it waits for).
   double idle_seconds(Resource resource) const;
 

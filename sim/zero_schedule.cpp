@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "sim/comm_model.h"
 
@@ -46,7 +47,7 @@ class StepBuilder {
         n_(inputs.world_size),
         e_(communication_element_bytes(*inputs.training)) {}
 
-  void build() {
+  SteadyMicroSteps build() {
     const std::size_t layer_count = layers_.size();
     // Tasks per micro-step: up to 4 compute + 3 stage-3 fetch tasks per layer and pass, plus buckets.
     timeline_.clear();
@@ -58,18 +59,70 @@ class StepBuilder {
     gathered_bytes_.assign(layer_count, 0);
     gather_task_.assign(layer_count, kNoTask);
 
+    SteadyMicroSteps steady;
+    MicroStepState previous;
     for (std::int32_t micro = 0; micro < training_.grad_accum; ++micro) {
       // Stages 0/1 keep full gradients and reduce at the boundary only; 2/3 reduce every micro-step.
       const bool boundary = micro + 1 == training_.grad_accum;
+      if (boundary) steady.boundary_start = timeline_.resource_free_at(Resource::gpu_compute);
       reduce_this_micro_step_ = zero_.stage >= 2 || boundary;
+      const auto first_task = static_cast<TaskId>(timeline_.size());
       run_pass(/*forward=*/true, micro);
       run_pass(/*forward=*/false, micro);
       if (reduce_this_micro_step_ && bucket_elements_ > 0) reduce_bucket(-1, micro, last_backward_);
+      if (boundary || in_.every_micro_step || steady.count > 0) continue;
+      const MicroStepState now = state();
+      // The micro-steps after this one up to the boundary repeat it. One of them stays on the timeline, so that
+      // the communication this one leaves running into the next overlaps a steady micro-step there too.
+      const std::int64_t repeats = training_.grad_accum - 2 - micro;
+      if (repeats >= 2 && micro > 0 && now.repeats(previous)) {
+        steady.count = repeats - 1;
+        steady.period_seconds = now.compute_end - previous.compute_end;
+        steady.first_task = first_task;
+        steady.end_task = static_cast<TaskId>(timeline_.size());
+        micro += static_cast<std::int32_t>(steady.count);
+      }
+      previous = now;
     }
     optimizer_step();
+    return steady;
   }
 
  private:
+  // --- steady state of the accumulation (SteadyMicroSteps) ------------------------------------------------
+
+  // What the next micro-step's tasks can see of the earlier ones, relative to the end of the compute so far.
+  struct MicroStepState {
+    double compute_end = 0.0;
+    std::array<double, kResourceCount + 6> relative{};  // resources' free times, then the tasks depended on
+    std::int64_t bucket_elements = 0;
+    Bytes gathered_bytes = 0;
+
+    bool repeats(const MicroStepState& earlier) const {
+      if (bucket_elements != earlier.bucket_elements || gathered_bytes != earlier.gathered_bytes) return false;
+      if (!(compute_end > earlier.compute_end)) return false;
+      const double tolerance = 1e-12 * compute_end;
+      for (std::size_t i = 0; i < relative.size(); ++i)
+        if (std::abs(relative[i] - earlier.relative[i]) > tolerance) return false;
+      return true;
+    }
+  };
+
+  MicroStepState state() const {
+    MicroStepState s;
+    s.compute_end = timeline_.resource_free_at(Resource::gpu_compute);
+    // Every task of the next micro-step waits, directly or through others, for the compute stream or for the
+    // last compute task, so a time before compute_end holds nothing back: it counts as compute_end.
+    const auto relative = [&](double time) { return std::max(time, s.compute_end) - s.compute_end; };
+    std::size_t i = 0;
+    for (int r = 0; r < kResourceCount; ++r) s.relative[i++] = relative(timeline_.resource_free_at(static_cast<Resource>(r)));
+    for (TaskId task : {compute_barrier_, last_compute_, last_backward_, last_gradient_, last_reduction_, last_download_})
+      s.relative[i++] = task == kNoTask ? 0.0 : relative(timeline_.task(task).finish);
+    s.bucket_elements = bucket_elements_;
+    for (Bytes bytes : gathered_bytes_) s.gathered_bytes += bytes;
+    return s;
+  }
+
   // --- passes ---------------------------------------------------------------------------------------------
 
   std::int32_t layer_at(bool forward, std::size_t position) const {
@@ -323,8 +376,8 @@ class StepBuilder {
 
 }  // namespace
 
-void build_step_schedule(const StepScheduleInputs& inputs, Timeline& timeline) {
-  StepBuilder(inputs, timeline).build();
+SteadyMicroSteps build_step_schedule(const StepScheduleInputs& inputs, Timeline& timeline) {
+  return StepBuilder(inputs, timeline).build();
 }
 
 }  // namespace zeroplan

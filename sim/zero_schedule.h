@@ -56,6 +56,29 @@ struct StepScheduleInputs {
   double cpu_optimizer_params_per_second = 0.0;  // this rank's share of the node's CPU optimizer rate
   double nvme_read_bandwidth = 0.0;          // this rank's share of the node's NVMe
   double nvme_write_bandwidth = 0.0;
+  // Build every micro-step even when the accumulation has reached its steady state (SteadyMicroSteps): for
+  // traces and the GUI, which show every task.
+  bool every_micro_step = false;
+};
+
+// Micro-steps the builder did not put on the timeline because the accumulation had reached a steady state.
+// Every micro-step before the boundary one is the same work, and each starts from the state the previous one
+// left: the resources' free times and the tasks the next micro-step depends on, taken relative to the end of
+// its compute (nothing in a micro-step starts before the previous one's compute ends, so earlier times cannot
+// matter). When that state repeats, every later micro-step repeats the same tasks one period later: a step is
+// a max-plus system (each start a max of finish times, each finish a start plus a duration), whose map from one
+// micro-step's state to the next is monotone and additively homogeneous, hence non-expansive; a state that repeats
+// within e repeats within e forever, so the error of the skip is at most e per skipped micro-step
+// (the builder's tolerance: 1e-12 of the elapsed time). The timeline then holds the step with `count` fewer
+// micro-steps; the simulator adds back, per skipped micro-step, the period and what the steady micro-step
+// [first_task, end_task) contributes (busy time, collectives, exposed communication). Memory peaks repeat with
+// the micro-steps, so the timeline's peak is the step's.
+struct SteadyMicroSteps {
+  std::int64_t count = 0;          // micro-steps not built (0: the timeline holds the whole step)
+  double period_seconds = 0.0;     // how much later each repeats
+  TaskId first_task = kNoTask;     // the steady micro-step whose contributions repeat: tasks [first, end)
+  TaskId end_task = kNoTask;
+  double boundary_start = 0.0;     // when the last (boundary) micro-step's compute may start, on the timeline
 };
 
 // Stage-3 parameters of a layer that are never gathered (under param_persistence_threshold), counted as the
@@ -67,8 +90,9 @@ std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& 
 // MemoryInputs::gathered_modules) counts the same.
 std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConfig& zero);
 
-// Builds the step on `timeline` (cleared first). Throws InputError for inputs that cannot be scheduled
-// (an offload with no PCIe, CPU or NVMe rate in the cluster).
-void build_step_schedule(const StepScheduleInputs& inputs, Timeline& timeline);
+// Builds the step on `timeline` (cleared first) and says which micro-steps it left out (none when
+// inputs.every_micro_step). Throws InputError for inputs that cannot be scheduled (an offload with no PCIe, CPU
+// or NVMe rate in the cluster).
+SteadyMicroSteps build_step_schedule(const StepScheduleInputs& inputs, Timeline& timeline);
 
 }  // namespace zeroplan
