@@ -35,7 +35,9 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   }
   m.activations += backward_working_set_bytes(c);
   m.logits = e * sb * c.shape.padded_vocab + 4 * sb;
-  m.workspace = 4 * (4 * C + 1) + 4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + kCublasWorkspaceBytes;
+  const bool det = c.zero.deterministic;
+  m.workspace = 4 * (column_sum_scratch_floats(sb, 4 * C, det) + 1) + (det ? 4 * (3 * sb + 1) : 0) +
+                4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + kCublasWorkspaceBytes;
   return m;
 }
 

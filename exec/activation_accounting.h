@@ -23,7 +23,8 @@
 //                   activation component counts it): dresidual e*sbh, d(LN input) e*sbh, d(FC/QKV) 4e*sbh,
 //                   and the flash-attention D = rowsum(dO*O) 4*a*s*b (fp32).
 // logits            e*s*b*Vp (the fused cross-entropy writes dlogits in place) + 4*s*b (per-token losses, fp32)
-// workspace         bias/LN-gradient partials and their counter 4*(4C+1), grad-norm partials and result
+// workspace         bias/LN-gradient partials and their counter 4*(4C+1) (--deterministic: one 4C row per 256
+//                   rows of s*b, and the token positions of the ordered dwte 4*(3sb+1)), grad-norm partials and result
 //                   (kNormPartials + 1 floats), the ZeRO engine's norm slots (kNormSlots floats), the micro-batch's input and target token ids 8*s*b (int32), and the
 //                   cuBLASLt workspace (32 MiB, customary on Hopper)
 #pragma once
@@ -41,6 +42,13 @@ inline constexpr std::int64_t kCublasWorkspaceBytes = 32ll << 20;
 inline constexpr std::int64_t kNormPartials = 1024;  // blocks of the grad-norm reduction (fp32 each)
 // Sums of squares the ZeRO engine keeps per bucket for the global norm (exec/zero/zero_engine.cpp), fp32 each.
 inline constexpr std::int64_t kNormSlots = 1024;
+// Column-sum reductions of bias and LayerNorm gradients (exec/cuda/cuda_common.cuh ColumnSums): rows per row
+// block, and the scratch floats for `rows` rows of at most `width` columns: one row the blocks add into with
+// atomics, or, deterministic, one row per row block, added in order.
+inline constexpr std::int64_t kColumnSumRowsPerBlock = 256;
+inline std::int64_t column_sum_scratch_floats(std::int64_t rows, std::int64_t width, bool deterministic) {
+  return deterministic ? (rows + kColumnSumRowsPerBlock - 1) / kColumnSumRowsPerBlock * width : width;
+}
 
 struct ExpectedMemory {
   std::int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0, activations = 0, logits = 0,

@@ -57,6 +57,12 @@ for prec in ("fp32", "bf16"):
         except Exception as e:
             print(f"{prec} stage {st}: no result ({e})")
 PY
+  # --deterministic: two runs, the same losses bit for bit (2 ranks, bf16, stage 2)
+  for k in 1 2; do
+    timeout 90 $RUN run --model gpt2-124m --micro-batch 4 --seq 256 --grad-accum 2 --precision bf16 --stage 2 --gpus 2 \
+      --steps 10 --warmup-steps 2 --deterministic --report "$OUT/det_$k.json" > "$OUT/det_$k.log" 2>&1
+  done
+  summary+=("deterministic repeat: $(python3 -c "import json,sys; a,b=(json.load(open(f'$OUT/det_{k}.json'))['measured']['loss'] for k in (1,2)); print('bit-identical losses' if a==b else f'DIFFERENT {a} {b}')" 2>&1)")
   # checkpoints of GPT-2 1.5B on 2 GPUs: save at step 3, resume to step 6, against 6 uninterrupted steps
   for st in 2 3; do
     rm -rf "/tmp/ck_whole_$st" "/tmp/ck_parts_$st"

@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "exec/activation_accounting.h"
 #include "exec/cuda/cuda_check.h"
 
 namespace zeroplan::exec::cuda {
@@ -62,28 +63,48 @@ __device__ __forceinline__ float block_max(float x) {
   return warp_max(r);
 }
 
-// Column-sum reductions (bias and LayerNorm parameter gradients) add block partials into an fp32 `partial` with
+// Column-sum reductions (bias and LayerNorm parameter gradients): a grid of column blocks x row blocks of
+// kColumnSumRowsPerBlock rows. By default each row block adds its column sums into row 0 of `partial` with
 // atomics; the last block to finish (a grid-wide counter) writes out = (accumulate ? out : 0) + partial for the
-// n (or 2n, with out_b) columns and leaves partial and the counter zeroed for the next call, so no memset or
-// second kernel is launched (~600 fewer launches per GPT-2 1.5B step).
+// n (or 2n, with out_b) columns and leaves that row and the counter zeroed for the next call, so no memset or
+// second kernel is launched (~600 fewer launches per GPT-2 1.5B step). Deterministic (--deterministic): each
+// row block stores its sums in its own row of `partial` and the last block adds the rows in order 0, 1, ...,
+// so the float additions happen in the same order on every run.
+struct ColumnSums {
+  float* partial = nullptr;     // column_sum_scratch_floats(...) floats (activation_accounting.h), zero at first
+  unsigned* counter = nullptr;  // one zero
+  bool deterministic = false;
+};
+
+__device__ __forceinline__ void add_column_partial(const ColumnSums& sums, std::int64_t total, std::int64_t c, float s) {
+  if (sums.deterministic) sums.partial[static_cast<std::int64_t>(blockIdx.y) * total + c] = s;
+  else atomicAdd(sums.partial + c, s);
+}
+
 template <typename T>
-__device__ __forceinline__ void last_block_finish(T* out_a, T* out_b, float* partial, std::int64_t n, bool accumulate,
-                                                  unsigned* counter) {
+__device__ __forceinline__ void last_block_finish(T* out_a, T* out_b, const ColumnSums& sums, std::int64_t n,
+                                                  bool accumulate) {
   __shared__ bool last;
-  __threadfence();  // this block's atomics are visible before it is counted
+  __threadfence();  // this block's partials are visible before it is counted
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x * gridDim.y - 1;
+  if (threadIdx.x == 0) last = atomicAdd(sums.counter, 1u) == gridDim.x * gridDim.y - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
   const std::int64_t total = out_b ? 2 * n : n;
   for (std::int64_t c = threadIdx.x; c < total; c += blockDim.x) {
-    const float v = __ldcg(partial + c);  // from L2, where the atomics landed
+    float v;
+    if (sums.deterministic) {
+      v = 0.0f;
+      for (unsigned y = 0; y < gridDim.y; ++y) v += __ldcg(sums.partial + static_cast<std::int64_t>(y) * total + c);
+    } else {
+      v = __ldcg(sums.partial + c);  // from L2, where the atomics landed
+      sums.partial[c] = 0.0f;
+    }
     T* o = c < n ? out_a + c : out_b + (c - n);
     *o = from_f<T>(v + (accumulate ? to_f(*o) : 0.0f));
-    partial[c] = 0.0f;
   }
-  if (threadIdx.x == 0) *counter = 0;
+  if (threadIdx.x == 0) *sums.counter = 0;
 }
 
 inline int ceil_div(std::int64_t a, std::int64_t b) { return static_cast<int>((a + b - 1) / b); }

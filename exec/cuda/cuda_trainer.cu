@@ -318,10 +318,14 @@ class CudaTrainer final : public Trainer {
     d4_ = alloc_->allocate_n<T>("activations", "FC / QKV gradient", bt * 4 * C);
     d_rowsum_ = alloc_->allocate_n<float>("activations", "attention rowsum(dO*O)", bt * s.heads);
     // column-sum partials (4C floats) and their arrival counter; kept zeroed between reductions
-    partial_ = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", 4 * C + 1);
-    counter_ = reinterpret_cast<unsigned*>(partial_ + 4 * C);
-    CUDA_CHECK(cudaMemset(partial_, 0, (4 * C + 1) * sizeof(float)));
+    // --deterministic: one row of partials per 256 rows, added in order, and the ordered dwte's token positions.
+    const bool det = config_.zero.deterministic;
+    const i64 partial_floats = column_sum_scratch_floats(bt, 4 * C, det);
+    float* partial = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", partial_floats + 1);
+    CUDA_CHECK(cudaMemset(partial, 0, (partial_floats + 1) * sizeof(float)));
+    sums_ = cuda::ColumnSums{partial, reinterpret_cast<unsigned*>(partial + partial_floats), det};
     tokens_ = alloc_->allocate_n<int>("workspace", "input and target tokens", 2 * bt);
+    if (det) token_positions_d_ = alloc_->allocate_n<int>("workspace", "token positions (ordered dwte)", 3 * bt + 1);
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * bt));
   }
@@ -348,6 +352,18 @@ class CudaTrainer final : public Trainer {
     const i64 C = s.hidden, bt = BT();
     CUDA_CHECK(cudaMemcpyAsync(tokens_, in, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaMemcpyAsync(tokens_ + bt, tg, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    if (want_grad && config_.zero.deterministic) {
+      // From pageable memory, cudaMemcpyAsync returns once the bytes are staged: the vectors may change after.
+      token_positions_.build(in, bt);
+      const int distinct = static_cast<int>(token_positions_.tokens.size());
+      int* d = token_positions_d_;
+      CUDA_CHECK(cudaMemcpyAsync(d, token_positions_.tokens.data(), distinct * sizeof(int), cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(d + bt, token_positions_.offsets.data(), (distinct + 1) * sizeof(int),
+                                 cudaMemcpyHostToDevice, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(d + 2 * bt + 1, token_positions_.positions.data(), bt * sizeof(int),
+                                 cudaMemcpyHostToDevice, stream_));
+      token_positions_view_ = cuda::DeviceTokenPositions{d, d + bt, d + 2 * bt + 1, distinct};
+    }
     need_embeddings();
     cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), P(layout_.wpe()), config_.micro_batch,
                              config_.seq_len, C, stream_);
@@ -381,7 +397,7 @@ class CudaTrainer final : public Trainer {
     matmul_->backward_weight<T>(G(layout_.wte()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
     CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
     need_final_norm();
-    cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), partial_, counter_, dln_,
+    cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), sums_, dln_,
                                 residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
                                 acc, stream_);
     engine_->gradients_final_from(layout_.lnf_w().offset);
@@ -394,25 +410,26 @@ class CudaTrainer final : public Trainer {
       // y = res2 + gelu Wfcproj^T + b
       matmul_->backward_input_dgelu<T>(d4_, dres_, P(W(l, kFcProjW)), a.fc, bt, 4 * C, C, stream_);
       matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
-      cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, partial_, counter_, bt, C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, sums_, bt, C, acc, stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
       matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
-      cuda::bias_backward<T>(G(W(l, kFcB)), d4_, partial_, counter_, bt, 4 * C, acc, stream_);
-      cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), partial_, counter_, dln_, a.res2, P(W(l, kLn2W)),
+      cuda::bias_backward<T>(G(W(l, kFcB)), d4_, sums_, bt, 4 * C, acc, stream_);
+      cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), sums_, dln_, a.res2, P(W(l, kLn2W)),
                                   a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
       // res2 = x + att Wproj^T + b
       matmul_->backward_input<T>(dln_, dres_, P(W(l, kAttProjW)), bt, C, C, stream_);
       matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
-      cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, partial_, counter_, bt, C, acc, stream_);
+      cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, sums_, bt, C, acc, stream_);
       cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
       matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
       matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
-      cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, partial_, counter_, bt, 3 * C, acc, stream_);
-      cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), partial_, counter_, dln_, x, P(W(l, kLn1W)),
+      cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, sums_, bt, 3 * C, acc, stream_);
+      cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), sums_, dln_, x, P(W(l, kLn1W)),
                                   a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
       engine_->gradients_final_from(block_begin(l));
     }
-    cuda::encoder_backward<T>(G(layout_.wte()), G(layout_.wpe()), dres_, tokens_, B, Tn, C, acc, stream_);
+    cuda::encoder_backward<T>(G(layout_.wte()), G(layout_.wpe()), dres_, tokens_, B, Tn, C, acc,
+                              config_.zero.deterministic ? &token_positions_view_ : nullptr, stream_);
     engine_->gradients_final_from(0);
   }
 
@@ -460,9 +477,13 @@ class CudaTrainer final : public Trainer {
   T* logits_ = nullptr;
   float* losses_ = nullptr;
   T *dres_ = nullptr, *dln_ = nullptr, *d4_ = nullptr;
-  float *d_rowsum_ = nullptr, *partial_ = nullptr;
-  unsigned* counter_ = nullptr;
+  float* d_rowsum_ = nullptr;
+  cuda::ColumnSums sums_;  // bias/LayerNorm gradient column sums (deterministic with --deterministic)
   int* tokens_ = nullptr;
+  // --deterministic: where each token of the micro-batch occurs (host, then its device copy) for the ordered dwte
+  cuda::TokenPositions token_positions_;
+  int* token_positions_d_ = nullptr;
+  cuda::DeviceTokenPositions token_positions_view_;
   void* cublas_ws_ = nullptr;
   PinnedHost<float> host_losses_;
 };

@@ -1,5 +1,8 @@
 #include "exec/cuda/encoder.cuh"
 
+#include <algorithm>
+#include <utility>
+
 #include "exec/cuda/cuda_common.cuh"
 
 namespace zeroplan::exec::cuda {
@@ -39,6 +42,20 @@ __global__ void encoder_backward_wte_kernel(T* dwte, const T* dout, const int* t
   atomic_add_pair(dwte + static_cast<i64>(tokens[bt]) * C + c, to_f(dout[idx]), to_f(dout[idx + 1]));
 }
 
+// One block per distinct token; threads over the channels; positions summed in increasing order.
+template <typename T>
+__global__ void encoder_backward_wte_ordered_kernel(T* dwte, const T* dout, const int* tokens, const int* offsets,
+                                                    const int* positions, int C) {
+  const int i = blockIdx.x;
+  const int begin = offsets[i], end = offsets[i + 1];
+  T* row = dwte + static_cast<i64>(tokens[i]) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = 0.0f;
+    for (int k = begin; k < end; ++k) s += to_f(dout[static_cast<i64>(positions[k]) * C + c]);
+    row[c] = from_f<T>(to_f(row[c]) + s);
+  }
+}
+
 template <typename T>
 __global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int Tn, int C, bool accumulate) {
   const i64 idx = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;  // over T*C
@@ -58,18 +75,45 @@ void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int 
 
 template <typename T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int B, int Tn, int C, bool accumulate,
-                      cudaStream_t stream) {
-  const i64 pairs = static_cast<i64>(B) * Tn * C / 2;
-  encoder_backward_wte_kernel<T><<<ceil_div(pairs, 256), 256, 0, stream>>>(dwte, dout, tokens, B, Tn, C);
-  CUDA_CHECK_LAUNCH();
+                      const DeviceTokenPositions* ordered, cudaStream_t stream) {
+  if (ordered) {
+    if (ordered->distinct > 0) {
+      encoder_backward_wte_ordered_kernel<T><<<ordered->distinct, 256, 0, stream>>>(
+          dwte, dout, ordered->tokens, ordered->offsets, ordered->positions, C);
+      CUDA_CHECK_LAUNCH();
+    }
+  } else {
+    const i64 pairs = static_cast<i64>(B) * Tn * C / 2;
+    encoder_backward_wte_kernel<T><<<ceil_div(pairs, 256), 256, 0, stream>>>(dwte, dout, tokens, B, Tn, C);
+    CUDA_CHECK_LAUNCH();
+  }
   encoder_backward_wpe_kernel<T><<<ceil_div(static_cast<i64>(Tn) * C, 256), 256, 0, stream>>>(dwpe, dout, B, Tn, C,
                                                                                               accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
+void TokenPositions::build(const int* ids, std::int64_t count) {
+  // counting sort by token id, stable: positions of a token stay increasing
+  std::vector<std::pair<int, int>> order(static_cast<std::size_t>(count));
+  for (std::int64_t p = 0; p < count; ++p) order[p] = {ids[p], static_cast<int>(p)};
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  tokens.clear();
+  offsets.clear();
+  positions.resize(static_cast<std::size_t>(count));
+  for (std::int64_t k = 0; k < count; ++k) {
+    if (k == 0 || order[k].first != order[k - 1].first) {
+      tokens.push_back(order[k].first);
+      offsets.push_back(static_cast<int>(k));
+    }
+    positions[k] = order[k].second;
+  }
+  offsets.push_back(static_cast<int>(count));
+}
+
 #define ZP_INSTANTIATE(T)                                                                            \
   template void encoder_forward<T>(T*, const int*, const T*, const T*, int, int, int, cudaStream_t); \
-  template void encoder_backward<T>(T*, T*, const T*, const int*, int, int, int, bool, cudaStream_t);
+  template void encoder_backward<T>(T*, T*, const T*, const int*, int, int, int, bool, const DeviceTokenPositions*, \
+                                    cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)
 ZP_INSTANTIATE(__nv_bfloat16)

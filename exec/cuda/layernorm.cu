@@ -86,10 +86,10 @@ __global__ void layernorm_backward_input_kernel(T* dinp, const T* dout, const T*
 }
 
 constexpr int kParamRowGroups = 8;
-constexpr int kParamRowsPerBlock = 256;
+constexpr int kParamRowsPerBlock = kColumnSumRowsPerBlock;
 
 template <typename T>
-__global__ void layernorm_backward_params_kernel(T* dw, T* db, float* scratch, unsigned* counter, const T* dout,
+__global__ void layernorm_backward_params_kernel(T* dw, T* db, ColumnSums sums, const T* dout,
                                                  const T* inp, const float* mean, const float* rstd, i64 N, int C,
                                                  bool accumulate) {
   using P = Pack<T>;
@@ -124,9 +124,9 @@ __global__ void layernorm_backward_params_kernel(T* dw, T* db, float* scratch, u
 #pragma unroll
     for (int g = 0; g < kParamRowGroups; ++g) s += sm[which][g][cc];
     const i64 gc = static_cast<i64>(blockIdx.x) * 32 * P::kSize + cc;
-    if (gc < C) atomicAdd(scratch + which * C + gc, s);
+    if (gc < C) add_column_partial(sums, 2 * static_cast<i64>(C), which * C + gc, s);
   }
-  last_block_finish<T>(dw, db, scratch, C, accumulate, counter);
+  last_block_finish<T>(dw, db, sums, C, accumulate);
 }
 
 }  // namespace
@@ -139,22 +139,21 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 }
 
 template <typename T>
-void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, unsigned* counter, const T* dout, const T* inp,
-                        const T* w, const float* mean, const float* rstd, i64 N, int C, bool accumulate,
-                        cudaStream_t stream) {
+void layernorm_backward(T* dinp, T* dw, T* db, const ColumnSums& sums, const T* dout, const T* inp, const T* w,
+                        const float* mean, const float* rstd, i64 N, int C, bool accumulate, cudaStream_t stream) {
   if (C % Pack<T>::kSize != 0) throw CudaError("layernorm_backward: C must be a multiple of the 16-byte pack");
   layernorm_backward_input_kernel<T><<<ceil_div(N, kWarps), 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, mean, rstd,
                                                                                       N, C);
   CUDA_CHECK_LAUNCH();
   dim3 grid(ceil_div(C, 32 * Pack<T>::kSize), ceil_div(N, kParamRowsPerBlock));
-  layernorm_backward_params_kernel<T><<<grid, 32 * kParamRowGroups, 0, stream>>>(dw, db, scratch, counter, dout, inp,
-                                                                                mean, rstd, N, C, accumulate);
+  layernorm_backward_params_kernel<T><<<grid, 32 * kParamRowGroups, 0, stream>>>(dw, db, sums, dout, inp, mean, rstd,
+                                                                                N, C, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
 #define ZP_INSTANTIATE(T)                                                                                          \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, i64, int, cudaStream_t);    \
-  template void layernorm_backward<T>(T*, T*, T*, float*, unsigned*, const T*, const T*, const T*, const float*,   \
+  template void layernorm_backward<T>(T*, T*, T*, const ColumnSums&, const T*, const T*, const T*, const float*,  \
                                       const float*, i64, int, bool, cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)

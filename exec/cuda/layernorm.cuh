@@ -7,16 +7,18 @@
 
 #include <cuda_runtime.h>
 
+#include "exec/cuda/cuda_common.cuh"
+
 namespace zeroplan::exec::cuda {
 
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, std::int64_t N, int C,
                        cudaStream_t stream);
-// dinp += LN backward (the residual gradient flows through); dw/db (+)= their gradients. scratch: 2C fp32 zeros
-// and counter: a zero, both left zeroed (cuda_common.cuh last_block_finish).
+// dinp += LN backward (the residual gradient flows through); dw/db (+)= their gradients, column sums over the N
+// rows into `sums` (cuda_common.cuh: column_sum_scratch_floats(N, 2C, deterministic) floats).
 template <typename T>
-void layernorm_backward(T* dinp, T* dw, T* db, float* scratch, unsigned* counter, const T* dout, const T* inp,
-                        const T* w, const float* mean, const float* rstd, std::int64_t N, int C, bool accumulate,
+void layernorm_backward(T* dinp, T* dw, T* db, const ColumnSums& sums, const T* dout, const T* inp, const T* w,
+                        const float* mean, const float* rstd, std::int64_t N, int C, bool accumulate,
                         cudaStream_t stream);
 
 }  // namespace zeroplan::exec::cuda

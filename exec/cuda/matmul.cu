@@ -175,11 +175,10 @@ void Matmul::backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i
 
 namespace {
 constexpr int kBiasRowGroups = 8;
-constexpr int kBiasRowsPerBlock = 256;
+constexpr int kBiasRowsPerBlock = kColumnSumRowsPerBlock;
 
 template <typename T>
-__global__ void bias_partial_kernel(T* dbias, float* partial, unsigned* counter, const T* dout, i64 M, i64 N,
-                                    bool accumulate) {
+__global__ void bias_partial_kernel(T* dbias, ColumnSums sums, const T* dout, i64 M, i64 N, bool accumulate) {
   using P = Pack<T>;
   const i64 col = (static_cast<i64>(blockIdx.x) * 32 + threadIdx.x % 32) * P::kSize;
   const int group = threadIdx.x / 32;
@@ -204,19 +203,19 @@ __global__ void bias_partial_kernel(T* dbias, float* partial, unsigned* counter,
 #pragma unroll
     for (int g = 0; g < kBiasRowGroups; ++g) s += sm[g][c];
     const i64 gc = static_cast<i64>(blockIdx.x) * 32 * P::kSize + c;
-    if (gc < N) atomicAdd(partial + gc, s);
+    if (gc < N) add_column_partial(sums, N, gc, s);
   }
-  last_block_finish<T>(dbias, nullptr, partial, N, accumulate, counter);
+  last_block_finish<T>(dbias, nullptr, sums, N, accumulate);
 }
 
 }  // namespace
 
 template <typename T>
-void bias_backward(T* dbias, const T* dout, float* partial, unsigned* counter, i64 M, i64 N, bool accumulate,
+void bias_backward(T* dbias, const T* dout, const ColumnSums& sums, i64 M, i64 N, bool accumulate,
                    cudaStream_t stream) {
   constexpr int pack = Pack<T>::kSize;
   dim3 grid(ceil_div(N, 32 * pack), ceil_div(M, kBiasRowsPerBlock));
-  bias_partial_kernel<T><<<grid, 32 * kBiasRowGroups, 0, stream>>>(dbias, partial, counter, dout, M, N, accumulate);
+  bias_partial_kernel<T><<<grid, 32 * kBiasRowGroups, 0, stream>>>(dbias, sums, dout, M, N, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -226,7 +225,7 @@ void bias_backward(T* dbias, const T* dout, float* partial, unsigned* counter, i
   template void Matmul::backward_input<T>(T*, const T*, const T*, i64, i64, i64, cudaStream_t);                \
   template void Matmul::backward_input_dgelu<T>(T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t); \
   template void Matmul::backward_weight<T>(T*, const T*, const T*, i64, i64, i64, bool, cudaStream_t);         \
-  template void bias_backward<T>(T*, const T*, float*, unsigned*, i64, i64, bool, cudaStream_t);
+  template void bias_backward<T>(T*, const T*, const ColumnSums&, i64, i64, bool, cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)
 ZP_INSTANTIATE(__nv_bfloat16)

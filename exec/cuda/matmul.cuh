@@ -11,6 +11,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "exec/cuda/cuda_common.cuh"
+
 namespace zeroplan::exec::cuda {
 
 using i64 = std::int64_t;
@@ -57,12 +59,12 @@ class Matmul {
   std::size_t workspace_bytes_;
 };
 
-// dbias (N) (+)= column sums of dout (M, N). partial: N fp32 zeros and counter: a zero, both left zeroed
-// (cuda_common.cuh last_block_finish); one launch. cuBLASLt's BGRADB epilogue computes the same sums inside the
+// dbias (N) (+)= column sums of dout (M, N) into `sums` (cuda_common.cuh: column_sum_scratch_floats(M, N,
+// deterministic) floats); one launch. cuBLASLt's BGRADB epilogue computes the same sums inside the
 // dW GEMM but measured slower on an H200 (GPT-2 1.5B, mb 8: 39.5 ms per step for the fused GEMMs vs 32.7 + 4.8 ms
 // GEMM + this kernel), so it is not used.
 template <typename T>
-void bias_backward(T* dbias, const T* dout, float* partial, unsigned* counter, i64 M, i64 N, bool accumulate,
+void bias_backward(T* dbias, const T* dout, const ColumnSums& sums, i64 M, i64 N, bool accumulate,
                    cudaStream_t stream);
 
 }  // namespace zeroplan::exec::cuda

@@ -122,7 +122,8 @@ TYPED_TEST(KernelTest, LayerNormForwardBackward) {
   CUDA_CHECK(cudaMemset(scratch.d, 0, (2 * C + 1) * sizeof(float)));  // the kernels leave it zeroed
   unsigned* counter = reinterpret_cast<unsigned*>(scratch.d + 2 * C);
   cuda::layernorm_forward<T>(O.d, mean.d, rstd.d, X.d, Wb.d, Bb.d, N, C, 0);
-  cuda::layernorm_backward<T>(DI.d, DW.d, DB.d, scratch.d, counter, D.d, X.d, Wb.d, mean.d, rstd.d, N, C, true, 0);
+  cuda::layernorm_backward<T>(DI.d, DW.d, DB.d, cuda::ColumnSums{scratch.d, counter, false}, D.d, X.d, Wb.d, mean.d,
+                              rstd.d, N, C, true, 0);
   std::vector<float> o(N * C), mu(N), rs(N);
   cpu::layernorm_forward(o.data(), mu.data(), rs.data(), x.data(), w.data(), b.data(), N, C);
   auto dinp = dinp0, dw = dw0, db = db0;
@@ -134,6 +135,19 @@ TYPED_TEST(KernelTest, LayerNormForwardBackward) {
   EXPECT_LT(rel_err(DB.get(), db), tol<T>(1e-5, 1e-2)) << "C " << C;
   const auto left = scratch.get();
   EXPECT_EQ(std::count(left.begin(), left.end(), 0.0f), 2 * C + 1) << "scratch and counter are left zeroed";
+  // --deterministic: one row of partials per row block, added in order: the CPU's values, and the same bits
+  // on a second call.
+  const std::int64_t det_floats = column_sum_scratch_floats(N, 2 * C, true);
+  Buf<float> det_scratch(det_floats + 1);
+  CUDA_CHECK(cudaMemset(det_scratch.d, 0, (det_floats + 1) * sizeof(float)));
+  const cuda::ColumnSums det{det_scratch.d, reinterpret_cast<unsigned*>(det_scratch.d + det_floats), true};
+  Buf<T> DI1(dinp0), DW1(dw0), DB1(db0), DI2(dinp0), DW2(dw0), DB2(db0);
+  cuda::layernorm_backward<T>(DI1.d, DW1.d, DB1.d, det, D.d, X.d, Wb.d, mean.d, rstd.d, N, C, true, 0);
+  cuda::layernorm_backward<T>(DI2.d, DW2.d, DB2.d, det, D.d, X.d, Wb.d, mean.d, rstd.d, N, C, true, 0);
+  EXPECT_LT(rel_err(DW1.get(), dw), tol<T>(1e-5, 1e-2));
+  EXPECT_LT(rel_err(DB1.get(), db), tol<T>(1e-5, 1e-2));
+  EXPECT_EQ(DW1.get(), DW2.get());
+  EXPECT_EQ(DB1.get(), DB2.get());
   }
 }
 
@@ -159,10 +173,10 @@ TYPED_TEST(KernelTest, MatmulForwardBackwardWithEpilogues) {
     mm.backward_input<T>(DX.d, D.d, Wt.d, M, K, N, 0);
     mm.backward_input_dgelu<T>(DXG.d, D.d, Wt.d, PreIn.d, M, K, N, 0);
     mm.backward_weight<T>(DW.d, D.d, X.d, M, K, N, true, 0);
-    cuda::bias_backward<T>(DB.d, D.d, partial.d, counter, M, N, false, 0);
+    cuda::bias_backward<T>(DB.d, D.d, cuda::ColumnSums{partial.d, counter, false}, M, N, false, 0);
     // again, overwriting: dW with beta = 0, and the bias reduction on the partials the first one left zeroed
     mm.backward_weight<T>(DW2.d, D.d, X.d, M, K, N, false, 0);
-    cuda::bias_backward<T>(DB2.d, D.d, partial.d, counter, M, N, false, 0);
+    cuda::bias_backward<T>(DB2.d, D.d, cuda::ColumnSums{partial.d, counter, false}, M, N, false, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
   }
   CUDA_CHECK(cudaFree(ws));
@@ -209,13 +223,30 @@ TYPED_TEST(KernelTest, GeluBackwardAndEncoder) {
   CUDA_CHECK(cudaMalloc(&dtok, tok.size() * sizeof(int)));
   CUDA_CHECK(cudaMemcpy(dtok, tok.data(), tok.size() * sizeof(int), cudaMemcpyHostToDevice));
   cuda::encoder_forward<T>(O.d, dtok, WTE.d, WPE.d, B, Tn, C, 0);
-  cuda::encoder_backward<T>(DWTE.d, DWPE.d, DO.d, dtok, B, Tn, C, true, 0);
+  cuda::encoder_backward<T>(DWTE.d, DWPE.d, DO.d, dtok, B, Tn, C, true, nullptr, 0);
   std::vector<float> o(B * Tn * C), dwte = dwte0, dwpe = dwpe0;
   cpu::encoder_forward(o.data(), tok.data(), wte.data(), wpe.data(), B, Tn, C);
   cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, Tn, C);
   EXPECT_LT(rel_err(O.get(), o), tol<T>(1e-6, 1e-2));
   EXPECT_LT(rel_err(DWTE.get(), dwte), tol<T>(1e-6, 1e-2));
   EXPECT_LT(rel_err(DWPE.get(), dwpe), tol<T>(1e-6, 1e-2));
+  // --deterministic: each token's positions summed in order (host-built positions), the CPU's values.
+  cuda::TokenPositions where;
+  where.build(tok.data(), static_cast<std::int64_t>(tok.size()));
+  ASSERT_EQ(where.offsets.back(), B * Tn);
+  std::vector<int> packed = where.tokens;
+  packed.insert(packed.end(), where.offsets.begin(), where.offsets.end());
+  packed.insert(packed.end(), where.positions.begin(), where.positions.end());
+  int* dpos;
+  CUDA_CHECK(cudaMalloc(&dpos, packed.size() * sizeof(int)));
+  CUDA_CHECK(cudaMemcpy(dpos, packed.data(), packed.size() * sizeof(int), cudaMemcpyHostToDevice));
+  const int distinct = static_cast<int>(where.tokens.size());
+  const cuda::DeviceTokenPositions view{dpos, dpos + distinct, dpos + 2 * distinct + 1, distinct};
+  Buf<T> DWTE2(dwte0), DWPE2(dwpe0);
+  cuda::encoder_backward<T>(DWTE2.d, DWPE2.d, DO.d, dtok, B, Tn, C, true, &view, 0);
+  EXPECT_LT(rel_err(DWTE2.get(), dwte), tol<T>(1e-6, 1e-2));
+  EXPECT_LT(rel_err(DWPE2.get(), dwpe), tol<T>(1e-6, 1e-2));
+  CUDA_CHECK(cudaFree(dpos));
   CUDA_CHECK(cudaFree(dtok));
 }
 
@@ -479,6 +510,30 @@ TEST(CudaTrainer, RestoredStateContinuesBitForBit) {
       EXPECT_EQ(ra.loss, rb.loss) << "stage " << stage << ", step " << s;
     }
     EXPECT_EQ(a->params(), b->params()) << "stage " << stage;
+  }
+}
+
+// --deterministic: two runs of the same steps give the same bits (bf16, accumulation, several buckets).
+TEST(CudaTrainer, DeterministicRunsRepeatBitForBit) {
+  REQUIRE_GPU();
+  for (int stage : {0, 2}) {
+    ExecConfig c = small_model(ExecPrecision::bf16);
+    c.grad_accum = 2;
+    c.zero.stage = stage;
+    c.zero.deterministic = true;
+    std::vector<float> params[2];
+    std::vector<double> losses[2];
+    for (int run = 0; run < 2; ++run) {
+      auto gpu = make_cuda_trainer(c);
+      auto src = TokenSource::synthetic(c.shape.vocab, 8);
+      for (int s = 0; s < 3; ++s) {
+        const auto b = src.next_batch(c.micro_batch * c.grad_accum, c.seq_len);
+        losses[run].push_back(gpu->step(b.inputs, b.targets).loss);
+      }
+      params[run] = gpu->params();
+    }
+    EXPECT_EQ(losses[0], losses[1]) << "stage " << stage;
+    EXPECT_EQ(params[0], params[1]) << "stage " << stage;
   }
 }
 
