@@ -197,27 +197,32 @@ class CudaTrainer final : public Trainer {
     const float dloss = static_cast<float>(scale / global_tokens);
     CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
     engine_->begin_step();
-    double fwd = 0, bwd = 0;
+    // No host synchronization between micro-steps: the token uploads and the loss copies are ordered on the
+    // stream (pageable uploads are staged before cudaMemcpyAsync returns), and the phase times are read from
+    // per-micro-step events once the step has finished.
     for (i64 k = 0; k < config_.grad_accum; ++k) {
       engine_->begin_micro_step(k);
-      CUDA_CHECK(cudaEventRecord(ev_a_.get(), stream_));
+      CUDA_CHECK(cudaEventRecord(micro_events_[3 * k]->get(), stream_));
       forward(in.data() + k * BT(), tg.data() + k * BT(), true, k, dloss);
-      CUDA_CHECK(cudaEventRecord(ev_b_.get(), stream_));
+      CUDA_CHECK(cudaEventRecord(micro_events_[3 * k + 1]->get(), stream_));
       backward();
-      CUDA_CHECK(cudaEventRecord(ev_c_.get(), stream_));
-      CUDA_CHECK(cudaEventSynchronize(ev_c_.get()));  // also keeps the token upload buffers free for reuse
-      fwd += elapsed_s(ev_a_, ev_b_);
-      bwd += elapsed_s(ev_b_, ev_c_);
+      CUDA_CHECK(cudaEventRecord(micro_events_[3 * k + 2]->get(), stream_));
     }
     // Reduced gradients, the global norm (inf/nan: fp16 overflow, DeepSpeed's has_overflow) agreed by all
-    // ranks, clipping, AdamW on the rank's partition, the parameter all-gather.
-    r.loss = engine_->sum_over_ranks(local_loss_sum(config_.grad_accum)) / global_tokens;
+    // ranks, clipping, AdamW on the rank's partition, the parameter all-gather; finish_step ends synchronized,
+    // so the micro-steps' losses are on the host by then.
     r.grad_norm = engine_->finish_step(scale, [&](double norm) {
       r.skipped = scaler_.update(!std::isfinite(norm));
       return r.skipped;
     });
+    r.loss = engine_->sum_over_ranks(local_loss_sum(config_.grad_accum)) / global_tokens;
     CUDA_CHECK(cudaEventRecord(ev_end_.get(), stream_));
     CUDA_CHECK(cudaEventSynchronize(ev_end_.get()));
+    double fwd = 0, bwd = 0;
+    for (i64 k = 0; k < config_.grad_accum; ++k) {
+      fwd += elapsed_s(*micro_events_[3 * k], *micro_events_[3 * k + 1]);
+      bwd += elapsed_s(*micro_events_[3 * k + 1], *micro_events_[3 * k + 2]);
+    }
     const CommTimes& ct = engine_->last_comm_times();
     r.times.forward_s = fwd;
     r.times.backward_s = bwd;
@@ -328,6 +333,7 @@ class CudaTrainer final : public Trainer {
     if (det) token_positions_d_ = alloc_->allocate_n<int>("workspace", "token positions (ordered dwte)", 3 * bt + 1);
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * bt));
+    for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
   }
 
   // One block's forward. `recompute` (full checkpointing, in backward) skips the block output, already stored.
@@ -468,7 +474,8 @@ class CudaTrainer final : public Trainer {
   std::unique_ptr<CudaZeroDevice> zero_device_;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<cuda::Matmul> matmul_;
-  CudaEvent ev_start_, ev_a_, ev_b_, ev_c_, ev_end_;
+  CudaEvent ev_start_, ev_end_;
+  std::vector<std::unique_ptr<CudaEvent>> micro_events_;  // per micro-step: forward start, backward start, end
   int t_ = 0;
   T* residual_ = nullptr;
   std::vector<BlockBuffers<T>> blocks_;
