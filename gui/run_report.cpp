@@ -13,24 +13,34 @@ namespace zeroplan {
 
 namespace {
 
-// gpu_bytes objects: one non-negative integer per component and "total" (plan_json.h's schema).
-// gpu_bytes objects: one non-negative integer per component, and "total" when the writer has one (the plan's
-// gpu_bytes always has; the measured side's total comes from the device view, see below).
-std::vector<std::pair<std::string, Bytes>> read_gpu_bytes(const JsonFields& parent, const std::string& key,
-                                                          bool total_required) {
+// An object of non-negative integers, in `order` first (JSON objects come back sorted by key), then any other
+// key. The plan's gpu_bytes always has "total"; the measured side's total comes from the device view (below).
+std::vector<std::pair<std::string, Bytes>> read_byte_map(const JsonFields& parent, const std::string& key,
+                                                         const std::vector<std::string>& order) {
   const JsonFields object = parent.object(key);
   const nlohmann::json& raw = parent.raw(key);
   std::vector<std::pair<std::string, Bytes>> out;
-  // The planner's display order first (JSON objects come back sorted by key), then any other component.
-  for (const auto& [name, unused] : GpuMemoryBreakdown{}.components()) {
+  for (const std::string& name : order) {
     if (object.has(name)) out.emplace_back(name, object.non_negative_integer(name));
   }
   for (auto it = raw.begin(); it != raw.end(); ++it) {
-    const bool known = std::any_of(out.begin(), out.end(), [&](const auto& entry) { return entry.first == it.key(); });
-    if (it.key() == "total" || known) continue;
+    if (std::find(order.begin(), order.end(), it.key()) != order.end()) continue;
     out.emplace_back(it.key(), object.non_negative_integer(it.key()));
   }
-  if (total_required || object.has("total")) out.emplace_back("total", object.non_negative_integer("total"));
+  return out;
+}
+
+// gpu_bytes objects: one non-negative integer per component, in the planner's display order, "total" last.
+std::vector<std::pair<std::string, Bytes>> read_gpu_bytes(const JsonFields& parent, const std::string& key,
+                                                          bool total_required) {
+  std::vector<std::string> order;
+  for (const auto& [name, unused] : GpuMemoryBreakdown{}.components()) order.push_back(name);
+  order.push_back("total");
+  auto out = read_byte_map(parent, key, order);
+  // "total" is read last whatever the file's key order; move it to the end.
+  const auto total = std::find_if(out.begin(), out.end(), [](const auto& entry) { return entry.first == "total"; });
+  if (total != out.end()) std::rotate(total, total + 1, out.end());
+  if (total_required && total == out.end()) parent.object(key).non_negative_integer("total");  // throws: missing
   return out;
 }
 
@@ -39,20 +49,134 @@ std::optional<double> optional_number(const JsonFields& fields, const std::strin
   return fields.non_negative_number(key);
 }
 
-}  // namespace
-
-std::optional<Bytes> RunReport::predicted(const std::string& component) const {
-  for (const auto& [name, bytes] : predicted_gpu_bytes) {
-    if (name == component) return bytes;
+template <typename T>
+std::optional<T> find_entry(const std::vector<std::pair<std::string, T>>& entries, const std::string& key) {
+  for (const auto& [name, value] : entries) {
+    if (name == key) return value;
   }
   return std::nullopt;
 }
 
-std::optional<Bytes> RunReport::measured(const std::string& component) const {
-  for (const auto& [name, bytes] : measured_gpu_bytes) {
-    if (name == component) return bytes;
+void flatten_into(const nlohmann::json& value, const std::string& path,
+                  std::vector<std::pair<std::string, std::string>>* out) {
+  if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      flatten_into(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
+    }
+  } else {
+    out->emplace_back(path, value.is_string() ? value.get<std::string>() : value.dump());
   }
-  return std::nullopt;
+}
+
+// The plan's communication model per collective kind (its object also has totals, PCIe and NVMe figures: only
+// the collective kinds are compared with what a run counts).
+std::vector<std::pair<std::string, Bytes>> read_plan_comm(const JsonFields& plan) {
+  auto out = read_byte_map(plan, "comm_bytes_per_step", collective_kinds());
+  std::erase_if(out, [](const auto& entry) {
+    const auto& kinds = collective_kinds();
+    return std::find(kinds.begin(), kinds.end(), entry.first) == kinds.end();
+  });
+  for (const std::string& kind : collective_kinds()) {
+    if (!find_entry(out, kind)) {
+      throw InputError(plan.source(), plan.field_path("comm_bytes_per_step") + "." + kind,
+                       "missing: the plan's communication model has one entry per collective kind");
+    }
+  }
+  return out;
+}
+
+// The multi-rank part of a report (run/training_run.cpp): world size and stage, communication per collective
+// kind beside the plan's, and one entry per rank.
+void read_ranks(const JsonFields& top, const JsonFields& plan, const JsonFields& measured, RunReport* report) {
+  const std::string& source = top.source();
+  const std::int64_t world = measured.positive_integer("world_size");
+  if (world > 1'000'000) measured.fail("world_size", "expected at most 1,000,000 ranks, got " + std::to_string(world));
+  report->world_size = static_cast<int>(world);
+  const std::int64_t stage = measured.non_negative_integer("stage");
+  if (stage > 3) measured.fail("stage", "expected a ZeRO stage 0-3, got " + std::to_string(stage));
+  if (stage != report->stage) {
+    measured.fail("stage", "the run executed stage " + std::to_string(stage) + " but the report's plan (plans[0]) is "
+                           "for stage " + std::to_string(report->stage) + ": expected the plan of the run's stage");
+  }
+
+  report->predicted_comm_bytes = read_plan_comm(plan);
+  report->measured_comm_bytes = read_byte_map(measured, "comm_bytes_per_step", collective_kinds());
+  const JsonFields seconds = measured.object("comm_seconds_per_step");
+  const nlohmann::json& seconds_raw = measured.raw("comm_seconds_per_step");
+  for (auto it = seconds_raw.begin(); it != seconds_raw.end(); ++it) {
+    report->measured_comm_seconds.emplace_back(it.key(), seconds.non_negative_number(it.key()));
+  }
+  report->measured_exposed_comm_seconds = measured.non_negative_number("exposed_comm_seconds");
+
+  const nlohmann::json& ranks = measured.raw("ranks");
+  const std::string ranks_path = measured.field_path("ranks");
+  if (!ranks.is_array()) {
+    throw InputError(source, ranks_path, "expected an array with one object per rank, got " +
+                                             std::string(ranks.type_name()));
+  }
+  if (ranks.size() != static_cast<std::size_t>(world)) {
+    throw InputError(source, ranks_path, "expected " + std::to_string(world) + " entries (measured.world_size), got " +
+                                             std::to_string(ranks.size()));
+  }
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const std::string path = ranks_path + "[" + std::to_string(i) + "]";
+    if (!ranks[i].is_object()) {
+      throw InputError(source, path, "expected an object (rank, gpu_bytes, ...), got " + std::string(ranks[i].type_name()));
+    }
+    const JsonFields entry(ranks[i], source, path);
+    RankMeasurement rank;
+    const std::int64_t number = entry.non_negative_integer("rank");
+    if (number != static_cast<std::int64_t>(i)) {
+      entry.fail("rank", "expected " + std::to_string(i) + " (one entry per rank, in rank order), got " +
+                             std::to_string(number));
+    }
+    rank.rank = static_cast<int>(i);
+    rank.gpu_bytes = read_gpu_bytes(entry, "gpu_bytes", false);
+    rank.device_used_peak_bytes = entry.non_negative_integer("device_used_peak_bytes");
+    rank.allocator_peak_bytes = entry.non_negative_integer("allocator_peak_bytes");
+    rank.step_seconds = entry.non_negative_number("step_seconds");
+    rank.comm_bytes_per_step = read_byte_map(entry, "comm_bytes_per_step", collective_kinds());
+    report->ranks.push_back(std::move(rank));
+  }
+}
+
+}  // namespace
+
+std::optional<Bytes> RankMeasurement::bytes(const std::string& component) const {
+  return find_entry(gpu_bytes, component);
+}
+std::optional<Bytes> RankMeasurement::comm_bytes(const std::string& kind) const {
+  return find_entry(comm_bytes_per_step, kind);
+}
+
+std::optional<Bytes> RunReport::predicted(const std::string& component) const {
+  return find_entry(predicted_gpu_bytes, component);
+}
+std::optional<Bytes> RunReport::measured(const std::string& component) const {
+  return find_entry(measured_gpu_bytes, component);
+}
+std::optional<Bytes> RunReport::predicted_comm(const std::string& kind) const {
+  return find_entry(predicted_comm_bytes, kind);
+}
+std::optional<Bytes> RunReport::measured_comm(const std::string& kind) const {
+  return find_entry(measured_comm_bytes, kind);
+}
+std::optional<double> RunReport::measured_comm_time(const std::string& kind) const {
+  return find_entry(measured_comm_seconds, kind);
+}
+std::optional<std::string> RunReport::training_field(const std::string& key) const {
+  return find_entry(training_fields, key);
+}
+
+const std::vector<std::string>& collective_kinds() {
+  static const std::vector<std::string> kinds = {"all_reduce", "reduce_scatter", "all_gather"};
+  return kinds;
+}
+
+std::vector<std::pair<std::string, std::string>> flatten_json_fields(const nlohmann::json& object) {
+  std::vector<std::pair<std::string, std::string>> out;
+  flatten_into(object, "", &out);
+  return out;
 }
 
 std::vector<std::string> report_labels(const std::vector<RunReport>& reports) {
@@ -100,17 +224,28 @@ RunReport run_report_from_json(const nlohmann::json& document, const std::string
   // The plan the run executed: the report's plans array holds it (the first when there are several).
   const nlohmann::json& plans = top.raw("plans");
   if (!plans.is_array() || plans.empty()) throw InputError(source, "plans", "expected a non-empty array of plans");
+  if (!plans.front().is_object()) {
+    throw InputError(source, "plans[0]", "expected the plan object, got " + std::string(plans.front().type_name()));
+  }
   const JsonFields plan(plans.front(), source, "plans[0]");
   report.plan_label = plan.string("label");
+  const std::int64_t stage = plan.non_negative_integer("stage");
+  if (stage > 3) plan.fail("stage", "expected a ZeRO stage 0-3, got " + std::to_string(stage));
+  report.stage = static_cast<int>(stage);
+  report.model_source = top.object("model").string("source");
+  report.cluster_name = top.object("cluster").string("name");
+  report.training_fields = flatten_json_fields(top.raw("training"));
+  report.precision = top.object("training").string("precision");
   report.predicted_gpu_bytes = read_gpu_bytes(plan, "gpu_bytes", true);
   report.predicted_step_seconds = optional_number(plan, "step_seconds");
   report.predicted_tokens_per_second = optional_number(plan, "tokens_per_second");
 
-  // cli/run_command.cpp writes the allocator's peak per component under measured.gpu_bytes, the simulator's
+  // run/training_run.cpp writes the allocator's peak per component under measured.gpu_bytes, the simulator's
   // prediction as measured.predicted_step_seconds / predicted_tokens_per_second, and the total as the device's
   // own view (device_used_peak_bytes, cudaMemGetInfo: context and libraries included) or, without a device
   // (CPU backend), the allocator's peak.
   const JsonFields measured = top.object("measured");
+  report.backend = measured.string_or("backend", "not recorded");
   report.measured_gpu_bytes = read_gpu_bytes(measured, "gpu_bytes", false);
   if (!report.measured("total")) {
     const Bytes device_peak = measured.non_negative_integer_or("device_used_peak_bytes", 0);
@@ -144,6 +279,22 @@ RunReport run_report_from_json(const nlohmann::json& document, const std::string
       report.loss.push_back(require_finite(loss[i].get<double>(), source,
                                            measured.field_path("loss") + "[" + std::to_string(i) + "]"));
     }
+  }
+
+  // Every rank (zeroplan run records them since it runs ZeRO across ranks); a report without world_size is an
+  // older one-rank report and has none of the multi-rank fields.
+  if (measured.has("world_size")) {
+    read_ranks(top, plan, measured, &report);
+  } else {
+    for (const char* key : {"ranks", "stage", "comm_bytes_per_step", "comm_seconds_per_step", "exposed_comm_seconds"}) {
+      if (measured.has(key)) {
+        measured.fail("world_size", std::string("missing: a report with measured.") + key +
+                                        " gives the run's world size (a positive integer)");
+      }
+    }
+    if (plan.has("comm_bytes_per_step")) report.predicted_comm_bytes = read_plan_comm(plan);
+    report.format_note = "one rank, no per-rank section (an older report: zeroplan run did not record ranks or "
+                         "communication then)";
   }
   return report;
 }
