@@ -42,6 +42,8 @@ std::optional<GuiCommandLine> parse_gui_command_line(const QStringList& argument
       {"precision", "fp32, fp16 or bf16.", "P"},
       {"checkpointing", "Activation checkpointing: none, selective or full.", "C"},
       {"ds-config", "A DeepSpeed config file; flags given beside it win.", "FILE"},
+      {"engine", "Whose engine the memory model describes: deepspeed (default) or zeroplan (what zeroplan run "
+                 "executes).", "E"},
       {"stage", "Select this ZeRO stage's plan (0-3) for the timeline.", "S"},
       {"offload-optimizer", "With --stage: the selected plan's optimizer offload (none, cpu, nvme).", "D"},
       {"offload-param", "With --stage 3: the selected plan's parameter offload (none, cpu, nvme).", "D"},
@@ -81,6 +83,7 @@ std::optional<GuiCommandLine> parse_gui_command_line(const QStringList& argument
         parse_checkpointing(parser.value("checkpointing").toStdString(), kCommandLine, "--checkpointing");
   }
   if (parser.isSet("ds-config")) in.ds_config = parser.value("ds-config").toStdString();
+  if (parser.isSet("engine")) in.engine = parse_engine(parser.value("engine").toStdString(), kCommandLine, "--engine");
 
   if (parser.isSet("stage")) {
     const QString stage = parser.value("stage");

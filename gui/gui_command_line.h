@@ -1,5 +1,5 @@
 // zeroplan-gui's command line: the CLI's input flags (--model, --cluster, --gpus, --micro-batch, --seq,
-// --grad-accum, --precision, --checkpointing, --ds-config; --stage/--offload-optimizer/--offload-param select
+// --grad-accum, --precision, --checkpointing, --ds-config, --engine; --stage/--offload-optimizer/--offload-param select
 // the plan shown in the timeline), --report FILE (run reports, repeatable), and --screenshot FILE with --tab
 // and --size to render the window to a PNG without interaction.
 #pragma once

@@ -94,6 +94,11 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
     checkpointing_box_->addItem(QString::fromStdString(to_string(c)), static_cast<int>(c));
   }
   checkpointing_box_->setToolTip(tr("Activation checkpointing: none, selective (attention recomputed) or full"));
+  engine_box_ = new QComboBox(this);
+  engine_box_->addItem(tr("DeepSpeed"), static_cast<int>(TrainingEngine::deepspeed));
+  engine_box_->addItem(tr("zeroplan executor"), static_cast<int>(TrainingEngine::zeroplan));
+  engine_box_->setToolTip(tr("Whose training engine the memory model describes: DeepSpeed's, or the zeroplan "
+                             "executor's (what zeroplan run executes and predicts with)"));
 
   auto* model_group = new QGroupBox(tr("Model and cluster"), this);
   auto* model_form = new QFormLayout(model_group);
@@ -112,6 +117,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
   training_form->addRow(tr("Gradient &accumulation"), grad_accum_box_);
   training_form->addRow(tr("&Precision"), precision_box_);
   training_form->addRow(tr("&Checkpointing"), checkpointing_box_);
+  training_form->addRow(tr("&Engine"), engine_box_);
 
   summary_label_ = new QLabel(this);
   summary_label_->setWordWrap(true);
@@ -132,6 +138,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
   connect(grad_accum_box_, &QSpinBox::valueChanged, this, &InputPanel::emitValueChanged);
   connect(precision_box_, &QComboBox::currentIndexChanged, this, &InputPanel::emitValueChanged);
   connect(checkpointing_box_, &QComboBox::currentIndexChanged, this, &InputPanel::emitValueChanged);
+  connect(engine_box_, &QComboBox::currentIndexChanged, this, &InputPanel::emitValueChanged);
   connect(model_open, &QPushButton::clicked, this, &InputPanel::chooseModelFile);
   connect(cluster_open, &QPushButton::clicked, this, &InputPanel::chooseClusterFile);
   connect(ds_open, &QPushButton::clicked, this, &InputPanel::chooseDeepSpeedConfig);
@@ -149,6 +156,7 @@ GuiInputs InputPanel::inputs() const {
   in.grad_accum = grad_accum_box_->value();
   in.precision = static_cast<Precision>(precision_box_->currentData().toInt());
   in.checkpointing = static_cast<Checkpointing>(checkpointing_box_->currentData().toInt());
+  in.engine = static_cast<TrainingEngine>(engine_box_->currentData().toInt());
   return in;
 }
 
@@ -238,7 +246,7 @@ void InputPanel::chooseDeepSpeedConfig() {
 void InputPanel::showResolved(const Comparison& comparison) {
   const QSignalBlocker block_model(model_box_), block_cluster(cluster_box_), block_gpus(gpus_box_),
       block_micro(micro_batch_box_), block_seq(seq_box_), block_accum(grad_accum_box_),
-      block_precision(precision_box_), block_checkpointing(checkpointing_box_);
+      block_precision(precision_box_), block_checkpointing(checkpointing_box_), block_engine(engine_box_);
 
   // Files that failed to load leave no entry behind: keep bundled names and the file now shown.
   const QString model_spec = QString::fromStdString(comparison.inputs.model);
@@ -271,6 +279,7 @@ void InputPanel::showResolved(const Comparison& comparison) {
   grad_accum_box_->setValue(static_cast<int>(std::min<std::int64_t>(training.grad_accum, kMaxSpin)));
   precision_box_->setCurrentIndex(precision_box_->findData(static_cast<int>(training.precision)));
   checkpointing_box_->setCurrentIndex(checkpointing_box_->findData(static_cast<int>(training.checkpointing)));
+  engine_box_->setCurrentIndex(engine_box_->findData(static_cast<int>(training.engine)));
 
   // What the inputs resolved to, and everything that was assumed or resolved on the way (never silent).
   QString summary = tr("<b>%1</b>: %2 parameters (largest layer %3)<br><b>%4</b>: %5 x %6, %7 each")

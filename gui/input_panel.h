@@ -1,6 +1,7 @@
 // The input panel: model (bundled or a file: zeroplan description or Hugging Face config.json), cluster
 // (bundled or a file), GPU count, DeepSpeed config, micro-batch, sequence length, gradient accumulation,
-// precision and activation checkpointing. Every change emits inputsChanged at once; the window evaluates and
+// precision, activation checkpointing and whose engine the memory model describes (DeepSpeed's or the zeroplan
+// executor's). Every change emits inputsChanged at once; the window evaluates and
 // either shows the result (showResolved) or reports the error and puts the previous state back.
 #pragma once
 
@@ -39,6 +40,7 @@ class InputPanel : public QWidget {
   QSpinBox* gradAccumBox() const { return grad_accum_box_; }
   QComboBox* precisionBox() const { return precision_box_; }
   QComboBox* checkpointingBox() const { return checkpointing_box_; }
+  QComboBox* engineBox() const { return engine_box_; }
 
  public slots:
   // Select a file as the model / cluster / DeepSpeed config (what the Open... buttons call after their dialog).
@@ -71,6 +73,7 @@ class InputPanel : public QWidget {
   QSpinBox* grad_accum_box_ = nullptr;
   QComboBox* precision_box_ = nullptr;
   QComboBox* checkpointing_box_ = nullptr;
+  QComboBox* engine_box_ = nullptr;
   QLabel* summary_label_ = nullptr;
   QString ds_config_path_;  // empty: none
 };
