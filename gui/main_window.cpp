@@ -25,6 +25,7 @@
 #include "gui/measured_view.h"
 #include "gui/memory_chart.h"
 #include "gui/plan_table_model.h"
+#include "gui/report_plan_match.h"
 #include "gui/run_report.h"
 #include "gui/storage_chart.h"
 #include "gui/timeline_chart.h"
@@ -122,6 +123,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     selectPlan(index);
   });
   connect(measured_view_, &MeasuredView::openRequested, this, &MainWindow::chooseRunReport);
+  connect(measured_view_, &MeasuredView::useRunInputsRequested, this, &MainWindow::useRunInputs);
   resize(1400, 900);
 }
 
@@ -169,7 +171,21 @@ bool MainWindow::applyInputs(const GuiInputs& inputs) {
   simulated_ = std::move(simulated);
   input_panel_->showResolved(*comparison_);
   showComparison();
+  measured_view_->setComparison(&*comparison_);  // the selected report is matched with the new plans
   return true;
+}
+
+bool MainWindow::useRunInputs(int report_index) {
+  const std::vector<RunReport>& reports = measured_view_->reports();
+  if (report_index < 0 || report_index >= static_cast<int>(reports.size())) return false;
+  GuiInputs inputs;
+  try {
+    inputs = inputs_of_report(reports[static_cast<std::size_t>(report_index)]);
+  } catch (const InputError& error) {
+    reporter_->report(tr("Cannot use the run's inputs"), QString::fromStdString(error.what()));
+    return false;
+  }
+  return applyInputs(inputs);
 }
 
 void MainWindow::showComparison() {

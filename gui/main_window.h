@@ -44,6 +44,9 @@ class MainWindow : public QMainWindow {
   bool applyInputs(const GuiInputs& inputs);
   // Loads a run report into the measured-vs-predicted tab; reports and returns false when it is not one.
   bool openRunReport(const QString& path);
+  // Sets the inputs to those of an opened report's run (its model, cluster, world size, training), so the
+  // simulator's figures stand beside its measurements; reports and returns false when they cannot be used.
+  bool useRunInputs(int report_index);
   // Selects a plan (index into comparison().plans) for the timeline and the table.
   void selectPlan(int index);
   void showTab(Tab tab);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <QBarCategoryAxis>
 #include <QBarSet>
@@ -22,8 +23,10 @@
 #include <QPen>
 #include <QPixmap>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -31,10 +34,20 @@
 
 #include "core/units.h"
 #include "gui/component_palette.h"
+#include "gui/figure_format.h"
+#include "gui/run_detail_view.h"
 
 namespace zeroplan {
 
 namespace {
+
+// No animation, and no frame around the plot: the default frame costs about 40 pixels of each chart's width,
+// at small windows better spent on the plot.
+void compact(QChart* chart) {
+  chart->setAnimationOptions(QChart::NoAnimation);
+  chart->setMargins(QMargins(4, 4, 4, 4));
+  chart->setBackgroundRoundness(0);
+}
 
 void clear_chart(QChart* chart) {
   chart->removeAllSeries();
@@ -42,15 +55,6 @@ void clear_chart(QChart* chart) {
     chart->removeAxis(axis);
     delete axis;
   }
-}
-
-// Error of a prediction relative to the measurement: (predicted - measured) / measured.
-// Below 0.1% one decimal would print "-0.0%"; three show the size and the sign of what is left.
-QString error_text(double predicted, double measured) {
-  if (measured == 0.0) return predicted == 0.0 ? QStringLiteral("0.0%") : QStringLiteral("n/a (measured 0)");
-  const double percent = (predicted - measured) / measured * 100.0;
-  if (percent == 0.0) return QStringLiteral("0.0%");
-  return QString("%1%2%").arg(percent > 0.0 ? "+" : "").arg(percent, 0, 'f', std::abs(percent) < 0.1 ? 3 : 1);
 }
 
 // "gpt2-1.5b (run-a.json)" on two lines, model above file, where a label is narrow (list, table headers): the
@@ -107,12 +111,8 @@ MeasuredView::MeasuredView(QWidget* parent) : QWidget(parent) {
   loss_view_ = new QChartView(this);
   for (QChartView* view : {components_view_, loss_view_}) {
     view->setRenderHint(QPainter::Antialiasing);
-    view->chart()->setAnimationOptions(QChart::NoAnimation);
     view->setMinimumSize(200, 150);
-    // The default frame around a chart costs about 40 pixels of each chart's width; at small windows they are
-    // better spent on the plot.
-    view->chart()->setMargins(QMargins(4, 4, 4, 4));
-    view->chart()->setBackgroundRoundness(0);
+    compact(view->chart());
   }
   components_view_->chart()->setTitle(tr("Predicted vs measured GPU memory (open a run report)"));
   loss_view_->chart()->setTitle(tr("Loss per step"));
@@ -138,12 +138,24 @@ MeasuredView::MeasuredView(QWidget* parent) : QWidget(parent) {
   charts->setStretchFactor(0, 1);
   charts->setStretchFactor(1, 1);
   charts->setSizes({500, 500});
+  // Below the charts: the selected report in detail, and every report's figures side by side.
+  detail_ = new RunDetailView(this);
+  lower_tabs_ = new QTabWidget(this);
+  // In a scroll area: the tables keep their rows' height, and a short window scrolls rather than cuts them.
+  auto* detail_scroll = new QScrollArea(this);
+  detail_scroll->setWidget(detail_);
+  detail_scroll->setWidgetResizable(true);
+  detail_scroll->setFrameShape(QFrame::NoFrame);
+  detail_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  lower_tabs_->addTab(detail_scroll, tr("Selected run: ranks and communication"));
+  lower_tabs_->addTab(table_, tr("All reports"));
   auto* right = new QSplitter(Qt::Vertical, this);
   right->addWidget(charts);
-  right->addWidget(table_);
-  right->setStretchFactor(0, 3);
-  right->setStretchFactor(1, 2);
-  right->setSizes({560, 440});
+  right->addWidget(lower_tabs_);
+  right->setStretchFactor(0, 2);
+  right->setStretchFactor(1, 3);
+  right->setSizes({400, 600});
+  right->setChildrenCollapsible(false);
   auto* main = main_splitter_ = new QSplitter(Qt::Horizontal, this);
   main->addWidget(side);
   main->addWidget(right);
@@ -158,6 +170,15 @@ MeasuredView::MeasuredView(QWidget* parent) : QWidget(parent) {
   connect(open, &QPushButton::clicked, this, &MeasuredView::openRequested);
   connect(remove, &QPushButton::clicked, this, &MeasuredView::removeSelected);
   connect(list_, &QListWidget::currentRowChanged, this, &MeasuredView::showSelected);
+  connect(detail_, &RunDetailView::useRunInputsRequested, this, [this] {
+    const int row = list_->currentRow();
+    if (row >= 0 && row < static_cast<int>(reports_.size())) emit useRunInputsRequested(row);
+  });
+}
+
+void MeasuredView::setComparison(const Comparison* comparison) {
+  comparison_ = comparison;
+  showSelected();
 }
 
 int MeasuredView::tableRow(const QString& key) const {
@@ -183,7 +204,27 @@ void MeasuredView::placeLossLegend() {
   if (legend->layout()) legend->layout()->getContentsMargins(&left, &top, &right, &bottom);
   const qreal rows = (marker.height() - top - bottom) * count + top + bottom;
   const qreal height = std::min(rows, std::max(plot.height() - 12.0, 0.0));
-  legend->setGeometry(QRectF(plot.right() - width - 6.0, plot.top() + 6.0, width, height));
+  // Top right, where falling curves have left room, unless the bottom right covers fewer of the curves' points
+  // (a short run's loss barely falls, and the legend would hide its last steps).
+  const QRectF top_right(plot.right() - width - 6.0, plot.top() + 6.0, width, height);
+  const QRectF bottom_right(plot.right() - width - 6.0, plot.bottom() - height - 6.0, width, height);
+  // Each point placed in the plot area from the axes' ranges.
+  int covered_top = 0, covered_bottom = 0;
+  const auto x_axes = chart->axes(Qt::Horizontal);
+  const auto y_axes = chart->axes(Qt::Vertical);
+  const auto* x = x_axes.isEmpty() ? nullptr : qobject_cast<QValueAxis*>(x_axes.front());
+  const auto* y = y_axes.isEmpty() ? nullptr : qobject_cast<QValueAxis*>(y_axes.front());
+  for (QAbstractSeries* series : chart->series()) {
+    const auto* line = qobject_cast<QLineSeries*>(series);
+    if (!line || !x || !y || x->max() <= x->min() || y->max() <= y->min()) continue;
+    for (const QPointF& point : line->points()) {
+      const QPointF at(plot.left() + (point.x() - x->min()) / (x->max() - x->min()) * plot.width(),
+                       plot.bottom() - (point.y() - y->min()) / (y->max() - y->min()) * plot.height());
+      covered_top += top_right.contains(at) ? 1 : 0;
+      covered_bottom += bottom_right.contains(at) ? 1 : 0;
+    }
+  }
+  legend->setGeometry(covered_bottom < covered_top ? bottom_right : top_right);
   legend->update();
 }
 
@@ -248,71 +289,139 @@ void MeasuredView::removeSelected() {
 }
 
 void MeasuredView::showSelected() {
-  QChart* chart = components_view_->chart();
-  clear_chart(chart);
-  predicted_set_ = measured_set_ = nullptr;
+  // A new chart for each report: on a chart cleared of its axes and series, Qt 6.4 kept drawing the previous
+  // report's axis labels under the new ones (seen in an offscreen screenshot after changing the selection).
+  auto* chart = new QChart();
+  compact(chart);
+  QChart* previous = components_view_->chart();
+  components_view_->setChart(chart);
+  delete previous;  // setChart releases the previous chart without deleting it
+  predicted_set_ = nullptr;
+  measured_sets_.clear();
   const int row = list_->currentRow();
   if (row < 0 || row >= static_cast<int>(reports_.size())) {
     chart->setTitle(tr("Predicted vs measured GPU memory (open a run report)"));
+    selected_match_ = ReportPlanMatch{};
+    detail_->setReport(nullptr, {}, selected_match_);
     return;
   }
   const RunReport& report = reports_[static_cast<std::size_t>(row)];
-  predicted_set_ = new QBarSet(tr("predicted"));
-  measured_set_ = new QBarSet(tr("measured"));
-  predicted_set_->setColor(QColor(0x9e, 0xb9, 0xd4));
-  measured_set_->setColor(QColor(0x1f, 0x4e, 0x79));
-  QStringList categories;
-  double largest = 0.0;
-  std::vector<std::string> names;
+  selected_match_ = match_report_to_plan(report, comparison_);
+  detail_->setReport(&report, labels_[static_cast<std::size_t>(row)], selected_match_);
+
+  // The measured side: the report's one measurement, or per component the lowest and the highest rank (the
+  // per-rank table has every rank). A rank's total is its device view, else its allocator peak.
+  auto rank_bytes = [](const RankMeasurement& rank, const std::string& name) -> std::optional<Bytes> {
+    if (name == "total") return rank.device_used_peak_bytes > 0 ? rank.device_used_peak_bytes : rank.allocator_peak_bytes;
+    return rank.bytes(name);
+  };
+  auto extreme = [&](const std::string& name, bool highest) {
+    std::optional<Bytes> out;
+    for (const RankMeasurement& rank : report.ranks) {
+      const std::optional<Bytes> bytes = rank_bytes(rank, name);
+      if (bytes && (!out || (highest ? *bytes > *out : *bytes < *out))) out = bytes;
+    }
+    return out;
+  };
+  QStringList side_names;
+  if (report.ranks.size() > 1) side_names << tr("lowest rank") << tr("highest rank");
+  else side_names << tr("measured");
+  auto measured_of = [&](const std::string& name) {
+    std::vector<std::optional<Bytes>> out;
+    if (report.ranks.size() > 1) out = {extreme(name, false), extreme(name, true)};
+    else if (report.ranks.size() == 1) out = {rank_bytes(report.ranks.front(), name)};
+    else out = {report.measured(name)};
+    return out;
+  };
+
+  // Only what both sides account for and not 0 on both; the total only against a device view (an allocator's
+  // peak has no CUDA context, which the plan's total counts: the tables show both). One unit for the chart,
+  // from its largest figure.
+  const bool device_view =
+      std::any_of(report.ranks.begin(), report.ranks.end(), [](const RankMeasurement& rank) {
+        return rank.device_used_peak_bytes > 0;
+      }) || (report.ranks.empty() && report.measured_total_basis != "allocator peak");
+  struct Bars {
+    std::string name;
+    Bytes predicted = 0;
+    std::vector<Bytes> measured;  // one per side
+  };
+  std::vector<Bars> bars;
+  Bytes largest = 0;
   for (const auto& [name, predicted] : report.predicted_gpu_bytes) {
-    const std::optional<Bytes> measured = report.measured(name);
-    if (!measured) continue;  // only what both sides account for
-    categories << component_short_name(name);
-    names.push_back(name);
-    predicted_set_->append(to_gib(predicted));
-    measured_set_->append(to_gib(*measured));
-    largest = std::max({largest, to_gib(predicted), to_gib(*measured)});
+    const std::vector<std::optional<Bytes>> measured = measured_of(name);
+    if (!measured.front() || (name == "total" && !device_view)) continue;
+    Bars entry{name, predicted, {}};
+    for (const std::optional<Bytes>& bytes : measured) entry.measured.push_back(bytes.value_or(0));
+    const Bytes row_largest = std::max(predicted, *std::max_element(entry.measured.begin(), entry.measured.end()));
+    if (row_largest == 0) continue;
+    largest = std::max(largest, row_largest);
+    bars.push_back(std::move(entry));
+  }
+  const MemoryUnit unit = memory_unit_for(largest);
+  predicted_set_ = new QBarSet(tr("predicted"));
+  predicted_set_->setColor(QColor(0x9e, 0xb9, 0xd4));
+  for (qsizetype i = 0; i < side_names.size(); ++i) {
+    measured_sets_.push_back(new QBarSet(side_names[i]));
+    // The highest (or only) measurement darkest; the lowest rank between it and the prediction.
+    const bool lowest = side_names.size() > 1 && i == 0;
+    measured_sets_.back()->setColor(lowest ? QColor(0x4f, 0x81, 0xbd) : QColor(0x1f, 0x4e, 0x79));
+  }
+  // Qt draws category 0 at the bottom (QBarCategoryAxis::setReverse does not turn a horizontal bar series round
+  // in Qt 6.4): appended last to first, the components read top-down in the table's order, total last.
+  std::reverse(bars.begin(), bars.end());
+  QStringList categories;
+  for (const Bars& entry : bars) {
+    categories << component_short_name(entry.name);
+    predicted_set_->append(static_cast<double>(entry.predicted) / unit.bytes);
+    for (std::size_t i = 0; i < entry.measured.size(); ++i) {
+      measured_sets_[i]->append(static_cast<double>(entry.measured[i]) / unit.bytes);
+    }
   }
   // Horizontal bars: the component names sit level at the left, each as wide as it needs, so none is cut at any
   // window width (under vertical bars they had one bar pair's width and were elided to "para...", "mast...").
   auto* series = new QHorizontalBarSeries();
   series->append(predicted_set_);
-  series->append(measured_set_);
+  for (QBarSet* set : measured_sets_) series->append(set);
   chart->addSeries(series);
   auto* components = new QBarCategoryAxis();
   components->append(categories);
-  components->setReverse(true);  // top-down in the table's order, total last
   chart->addAxis(components, Qt::AlignLeft);
-  auto* gib = new QValueAxis();
-  gib->setTitleText(tr("GiB per GPU"));
-  gib->setRange(0.0, std::max(largest, 1e-3) * 1.1);
-  gib->applyNiceNumbers();
-  gib->setLabelFormat("%.3g");  // "10", not "10.0": the ticks fit a narrow chart
-  chart->addAxis(gib, Qt::AlignBottom);
+  auto* axis = new QValueAxis();
+  axis->setTitleText(report.backend == "cpu" ? tr("%1 per rank (host memory)").arg(unit.name)
+                                             : tr("%1 per GPU").arg(unit.name));
+  axis->setRange(0.0, std::max(static_cast<double>(largest) / unit.bytes, 1e-3) * 1.1);
+  axis->applyNiceNumbers();
+  axis->setLabelFormat("%.3g");  // "10", not "10.0": the ticks fit a narrow chart
+  chart->addAxis(axis, Qt::AlignBottom);
   series->attachAxis(components);
-  series->attachAxis(gib);
-  // Hovering a bar names the component in full, with both figures.
-  connect(series, &QHorizontalBarSeries::hovered, this, [this, report_index = static_cast<std::size_t>(row), names](
-                                                   bool status, int index, QBarSet*) {
-    if (!status || report_index >= reports_.size() || index < 0 || index >= static_cast<int>(names.size())) {
+  series->attachAxis(axis);
+  // Hovering a bar names the component in full, with every figure.
+  connect(series, &QHorizontalBarSeries::hovered, this, [bars, side_names](bool status, int index, QBarSet*) {
+    if (!status || index < 0 || index >= static_cast<int>(bars.size())) {
       QToolTip::hideText();
       return;
     }
-    const RunReport& shown = reports_[report_index];
-    const std::string& name = names[static_cast<std::size_t>(index)];
-    QToolTip::showText(QCursor::pos(), tr("%1: %2 predicted, %3 measured")
-                                           .arg(component_display_name(name),
-                                                QString::fromStdString(format_bytes(*shown.predicted(name))),
-                                                QString::fromStdString(format_bytes(*shown.measured(name)))));
+    const Bars& entry = bars[static_cast<std::size_t>(index)];
+    QString text = tr("%1: %2 predicted").arg(component_display_name(entry.name),
+                                             QString::fromStdString(format_bytes(entry.predicted)));
+    for (std::size_t i = 0; i < entry.measured.size(); ++i) {
+      text += tr(", %1 %2").arg(QString::fromStdString(format_bytes(entry.measured[i])),
+                                side_names[static_cast<qsizetype>(i)]);
+    }
+    QToolTip::showText(QCursor::pos(), text);
   });
-  QString title = tr("%1, %2: GPU memory")
-                      .arg(QString::fromStdString(labels_[static_cast<std::size_t>(row)]).toHtmlEscaped(),
-                           QString::fromStdString(report.plan_label).toHtmlEscaped());
+  // The label on its own line: with a file name in it, it would push the stage and the step times out of view.
+  QString title = QString::fromStdString(labels_[static_cast<std::size_t>(row)]).toHtmlEscaped();
+  QString details = tr("%1 on %2, memory")
+                        .arg(QString::fromStdString(report.plan_label).toHtmlEscaped(),
+                             report.world_size == 1 ? tr("1 rank") : tr("%1 ranks").arg(report.world_size));
   if (report.predicted_step_seconds && report.measured_step_seconds) {
-    title += tr("<br><small>step: %1 predicted, %2 measured</small>")
-                 .arg(QString::fromStdString(format_seconds(*report.predicted_step_seconds)),
-                      QString::fromStdString(format_seconds(*report.measured_step_seconds)));
+    details += tr("; step %1 predicted, %2 measured")
+                   .arg(QString::fromStdString(format_seconds(*report.predicted_step_seconds)),
+                        QString::fromStdString(format_seconds(*report.measured_step_seconds)));
   }
+  title += "<br><small>" + details + "</small>";
   chart->setTitle(title);
 }
 
@@ -333,6 +442,14 @@ void MeasuredView::rebuildTable() {
     }
   }
   rows << "total" << "step_seconds" << "tokens_per_second";
+  // Per memory row one unit, from the row's largest figure over every report, named in the row's header.
+  auto unit_of = [this](const std::string& row) {
+    Bytes largest = 0;
+    for (const RunReport& report : reports_) {
+      largest = std::max({largest, report.predicted(row).value_or(0), report.measured(row).value_or(0)});
+    }
+    return memory_unit_for(largest);
+  };
   table_->clear();
   table_->setRowCount(static_cast<int>(rows.size()));
   table_->setColumnCount(static_cast<int>(reports_.size() * 3));
@@ -341,13 +458,17 @@ void MeasuredView::rebuildTable() {
     const QString name = stacked(label);
     headers << tr("%1\npredicted").arg(name) << tr("%1\nmeasured").arg(name) << tr("%1\nerror").arg(name);
   }
+  // Rank 0's figures for a report of several ranks (measured.gpu_bytes; the detail tab has every rank).
+  for (std::size_t k = 0; k < reports_.size(); ++k) {
+    if (reports_[k].world_size > 1) headers[static_cast<int>(3 * k + 1)] += tr(", rank 0");
+  }
   table_->setHorizontalHeaderLabels(headers);
   for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
     const QString& row = rows[r];
     QString header;
     if (row == "step_seconds") header = tr("step time (ms)");
     else if (row == "tokens_per_second") header = tr("tokens/s");
-    else header = component_display_name(row.toStdString()) + tr(" (GiB)");
+    else header = component_display_name(row.toStdString()) + " (" + unit_of(row.toStdString()).name + ")";
     auto* item = new QTableWidgetItem(header);
     item->setData(Qt::UserRole, row);
     table_->setVerticalHeaderItem(r, item);
@@ -360,6 +481,7 @@ void MeasuredView::rebuildTable() {
     table_->setItem(r, c, item);
   };
   const QLocale english(QLocale::English);
+
   for (std::size_t k = 0; k < reports_.size(); ++k) {
     const RunReport& report = reports_[k];
     const int c = static_cast<int>(k * 3);
@@ -371,23 +493,24 @@ void MeasuredView::rebuildTable() {
       if (key == "step_seconds") {
         predicted = report.predicted_step_seconds;
         measured = report.measured_step_seconds;
-        if (predicted) p_text = QString::number(*predicted * 1e3, 'f', 2), p_exact = *predicted;
-        if (measured) m_text = QString::number(*measured * 1e3, 'f', 2), m_exact = *measured;
+        if (predicted) p_text = milliseconds_text(*predicted), p_exact = *predicted;
+        if (measured) m_text = milliseconds_text(*measured), m_exact = *measured;
       } else if (key == "tokens_per_second") {
         predicted = report.predicted_tokens_per_second;
         measured = report.measured_tokens_per_second;
         if (predicted) p_text = english.toString(*predicted, 'f', 0), p_exact = *predicted;
         if (measured) m_text = english.toString(*measured, 'f', 0), m_exact = *measured;
       } else {
+        const MemoryUnit unit = unit_of(key);
         if (auto b = report.predicted(key)) {
           predicted = static_cast<double>(*b);
           p_exact = static_cast<qlonglong>(*b);
-          p_text = QString::number(to_gib(*b), 'f', 3);
+          p_text = memory_text(*b, unit);
         }
         if (auto b = report.measured(key)) {
           measured = static_cast<double>(*b);
           m_exact = static_cast<qlonglong>(*b);
-          m_text = QString::number(to_gib(*b), 'f', 3);
+          m_text = memory_text(*b, unit);
         }
       }
       const bool bytes_row = key != "step_seconds" && key != "tokens_per_second";
@@ -401,10 +524,6 @@ void MeasuredView::rebuildTable() {
   }
   table_->resizeColumnsToContents();
   table_->resizeRowsToContents();  // the style's default row height shows fewer rows than fit
-  // No taller than its rows (and a horizontal scroll bar): in a tall window the charts get the rest rather than
-  // the table an empty area.
-  table_->setMaximumHeight(table_->horizontalHeader()->sizeHint().height() + table_->verticalHeader()->length() +
-                           2 * table_->frameWidth() + table_->horizontalScrollBar()->sizeHint().height());
 }
 
 void MeasuredView::rebuildLoss() {
