@@ -1,5 +1,7 @@
 #include "cli/common_options.h"
 
+#include <stdexcept>
+
 #include "core/input_error.h"
 #include "core/plan_inputs.h"
 
@@ -45,6 +47,10 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
                      "A DeepSpeed config file (// comments and \"auto\" accepted); flags given beside it win");
   command.add_option("--engine", options.engine,
                      "Whose engine the memory model describes: deepspeed (default) or zeroplan (our executor)");
+  command.add_option("--margin", options.margin,
+                     "GPU memory kept free above each plan's predicted peak, in percent of it (e.g. 5 or 5%); "
+                     "default: the measured error of the engine's memory model")
+      ->type_name("PERCENT");
   command.add_option("--format,-f", options.format, "Output: table, json, csv or markdown")->capture_default_str();
 }
 
@@ -72,12 +78,35 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   if (options.offload_param) {
     given.offload_param = parse_offload_device(*options.offload_param, kCommandLine, "--offload-param");
   }
+  // The margin first: a bad one is refused before any file is read.
+  std::optional<double> margin;
+  if (options.margin) margin = parse_margin_percent(*options.margin);
   ResolvedPlanInputs resolved = resolve_plan_inputs(given);
   inputs.model = std::move(resolved.model);
   inputs.cluster = std::move(resolved.cluster);
   inputs.training = std::move(resolved.training);
   inputs.filter = resolved.filter;
+  inputs.margin = resolve_memory_margin(margin, inputs.training.engine);
   return inputs;
+}
+
+double parse_margin_percent(const std::string& text) {
+  std::string number = text;
+  if (!number.empty() && number.back() == '%') number.pop_back();
+  double percent = 0.0;
+  std::size_t used = 0;
+  try {
+    percent = std::stod(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (number.empty() || used != number.size()) {
+    throw InputError(kCommandLine, "--margin",
+                     "'" + text + "' is not a percentage; expected a number of percent such as 5 or 5%");
+  }
+  const double fraction = percent / 100.0;
+  require_valid_margin(fraction, kCommandLine, "--margin");
+  return fraction;
 }
 
 }  // namespace zeroplan

@@ -11,6 +11,7 @@
 #include "core/cluster_description.h"
 #include "core/model_description.h"
 #include "core/training_config.h"
+#include "sim/memory_margin.h"
 #include "sim/plan_choice.h"
 
 namespace zeroplan {
@@ -32,6 +33,7 @@ struct CommonOptions {
   std::optional<std::string> checkpointing;
   std::optional<std::string> ds_config;
   std::optional<std::string> engine;
+  std::optional<std::string> margin;  // percent of the predicted GPU peak kept free ("5" or "5%")
   std::string format = "table";
 };
 
@@ -44,8 +46,13 @@ struct ResolvedInputs {
   ClusterDescription cluster;     // resized to --gpus when given
   TrainingConfig training;        // defaults + DeepSpeed config + flags (stage/offload of the asked-for plan)
   PlanChoiceFilter filter;        // what --stage/--offload-* (or the DeepSpeed config) narrow the comparison to
+  MemoryMargin margin;            // --margin, or the engine's measured memory-model error
   OutputFormat format = OutputFormat::table;
 };
+
+// "--margin 5" or "--margin 5%": a fraction (0.05). Throws InputError naming --margin for anything that is not a
+// percentage in [0, 100).
+double parse_margin_percent(const std::string& text);
 
 // Throws InputError naming the flag or file at fault.
 ResolvedInputs resolve_inputs(const CommonOptions& options);

@@ -72,7 +72,8 @@ GroupedMemory group(const GpuMemoryBreakdown& gpu) {
 std::string verdict_cell(const PlanResult& plan) {
   if (plan.fits) return "fits";
   std::string why;
-  if (!plan.gpu_fits) why += "GPU";
+  // Within the GPU's memory but not with the margin kept free: the model's own error could make it not fit.
+  if (!plan.gpu_fits) why += plan.gpu_headroom_bytes >= 0 ? "GPU margin" : "GPU";
   if (!plan.host_fits) why += why.empty() ? "host" : "+host";
   if (!plan.nvme_fits) why += why.empty() ? "NVMe" : "+NVMe";
   return "NO (" + why + ")";
@@ -133,7 +134,7 @@ TextTable csv_table(const std::vector<PlanResult>& plans, const std::vector<std:
                            "host_pinned_bytes", "nvme_bytes", "all_reduce_bytes", "reduce_scatter_bytes",
                            "all_gather_bytes", "wire_bytes", "pcie_h2d_bytes", "pcie_d2h_bytes", "fits",
                            "max_micro_batch", "step_seconds", throughput_column, "mfu", "exposed_comm_seconds",
-                           "timeline_peak_gpu_bytes", "sum_of_worst_cases_gpu_bytes"}) {
+                           "timeline_peak_gpu_bytes", "sum_of_worst_cases_gpu_bytes", "gpu_margin_bytes"}) {
     headers.emplace_back(name);
   }
   if (with_deepspeed) {
@@ -173,6 +174,7 @@ TextTable csv_table(const std::vector<PlanResult>& plans, const std::vector<std:
       for (int k = 0; k < 5; ++k) row.emplace_back("");
       row.push_back(std::to_string(plan.memory.gpu.total));
     }
+    row.push_back(std::to_string(plan.gpu_margin_bytes));
     if (with_deepspeed) {
       row.push_back(plan.deepspeed ? std::to_string(plan.deepspeed->gpu_bytes) : "");
       row.push_back(plan.deepspeed ? std::to_string(plan.deepspeed->host_bytes) : "");
@@ -268,6 +270,7 @@ int run_plan(const PlanCommandOptions& options) {
     compare_deepspeed = true;
   }
   PlannerOptions planner_options;
+  planner_options.gpu_memory_margin = inputs.margin.fraction;
   planner_options.explain = options.explain;
   planner_options.compare_deepspeed = compare_deepspeed;
   // Memory, step time and the GPU verdict from the simulated timeline's peak, as `simulate`, `recommend` and the
@@ -291,10 +294,11 @@ int run_plan(const PlanCommandOptions& options) {
   for (std::size_t i = 0; i < plans.size(); ++i) {
     if (options.fewest_gpus) {
       fewest[i] = fewest_gpus_that_fit(inputs.model, inputs.cluster, inputs.training, plans[i].choice,
-                                       options.max_gpus);
+                                       options.max_gpus, inputs.margin.fraction);
     }
     if (options.largest_model) {
-      largest[i] = largest_fitting_model(inputs.model, inputs.cluster, inputs.training, plans[i].choice);
+      largest[i] = largest_fitting_model(inputs.model, inputs.cluster, inputs.training, plans[i].choice,
+                                         inputs.margin.fraction);
     }
   }
 
@@ -312,6 +316,7 @@ int run_plan(const PlanCommandOptions& options) {
 
   if (inputs.format == OutputFormat::json) {
     nlohmann::json document = plans_document(inputs.model, inputs.cluster, inputs.training, plans);
+    document["gpu_margin"] = margin_json(inputs.margin);
     for (std::size_t i = 0; i < plans.size(); ++i) {
       document["plans"][i] = timed_plan_to_json(timed[i], inputs.model, inputs.cluster);
       if (options.fewest_gpus) document["plans"][i]["fewest_gpus"] = fewest[i] ? nlohmann::json(*fewest[i]) : nullptr;
@@ -340,7 +345,8 @@ int run_plan(const PlanCommandOptions& options) {
   const bool markdown = inputs.format == OutputFormat::markdown;
   print_header(inputs, markdown);
   std::cout << "Per-GPU memory at the simulated step's peak, GiB (capacity " << gib_cell(inputs.cluster.gpu_memory_bytes)
-            << " GiB; activations, logits and gathered params as live at the timeline's peak, the rest as the "
+            << " GiB; a plan fits when its peak plus a " << margin_text(inputs.margin)
+            << " margin is within it; activations, logits and gathered params as live at the timeline's peak, the rest as the "
                "memory model has it; optimizer = fp32 master params + optimizer states; buffers = gradient "
                "buckets, stage-3 gathered params, offload staging):\n";
   print_table(memory_table(plans, times, compare_deepspeed), inputs.format);
@@ -414,6 +420,8 @@ int run_plan(const PlanCommandOptions& options) {
     std::cout << "headroom " << format_gib(best->gpu_headroom_bytes) << ", largest micro-batch "
               << best->max_micro_batch << ").\n";
   }
+  std::cout << "Margin: " << margin_text(inputs.margin) << " of each plan's predicted GPU peak kept free ("
+            << inputs.margin.source << "; --margin sets another).\n";
   return status;
 }
 

@@ -11,6 +11,7 @@
 #include "core/input_error.h"
 #include "core/number_checks.h"
 #include "core/units.h"
+#include "sim/plan_json.h"
 #include "sim/recommender.h"
 #include "sim/simulation_json.h"
 
@@ -47,6 +48,7 @@ int run_recommend(const RecommendCommandOptions& options) {
                               std::to_string(inputs.cluster.total_gpus()) + " GPUs");
   }
   search.top = options.top;
+  search.gpu_memory_margin = inputs.margin;
   search.filter = inputs.filter;
   if (options.only_given_gpus) search.gpu_counts = {inputs.cluster.total_gpus()};
   if (options.keep_checkpointing || options.common.checkpointing) {
@@ -64,8 +66,9 @@ int run_recommend(const RecommendCommandOptions& options) {
     document["candidates"] = result.candidates;
     document["simulated"] = result.simulated;
     document["fitting"] = result.fitting;
+    document["gpu_margin"] = margin_json(result.margin);
     document["ranking"] = std::string(throughput_key(inputs.model)) +
-                          ", highest first, among plans whose simulated GPU peak, host and NVMe fit";
+                          ", highest first, among plans whose simulated GPU peak plus the margin, host and NVMe fit";
     nlohmann::json plans = nlohmann::json::array();
     for (const Recommendation& r : result.plans) {
       nlohmann::json entry = simulation_json(r.simulation);
@@ -103,7 +106,9 @@ int run_recommend(const RecommendCommandOptions& options) {
             << " (" << inputs.cluster.name << "), global batch " << search.global_batch << " samples"
             << (inputs.model.transformer ? " of " + std::to_string(inputs.training.seq_len) + " tokens" : std::string())
             << ": " << result.candidates << " configurations, "
-            << result.simulated << " simulated, " << result.fitting << " fit\n";
+            << result.simulated << " simulated, " << result.fitting << " fit with "
+            << margin_text(result.margin) << " of each GPU peak kept free (" << result.margin.source
+            << "; --margin sets another)\n";
   if (result.plans.empty()) {
     std::cout << "No plan fits. Try more GPUs (--gpus), a smaller global batch, or a cluster with NVMe.\n";
     return status;

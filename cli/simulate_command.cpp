@@ -12,6 +12,7 @@
 #include "core/input_error.h"
 #include "core/units.h"
 #include "sim/chrome_trace.h"
+#include "sim/plan_json.h"
 #include "sim/planner.h"
 #include "sim/simulation_json.h"
 #include "sim/simulator.h"
@@ -105,6 +106,7 @@ int run_simulate(const SimulateCommandOptions& options) {
   }
   PlannerOptions planner;
   planner.search_max_micro_batch = false;
+  planner.gpu_memory_margin = inputs.margin.fraction;
   SimulationOptions simulation_options;
   simulation_options.record_events = !options.trace.empty();
   std::vector<SimulatedPlan> plans;
@@ -113,7 +115,8 @@ int run_simulate(const SimulateCommandOptions& options) {
     plan.choice = choice;
     plan.simulation = simulate_step(inputs.model, inputs.cluster, inputs.training, choice, simulation_options);
     const PlanResult memory = evaluate_plan(inputs.model, inputs.cluster, inputs.training, choice, planner);
-    plan.fits = memory.host_fits && memory.nvme_fits && timeline_gpu_fits(plan.simulation, inputs.cluster);
+    plan.fits = memory.host_fits && memory.nvme_fits &&
+                timeline_gpu_fits(plan.simulation, inputs.cluster, inputs.margin.fraction);
     plans.push_back(std::move(plan));
   }
   bool any_fits = false;
@@ -138,6 +141,7 @@ int run_simulate(const SimulateCommandOptions& options) {
     document["grad_accum"] = inputs.training.grad_accum;
     document["checkpointing"] = to_string(inputs.training.checkpointing);
     document["exposed_comm_definition"] = "seconds NCCL is busy while the GPU compute stream is idle";
+    document["gpu_margin"] = margin_json(inputs.margin);
     nlohmann::json list = nlohmann::json::array();
     for (const SimulatedPlan& plan : plans) {
       nlohmann::json entry = simulation_json(plan.simulation);
@@ -177,6 +181,8 @@ int run_simulate(const SimulateCommandOptions& options) {
   if (inputs.format == OutputFormat::markdown) table.print_markdown(std::cout);
   else table.print_text(std::cout);
   for (const std::string& plan : left_out) std::cout << "  not simulated: " << plan << '\n';
+  std::cout << "fits: the peak plus a " << margin_text(inputs.margin) << " margin within the GPU's memory ("
+            << inputs.margin.source << "; --margin sets another)\n";
   if (plans.size() == 1) {
     print_details(plans.front(), inputs);
   } else {

@@ -1,5 +1,7 @@
 #include "sim/plan_json.h"
 
+#include <cstdio>
+
 #include "sim/simulation_json.h"
 
 namespace zeroplan {
@@ -37,6 +39,8 @@ nlohmann::json plan_to_json(const PlanResult& plan, const ClusterDescription& cl
       {"gpu_bytes", gpu},
       {"gpu_capacity_bytes", cluster.gpu_memory_bytes},
       {"gpu_headroom_bytes", plan.gpu_headroom_bytes},
+      {"gpu_margin_fraction", plan.gpu_margin},
+      {"gpu_margin_bytes", plan.gpu_margin_bytes},
       {"host_bytes", plan.memory.host.total},
       {"host_pinned_bytes", plan.memory.host.pinned},
       {"host_capacity_bytes", cluster.host_memory_bytes},
@@ -69,6 +73,18 @@ nlohmann::json plan_to_json(const PlanResult& plan, const ClusterDescription& cl
     out["terms"] = terms;
   }
   return out;
+}
+
+nlohmann::json margin_json(const MemoryMargin& margin) {
+  return {{"fraction", margin.fraction},
+          {"source", margin.source},
+          {"rule", "a plan fits when its predicted GPU peak plus fraction * peak is within the GPU's memory"}};
+}
+
+std::string margin_text(const MemoryMargin& margin) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f%%", 100.0 * margin.fraction);
+  return buffer;
 }
 
 nlohmann::json plans_document(const ModelDescription& model, const ClusterDescription& cluster,

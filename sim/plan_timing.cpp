@@ -1,28 +1,31 @@
 #include "sim/plan_timing.h"
 
+#include "sim/memory_margin.h"
 #include "sim/monotone_search.h"
 
 namespace zeroplan {
 
 void judge_on_timeline(PlanResult& plan, const StepSimulation& simulation, const ClusterDescription& cluster) {
   plan.memory.gpu = simulation.peak_breakdown;
-  plan.gpu_fits = timeline_gpu_fits(simulation, cluster);
+  plan.gpu_fits = timeline_gpu_fits(simulation, cluster, plan.gpu_margin);
   plan.fits = plan.gpu_fits && plan.host_fits && plan.nvme_fits;
   plan.gpu_headroom_bytes = cluster.gpu_memory_bytes - timeline_gpu_demand(simulation);
+  plan.gpu_margin_bytes = margin_bytes(timeline_gpu_demand(simulation), plan.gpu_margin);
 }
 
 std::int64_t largest_fitting_micro_batch_on_timeline(const ModelDescription& model,
                                                      const ClusterDescription& cluster,
                                                      const TrainingConfig& training, const PlanChoice& choice,
-                                                     std::int64_t limit) {
+                                                     std::int64_t limit, double margin) {
   TrainingConfig trial = training;
   PlannerOptions memory_only;
   memory_only.search_max_micro_batch = false;
+  memory_only.gpu_memory_margin = margin;
   return largest_satisfying(limit, [&](std::int64_t micro_batch) {
     trial.micro_batch = micro_batch;
     const PlanResult plan = evaluate_plan(model, cluster, trial, choice, memory_only);
     if (!plan.host_fits || !plan.nvme_fits) return false;
-    return timeline_gpu_fits(simulate_step(model, cluster, trial, choice), cluster);
+    return timeline_gpu_fits(simulate_step(model, cluster, trial, choice), cluster, margin);
   });
 }
 
@@ -46,8 +49,8 @@ std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const
     entry.simulation = simulate_step(model, cluster, training, choice);
     judge_on_timeline(entry.plan, *entry.simulation, cluster);
     if (options.search_max_micro_batch) {
-      entry.plan.max_micro_batch =
-          largest_fitting_micro_batch_on_timeline(model, cluster, training, choice, options.micro_batch_search_limit);
+      entry.plan.max_micro_batch = largest_fitting_micro_batch_on_timeline(
+          model, cluster, training, choice, options.micro_batch_search_limit, entry.plan.gpu_margin);
     }
     timed.push_back(std::move(entry));
   }

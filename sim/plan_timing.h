@@ -18,15 +18,17 @@
 namespace zeroplan {
 
 // Replaces the plan's GPU breakdown by the timeline peak's (components live at the peak, adding up to it), and
-// its GPU verdict, overall verdict and headroom by the timeline's. Host and NVMe stay the memory model's.
+// its GPU verdict (with the plan's margin), overall verdict and headroom by the timeline's. Host and NVMe stay
+// the memory model's.
 void judge_on_timeline(PlanResult& plan, const StepSimulation& simulation, const ClusterDescription& cluster);
 
-// Largest micro-batch in [1, limit] for which the plan fits on the timeline (GPU) and in the memory model (host,
-// NVMe); 0 if none. Memory grows with the micro-batch, so it gallops then bisects, one simulation per trial.
+// Largest micro-batch in [1, limit] for which the plan fits on the timeline (GPU, with `margin`) and in the
+// memory model (host, NVMe); 0 if none. Memory grows with the micro-batch, so it gallops then bisects, one
+// simulation per trial.
 std::int64_t largest_fitting_micro_batch_on_timeline(const ModelDescription& model,
                                                      const ClusterDescription& cluster,
                                                      const TrainingConfig& training, const PlanChoice& choice,
-                                                     std::int64_t limit);
+                                                     std::int64_t limit, double margin);
 
 // A plan with its simulated step: what `zeroplan plan` and the GUI show for every choice.
 struct TimedPlan {

@@ -18,25 +18,25 @@ struct Verdict {
   bool all() const { return gpu && host && nvme; }
 };
 
-Verdict judge(const MemoryEstimate& memory, const ClusterDescription& cluster) {
+Verdict judge(const MemoryEstimate& memory, const ClusterDescription& cluster, double margin) {
   Verdict v;
   // The init-time peaks count too: a plan that cannot even be initialized does not fit.
   v.gpu_peak = std::max(memory.gpu.total, memory.init_peak_gpu_bytes);
-  v.gpu = v.gpu_peak <= cluster.gpu_memory_bytes;
+  v.gpu = fits_with_margin(v.gpu_peak, cluster.gpu_memory_bytes, margin);
   v.host = std::max(memory.host.total, memory.init_peak_host_bytes) <= cluster.host_memory_bytes;
   v.nvme = memory.nvme_bytes <= cluster.nvme_capacity_bytes;
   return v;
 }
 
 bool fits_with(const ModelDescription& model, const ClusterDescription& cluster, const TrainingConfig& training,
-               const PlanChoice& choice) {
-  return judge(estimate_memory(model, cluster, training, choice), cluster).all();
+               const PlanChoice& choice, double margin) {
+  return judge(estimate_memory(model, cluster, training, choice), cluster, margin).all();
 }
 
 }  // namespace
 
-bool gpu_memory_fits(const MemoryEstimate& memory, const ClusterDescription& cluster) {
-  return judge(memory, cluster).all();
+bool gpu_memory_fits(const MemoryEstimate& memory, const ClusterDescription& cluster, double margin) {
+  return judge(memory, cluster, margin).all();
 }
 
 PlanResult evaluate_plan(const ModelDescription& model, const ClusterDescription& cluster,
@@ -47,15 +47,18 @@ PlanResult evaluate_plan(const ModelDescription& model, const ClusterDescription
   result.memory = options.explain ? explain_memory(model, cluster, result.training, choice)
                                   : estimate_memory(model, cluster, result.training, choice);
   result.comm = estimate_comm(model, cluster, result.training, choice);
-  const Verdict verdict = judge(result.memory, cluster);
+  result.gpu_margin = options.gpu_memory_margin ? *options.gpu_memory_margin
+                                                : default_memory_margin(training.engine).fraction;
+  const Verdict verdict = judge(result.memory, cluster, result.gpu_margin);
+  result.gpu_margin_bytes = margin_bytes(verdict.gpu_peak, result.gpu_margin);
   result.gpu_fits = verdict.gpu;
   result.host_fits = verdict.host;
   result.nvme_fits = verdict.nvme;
   result.fits = verdict.all();
   result.gpu_headroom_bytes = cluster.gpu_memory_bytes - verdict.gpu_peak;
   if (options.search_max_micro_batch)
-    result.max_micro_batch =
-        largest_fitting_micro_batch(model, cluster, result.training, choice, options.micro_batch_search_limit);
+    result.max_micro_batch = largest_fitting_micro_batch(model, cluster, result.training, choice,
+                                                         options.micro_batch_search_limit, result.gpu_margin);
   if (options.compare_deepspeed)
     result.deepspeed = deepspeed_estimate_for(choice, model.params(), model.largest_layer_params(),
                                               cluster.gpus_per_node, cluster.nodes);
@@ -64,16 +67,17 @@ PlanResult evaluate_plan(const ModelDescription& model, const ClusterDescription
 
 std::int64_t largest_fitting_micro_batch(const ModelDescription& model, const ClusterDescription& cluster,
                                          const TrainingConfig& training, const PlanChoice& choice,
-                                         std::int64_t limit) {
+                                         std::int64_t limit, double margin) {
   TrainingConfig trial = training;
   return largest_satisfying(limit, [&](std::int64_t micro_batch) {
     trial.micro_batch = micro_batch;
-    return fits_with(model, cluster, trial, choice);
+    return fits_with(model, cluster, trial, choice, margin);
   });
 }
 
 std::optional<int> fewest_gpus_that_fit(const ModelDescription& model, const ClusterDescription& cluster,
-                                        const TrainingConfig& training, const PlanChoice& choice, int max_gpus) {
+                                        const TrainingConfig& training, const PlanChoice& choice, int max_gpus,
+                                        double margin) {
   if (max_gpus < 1) throw InputError("command line", "--max-gpus", "must be at least 1, got " + std::to_string(max_gpus));
   const int per_node = std::max(1, cluster.gpus_per_node);
   const TrainingConfig applied = apply_choice(training, choice);
@@ -84,7 +88,7 @@ std::optional<int> fewest_gpus_that_fit(const ModelDescription& model, const Clu
   if (cluster.inter_node.bus_bandwidth > 0.0)
     for (int g = 2 * per_node; g <= max_gpus; g += per_node) counts.push_back(g);
   for (int gpus : counts)
-    if (fits_with(model, with_gpu_count(cluster, gpus), applied, choice)) return gpus;
+    if (fits_with(model, with_gpu_count(cluster, gpus), applied, choice, margin)) return gpus;
   return std::nullopt;
 }
 
@@ -92,9 +96,9 @@ namespace {
 
 std::optional<ModelDescription> fits_as(const std::string& name, const TransformerShape& shape,
                                         const ClusterDescription& cluster, const TrainingConfig& training,
-                                        const PlanChoice& choice) {
+                                        const PlanChoice& choice, double margin) {
   ModelDescription model = expand_transformer(name, shape, "largest_fitting_model");
-  if (!fits_with(model, cluster, training, choice)) return std::nullopt;
+  if (!fits_with(model, cluster, training, choice, margin)) return std::nullopt;
   return model;
 }
 
@@ -129,7 +133,8 @@ std::optional<ModelDescription> bisect_largest(std::int64_t cap, Make make) {
 
 std::optional<ModelDescription> largest_fitting_model(const ModelDescription& family_template,
                                                       const ClusterDescription& cluster,
-                                                      const TrainingConfig& training, const PlanChoice& choice) {
+                                                      const TrainingConfig& training, const PlanChoice& choice,
+                                                      double margin) {
   if (!family_template.transformer)
     throw InputError(family_template.source, "transformer",
                      "the largest-model search scales a transformer family; '" + family_template.name +
@@ -143,7 +148,7 @@ std::optional<ModelDescription> largest_fitting_model(const ModelDescription& fa
     TransformerShape shape = base;
     shape.layers = layers;
     return fits_as(family_template.name + " with " + std::to_string(layers) + " layers", shape, cluster, applied,
-                   choice);
+                   choice, margin);
   });
 
   // (b) Wider and deeper together: heads grow in steps of the query-group size (head_dim fixed), hidden =
@@ -160,7 +165,7 @@ std::optional<ModelDescription> largest_fitting_model(const ModelDescription& fa
     shape.layers = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(shape.hidden) / aspect + 0.5));
     return fits_as(family_template.name + " scaled to hidden " + std::to_string(shape.hidden) + ", " +
                        std::to_string(shape.layers) + " layers",
-                   shape, cluster, applied, choice);
+                   shape, cluster, applied, choice, margin);
   });
 
   if (!by_layers) return by_width;

@@ -102,10 +102,14 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
     }
   }
   const std::vector<PlanChoice> choices = enumerate_plan_choices(options.filter);
+  RecommendResult result;
+  result.margin = options.gpu_memory_margin.value_or(default_memory_margin(training.engine));
+  require_valid_margin(result.margin.fraction, "command line", "--margin");
+  const double margin = result.margin.fraction;
   PlannerOptions planner;
   planner.search_max_micro_batch = false;
+  planner.gpu_memory_margin = margin;
 
-  RecommendResult result;
   std::vector<Recommendation> fitting;
   for (int gpus : gpu_counts) {
     if (options.global_batch % gpus != 0) continue;  // every GPU takes the same number of samples
@@ -128,14 +132,14 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
           // Nor does a plan whose bytes held all step (or at initialization) exceed the GPU: the timeline's peak
           // starts there, so it is not simulated.
           const Bytes held = std::max(static_gpu_bytes(model, plan.training, plan.memory), plan.memory.init_peak_gpu_bytes);
-          if (held > sized.gpu_memory_bytes) break;
+          if (!fits_with_margin(held, sized.gpu_memory_bytes, margin)) break;
           Recommendation r;
           r.choice = choice;
           r.training = apply_choice(candidate, choice);
           r.gpus = gpus;
           r.simulation = simulate_step(model, sized, candidate, choice);
           ++result.simulated;
-          if (!timeline_gpu_fits(r.simulation, sized)) break;  // the verdict `zeroplan plan` gives too
+          if (!timeline_gpu_fits(r.simulation, sized, margin)) break;  // the verdict `zeroplan plan` gives too
           fitting.push_back(std::move(r));
         }
       }

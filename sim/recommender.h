@@ -1,16 +1,18 @@
 // The best plan for a fixed global batch: searches ZeRO stage x offload x micro-batch x gradient accumulation
 // (micro-batch * accumulation * GPUs = the global batch) x activation checkpointing x GPU count, keeps the plans
-// that fit (GPU peak from the simulated timeline, host and NVMe from the memory model), ranks them by tokens/s
-// and says why each beats the next.
+// that fit (GPU peak from the simulated timeline plus the margin of sim/memory_margin.h, host and NVMe from the
+// memory model), ranks them by tokens/s and says why each beats the next.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/cluster_description.h"
 #include "core/model_description.h"
 #include "core/training_config.h"
+#include "sim/memory_margin.h"
 #include "sim/plan_choice.h"
 #include "sim/simulator.h"
 
@@ -23,6 +25,9 @@ struct RecommendOptions {
   PlanChoiceFilter filter;              // narrows stage / offload
   std::size_t top = 5;
   std::int64_t max_micro_batch = 1024;
+  // The GPU verdict's margin (a fraction of the predicted peak, and where it comes from); unset: the engine's
+  // measured error (default_memory_margin).
+  std::optional<MemoryMargin> gpu_memory_margin;
 };
 
 struct Recommendation {
@@ -39,6 +44,7 @@ struct RecommendResult {
   std::int64_t simulated = 0;         // of them, simulated (host and NVMe fit, and the bytes held all step fit
                                       //   the GPU: the others cannot fit, whatever the timeline)
   std::int64_t fitting = 0;
+  MemoryMargin margin;                // kept free above every plan's GPU peak
 };
 
 // The GPU counts searched when none are given: 1, 2, 4, ... up to one node, then 2, 4, ... nodes and the whole

@@ -8,6 +8,7 @@
 #include "core/number_checks.h"
 #include "sim/collective_time.h"
 #include "sim/compute_time.h"
+#include "sim/memory_margin.h"
 #include "sim/memory_model.h"
 #include "sim/zero_schedule.h"
 
@@ -128,8 +129,8 @@ Bytes timeline_gpu_demand(const StepSimulation& simulation) {
   return std::max(simulation.peak_gpu_bytes, simulation.init_peak_gpu_bytes);
 }
 
-bool timeline_gpu_fits(const StepSimulation& simulation, const ClusterDescription& cluster) {
-  return timeline_gpu_demand(simulation) <= cluster.gpu_memory_bytes;
+bool timeline_gpu_fits(const StepSimulation& simulation, const ClusterDescription& cluster, double margin) {
+  return fits_with_margin(timeline_gpu_demand(simulation), cluster.gpu_memory_bytes, margin);
 }
 
 bool cluster_supports(const ClusterDescription& cluster, const PlanChoice& choice, std::string* why) {

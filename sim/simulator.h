@@ -87,9 +87,10 @@ struct StepSimulation {
 // simulate_step throws for them.
 bool cluster_supports(const ClusterDescription& cluster, const PlanChoice& choice, std::string* why = nullptr);
 
-// Whether the step fits the GPU: its timeline peak (and the engine's initialization peak) within the cluster's
-// GPU memory. `zeroplan plan`, `simulate` and `recommend` all judge GPU memory with this one function.
-bool timeline_gpu_fits(const StepSimulation& simulation, const ClusterDescription& cluster);
+// Whether the step fits the GPU: its timeline peak (and the engine's initialization peak) plus `margin` (a
+// fraction of it, sim/memory_margin.h) within the cluster's GPU memory. `zeroplan plan`, `simulate` and
+// `recommend` all judge GPU memory with this one function.
+bool timeline_gpu_fits(const StepSimulation& simulation, const ClusterDescription& cluster, double margin);
 // The GPU bytes the verdict compares with the capacity: max(timeline peak, initialization peak).
 Bytes timeline_gpu_demand(const StepSimulation& simulation);
 

@@ -309,3 +309,22 @@ TEST(InputChecks, AStageWithoutOffloadFlagsMeansNoOffload) {
 }
 
 }  // namespace
+
+// Issue 13: the verdict keeps a margin above the predicted peak and says so; --margin is an input like any other.
+TEST(Margin, VerdictAndRecommendSayWhichMarginTheyKept) {
+  const CommandResult plan = run("plan --model gpt2-124m --stage 2");
+  EXPECT_NE(plan.output.find("Margin: "), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("--margin sets another"), std::string::npos);
+  const CommandResult recommend = run("recommend --model gpt2-124m --global-batch 8 --margin 12.5%");
+  EXPECT_EQ(recommend.status, 0) << recommend.errors;
+  EXPECT_NE(recommend.output.find("12.5% of each GPU peak kept free (--margin"), std::string::npos)
+      << recommend.output;
+  const CommandResult json = run("plan --model gpt2-124m --stage 2 --margin 3 --format json");
+  EXPECT_EQ(json.status, 0) << json.errors;
+  EXPECT_NE(json.output.find("\"gpu_margin_fraction\": 0.03"), std::string::npos);
+}
+
+TEST(Margin, BadMarginsAreOneLineErrors) {
+  for (const char* bad : {"abc", "100", "-1", "5%%", "nan", "1e999"})
+    expect_one_line_error(run(std::string("plan --model gpt2-124m --margin ") + bad), {"--margin"});
+}

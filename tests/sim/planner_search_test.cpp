@@ -76,6 +76,7 @@ TEST(EvaluatePlan, VerdictAndHeadroomFollowTheCapacity) {
   ClusterDescription cluster = test_cluster(4, 1);
   PlannerOptions options;
   options.compare_deepspeed = true;
+  options.gpu_memory_margin = 0.0;  // the capacity itself (the margin has its own tests)
   const PlanResult r = evaluate_plan(model, cluster, training_b(8), {3, OffloadDevice::none, OffloadDevice::none},
                                      options);
   EXPECT_TRUE(r.fits);
@@ -118,10 +119,10 @@ TEST(MaxMicroBatch, BisectionAgreesWithALinearScan) {
     for (std::int64_t b = 1; b <= 256; ++b) {
       TrainingConfig t = training;
       t.micro_batch = b;
-      if (!gpu_memory_fits(estimate_memory(model, cluster, t, choice), cluster)) break;
+      if (!gpu_memory_fits(estimate_memory(model, cluster, t, choice), cluster, 0.0)) break;
       linear = b;
     }
-    EXPECT_EQ(largest_fitting_micro_batch(model, cluster, training, choice, 256), linear) << choice.label();
+    EXPECT_EQ(largest_fitting_micro_batch(model, cluster, training, choice, 256, 0.0), linear) << choice.label();
   }
 }
 
@@ -129,8 +130,8 @@ TEST(MaxMicroBatch, RespectsTheLimit) {
   const ModelDescription model = testing::gpt2_small();
   const ClusterDescription cluster = test_cluster(4, 1);
   const PlanChoice choice{2};
-  EXPECT_EQ(largest_fitting_micro_batch(model, cluster, training_b(1), choice, 3), 3);
-  EXPECT_EQ(largest_fitting_micro_batch(model, cluster, training_b(1), choice, 0), 0);
+  EXPECT_EQ(largest_fitting_micro_batch(model, cluster, training_b(1), choice, 3, 0.0), 3);
+  EXPECT_EQ(largest_fitting_micro_batch(model, cluster, training_b(1), choice, 0, 0.0), 0);
 }
 
 TEST(FewestGpus, Stage3OfA30BModelNeedsSeveralGpusAndStage0NeverFits) {
@@ -141,13 +142,13 @@ TEST(FewestGpus, Stage3OfA30BModelNeedsSeveralGpusAndStage0NeverFits) {
   // Stage 3, no activations: 20P/N (16-bit params and grads 4, fp32 grad partition 4, master 4, Adam 8)
   // + reduce bucket 2 x 5e8 + one 5e8-param layer and the 5e7 prefetch bucket gathered in 16-bit = 600e9/N +
   // 2.1e9 bytes <= 143771 MiB = 150.75e9 bytes -> N >= 4.03: 5 GPUs.
-  const auto gpus = fewest_gpus_that_fit(model, cluster, training, {3}, 32);
+  const auto gpus = fewest_gpus_that_fit(model, cluster, training, {3}, 32, 0.0);
   ASSERT_TRUE(gpus);
   EXPECT_EQ(*gpus, 5);
   for (int g = 1; g < *gpus; ++g)
     EXPECT_FALSE(gpu_memory_fits(estimate_memory(model, with_gpu_count(cluster, g), apply_choice(training, {3}), {3}),
-                                 with_gpu_count(cluster, g)));
-  EXPECT_FALSE(fewest_gpus_that_fit(model, cluster, training, {0}, 32));
+                                 with_gpu_count(cluster, g), 0.0));
+  EXPECT_FALSE(fewest_gpus_that_fit(model, cluster, training, {0}, 32, 0.0));
 }
 
 TEST(LargestModel, LargerGpusFitLargerModelsAndTheAnswerFitsWhileOneMoreLayerDoesNot) {
@@ -155,12 +156,12 @@ TEST(LargestModel, LargerGpusFitLargerModelsAndTheAnswerFitsWhileOneMoreLayerDoe
   const ClusterDescription cluster = test_cluster(4, 1);
   const TrainingConfig training = training_b(1);
   const PlanChoice stage3{3};
-  const auto largest = largest_fitting_model(base, cluster, training, stage3);
+  const auto largest = largest_fitting_model(base, cluster, training, stage3, 0.0);
   ASSERT_TRUE(largest);
-  EXPECT_TRUE(gpu_memory_fits(estimate_memory(*largest, cluster, apply_choice(training, stage3), stage3), cluster));
+  EXPECT_TRUE(gpu_memory_fits(estimate_memory(*largest, cluster, apply_choice(training, stage3), stage3), cluster, 0.0));
   EXPECT_GT(largest->params(), base.params());
   // Stage 0 keeps 16 B/param on every GPU: a smaller model is the largest that fits.
-  const auto largest0 = largest_fitting_model(base, cluster, training, PlanChoice{0});
+  const auto largest0 = largest_fitting_model(base, cluster, training, PlanChoice{0}, 0.0);
   ASSERT_TRUE(largest0);
   EXPECT_LT(largest0->params(), largest->params());
   // One more layer than a layer-scaled answer does not fit.
@@ -169,12 +170,12 @@ TEST(LargestModel, LargerGpusFitLargerModelsAndTheAnswerFitsWhileOneMoreLayerDoe
     more.layers += 1;
     const ModelDescription bigger = expand_transformer("more", more, "test");
     EXPECT_FALSE(gpu_memory_fits(estimate_memory(bigger, cluster, apply_choice(training, PlanChoice{0}), PlanChoice{0}),
-                                 cluster));
+                                 cluster, 0.0));
   }
 }
 
 TEST(LargestModel, LayerListTemplateIsAnInputError) {
-  EXPECT_THROW(largest_fitting_model(params_only_model(1000), test_cluster(1, 1), training_b(1), PlanChoice{0}),
+  EXPECT_THROW(largest_fitting_model(params_only_model(1000), test_cluster(1, 1), training_b(1), PlanChoice{0}, 0.0),
                InputError);
 }
 

@@ -90,8 +90,10 @@ std::vector<Ranked> exhaustive_ranking(const ModelDescription& model, const Clus
                                        std::int64_t* candidates, std::int64_t* fitting) {
   std::vector<Ranked> fit;
   *candidates = 0;
+  const double margin = default_memory_margin(training.engine).fraction;
   PlannerOptions memory_only;
   memory_only.search_max_micro_batch = false;
+  memory_only.gpu_memory_margin = margin;
   SimulationOptions whole;
   whole.record_events = true;
   for (int gpus : default_gpu_counts(cluster)) {
@@ -111,7 +113,7 @@ std::vector<Ranked> exhaustive_ranking(const ModelDescription& model, const Clus
           const PlanResult plan = evaluate_plan(model, sized, candidate, choice, memory_only);
           if (!plan.host_fits || !plan.nvme_fits) break;
           StepSimulation simulation = simulate_step(model, sized, candidate, choice, whole);
-          if (!timeline_gpu_fits(simulation, sized)) break;
+          if (!timeline_gpu_fits(simulation, sized, margin)) break;
           fit.push_back({choice.label() + " on " + std::to_string(gpus) + " GPUs, micro-batch " +
                              std::to_string(micro) + ", " + to_string(checkpointing),
                          std::move(simulation)});
