@@ -101,13 +101,16 @@ std::vector<CollectiveBandwidthPoint> points_for(const InterconnectDescription& 
   return points;
 }
 
+// `share`: the fraction of the link's bandwidth one GPU's traffic gets (1 inside a node; 1/g across nodes, where the
+// node's g GPUs share its network).
 std::array<BandwidthCurve, 3> curves_for(const ClusterDescription& cluster, const InterconnectDescription& link,
-                                         const std::string& field, int ranks) {
+                                         const std::string& field, int ranks, double share) {
   std::array<BandwidthCurve, 3> curves;
   if (ranks <= 1) return curves;
   for (CollectiveKind kind :
        {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
     auto points = points_for(link, kind, ranks);
+    for (CollectiveBandwidthPoint& point : points) point.bus_bandwidth *= share;
     if (points.empty() && !(link.bus_bandwidth > 0.0)) {
       throw InputError(cluster.source, field + ".bus_bandwidth",
                        "is " + std::to_string(link.bus_bandwidth) + " and no measured " + to_string(kind) +
@@ -119,7 +122,7 @@ std::array<BandwidthCurve, 3> curves_for(const ClusterDescription& cluster, cons
     }
     try {
       curves[static_cast<int>(kind)] =
-          BandwidthCurve(points, collective_factor(kind, ranks), link.latency_seconds, link.bus_bandwidth);
+          BandwidthCurve(points, collective_factor(kind, ranks), link.latency_seconds, link.bus_bandwidth * share);
     } catch (const InputError& error) {
       throw InputError(cluster.source, field + "." + error.field(), error.problem());
     }
@@ -142,8 +145,10 @@ CollectiveTimer::CollectiveTimer(const ClusterDescription& cluster, int ranks) :
     gpus_per_node_ = cluster.gpus_per_node;
     nodes_ = (ranks + cluster.gpus_per_node - 1) / cluster.gpus_per_node;
   }
-  intra_ = curves_for(cluster, cluster.intra_node, "intra_node", gpus_per_node_);
-  if (nodes_ > 1) inter_ = curves_for(cluster, cluster.inter_node, "inter_node", nodes_);
+  intra_ = curves_for(cluster, cluster.intra_node, "intra_node", gpus_per_node_, 1.0);
+  if (nodes_ > 1) {
+    inter_ = curves_for(cluster, cluster.inter_node, "inter_node", nodes_, 1.0 / static_cast<double>(gpus_per_node_));
+  }
 }
 
 double CollectiveTimer::seconds(CollectiveKind kind, Bytes bytes) const {
@@ -152,7 +157,8 @@ double CollectiveTimer::seconds(CollectiveKind kind, Bytes bytes) const {
   const auto intra = [&](CollectiveKind k, double b) { return intra_[static_cast<int>(k)].seconds(b); };
   if (nodes_ == 1) return intra(kind, s);
   const auto inter = [&](CollectiveKind k, double b) { return inter_[static_cast<int>(k)].seconds(b); };
-  const double per_rail = s / gpus_per_node_;  // each GPU's rail carries its 1/g slice across nodes
+  // Each GPU carries its 1/g slice across nodes, at its 1/g share of the node's network (inter_ curves).
+  const double per_rail = s / gpus_per_node_;
   switch (kind) {
     case CollectiveKind::all_reduce:
       return intra(CollectiveKind::reduce_scatter, s) + inter(CollectiveKind::all_reduce, per_rail) +

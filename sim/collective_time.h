@@ -20,8 +20,11 @@
 //   all-reduce     = intra-node reduce-scatter (S, g) + inter-node all-reduce (S/g, m) + intra-node all-gather (S, g)
 //   reduce-scatter = intra-node reduce-scatter (S, g) + inter-node reduce-scatter (S/g, m)
 //   all-gather     = inter-node all-gather (S/g, m) + intra-node all-gather (S, g)
-// The inter-node stage runs on g rails in parallel (one NIC per GPU), so inter_node.bus_bandwidth is the busbw
-// of one rail: a collective among one GPU per node.
+// The inter-node stage runs on the g GPUs of each node in parallel, each with its S/g slice, and all of them
+// share the node's network: inter_node.bus_bandwidth (and its measured points) is the node's aggregate busbw
+// over all its NICs (nccl-tests' busbw convention, zero-formulas.md sec. 5, of the node-level collective), so
+// each GPU's slice moves at bus_bandwidth / g and the stage takes (S/g) * factor(m) / (B/g) = S * factor(m) / B:
+// the whole buffer crosses the node's network once, however many GPUs the node has.
 #pragma once
 
 #include <array>

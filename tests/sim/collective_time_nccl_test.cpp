@@ -52,16 +52,31 @@ TEST(CollectiveTime, InfinitelyFastLinksTakeOnlyLatency) {
 }
 
 TEST(CollectiveTime, HierarchicalAcrossNodes) {
-  // 2 nodes x 4 GPUs: all-reduce = intra RS (S, 4) + inter AR (S/4, 2) + intra AG (S, 4).
+  // 2 nodes x 4 GPUs: all-reduce = intra RS (S, 4) + inter AR (S/4, 2) + intra AG (S, 4). The node's network
+  // (25 GB/s busbw in all) is shared by its 4 GPUs: each GPU's S/4 slice moves at 25/4 GB/s.
   const double s = 1e9;
   const ClusterDescription cluster = one_link_cluster(4, 2, 200e9, 5e-6, 25e9, 20e-6);
   const CollectiveTimer timer(cluster, 8);
   EXPECT_TRUE(timer.spans_nodes());
   const double intra_rs = 5e-6 + s * 0.75 / 200e9;
-  const double inter_ar = 20e-6 + (s / 4) * 1.0 / 25e9;
+  const double inter_ar = 20e-6 + (s / 4) * 1.0 / (25e9 / 4);
   EXPECT_NEAR(timer.seconds(CollectiveKind::all_reduce, 1'000'000'000), intra_rs + inter_ar + intra_rs, 1e-12);
-  const double inter_ag = 20e-6 + (s / 4) * 0.5 / 25e9;
+  const double inter_ag = 20e-6 + (s / 4) * 0.5 / (25e9 / 4);
   EXPECT_NEAR(timer.seconds(CollectiveKind::all_gather, 1'000'000'000), inter_ag + intra_rs, 1e-12);
+}
+
+// The whole buffer crosses each node's network once: more GPUs per node behind the same network do not make the
+// inter-node stage faster (issue 13: it used to give every GPU the node's whole bandwidth).
+TEST(CollectiveTime, GpusOfANodeShareItsNetwork) {
+  const double s = 8e9;
+  const auto inter_stage = [&](int gpus_per_node) {
+    const CollectiveTimer both(one_link_cluster(gpus_per_node, 2, 400e9, 0.0, 50e9, 0.0), 2 * gpus_per_node);
+    const CollectiveTimer inside(one_link_cluster(gpus_per_node, 1, 400e9, 0.0), gpus_per_node);
+    return both.seconds(CollectiveKind::all_gather, static_cast<Bytes>(s)) -
+           inside.seconds(CollectiveKind::all_gather, static_cast<Bytes>(s));
+  };
+  // All-gather over 2 nodes, factor (m-1)/m = 1/2 of the buffer over a node's 50 GB/s.
+  for (int g : {1, 2, 4, 8}) EXPECT_NEAR(inter_stage(g), s * 0.5 / 50e9, 1e-9) << g << " GPUs per node";
 }
 
 TEST(CollectiveTime, MeasuredPointsAreReproducedAndInterpolatedInLogSize) {
