@@ -13,6 +13,9 @@
 #include <cstdint>
 #include <string>
 
+#include "exec/comm/collective_watchdog.h"
+#include "exec/comm/rank_progress.h"
+
 namespace zeroplan::exec {
 
 enum class CommDtype { f32, f16, bf16, f64 };
@@ -64,8 +67,24 @@ class Communicator {
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = CommCounters{}; }
 
+  // Where this rank stands (exec/comm/rank_progress.h): the communicator counts its collectives and marks the
+  // one it waits for; the engine may set finer phases ("forward", "backward", "optimizer") for the messages.
+  RankProgress& progress() { return *watch_.progress; }
+  // The collective timeout this communicator enforces (exec/comm/collective_watchdog.h).
+  double collective_timeout_s() const { return watch_.timeout_s; }
+
  protected:
+  Communicator() { watch_.progress = &own_progress_; }
+  // Derived constructors adopt the run's watch (its progress when given, else their own).
+  void adopt_watch(const CommWatch& watch) {
+    watch_ = watch;
+    if (!watch_.progress) watch_.progress = &own_progress_;
+  }
   CommCounters counters_;
+  CommWatch watch_;
+
+ private:
+  RankProgress own_progress_;
 };
 
 // A communicator of one rank: every collective is a local copy (all-reduce and all-gather of one rank are the

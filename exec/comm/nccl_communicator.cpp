@@ -1,8 +1,15 @@
 #include "exec/comm/nccl_communicator.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -57,46 +64,79 @@ ncclUniqueId from_hex(const std::string& hex) {
   return id;
 }
 
+// An NCCL call on the non-blocking communicator, settled (NcclCommunicator::settle) with its text and file:line.
+#define NCCL_SETTLE(call) settle((call), #call, __FILE__, __LINE__)
+
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(int rank, int world, int device, const ncclUniqueId& id) : rank_(rank), world_(world) {
+  NcclCommunicator(int rank, int world, int device, const ncclUniqueId& id, const CommWatch& watch)
+      : rank_(rank), world_(world), device_(device) {
+    adopt_watch(watch);
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     try {
-      NCCL_CHECK(ncclCommInitRank(&comm_, world, id, rank));
+      // Non-blocking: every NCCL call returns at once, ncclInProgress while it works (NCCL user guide,
+      // "Creating a communication with options"); settle() polls it against the timeout.
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      settle(ncclCommInitRankConfig(&comm_, world, id, rank, &config), "ncclCommInitRankConfig", __FILE__, __LINE__);
       CUDA_CHECK(cudaMalloc(&scalars_, kMaxScalars * sizeof(double)));
     } catch (...) {
-      release();
+      release(/*abort=*/true);
       throw;
     }
+    watchdog_ = std::make_unique<WatchdogThread>(watchdog_period(watch_.timeout_s), [this] { watch_once(); });
   }
-  ~NcclCommunicator() override { release(); }
+  ~NcclCommunicator() override {
+    watchdog_.reset();  // stopped before the communicator goes
+    release(/*abort=*/std::uncaught_exceptions() > 0);
+  }
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string backend() const override { return "nccl"; }
 
   void all_reduce_sum(const void* send, void* recv, std::int64_t count, CommDtype type) override {
-    NCCL_CHECK(ncclAllReduce(send, recv, static_cast<std::size_t>(count), nccl_type(type), ncclSum, comm_, stream_));
+    const std::int64_t ordinal = progress().count_collective();
+    NCCL_SETTLE(ncclAllReduce(send, recv, static_cast<std::size_t>(count), nccl_type(type), ncclSum, comm_, stream_));
+    issued("all_reduce", ordinal);
     count_bytes(CommKind::all_reduce, count * comm_dtype_bytes(type));
   }
   void reduce_scatter_sum(const void* send, void* recv, std::int64_t recv_count, CommDtype type) override {
-    NCCL_CHECK(ncclReduceScatter(send, recv, static_cast<std::size_t>(recv_count), nccl_type(type), ncclSum, comm_,
-                                 stream_));
+    const std::int64_t ordinal = progress().count_collective();
+    NCCL_SETTLE(ncclReduceScatter(send, recv, static_cast<std::size_t>(recv_count), nccl_type(type), ncclSum, comm_,
+                                  stream_));
+    issued("reduce_scatter", ordinal);
     count_bytes(CommKind::reduce_scatter, recv_count * world_ * comm_dtype_bytes(type));
   }
   void all_gather(const void* send, void* recv, std::int64_t send_count, CommDtype type) override {
-    NCCL_CHECK(ncclAllGather(send, recv, static_cast<std::size_t>(send_count), nccl_type(type), comm_, stream_));
+    const std::int64_t ordinal = progress().count_collective();
+    NCCL_SETTLE(ncclAllGather(send, recv, static_cast<std::size_t>(send_count), nccl_type(type), comm_, stream_));
+    issued("all_gather", ordinal);
     count_bytes(CommKind::all_gather, send_count * world_ * comm_dtype_bytes(type));
   }
-  void group_start() override { NCCL_CHECK(ncclGroupStart()); }
-  void group_end() override { NCCL_CHECK(ncclGroupEnd()); }
+  void group_start() override {
+    NCCL_SETTLE(ncclGroupStart());
+    ++group_depth_;
+  }
+  void group_end() override {
+    --group_depth_;
+    // Non-blocking communicators launch a group at ncclGroupEnd, which may answer ncclInProgress.
+    NCCL_SETTLE(ncclGroupEnd());
+    if (group_depth_ == 0 && group_first_) {
+      record_completion(group_first_, group_ordinal_);
+      group_first_ = nullptr;
+    }
+  }
 
   void all_reduce_host(double* values, int count) override {
     if (count > kMaxScalars) throw std::invalid_argument("all_reduce_host: at most 64 values");
     CUDA_CHECK(cudaMemcpyAsync(scalars_, values, count * sizeof(double), cudaMemcpyHostToDevice, stream_));
-    NCCL_CHECK(ncclAllReduce(scalars_, scalars_, static_cast<std::size_t>(count), ncclFloat64, ncclSum, comm_, stream_));
+    const std::int64_t ordinal = progress().count_collective();
+    NCCL_SETTLE(ncclAllReduce(scalars_, scalars_, static_cast<std::size_t>(count), ncclFloat64, ncclSum, comm_, stream_));
+    issued("all_reduce (host scalars)", ordinal);
     CUDA_CHECK(cudaMemcpyAsync(values, scalars_, count * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    // Blocks until the peers join; the watchdog aborts the communicator (which ends the kernel) past the timeout.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (world_ > 1) {
       counters_.control_calls += 1;
@@ -111,22 +151,182 @@ class NcclCommunicator final : public Communicator {
 
  private:
   static constexpr int kMaxScalars = 64;
+
+  // A collective enqueued on the stream (or the first of a group, launched at its ncclGroupEnd) and the event
+  // recorded after it: the watchdog pops it once the event has fired.
+  struct Pending {
+    cudaEvent_t done;
+    const char* collective;
+    std::int64_t ordinal;
+    std::chrono::steady_clock::time_point enqueued;
+  };
+
   void count_bytes(CommKind kind, std::int64_t bytes) {
     if (world_ > 1) counters_.add(kind, bytes);
   }
-  void release() {
-    if (stream_) cudaStreamSynchronize(stream_);
-    if (comm_) ncclCommDestroy(comm_);
+
+  // Polls a call that answered ncclInProgress until the communicator settles, at most the collective timeout;
+  // an error (at once or while polling) is thrown with NCCL's last error text, the call and file:line.
+  void settle(ncclResult_t result, const char* call, const char* file, int line) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout();
+    while (result == ncclInProgress) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        char text[160];
+        std::snprintf(text, sizeof text, "did not complete within %g s (--collective-timeout): a peer rank did not join",
+                      watch_.timeout_s);
+        throw std::runtime_error(std::string("NCCL ") + call + " on rank " + std::to_string(rank_) + " " + text +
+                                 " (" + file + ":" + std::to_string(line) + ")");
+      }
+      std::this_thread::yield();
+      if (comm_ == nullptr) break;
+      const ncclResult_t query = ncclCommGetAsyncError(comm_, &result);
+      if (query != ncclSuccess) result = query;
+    }
+    if (result == ncclSuccess) return;
+    const char* last = comm_ ? ncclGetLastError(comm_) : nullptr;
+    throw std::runtime_error(std::string("NCCL error ") + ncclGetErrorString(result) + " in " + call + " at " + file +
+                             ":" + std::to_string(line) + (last && *last ? std::string(": ") + last : std::string()));
+  }
+  std::chrono::steady_clock::duration timeout() const {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(watch_.timeout_s));
+  }
+
+  void issued(const char* collective, std::int64_t ordinal) {
+    if (group_depth_ > 0) {
+      if (!group_first_) group_first_ = collective, group_ordinal_ = ordinal;
+      return;
+    }
+    record_completion(collective, ordinal);
+  }
+
+  void record_completion(const char* collective, std::int64_t ordinal) {
+    cudaEvent_t done = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      if (!free_events_.empty()) {
+        done = free_events_.back();
+        free_events_.pop_back();
+      }
+    }
+    if (!done) CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, stream_));
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_.push_back({done, collective, ordinal, std::chrono::steady_clock::now()});
+  }
+
+  // One watchdog pass: the asynchronous error, the completed collectives, the oldest one's age.
+  void watch_once() {
+    if (failed_) return;
+    if (!watch_thread_on_device_) {
+      if (cudaSetDevice(device_) != cudaSuccess) return;  // tried again next pass
+      watch_thread_on_device_ = true;
+    }
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
+    if (query != ncclSuccess) async = query;
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const char* last = ncclGetLastError(comm_);
+      fail(std::string("asynchronous NCCL error ") + ncclGetErrorString(async) + (last && *last ? std::string(": ") + last : "") +
+           " (" + describe(progress().snapshot()) + ")");
+      return;
+    }
+    Pending oldest{};
+    bool waiting = false;
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      while (!pending_.empty()) {
+        const cudaError_t state = cudaEventQuery(pending_.front().done);
+        if (state == cudaErrorNotReady) break;
+        if (state != cudaSuccess) {
+          const Pending p = pending_.front();
+          fail(std::string("CUDA error ") + cudaGetErrorName(state) + " (" + cudaGetErrorString(state) + ") on the " +
+               "communication stream after " + p.collective + " #" + std::to_string(p.ordinal));
+          return;
+        }
+        free_events_.push_back(pending_.front().done);
+        pending_.pop_front();
+      }
+      if (!pending_.empty()) oldest = pending_.front(), waiting = true;
+    }
+    if (waiting) {
+      if (oldest.ordinal != waiting_ordinal_) progress().set_waiting(oldest.collective, oldest.ordinal, oldest.enqueued);
+      waiting_ordinal_ = oldest.ordinal;
+      if (std::chrono::steady_clock::now() - oldest.enqueued > timeout()) {
+        const RankProgress::Snapshot s = progress().snapshot();
+        char text[256];
+        std::snprintf(text, sizeof text, "%s #%lld (step %lld, phase %s) did not complete within %g s "
+                      "(--collective-timeout): a peer rank is gone or stuck", oldest.collective,
+                      static_cast<long long>(oldest.ordinal), static_cast<long long>(s.step), s.phase, watch_.timeout_s);
+        fail(text);
+      }
+    } else if (waiting_ordinal_ != 0) {
+      progress().set_waiting(nullptr, 0);
+      waiting_ordinal_ = 0;
+    }
+  }
+
+  // Says why, aborts the communicator (its kernels end, so nothing waits for a dead peer) and stops the process:
+  // the launcher sees the exit and ends the other ranks. The training thread may be blocked in a CUDA wait; it
+  // is never returned to.
+  void fail(const std::string& why) {
+    if (failed_.exchange(true)) return;
+    report_comm_failure(watch_, "rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + why +
+                                    "; aborting the NCCL communicator and stopping this rank");
+    ncclCommAbort(comm_);
+    std::_Exit(kCommFailureExitStatus);
+  }
+
+  // Normal end: wait (bounded) for this rank's collectives, finalize (non-blocking: polled) and destroy. A
+  // failing rank, or a peer that never completes them, gets ncclCommAbort: ncclCommDestroy would wait for
+  // collectives that peers never join (as PyTorch's NCCLComm destructor reasons).
+  void release(bool abort) {
+    if (comm_) {
+      if (!abort) abort = !drained() || !finalized();
+      if (abort) ncclCommAbort(comm_);
+      else ncclCommDestroy(comm_);
+    }
+    for (const Pending& p : pending_) cudaEventDestroy(p.done);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    pending_.clear();
+    free_events_.clear();
     if (scalars_) cudaFree(scalars_);
     if (stream_) cudaStreamDestroy(stream_);
     comm_ = nullptr;
     scalars_ = nullptr;
     stream_ = nullptr;
   }
-  int rank_, world_;
+  bool drained() {
+    const auto deadline = std::chrono::steady_clock::now() + timeout();
+    cudaError_t state;
+    while ((state = cudaStreamQuery(stream_)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return state == cudaSuccess;
+  }
+  bool finalized() {
+    ncclResult_t state = ncclCommFinalize(comm_);
+    const auto deadline = std::chrono::steady_clock::now() + timeout();
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return false;
+    }
+    return state == ncclSuccess;
+  }
+
+  int rank_, world_, device_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
   double* scalars_ = nullptr;
+  int group_depth_ = 0;
+  const char* group_first_ = nullptr;  // the group's first collective, named for the whole group
+  std::int64_t group_ordinal_ = 0;
+  std::mutex pending_mutex_;  // pending_ and free_events_: the training thread and the watchdog
+  std::deque<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  std::atomic<bool> failed_{false};
+  bool watch_thread_on_device_ = false;  // the watchdog thread's own state
+  std::int64_t waiting_ordinal_ = 0;     // the watchdog thread's own state
+  std::unique_ptr<WatchdogThread> watchdog_;  // last: stopped first
 };
 
 class SingleGpuCommunicator final : public Communicator {
@@ -173,7 +373,7 @@ std::string make_nccl_unique_id_hex() {
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world, int device, const std::string& id_hex,
-                                                     Communicator* mpi) {
+                                                     Communicator* mpi, const CommWatch& watch) {
   ncclUniqueId id{};
   if (!id_hex.empty()) {
     id = from_hex(id_hex);
@@ -189,7 +389,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world, int de
       mpi->all_reduce_host(words.data() + at, static_cast<int>(std::min<std::size_t>(64, words.size() - at)));
     for (std::size_t i = 0; i < sizeof id.internal; ++i) id.internal[i] = static_cast<char>(static_cast<int>(words[i]));
   }
-  return std::make_unique<NcclCommunicator>(rank, world, device, id);
+  return std::make_unique<NcclCommunicator>(rank, world, device, id, watch);
 }
 
 }  // namespace zeroplan::exec
