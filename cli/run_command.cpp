@@ -28,6 +28,10 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_flag("--deterministic", options->deterministic,
                "Fixed-order reductions: repeated runs give bit-identical losses and parameters");
   cmd->add_option("--lr", options->learning_rate, "AdamW learning rate (default: the training configuration's)");
+  cmd->add_option("--collective-timeout", options->collective_timeout_s,
+                  "Seconds a collective may wait for the other ranks; past it the run stops, naming the rank that "
+                  "never arrived")
+      ->capture_default_str();
   cmd->callback([options, status]() {
     try {
       *status = run_training(*options);

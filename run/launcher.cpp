@@ -1,20 +1,20 @@
 #include "run/launcher.h"
 
-#include <poll.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
 #include <stdexcept>
 #include <string>
-#include <thread>
+
+#include "run/rank_heartbeat.h"
+#include "run/rank_supervisor.h"
 
 namespace zeroplan {
 
@@ -48,41 +48,29 @@ std::string self_executable() {
   _exit(127);
 }
 
-struct Child {
-  pid_t pid = -1;
-  int out = -1, err = -1;     // read ends
-  std::string out_line, err_line, last_error;
-  bool done = false;
-  int status = 0;
-};
+// In a child about to exec: die with the launcher (PR_SET_PDEATHSIG), also when it died before this call.
+void die_with_parent(pid_t launcher, int signal) {
+  ::prctl(PR_SET_PDEATHSIG, signal, 0, 0, 0);
+  if (::getppid() != launcher) ::_exit(127);
+}
 
-// Relays complete lines from fd; rank 0's stdout unprefixed, everything else "[rank r] ".
-void relay(int fd, std::string& pending, int rank, bool is_stdout, std::string& last_error) {
-  char buf[8192];
-  const ssize_t n = read(fd, buf, sizeof buf);
-  if (n <= 0) return;
-  pending.append(buf, static_cast<std::size_t>(n));
-  std::size_t at;
-  while ((at = pending.find('\n')) != std::string::npos) {
-    const std::string line = pending.substr(0, at);
-    pending.erase(0, at + 1);
-    if (is_stdout && rank == 0) {
-      std::cout << line << '\n' << std::flush;
-    } else if (is_stdout) {
-      // other ranks print their own lines only when something is wrong; keep them readable anyway
-      std::cout << "[rank " << rank << "] " << line << '\n' << std::flush;
-    } else {
-      std::cerr << "[rank " << rank << "] " << line << '\n' << std::flush;
-      if (!line.empty()) last_error = line;
-    }
+struct Pipes {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  Pipes() {
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   }
-}
-
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
-  return "stopped";
-}
+  // In the child: standard output and error into the pipes (dup2 clears close-on-exec on the copies).
+  void attach_child() {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+  }
+  // In the parent: keep the read ends.
+  void keep_read_ends() {
+    ::close(out[1]);
+    ::close(err[1]);
+  }
+};
 
 }  // namespace
 
@@ -110,99 +98,57 @@ RankEnvironment rank_environment() {
   return e;
 }
 
-int launch_local_ranks(const std::vector<std::string>& argv, int world, const std::string& nccl_id_hex) {
+int launch_local_ranks(const std::vector<std::string>& argv, int world, const std::string& nccl_id_hex,
+                       double collective_timeout_s) {
   std::vector<std::string> args = argv;
   args[0] = self_executable();
-  std::vector<Child> children(world);
+  HeartbeatListener heartbeats;
+  RankSupervisor supervisor(world, collective_timeout_s, heartbeats);
+  const pid_t launcher = ::getpid();
   for (int r = 0; r < world; ++r) {
-    int out[2], err[2];
-    if (pipe(out) != 0 || pipe(err) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    Pipes pipes;
     const pid_t pid = fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      dup2(err[1], STDERR_FILENO);
-      close(out[0]), close(out[1]), close(err[0]), close(err[1]);
+      die_with_parent(launcher, SIGKILL);
+      pipes.attach_child();
       setenv("ZEROPLAN_RANK", std::to_string(r).c_str(), 1);
       setenv("ZEROPLAN_WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("ZEROPLAN_LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("ZEROPLAN_NCCL_ID", nccl_id_hex.c_str(), 1);
+      setenv(kHeartbeatVariable, heartbeats.address().c_str(), 1);
       setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast stays off unless the user set it
       exec_or_die(args);
     }
-    close(out[1]), close(err[1]);
-    children[r].pid = pid;
-    children[r].out = out[0];
-    children[r].err = err[0];
+    pipes.keep_read_ends();
+    supervisor.add_rank_process(r, pid, pipes.out[0], pipes.err[0]);
   }
-  int failed_rank = -1;
-  auto deadline = std::chrono::steady_clock::time_point::max();
-  int running = world;
-  while (running > 0) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<int, bool>> owner;  // (rank, is_stdout)
-    for (int r = 0; r < world; ++r) {
-      if (children[r].out >= 0) fds.push_back({children[r].out, POLLIN, 0}), owner.emplace_back(r, true);
-      if (children[r].err >= 0) fds.push_back({children[r].err, POLLIN, 0}), owner.emplace_back(r, false);
-    }
-    if (!fds.empty()) poll(fds.data(), fds.size(), 200);
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      Child& c = children[owner[i].first];
-      if (fds[i].revents & POLLIN) {
-        relay(fds[i].fd, owner[i].second ? c.out_line : c.err_line, owner[i].first, owner[i].second, c.last_error);
-      } else if (fds[i].revents & (POLLHUP | POLLERR)) {
-        close(fds[i].fd);
-        (owner[i].second ? c.out : c.err) = -1;
-      }
-    }
-    for (int r = 0; r < world; ++r) {
-      Child& c = children[r];
-      if (c.done) continue;
-      int status = 0;
-      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
-        c.done = true;
-        c.status = status;
-        --running;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && failed_rank < 0) {
-          failed_rank = r;
-          // stop the others: they would wait forever in a collective with a dead peer
-          for (const Child& o : children)
-            if (!o.done) kill(o.pid, SIGTERM);
-          deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        }
-      }
-    }
-    if (failed_rank >= 0 && std::chrono::steady_clock::now() > deadline) {
-      for (const Child& o : children)
-        if (!o.done) kill(o.pid, SIGKILL);
-      deadline = std::chrono::steady_clock::time_point::max();
-    }
-  }
-  for (Child& c : children) {
-    if (c.out >= 0) close(c.out);
-    if (c.err >= 0) close(c.err);
-  }
-  if (failed_rank < 0) return 0;
-  const Child& f = children[failed_rank];
-  std::cerr << "zeroplan run: rank " << failed_rank << " of " << world << " failed (" << describe(f.status) << ")"
-            << (f.last_error.empty() ? "" : ": " + f.last_error) << "; the other ranks were stopped\n";
-  return WIFEXITED(f.status) && WEXITSTATUS(f.status) != 0 ? WEXITSTATUS(f.status) : 3;
+  return supervisor.run();
 }
 
-int launch_under_mpirun(const std::vector<std::string>& argv, int world) {
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(world), "--oversubscribe"};
+int launch_under_mpirun(const std::vector<std::string>& argv, int world, double collective_timeout_s) {
+  HeartbeatListener heartbeats;
+  // mpirun's local ranks inherit its environment; -x carries the variable to other nodes' ranks too.
+  setenv(kHeartbeatVariable, heartbeats.address().c_str(), 1);
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(world), "--oversubscribe", "--tag-output",
+                                   "-x", kHeartbeatVariable};
   if (geteuid() == 0) args.push_back("--allow-run-as-root");
   args.push_back(self_executable());
   args.insert(args.end(), argv.begin() + 1, argv.end());
+  RankSupervisor supervisor(world, collective_timeout_s, heartbeats);
+  const pid_t launcher = ::getpid();
+  Pipes pipes;
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) exec_or_die(args);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (pid == 0) {
+    // SIGTERM: mpirun then ends its ranks itself.
+    die_with_parent(launcher, SIGTERM);
+    pipes.attach_child();
+    exec_or_die(args);
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 3;
+  pipes.keep_read_ends();
+  supervisor.add_mpirun(pid, pipes.out[0], pipes.err[0]);
+  return supervisor.run();
 }
 
 }  // namespace zeroplan

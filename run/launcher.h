@@ -2,11 +2,15 @@
 //
 // `zeroplan run --gpus N` (CUDA backend) starts N copies of this program itself, one per GPU: each gets its
 // rank, the world size, its GPU and the NCCL unique id in the environment (ZEROPLAN_RANK, ZEROPLAN_WORLD_SIZE,
-// ZEROPLAN_LOCAL_RANK, ZEROPLAN_NCCL_ID). The launcher relays rank 0's standard output as it comes and every
-// rank's standard error line by line prefixed with "[rank r] "; when one rank fails it stops the others
-// (SIGTERM, then SIGKILL after a grace period) and says which rank failed and how. The CPU backend's ranks talk
-// through MPI, so there the launcher re-executes the command under Open MPI's mpirun, which does the same.
-// `mpirun -np N zeroplan run ...` works directly too (ranks from the MPI environment: the multi-node path).
+// ZEROPLAN_LOCAL_RANK, ZEROPLAN_NCCL_ID). The CPU backend's ranks talk through MPI, so there the launcher runs
+// the command under Open MPI's mpirun (--tag-output, so that every line names its rank). Either way the
+// launcher watches the ranks (run/rank_supervisor.h): it relays their output prefixed with "[rank r] ", follows
+// their heartbeats (run/rank_heartbeat.h, the socket named in ZEROPLAN_HEARTBEAT), and when one rank fails it
+// stops every other one (SIGTERM, then SIGKILL after a grace period), reaps them all and prints one line saying
+// which rank failed, where and why. A rank that loses its launcher is killed (PR_SET_PDEATHSIG), so none is
+// left behind. `mpirun -np N zeroplan run ...` works directly too (ranks from the MPI environment: the
+// multi-node path); there mpirun's own policy ends every rank when one dies, and the ranks' collective watchdogs
+// (exec/comm/collective_watchdog.h) end a hang.
 #pragma once
 
 #include <string>
@@ -27,11 +31,13 @@ struct RankEnvironment {
 // Reads ZEROPLAN_* (our launcher) or OMPI_COMM_WORLD_* / PMI_* (mpirun) from the environment.
 RankEnvironment rank_environment();
 
-// Runs `argv` (this program's command line) as `world` ranks with the environment above and waits; returns the
-// exit status to use (0 when every rank succeeded). `nccl_id_hex` is handed to every rank.
-int launch_local_ranks(const std::vector<std::string>& argv, int world, const std::string& nccl_id_hex);
+// Runs `argv` (this program's command line) as `world` ranks with the environment above and watches them;
+// returns the exit status to use (run/rank_supervisor.h: 0 trained, 1 the plan does not fit, 2 a rank failed).
+// `nccl_id_hex` is handed to every rank; the launcher's deadlines derive from `collective_timeout_s`.
+int launch_local_ranks(const std::vector<std::string>& argv, int world, const std::string& nccl_id_hex,
+                       double collective_timeout_s);
 
-// Re-executes `argv` under mpirun with `world` ranks (CPU backend); returns mpirun's exit status.
-int launch_under_mpirun(const std::vector<std::string>& argv, int world);
+// Runs `argv` under mpirun with `world` ranks (CPU backend) and watches them the same way.
+int launch_under_mpirun(const std::vector<std::string>& argv, int world, double collective_timeout_s);
 
 }  // namespace zeroplan

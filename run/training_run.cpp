@@ -14,6 +14,7 @@
 
 #include "cli/common_options.h"
 #include "run/launcher.h"
+#include "run/rank_guard.h"
 #include "core/input_error.h"
 #include "core/units.h"
 #include "exec/activation_accounting.h"
@@ -98,7 +99,9 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int run_training(RunOptions& o) {
+// The launcher (starts the ranks and watches them) or one rank (trains); `guard` is set once this process is a
+// rank, so that run_training can end the run cleanly when this rank fails.
+static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) {
   ResolvedInputs in = resolve_inputs(o.common);
   TrainingConfig& tr = in.training;
   if (o.steps < 1) throw InputError(kCli, "--steps", "must be at least 1");
@@ -106,6 +109,10 @@ int run_training(RunOptions& o) {
   if (*o.warmup_steps < 0 || *o.warmup_steps >= o.steps)
     throw InputError(kCli, "--warmup-steps", "must be in [0, --steps), got " + std::to_string(*o.warmup_steps));
   if (o.backend != "cuda" && o.backend != "cpu") throw InputError(kCli, "--backend", "expected cuda or cpu");
+  if (!(o.collective_timeout_s >= exec::kMinCollectiveTimeoutS && o.collective_timeout_s <= exec::kMaxCollectiveTimeoutS))
+    throw InputError(kCli, "--collective-timeout",
+                     "expected seconds in [" + fmt("%g", exec::kMinCollectiveTimeoutS) + ", " +
+                         fmt("%g", exec::kMaxCollectiveTimeoutS) + "], got " + fmt("%g", o.collective_timeout_s));
   if (o.learning_rate) {
     if (!std::isfinite(*o.learning_rate) || *o.learning_rate <= 0)
       throw InputError(kCli, "--lr", "expected a finite learning rate > 0, got " + fmt("%g", *o.learning_rate));
@@ -128,7 +135,8 @@ int run_training(RunOptions& o) {
     if (o.backend == "cpu") {
       if (!exec::mpi_available())
         throw InputError(kCli, "--gpus", "this zeroplan was built without MPI: the CPU backend runs one rank");
-      return launch_under_mpirun(o.argv, world);
+      read_test_fault(world, o.steps);  // a malformed test switch fails here, before any rank starts
+      return launch_under_mpirun(o.argv, world, o.collective_timeout_s);
     }
 #ifdef ZEROPLAN_HAVE_CUDA
     int devices = 0;
@@ -138,12 +146,14 @@ int run_training(RunOptions& o) {
     if (devices < world)
       throw InputError(kCli, "--gpus", std::to_string(world) + " ranks need " + std::to_string(world) +
                                            " GPUs; this machine has " + std::to_string(devices));
-    return launch_local_ranks(o.argv, world, exec::make_nccl_unique_id_hex());
+    read_test_fault(world, o.steps);
+    return launch_local_ranks(o.argv, world, exec::make_nccl_unique_id_hex(), o.collective_timeout_s);
 #else
     throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
 #endif
   }
   // A rank: only rank 0 prints the run; the others speak on stderr when something goes wrong.
+  guard.emplace(env.rank, world, o.steps, o.collective_timeout_s, o.backend);
   if (env.rank != 0 && !std::freopen("/dev/null", "w", stdout))
     throw std::runtime_error("cannot silence the standard output of rank " + std::to_string(env.rank));
   if (in.model.transformer && in.model.transformer->dropout > 0) {
@@ -203,14 +213,15 @@ int run_training(RunOptions& o) {
 
   std::unique_ptr<exec::Trainer> trainer;
   std::unique_ptr<exec::Communicator> mpi, comm;
-  if (env.by_mpi || (o.backend == "cpu" && world > 1)) mpi = exec::make_mpi_communicator();
+  if (env.by_mpi || (o.backend == "cpu" && world > 1)) mpi = exec::make_mpi_communicator(guard->comm_watch());
   if (o.backend == "cpu") {
     trainer = exec::make_cpu_trainer(cfg, mpi.get());
   } else {
 #ifdef ZEROPLAN_HAVE_CUDA
     std::string why;
     if (!exec::cuda_device_available(&why)) throw InputError(kCli, "--backend", "cuda: " + why + " (try --backend cpu)");
-    if (world > 1) comm = exec::make_nccl_communicator(env.rank, world, env.local_rank, env.nccl_id_hex, mpi.get());
+    if (world > 1) comm = exec::make_nccl_communicator(env.rank, world, env.local_rank, env.nccl_id_hex, mpi.get(),
+                                                         guard->comm_watch());
     trainer = exec::make_cuda_trainer(cfg, comm.get());
 #else
     throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
@@ -235,6 +246,7 @@ int run_training(RunOptions& o) {
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   exec::CommCounters counters_before;
   for (std::int64_t s = 0; s < o.steps; ++s) {
+    guard->before_step(s + 1);
     if (s == *o.warmup_steps) counters_before = trainer->comm_counters();
     const exec::TokenBatch b =
         exec::next_rank_share(data, cfg.micro_batch, cfg.seq_len, cfg.grad_accum, world, env.rank);
@@ -258,6 +270,7 @@ int run_training(RunOptions& o) {
     std::fflush(stdout);
   }
 
+  guard->set_phase("report");
   const exec::MemoryReport mem = trainer->memory();
   const double step_med = median(step_s);
   const double tps = tokens_per_step / step_med;
@@ -434,6 +447,23 @@ int run_training(RunOptions& o) {
     std::cout << "report written to " << *o.report << '\n';
   }
   return 0;
+}
+
+int run_training(RunOptions& o) {
+  std::optional<RankGuard> guard;
+  int status = 0;
+  try {
+    status = run_launcher_or_rank(o, guard);
+  } catch (const std::bad_alloc&) {
+    if (!guard || guard->world() == 1) throw;  // the launcher, or one rank alone: as any error (cli/main.cpp)
+    return guard->fail("out of host memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    if (!guard || guard->world() == 1) throw;
+    // A rank of several: its peers wait for it; the guard says which rank failed and ends the run.
+    return guard->fail(e.what());
+  }
+  if (guard) guard->done(status);
+  return status;
 }
 
 }  // namespace zeroplan

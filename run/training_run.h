@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/common_options.h"
+#include "exec/comm/collective_watchdog.h"
 
 namespace zeroplan {
 
@@ -25,6 +26,8 @@ struct RunOptions {
   std::uint64_t seed = 1337;
   std::optional<double> learning_rate;
   bool deterministic = false;
+  // Seconds a collective may wait for the other ranks before the run is stopped (exec/comm/collective_watchdog.h).
+  double collective_timeout_s = exec::kDefaultCollectiveTimeoutS;
 };
 
 // Returns the exit status (0 trained, 1 the plan does not fit and --force was not given). Throws InputError.
