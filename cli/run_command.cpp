@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/common_options.h"
 #include "core/input_error.h"
 #include "run/training_run.h"
 
@@ -10,10 +11,11 @@ namespace zeroplan {
 
 void add_run_command(CLI::App& app, int* status) {
   auto options = std::make_shared<RunOptions>();
+  auto common = std::make_shared<CommonOptions>();
   CLI::App* cmd = app.add_subcommand(
       "run", "Train the model on this machine's GPUs (--gpus N: one rank per GPU, ZeRO stages 0-3 over NCCL; "
              "--backend cpu: the fp32 reference over MPI) and measure it against the plan");
-  add_common_options(*cmd, options->common);
+  add_common_options(*cmd, *common);
   cmd->add_option("--steps", options->steps, "Optimizer steps to run")->capture_default_str();
   cmd->add_option("--warmup-steps", options->warmup_steps, "Steps left out of the timing medians (default 2)");
   cmd->add_option("--backend", options->backend, "cuda (the GPU executor) or cpu (the Eigen fp32 reference)")
@@ -32,8 +34,13 @@ void add_run_command(CLI::App& app, int* status) {
                   "Seconds a collective may wait for the other ranks; past it the run stops, naming the rank that "
                   "never arrived")
       ->capture_default_str();
-  cmd->callback([options, status]() {
+  cmd->callback([options, common, status]() {
     try {
+      ResolvedInputs resolved = resolve_inputs(*common);
+      options->inputs = ResolvedPlanInputs{std::move(resolved.model), std::move(resolved.cluster),
+                                           std::move(resolved.training), resolved.filter};
+      options->gpus = common->gpus;
+      options->ds_config = common->ds_config.has_value();
       *status = run_training(*options);
     } catch (const InputError&) {
       throw;

@@ -12,7 +12,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/common_options.h"
 #include "run/launcher.h"
 #include "run/rank_guard.h"
 #include "core/input_error.h"
@@ -102,7 +101,7 @@ double median(std::vector<double> v) {
 // The launcher (starts the ranks and watches them) or one rank (trains); `guard` is set once this process is a
 // rank, so that run_training can end the run cleanly when this rank fails.
 static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) {
-  ResolvedInputs in = resolve_inputs(o.common);
+  ResolvedPlanInputs& in = o.inputs;
   TrainingConfig& tr = in.training;
   if (o.steps < 1) throw InputError(kCli, "--steps", "must be at least 1");
   if (!o.warmup_steps) o.warmup_steps = std::min<std::int64_t>(2, o.steps - 1);
@@ -120,7 +119,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   }
   // The ranks: --gpus N on this machine (started below), or the world mpirun made.
   const RankEnvironment env = rank_environment();
-  int world = o.common.gpus ? *o.common.gpus : (env.launched ? env.world : 1);
+  int world = o.gpus ? *o.gpus : (env.launched ? env.world : 1);
   if (env.launched && env.world != world)
     throw InputError(kCli, "--gpus", "the launcher started " + std::to_string(env.world) + " ranks but --gpus says " +
                                          std::to_string(world) + " (leave --gpus out under mpirun)");
@@ -169,9 +168,9 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
   // DeepSpeed's overlap_comm when a DeepSpeed config says so; our executor overlaps by default, and says so.
   // The plan below is made with the same value (it decides how many gradient bucket buffers there are).
-  if (!o.common.ds_config) tr.zero.overlap_comm = true;
+  if (!o.ds_config) tr.zero.overlap_comm = true;
   cfg.zero = executor_zero_settings(tr, tr.zero.stage);
-  if (!o.common.ds_config && world > 1 && cfg.zero.stage > 0)
+  if (!o.ds_config && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");
   // The CPU backend is deterministic by construction (fixed-order MPI reductions, no atomics); the CUDA

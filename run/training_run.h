@@ -9,14 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "cli/common_options.h"
+#include "core/plan_inputs.h"
 #include "exec/comm/collective_watchdog.h"
 
 namespace zeroplan {
 
 struct RunOptions {
   std::vector<std::string> argv;  // the whole command line, to start the ranks with
-  CommonOptions common;
+  // The model, cluster and training configuration, resolved by the front end (core/plan_inputs.h).
+  ResolvedPlanInputs inputs;
+  std::optional<int> gpus;  // --gpus as given (under mpirun the world size comes from MPI)
+  bool ds_config = false;   // a DeepSpeed config was given (its overlap_comm then decides)
   std::int64_t steps = 20;
   std::optional<std::int64_t> warmup_steps;  // default: min(2, steps - 1)
   std::string backend = "cuda";
