@@ -157,6 +157,10 @@ Ended wait_until_gone(const Started& run) {
   }
   e.out = read_file(run.out);
   e.err = read_file(run.err);
+  std::error_code ignored;
+  fs::remove(run.out, ignored);
+  fs::remove(run.err, ignored);
+  fs::remove(temp_dir(), ignored);  // once empty
   return e;
 }
 

@@ -143,6 +143,10 @@ Launched launch(const std::string& scenario, int world) {
   l.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   l.out = read_file(out);
   l.err = read_file(err);
+  std::error_code ignored;
+  fs::remove(out, ignored);
+  fs::remove(err, ignored);
+  fs::remove(dir, ignored);  // once empty
   std::printf("  %s: every process gone %.2f s after the launch\n", scenario.c_str(), l.seconds);
   return l;
 }
