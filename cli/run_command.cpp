@@ -30,6 +30,13 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_flag("--deterministic", options->deterministic,
                "Fixed-order reductions: repeated runs give bit-identical losses and parameters");
   cmd->add_option("--lr", options->learning_rate, "AdamW learning rate (default: the training configuration's)");
+  cmd->add_option("--save-dir", options->save_dir,
+                  "Write checkpoints here (SAVE_DIR/step-N: each rank's partition and a manifest; see --save-every)");
+  cmd->add_option("--save-every", options->save_every,
+                  "Save a checkpoint every K steps and after the last (with --save-dir; default: after the last only)");
+  cmd->add_option("--resume", options->resume,
+                  "Continue from a checkpoint: a step directory, or a save directory (its latest complete step); "
+                  "any world size and stage (the partitions are resharded)");
   cmd->add_option("--collective-timeout", options->collective_timeout_s,
                   "Seconds a collective may wait for the other ranks; past it the run stops, naming the rank that "
                   "never arrived")

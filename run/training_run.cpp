@@ -1,6 +1,8 @@
 #include "run/training_run.h"
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -22,6 +24,7 @@
 #include "exec/token_data.h"
 #include "exec/comm/mpi_communicator.h"
 #include "exec/trainer.h"
+#include "run/checkpoint.h"
 #include "sim/executor_layout.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
@@ -104,9 +107,29 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   ResolvedPlanInputs& in = o.inputs;
   TrainingConfig& tr = in.training;
   if (o.steps < 1) throw InputError(kCli, "--steps", "must be at least 1");
-  if (!o.warmup_steps) o.warmup_steps = std::min<std::int64_t>(2, o.steps - 1);
-  if (*o.warmup_steps < 0 || *o.warmup_steps >= o.steps)
-    throw InputError(kCli, "--warmup-steps", "must be in [0, --steps), got " + std::to_string(*o.warmup_steps));
+  if (o.save_every < 0) throw InputError(kCli, "--save-every", "must be >= 0, got " + std::to_string(o.save_every));
+  if (o.save_every > 0 && !o.save_dir) throw InputError(kCli, "--save-every", "needs --save-dir");
+  // Resuming: --steps counts from the start of training, so only the steps after the checkpoint run.
+  std::unique_ptr<CheckpointReader> resume;
+  if (o.resume) {
+    resume = std::make_unique<CheckpointReader>(*o.resume, "--resume");
+    if (resume->state().step >= o.steps)
+      throw InputError(kCli, "--steps", "the checkpoint in " + resume->directory() + " is at step " +
+                                            std::to_string(resume->state().step) +
+                                            "; --steps is the total number of steps, expected more than that");
+  }
+  const std::int64_t first_step = resume ? resume->state().step : 0;
+  const std::int64_t run_steps = o.steps - first_step;
+  if (o.save_dir) {
+    std::vector<std::int64_t> saves;
+    for (std::int64_t s = first_step + 1; s <= o.steps; ++s)
+      if (s == o.steps || (o.save_every > 0 && s % o.save_every == 0)) saves.push_back(s);
+    check_save_dir(*o.save_dir, saves);
+  }
+  if (!o.warmup_steps) o.warmup_steps = std::min<std::int64_t>(2, run_steps - 1);
+  if (*o.warmup_steps < 0 || *o.warmup_steps >= run_steps)
+    throw InputError(kCli, "--warmup-steps", "must be in [0, the steps this run makes: " + std::to_string(run_steps) +
+                                                 "), got " + std::to_string(*o.warmup_steps));
   if (o.backend != "cuda" && o.backend != "cpu") throw InputError(kCli, "--backend", "expected cuda or cpu");
   if (!(o.collective_timeout_s >= exec::kMinCollectiveTimeoutS && o.collective_timeout_s <= exec::kMaxCollectiveTimeoutS))
     throw InputError(kCli, "--collective-timeout",
@@ -129,6 +152,8 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
   if (in.filter.stage < 0) tr.zero.stage = 0;  // no stage asked for: plain data parallelism
   if (!env.launched && world > 1) {
+    // A damaged checkpoint is one line here, before any rank starts.
+    if (resume) resume->verify();
     // This process is the launcher: start the ranks, which print the plan and the run themselves.
     if (o.argv.empty()) o.argv = own_command_line();
     if (o.backend == "cpu") {
@@ -173,11 +198,11 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   if (!o.ds_config && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");
-  // The CPU backend is deterministic by construction (fixed-order MPI reductions, no atomics); the CUDA
-  // kernels' atomic bias/embedding gradient sums have no fixed-order variant yet.
-  if (o.deterministic && o.backend == "cuda")
-    throw InputError(kCli, "--deterministic", "not available on the CUDA backend yet (its bias and embedding "
-                                              "gradients are summed with atomics); the CPU backend always is");
+  // The CPU backend is deterministic by construction (fixed-order loops and MPI reductions). On the GPU,
+  // --deterministic orders the two reductions that use atomics otherwise: bias/LayerNorm gradient column sums
+  // (one partial row per row block, added in order) and the token-embedding gradient (each token's positions
+  // summed in order); cuBLASLt, the attention kernels, the gradient norm and NCCL's collectives are already
+  // run-to-run deterministic at a fixed world size.
   cfg.zero.deterministic = o.deterministic;
 
   // The plan first: stop before allocating when the planner says it does not fit.
@@ -238,20 +263,53 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   const double flops_per_token = model_flops_per_token(in.model, tr);
   const double peak = in.cluster.peak_flops(to_string(tr.precision));
   const std::int64_t tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
+  if (resume) {
+    // The checkpoint's states (resharded to this world and stage), optimizer step, loss scaler and data position.
+    resume->restore(*trainer);
+    if (resume->state().data != data.description())
+      tr.notes.push_back("resume: the checkpoint was trained on " + resume->state().data + ", this run reads " +
+                         data.description());
+    data.seek(resume->state().data_position);
+    std::cout << "resumed from " << resume->directory() << " at step " << first_step << " (saved with "
+              << resume->state().world << " rank(s), stage " << resume->state().stage << ")\n";
+  }
+  exec::Communicator* ranks_comm = comm ? comm.get() : mpi.get();
+  auto save = [&](std::int64_t step) {
+    CheckpointState st;
+    st.step = step;
+    st.optimizer_step = trainer->optimizer_step();
+    st.scaler = trainer->loss_scaler_state();
+    st.data_position = data.position();
+    st.seed = o.seed;
+    st.data = data.description();
+    st.world = world;
+    st.stage = cfg.zero.stage;
+    st.precision = to_string(tr.precision);
+    st.shape = cfg.shape;
+    const auto t0 = std::chrono::steady_clock::now();
+    save_checkpoint(*o.save_dir, *trainer, world > 1 ? ranks_comm : nullptr, st);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string dir = checkpoint_step_dir(*o.save_dir, step);
+    std::int64_t bytes = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir)) bytes += static_cast<std::int64_t>(f.file_size());
+    std::cout << "checkpoint: " << dir << " (" << fmt("%.3f", bytes / 1e9) << " GB, saved in " << fmt("%.2f", seconds)
+              << " s)\n";
+  };
   std::cout << "run: " << o.steps << " steps on " << trainer->device_name() << " (" << trainer->backend() << "), data "
             << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
 
   std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s;
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   exec::CommCounters counters_before;
-  for (std::int64_t s = 0; s < o.steps; ++s) {
+  for (std::int64_t s = first_step; s < o.steps; ++s) {
+    const std::int64_t k = s - first_step;  // steps made by this run
     guard->before_step(s + 1);
-    if (s == *o.warmup_steps) counters_before = trainer->comm_counters();
+    if (k == *o.warmup_steps) counters_before = trainer->comm_counters();
     const exec::TokenBatch b =
         exec::next_rank_share(data, cfg.micro_batch, cfg.seq_len, cfg.grad_accum, world, env.rank);
     const exec::StepResult r = trainer->step(b.inputs, b.targets);
     losses.push_back(r.loss);
-    if (s >= *o.warmup_steps) {
+    if (k >= *o.warmup_steps) {
       step_s.push_back(r.times.step_s);
       fwd_s.push_back(r.times.forward_s);
       bwd_s.push_back(r.times.backward_s);
@@ -267,6 +325,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                 r.skipped ? " | overflow: step skipped" : "",
                 cfg.precision == exec::ExecPrecision::fp16 ? (" | scale " + fmt("%.0f", r.loss_scale)).c_str() : "");
     std::fflush(stdout);
+    if (o.save_dir && (s + 1 == o.steps || (o.save_every > 0 && (s + 1) % o.save_every == 0))) save(s + 1);
   }
 
   guard->set_phase("report");
@@ -281,12 +340,12 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   const Bytes measured_total = mem.device_total > 0 ? mem.device_used_peak : mem.peak_total;
   // Communication per step after warm-up (model-state bytes per collective kind, counted where issued).
   const exec::CommCounters counters_after = trainer->comm_counters();
-  const std::int64_t timed_steps = std::max<std::int64_t>(1, o.steps - *o.warmup_steps);
+  const std::int64_t timed_steps = std::max<std::int64_t>(1, run_steps - *o.warmup_steps);
   std::int64_t measured_comm[exec::kCommKinds];
   for (int k = 0; k < exec::kCommKinds; ++k)
     measured_comm[k] = (counters_after.bytes[k] - counters_before.bytes[k]) / timed_steps;
   // Every rank's figures, gathered on every rank (a sum of one-hot rows: each rank fills its own).
-  const std::vector<std::string> rank_fields = {"params", "grads", "master_params", "optimizer_states", "activations",
+  const std::vector<std::string> rank_fields = {"params", "grads", "master_params", "optimizer_states", "gathered_params", "activations",
                                                 "logits", "gradient_buckets", "workspace"};
   const int F = static_cast<int>(rank_fields.size()) + 6;
   std::vector<double> per_rank(static_cast<std::size_t>(world) * F, 0.0);
@@ -298,7 +357,6 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     mine[base + 1] = static_cast<double>(mem.peak_total);
     mine[base + 2] = step_med;
     for (int k = 0; k < exec::kCommKinds; ++k) mine[base + 3 + k] = static_cast<double>(measured_comm[k]);
-    exec::Communicator* ranks_comm = comm ? comm.get() : mpi.get();
     if (ranks_comm && world > 1)
       for (std::size_t at = 0; at < per_rank.size(); at += 64)
         ranks_comm->all_reduce_host(per_rank.data() + at, static_cast<int>(std::min<std::size_t>(64, per_rank.size() - at)));

@@ -31,6 +31,10 @@ struct RunOptions {
   bool deterministic = false;
   // Seconds a collective may wait for the other ranks before the run is stopped (exec/comm/collective_watchdog.h).
   double collective_timeout_s = exec::kDefaultCollectiveTimeoutS;
+  // Checkpoints (run/checkpoint.h): every save_every steps into save_dir; resume from a checkpoint directory.
+  std::optional<std::string> save_dir;
+  std::int64_t save_every = 0;
+  std::optional<std::string> resume;
 };
 
 // Returns the exit status (0 trained, 1 the plan does not fit and --force was not given). Throws InputError.

@@ -29,7 +29,9 @@ class CpuTrainer final : public Trainer {
         layout_(config.shape, zero_alignment(comm_.world())),
         scaler_(config.precision, config.loss_scale) {
     validate(config_);
-    device_ = std::make_unique<CpuZeroDevice>(layout_, config_.seed);
+    // The ranks of a CPU run share one node (our launcher, or mpirun on one host): its cores divided among them.
+    device_ = std::make_unique<CpuZeroDevice>(layout_, config_.seed,
+                                              offload::default_optimizer_threads(comm_.world()));
     engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
     const auto& s = config_.shape;
     const std::int64_t BT = config_.micro_batch * config_.seq_len, C = s.hidden;

@@ -16,9 +16,10 @@ void require_f32(CommDtype type) {
 }
 }  // namespace
 
-CpuZeroDevice::CpuZeroDevice(const ParamLayout& layout, std::uint64_t seed) : layout_(layout), seed_(seed) {
-  decay_.reset(new bool[layout.total()]);
-  for (std::int64_t i = 0; i < layout.total(); ++i) decay_[i] = layout.decayed(i);
+CpuZeroDevice::CpuZeroDevice(const ParamLayout& layout, std::uint64_t seed, int optimizer_threads)
+    : layout_(layout), seed_(seed), adamw_(optimizer_threads) {
+  decay_ = offload::DecayGeometry{layout.blocks_begin(), layout.block_stride(), layout.block_decay_elements(),
+                                  layout.blocks_end()};
 }
 
 void* CpuZeroDevice::allocate(const char* component, const char* /*what*/, std::int64_t elements, CommDtype type) {
@@ -65,8 +66,14 @@ void CpuZeroDevice::read_sum_squares(double* out, int count) {
 void CpuZeroDevice::adamw(const AdamwRange& r, float lr, float beta1, float beta2, float eps, float weight_decay,
                           float grad_scale, int step) {
   // fp32 training: the parameters are their own master copy.
-  cpu::adamw(f32(r.params), f32(r.grads), r.m, r.v, decay_.get() + r.flat_base, r.n, lr, beta1, beta2, eps,
-             weight_decay, grad_scale, step);
+  offload::AdamwTensors t;
+  t.params = f32(r.params);
+  t.grads = static_cast<const float*>(r.grads);
+  t.exp_avg = r.m;
+  t.exp_avg_sq = r.v;
+  t.count = r.n;
+  t.flat_base = r.flat_base;
+  adamw_.update(t, offload::AdamwHyper{lr, beta1, beta2, eps, weight_decay, grad_scale, step}, decay_);
 }
 
 void CpuZeroDevice::upload_params(void* params, float* master, const float* values, std::int64_t n) {

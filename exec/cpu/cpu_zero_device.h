@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/offload/cpu_adamw.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_device.h"
 
@@ -16,7 +17,9 @@ namespace zeroplan::exec {
 
 class CpuZeroDevice final : public ZeroDevice {
  public:
-  CpuZeroDevice(const ParamLayout& layout, std::uint64_t seed);
+  // optimizer_threads: the host AdamW's threads (offload::default_optimizer_threads: the node's cores divided
+  // among its ranks).
+  CpuZeroDevice(const ParamLayout& layout, std::uint64_t seed, int optimizer_threads);
 
   CommDtype element_type() const override { return CommDtype::f32; }
   void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) override;
@@ -49,7 +52,10 @@ class CpuZeroDevice final : public ZeroDevice {
   std::vector<std::unique_ptr<float[]>> storage_;
   std::vector<std::pair<std::string, std::int64_t>> bytes_;
   std::vector<double> norm_slots_ = std::vector<double>(1024, 0.0);
-  std::unique_ptr<bool[]> decay_;  // weight decay by flat index
+  // AdamW: the vectorised, multithreaded host optimizer of ZeRO-Offload (exec/offload/cpu_adamw.h), bit for
+  // bit the scalar reference's update; threads = the node's cores divided among its ranks.
+  offload::CpuAdamw adamw_;
+  offload::DecayGeometry decay_;
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 
