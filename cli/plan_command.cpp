@@ -69,7 +69,8 @@ GroupedMemory group(const GpuMemoryBreakdown& gpu) {
           gpu.runtime_overhead};
 }
 
-std::string verdict_cell(const PlanResult& plan) {
+std::string verdict_cell(const PlanResult& plan, const std::string& refused) {
+  if (!refused.empty()) return "NO (DeepSpeed refuses it)";
   if (plan.fits) return "fits";
   std::string why;
   // Within the GPU's memory but not with the margin kept free: the model's own error could make it not fit.
@@ -80,7 +81,7 @@ std::string verdict_cell(const PlanResult& plan) {
 }
 
 TextTable memory_table(const std::vector<PlanResult>& plans, const std::vector<std::optional<StepSimulation>>& times,
-                       bool with_deepspeed) {
+                       const std::vector<std::string>& refused, bool with_deepspeed) {
   std::vector<std::string> headers = {"plan",    "params",  "grads",     "optimizer",
                                       "activations", "logits", "buffers", "runtime",
                                       "total",   "sum of worst cases", "headroom", "verdict",
@@ -97,7 +98,7 @@ TextTable memory_table(const std::vector<PlanResult>& plans, const std::vector<s
     std::vector<std::string> row = {plan.choice.label(),     gib_cell(m.params),  gib_cell(m.grads),
                                     gib_cell(m.optimizer),   gib_cell(m.activations), gib_cell(m.logits),
                                     gib_cell(m.buffers),     gib_cell(m.runtime), gib_cell(plan.memory.gpu.total),
-                                    gib_cell(worst),         gib_cell(plan.gpu_headroom_bytes), verdict_cell(plan),
+                                    gib_cell(worst),         gib_cell(plan.gpu_headroom_bytes), verdict_cell(plan, refused[i]),
                                     std::to_string(plan.max_micro_batch)};
     if (with_deepspeed) {
       row.push_back(plan.deepspeed ? gib_cell(plan.deepspeed->gpu_bytes) : "-");
@@ -280,9 +281,11 @@ int run_plan(const PlanCommandOptions& options) {
                                                             enumerate_plan_choices(inputs.filter), planner_options);
   std::vector<PlanResult> plans;
   std::vector<std::optional<StepSimulation>> times;
+  std::vector<std::string> refused;
   for (const TimedPlan& entry : timed) {
     plans.push_back(entry.plan);
     times.push_back(entry.simulation);
+    refused.push_back(entry.refused);
   }
   const int chosen = chosen_plan(timed);
   const bool tokens = inputs.model.transformer.has_value();
@@ -349,7 +352,9 @@ int run_plan(const PlanCommandOptions& options) {
             << " margin is within it; activations, logits and gathered params as live at the timeline's peak, the rest as the "
                "memory model has it; optimizer = fp32 master params + optimizer states; buffers = gradient "
                "buckets, stage-3 gathered params, offload staging):\n";
-  print_table(memory_table(plans, times, compare_deepspeed), inputs.format);
+  print_table(memory_table(plans, times, refused, compare_deepspeed), inputs.format);
+  for (std::size_t i = 0; i < plans.size(); ++i)
+    if (!refused[i].empty()) std::cout << "  " << plans[i].choice.label() << ": " << refused[i] << '\n';
   std::cout << "\nHost and NVMe per node (GiB); communication per GPU per optimizer step (GB = 1e9 bytes; "
                "sent per GPU = ring wire bytes):\n";
   print_table(traffic_table(plans), inputs.format);

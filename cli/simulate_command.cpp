@@ -12,6 +12,7 @@
 #include "core/input_error.h"
 #include "core/units.h"
 #include "sim/chrome_trace.h"
+#include "sim/deepspeed_engine.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
 #include "sim/simulation_json.h"
@@ -88,7 +89,10 @@ int run_simulate(const SimulateCommandOptions& options) {
   const std::vector<PlanChoice> all_choices = enumerate_plan_choices(inputs.filter);
   for (const PlanChoice& choice : all_choices) {
     std::string why;
-    if (all_choices.size() > 1 && !cluster_supports(inputs.cluster, choice, &why)) {
+    if (inputs.training.engine == TrainingEngine::deepspeed && !deepspeed_runs(inputs.training, choice, &why)) {
+      if (all_choices.size() == 1) throw InputError("command line", "--stage", why);
+      left_out.push_back(choice.label() + " (" + why + ")");
+    } else if (all_choices.size() > 1 && !cluster_supports(inputs.cluster, choice, &why)) {
       left_out.push_back(choice.label() + " (" + why + ")");
     } else {
       choices.push_back(choice);

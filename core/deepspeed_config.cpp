@@ -59,6 +59,8 @@ const std::vector<std::string> kOffloadOptimizerKeys = {"device", "nvme_path", "
                                                         "ratio"};
 const std::vector<std::string> kOffloadParamKeys = {"device", "nvme_path", "buffer_count", "buffer_size",
                                                     "max_in_cpu", "pin_memory"};
+const std::vector<std::string> kDataTypesKeys = {"grad_accum_dtype", "param_dtype", "buffer_dtype",
+                                                 "keep_in_fp32_modules"};
 const std::vector<std::string> kCheckpointingKeys = {"partition_activations", "cpu_checkpointing",
                                                      "contiguous_memory_optimization", "number_checkpoints",
                                                      "synchronize_checkpoint_boundary", "profile"};
@@ -236,6 +238,47 @@ void read_batch_sizes(const Reader& reader, const JsonFields& top) {
   if (accum) training.grad_accum = *accum;
 }
 
+// DeepSpeed's DtypeEnum spellings (runtime/config.py): data_types.grad_accum_dtype accepts every one of them;
+// communication_data_type only fp32, fp16 and bf16 (get_communication_data_type, lower-cased).
+std::optional<Precision> precision_named(std::string name, bool every_spelling) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (name == "fp32" || (every_spelling && (name == "float32" || name == "float" || name == "torch.float32")))
+    return Precision::fp32;
+  if (name == "fp16" || (every_spelling && (name == "float16" || name == "half" || name == "torch.float16")))
+    return Precision::fp16;
+  if (name == "bf16" || (every_spelling && (name == "bfloat16" || name == "torch.bfloat16"))) return Precision::bf16;
+  return std::nullopt;
+}
+
+// communication_data_type and data_types.grad_accum_dtype, and DeepSpeed's refusal of what its engine cannot run:
+// without ZeRO the engine wraps the optimizer in FP16_Optimizer / FP16_UnfusedOptimizer only when the gradients
+// accumulate in the model's dtype, and raises NotImplementedError for any other mix
+// (runtime/engine.py _do_optimizer_sanity_check).
+void read_data_types(const Reader& reader, const JsonFields& top) {
+  TrainingConfig& training = reader.training;
+  if (top.has("communication_data_type") && !top.raw("communication_data_type").is_null()) {
+    const auto dtype = precision_named(top.string("communication_data_type"), /*every_spelling=*/false);
+    if (!dtype) top.fail("communication_data_type", "expected fp32, fp16 or bf16 (DeepSpeed's accepted values)");
+    training.communication_dtype = *dtype;
+  }
+  if (top.has("data_types")) {
+    const JsonFields section = top.object("data_types");
+    reader.warn_unknown(section, kDataTypesKeys, "");
+    if (section.has("grad_accum_dtype") && !section.raw("grad_accum_dtype").is_null()) {
+      const auto dtype = precision_named(section.string("grad_accum_dtype"), /*every_spelling=*/true);
+      if (!dtype) section.fail("grad_accum_dtype", "expected fp32, fp16 or bf16 (or DeepSpeed's other spellings)");
+      training.grad_accum_dtype = *dtype;
+    }
+  }
+  if (training.zero.stage == 0 && training.grad_accum_dtype && *training.grad_accum_dtype != training.precision) {
+    throw InputError(reader.source, "data_types.grad_accum_dtype",
+                     to_string(*training.grad_accum_dtype) + " gradient accumulation with a " +
+                         to_string(training.precision) +
+                         " model needs ZeRO stage 1-3: DeepSpeed 0.19.8 raises NotImplementedError for it at stage 0 "
+                         "(engine.py _do_optimizer_sanity_check)");
+  }
+}
+
 void read_precision(const Reader& reader, const JsonFields& top) {
   TrainingConfig& training = reader.training;
   bool fp16 = false;
@@ -317,6 +360,14 @@ void read_optimizer(const Reader& reader, const JsonFields& top) {
                   ", HF integration)");
     }
   };
+  // torch_adam: torch.optim.AdamW instead of DeepSpeed's FusedAdam, foreach unless "fused" is true
+  // (engine.py get_optimizer_configuration).
+  if (params.has("torch_adam") && params.boolean("torch_adam")) {
+    const bool fused = params.has("fused") && params.raw("fused").is_boolean() && params.boolean("fused");
+    training.adam_implementation = fused ? AdamImplementation::torch_fused : AdamImplementation::torch_foreach;
+    reader.note("optimizer.params.torch_adam: torch.optim.AdamW (" + std::string(fused ? "fused" : "foreach") +
+                "), not DeepSpeed's FusedAdam");
+  }
   number("lr", training.learning_rate, "learning rate");
   number("eps", training.adam_epsilon, "adam_epsilon");
   number("weight_decay", training.weight_decay, "weight decay");
@@ -431,15 +482,21 @@ void read_zero(const Reader& reader, const JsonFields& top) {
     zero.offload_optimizer = OffloadDevice::none;
   }
 
-  // overlap_comm: DeepSpeedZeroConfig defaults it to true for stage 3 only (runtime/zero/config.py).
+  // overlap_comm: DeepSpeedZeroConfig defaults it to true for stage 3 only (runtime/zero/config.py
+  // overlap_comm_valid). Not given, each plan takes its own stage's default (sim/plan_choice.cpp apply_choice).
   if (section.has("overlap_comm")) {
     zero.overlap_comm = section.boolean("overlap_comm");
+    zero.overlap_comm_given = true;
   } else {
     zero.overlap_comm = zero.stage == 3;
-    reader.note(std::string("zero_optimization.overlap_comm not set: ") + (zero.overlap_comm ? "true" : "false") +
-                " (DeepSpeed's default for stage " + std::to_string(zero.stage) + ")");
+    zero.overlap_comm_given = false;
+    reader.note("zero_optimization.overlap_comm not set: DeepSpeed's default, true at stage 3 and false below (" +
+                std::string(zero.overlap_comm ? "true" : "false") + " for stage " + std::to_string(zero.stage) + ")");
   }
   zero.contiguous_gradients = section.boolean_or("contiguous_gradients", zero.contiguous_gradients);
+  zero.use_multi_rank_bucket_allreduce =
+      section.boolean_or("use_multi_rank_bucket_allreduce", zero.use_multi_rank_bucket_allreduce);
+  zero.reduce_scatter = section.boolean_or("reduce_scatter", zero.reduce_scatter);
 
   // Sizes in elements; "auto" as transformers/integrations/deepspeed.py resolves it from config.hidden_size.
   auto size = [&](const std::vector<std::string>& keys, std::int64_t& target, const char* rule,
@@ -523,6 +580,7 @@ void apply_deepspeed_config(const nlohmann::json& document, const std::string& s
     }
   }
   read_zero(reader, top);
+  read_data_types(reader, top);
   read_activation_checkpointing(reader, top);
   training = std::move(updated);
 }
@@ -546,6 +604,8 @@ nlohmann::json emit_deepspeed_config(const TrainingConfig& training, int world_s
   } else if (training.precision == Precision::bf16) {
     config["bf16"] = {{"enabled", true}};
   }
+  if (training.communication_dtype) config["communication_data_type"] = to_string(*training.communication_dtype);
+  if (training.grad_accum_dtype) config["data_types"] = {{"grad_accum_dtype", to_string(*training.grad_accum_dtype)}};
   switch (training.optimizer) {
     case OptimizerKind::adamw:
       config["optimizer"] = {{"type", "AdamW"},
@@ -554,6 +614,10 @@ nlohmann::json emit_deepspeed_config(const TrainingConfig& training, int world_s
                                {"betas", {training.adam_beta1, training.adam_beta2}},
                                {"eps", training.adam_epsilon},
                                {"weight_decay", training.weight_decay}}}};
+      if (training.adam_implementation != AdamImplementation::deepspeed_fused) {
+        config["optimizer"]["params"]["torch_adam"] = true;
+        if (training.adam_implementation == AdamImplementation::torch_fused) config["optimizer"]["params"]["fused"] = true;
+      }
       break;
     case OptimizerKind::sgd_momentum:
       config["optimizer"] = {
@@ -568,10 +632,15 @@ nlohmann::json emit_deepspeed_config(const TrainingConfig& training, int world_s
   }
   nlohmann::json z = {{"stage", zero.stage}};
   if (zero.stage >= 1) {
-    z["overlap_comm"] = zero.overlap_comm;
+    // The plan's own value: the one given, else DeepSpeed's default for this stage (true at stage 3).
+    z["overlap_comm"] = zero.overlap_comm_given ? zero.overlap_comm : zero.stage == 3;
     z["contiguous_gradients"] = zero.contiguous_gradients;
     z["reduce_bucket_size"] = zero.reduce_bucket_size;
-    if (zero.stage <= 2) z["allgather_bucket_size"] = zero.allgather_bucket_size;
+    z["reduce_scatter"] = zero.reduce_scatter;
+    if (zero.stage <= 2) {
+      z["allgather_bucket_size"] = zero.allgather_bucket_size;
+      z["use_multi_rank_bucket_allreduce"] = zero.use_multi_rank_bucket_allreduce;
+    }
     if (zero.offload_optimizer != OffloadDevice::none) {
       nlohmann::json offload = {{"device", to_string(zero.offload_optimizer)}, {"pin_memory", zero.pin_memory}};
       if (zero.offload_optimizer == OffloadDevice::nvme) {

@@ -50,6 +50,15 @@ std::string to_string(TrainingEngine engine) {
   return "unknown";
 }
 
+std::string to_string(AdamImplementation implementation) {
+  switch (implementation) {
+    case AdamImplementation::deepspeed_fused: return "deepspeed_fused_adam";
+    case AdamImplementation::torch_foreach: return "torch_adamw_foreach";
+    case AdamImplementation::torch_fused: return "torch_adamw_fused";
+  }
+  return "unknown";
+}
+
 namespace {
 template <typename Enum>
 Enum parse_named(const std::string& text, const std::string& source, const std::string& field,
@@ -120,6 +129,9 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
       {"fused_cross_entropy", training.fused_cross_entropy},
       {"fp32_loss", training.fp32_loss},
       {"gradient_clipping", training.gradient_clipping},
+      {"grad_accum_dtype", to_string(training.grad_accum_dtype.value_or(training.precision))},
+      {"communication_dtype", to_string(training.communication_dtype.value_or(training.precision))},
+      {"adam_implementation", to_string(training.adam_implementation)},
       {"loss_scale",
        {{"initial_scale_power", training.loss_scale.initial_scale_power},
         {"loss_scale_window", training.loss_scale.loss_scale_window},
@@ -135,6 +147,8 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
         {"offload_optimizer", to_string(zero.offload_optimizer)},
         {"offload_param", to_string(zero.offload_param)},
         {"overlap_comm", zero.overlap_comm},
+        {"use_multi_rank_bucket_allreduce", zero.use_multi_rank_bucket_allreduce},
+        {"reduce_scatter", zero.reduce_scatter},
         {"contiguous_gradients", zero.contiguous_gradients},
         {"reduce_bucket_size", zero.reduce_bucket_size},
         {"allgather_bucket_size", zero.allgather_bucket_size},

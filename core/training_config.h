@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,18 @@ enum class Checkpointing { none, selective, full };
 // flat gradient buffer (no bucket copies) and allocates exact sizes through one tagged allocator (no caching
 // reserve). `zeroplan run` predicts with the zeroplan engine, so measured and predicted describe the same program.
 enum class TrainingEngine { deepspeed, zeroplan };
+// Which Adam DeepSpeed builds (deepspeed/runtime/engine.py get_optimizer_configuration and
+// _configure_basic_optimizer): its own FusedAdam (multi_tensor_apply kernels over chunks of the parameters) unless
+// the optimizer params say "torch_adam": true, which builds torch.optim.AdamW, torch's foreach implementation by
+// default and its fused one with "fused": true. Under ZeRO-Offload the CPU Adam (DeepSpeedCPUAdam) runs instead.
+enum class AdamImplementation { deepspeed_fused, torch_foreach, torch_fused };
 
 std::string to_string(Precision precision);
 std::string to_string(OptimizerKind optimizer);
 std::string to_string(OffloadDevice device);
 std::string to_string(Checkpointing checkpointing);
 std::string to_string(TrainingEngine engine);
+std::string to_string(AdamImplementation implementation);
 // Parse the names above; throw InputError(source, field, "expected one of ...") on anything else.
 Precision parse_precision(const std::string& text, const std::string& source, const std::string& field);
 OptimizerKind parse_optimizer(const std::string& text, const std::string& source, const std::string& field);
@@ -44,7 +51,15 @@ struct ZeroConfig {
   int stage = 0;                                   // 0, 1, 2 or 3
   OffloadDevice offload_optimizer = OffloadDevice::none;
   OffloadDevice offload_param = OffloadDevice::none;  // stage 3 only
-  bool overlap_comm = false;                       // DeepSpeed: default true for stage 3 only
+  // overlap_comm: DeepSpeed defaults it to true for stage 3 only (runtime/zero/config.py overlap_comm_valid). When
+  // no one gave it (overlap_comm_given false), a plan takes the default of its own stage (sim/plan_choice.cpp).
+  bool overlap_comm = false;
+  bool overlap_comm_given = false;
+  // Stages 1-2 reduce each gradient bucket with one all-reduce over every rank and keep their own slices
+  // (stage_1_and_2.py average_tensor, "use_multi_rank_bucket_allreduce", default true); false reduces each rank's
+  // slices to it ("reduce" collectives). reduce_scatter false makes stages 1-3 all-reduce whole buckets.
+  bool use_multi_rank_bucket_allreduce = true;
+  bool reduce_scatter = true;
   bool contiguous_gradients = true;
   std::int64_t reduce_bucket_size = 500'000'000;   // elements
   std::int64_t allgather_bucket_size = 500'000'000;  // elements (stage 1/2 parameter all-gather)
@@ -95,6 +110,11 @@ struct TrainingConfig {
   // parameters are communicated in fp32. Used by the simulator's compute and communication times only.
   bool autocast_fp32_params = false;
   double gradient_clipping = 1.0;      // 0: off
+  // DeepSpeed's data_types.grad_accum_dtype and communication_data_type (runtime/engine.py get_data_types and the
+  // communication_data_type property): unset means the model's precision.
+  std::optional<Precision> grad_accum_dtype;
+  std::optional<Precision> communication_dtype;
+  AdamImplementation adam_implementation = AdamImplementation::deepspeed_fused;
   LossScaleConfig loss_scale;
   double learning_rate = 3e-4;
   double weight_decay = 0.1;

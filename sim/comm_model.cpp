@@ -35,6 +35,15 @@ int communication_element_bytes(const TrainingConfig& training) {
   return training.autocast_fp32_params ? 4 : precision_bytes(training.precision);
 }
 
+int gradient_communication_bytes(const TrainingConfig& training) {
+  // DeepSpeed reduces gradients in communication_data_type when given (engine.py communication_data_type;
+  // stage_1_and_2.py allreduce_bucket and stage3.py __avg_scatter_grads convert to it); zeroplan's executor
+  // communicates in the training precision.
+  if (training.engine == TrainingEngine::deepspeed && training.communication_dtype && !training.autocast_fp32_params)
+    return precision_bytes(*training.communication_dtype);
+  return communication_element_bytes(training);
+}
+
 namespace {
 
 void add(CommVolume& volume, CollectiveKind kind, std::int64_t calls, std::int64_t elements, int element_bytes,

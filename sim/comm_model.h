@@ -44,6 +44,9 @@ double ring_factor(CollectiveKind kind, int ranks);
 // over fp32 parameters (fp32 .grad all-reduced, fp32 parameters broadcast). The simulator's schedule uses the
 // same figure.
 int communication_element_bytes(const TrainingConfig& training);
+// The gradient reductions' element bytes: DeepSpeed's communication_data_type when the DeepSpeed engine is given
+// one, else communication_element_bytes (parameters are always gathered in the model's dtype).
+int gradient_communication_bytes(const TrainingConfig& training);
 
 CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription& cluster,
                          const TrainingConfig& training, const PlanChoice& choice);

@@ -51,6 +51,10 @@ TrainingConfig apply_choice(const TrainingConfig& training, const PlanChoice& ch
   applied.zero.stage = choice.stage;
   applied.zero.offload_optimizer = choice.offload_optimizer;
   applied.zero.offload_param = choice.stage == 3 ? choice.offload_param : OffloadDevice::none;
+  // overlap_comm nobody gave follows DeepSpeed's default for the plan's stage: true at stage 3 only
+  // (runtime/zero/config.py overlap_comm_valid). zeroplan's executor keeps what its caller set.
+  if (!applied.zero.overlap_comm_given && applied.engine == TrainingEngine::deepspeed)
+    applied.zero.overlap_comm = choice.stage == 3;
   return applied;
 }
 

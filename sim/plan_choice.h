@@ -24,7 +24,8 @@ struct PlanChoice {
 // any).
 std::vector<PlanChoice> enumerate_plan_choices(const PlanChoiceFilter& filter = {});
 
-// The training configuration with the choice applied (zero.stage and offloads set).
+// The training configuration with the choice applied (zero.stage and offloads set; for the DeepSpeed engine an
+// overlap_comm nobody gave takes the stage's DeepSpeed default).
 TrainingConfig apply_choice(const TrainingConfig& training, const PlanChoice& choice);
 
 }  // namespace zeroplan

@@ -1,5 +1,6 @@
 #include "sim/plan_timing.h"
 
+#include "sim/deepspeed_engine.h"
 #include "sim/memory_margin.h"
 #include "sim/monotone_search.h"
 
@@ -40,6 +41,13 @@ std::vector<TimedPlan> evaluate_timed_plans(const ModelDescription& model, const
   timed.reserve(choices.size());
   for (const PlanChoice& choice : choices) {
     TimedPlan entry;
+    if (training.engine == TrainingEngine::deepspeed && !deepspeed_runs(training, choice, &entry.refused)) {
+      entry.plan = evaluate_plan(model, cluster, training, choice, memory_search_off);
+      entry.plan.fits = entry.plan.gpu_fits = false;
+      entry.why_not_timed = entry.refused;
+      timed.push_back(std::move(entry));
+      continue;
+    }
     if (!cluster_supports(cluster, choice, &entry.why_not_timed)) {
       entry.plan = evaluate_plan(model, cluster, training, choice, options);
       timed.push_back(std::move(entry));

@@ -35,6 +35,7 @@ struct TimedPlan {
   PlanResult plan;                          // judged on the timeline when simulated
   std::optional<StepSimulation> simulation; // absent when the cluster lacks a rate the plan needs (why_not_timed)
   std::string why_not_timed;
+  std::string refused;                      // DeepSpeed's engine refuses the plan (deepspeed_runs): why; not fitting
 };
 
 // Evaluates every choice with the memory model, simulates it where the cluster allows, judges GPU memory on the

@@ -7,6 +7,7 @@
 #include "core/input_error.h"
 #include "core/number_checks.h"
 #include "core/units.h"
+#include "sim/deepspeed_engine.h"
 #include "sim/planner.h"
 
 namespace zeroplan {
@@ -117,6 +118,7 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
     const std::int64_t per_gpu = options.global_batch / gpus;
     for (const PlanChoice& choice : choices) {
       if (!cluster_supports(sized, choice)) continue;  // e.g. NVMe offload on a cluster without NVMe
+      if (training.engine == TrainingEngine::deepspeed && !deepspeed_runs(training, choice)) continue;
       for (Checkpointing checkpointing : options.checkpointing) {
         for (std::int64_t micro = 1; micro <= std::min(per_gpu, options.max_micro_batch); ++micro) {
           if (per_gpu % micro != 0) continue;

@@ -75,7 +75,7 @@ TEST(DeepSpeedConfig, ExplicitBatchSizesAndNoAutos) {
   EXPECT_EQ(training.micro_batch, 8);
   EXPECT_EQ(training.grad_accum, 4);
   EXPECT_FALSE(training.zero.overlap_comm);  // DeepSpeed's default below stage 3
-  EXPECT_TRUE(any_contains(training.notes, "overlap_comm not set: false"));
+  EXPECT_TRUE(any_contains(training.notes, "overlap_comm not set: DeepSpeed's default"));
   EXPECT_DOUBLE_EQ(training.adam_beta2, 0.95);
 }
 
@@ -237,6 +237,7 @@ TEST(EmitDeepSpeedConfig, RoundTripsThroughTheReader) {
   plan.zero.offload_optimizer = OffloadDevice::cpu;
   plan.zero.offload_param = OffloadDevice::nvme;
   plan.zero.overlap_comm = true;
+  plan.zero.overlap_comm_given = true;
   plan.zero.prefetch_bucket_size = 12'345'678;
   plan.zero.param_persistence_threshold = 4096;
   plan.checkpointing = Checkpointing::full;
@@ -304,6 +305,78 @@ TEST(DeepSpeedConfig, NonFiniteRatesAndAbsurdSizesAreRefused) {
                      {"ds_nan_lr.json", "1e999", "not a finite number"});
   expect_input_error([&] { apply_deepspeed_config(kData + "/ds_absurd_accumulation.json", model, 4, training); },
                      {"gradient_accumulation_steps", "at most 10,000"});
+}
+
+}  // namespace
+}  // namespace zeroplan
+
+namespace zeroplan {
+namespace {
+
+// Issue 13: fields DeepSpeed 0.19.8 reads (runtime/config.py get_communication_data_type, get_data_types_params;
+// engine.py get_optimizer_configuration) are read, not accepted and ignored.
+TEST(DeepSpeedDataTypes, CommunicationAndAccumulationDtypesAndTorchAdamAreRead) {
+  TrainingConfig training;
+  const auto config = nlohmann::json::parse(R"({"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true},
+      "communication_data_type": "FP32", "data_types": {"grad_accum_dtype": "float32"},
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": true}},
+      "zero_optimization": {"stage": 1, "use_multi_rank_bucket_allreduce": false, "reduce_scatter": true}})");
+  apply_deepspeed_config(config, "ds.json", load_model("gpt2-124m"), 2, training);
+  EXPECT_TRUE(training.warnings.empty()) << training.warnings.front();
+  ASSERT_TRUE(training.communication_dtype);
+  EXPECT_EQ(*training.communication_dtype, Precision::fp32);
+  ASSERT_TRUE(training.grad_accum_dtype);
+  EXPECT_EQ(*training.grad_accum_dtype, Precision::fp32);
+  EXPECT_EQ(training.adam_implementation, AdamImplementation::torch_foreach);
+  EXPECT_FALSE(training.zero.use_multi_rank_bucket_allreduce);
+  // Written back for the plan, and read again the same.
+  const nlohmann::json emitted = emit_deepspeed_config(training, 2);
+  EXPECT_EQ(emitted.at("communication_data_type"), "fp32");
+  EXPECT_EQ(emitted.at("data_types").at("grad_accum_dtype"), "fp32");
+  EXPECT_EQ(emitted.at("optimizer").at("params").at("torch_adam"), true);
+  TrainingConfig again;
+  apply_deepspeed_config(emitted, "emitted.json", load_model("gpt2-124m"), 2, again);
+  EXPECT_EQ(again.communication_dtype, training.communication_dtype);
+  EXPECT_EQ(again.grad_accum_dtype, training.grad_accum_dtype);
+  EXPECT_EQ(again.adam_implementation, training.adam_implementation);
+  EXPECT_EQ(again.zero.use_multi_rank_bucket_allreduce, false);
+}
+
+TEST(DeepSpeedDataTypes, WhatDeepSpeedRefusesIsAnInputError) {
+  TrainingConfig training;
+  // engine.py _do_optimizer_sanity_check: no ZeRO with gradients accumulated in another dtype than the model's.
+  const auto stage0 = nlohmann::json::parse(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"},
+      "zero_optimization": {"stage": 0}})");
+  expect_input_error([&] { apply_deepspeed_config(stage0, "ds.json", load_model("gpt2-124m"), 2, training); },
+                     {"ds.json", "data_types.grad_accum_dtype", "NotImplementedError", "stage"});
+  // get_communication_data_type accepts fp32, fp16 and bf16 only.
+  const auto comm = nlohmann::json::parse(R"({"communication_data_type": "float32"})");
+  expect_input_error([&] { apply_deepspeed_config(comm, "ds.json", load_model("gpt2-124m"), 2, training); },
+                     {"ds.json", "communication_data_type", "fp32, fp16 or bf16"});
+  const auto accum = nlohmann::json::parse(R"({"data_types": {"grad_accum_dtype": "int4"}})");
+  expect_input_error([&] { apply_deepspeed_config(accum, "ds.json", load_model("gpt2-124m"), 2, training); },
+                     {"ds.json", "data_types.grad_accum_dtype"});
+}
+
+// overlap_comm not given is DeepSpeed's default of the plan's stage (zero/config.py overlap_comm_valid): a stage-3
+// plan emitted from a stage-2 config without the key says true, and one from flags alone too.
+TEST(DeepSpeedDataTypes, OverlapCommNotGivenFollowsThePlansStage) {
+  TrainingConfig training;
+  const auto config = nlohmann::json::parse(R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})");
+  apply_deepspeed_config(config, "ds.json", load_model("gpt2-124m"), 2, training);
+  EXPECT_FALSE(training.zero.overlap_comm_given);
+  training.zero.stage = 3;
+  EXPECT_EQ(emit_deepspeed_config(training, 2).at("zero_optimization").at("overlap_comm"), true);
+  TrainingConfig flags_only;
+  flags_only.zero.stage = 3;
+  EXPECT_EQ(emit_deepspeed_config(flags_only, 2).at("zero_optimization").at("overlap_comm"), true);
+  flags_only.zero.stage = 1;
+  EXPECT_EQ(emit_deepspeed_config(flags_only, 2).at("zero_optimization").at("overlap_comm"), false);
+  const auto given = nlohmann::json::parse(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})");
+  TrainingConfig off;
+  apply_deepspeed_config(given, "ds.json", load_model("gpt2-124m"), 2, off);
+  EXPECT_TRUE(off.zero.overlap_comm_given);
+  EXPECT_EQ(emit_deepspeed_config(off, 2).at("zero_optimization").at("overlap_comm"), false);
 }
 
 }  // namespace

@@ -192,6 +192,7 @@ TEST(EstimateMemory, BucketsFollowDeepSpeedDefaultsAndOverlapComm) {
   const Bytes single = estimate_memory(params_only_model(P), cluster, training, stage2).gpu.gradient_buckets;
   EXPECT_EQ(single, 2 * 500'000'000LL + 2 * 500'000'000LL);  // reduce bucket + all-gather bucket
   training.zero.overlap_comm = true;
+  training.zero.overlap_comm_given = true;
   EXPECT_EQ(estimate_memory(params_only_model(P), cluster, training, stage2).gpu.gradient_buckets,
             2 * 2 * 500'000'000LL + 2 * 500'000'000LL);
 }

@@ -79,6 +79,7 @@ StepSimulation predict(const PeerRow& row, const ModelDescription& model) {
   training.fp32_loss = true;
   training.autocast_fp32_params = row.autocast;
   training.zero.overlap_comm = true;
+  training.zero.overlap_comm_given = true;
   if (row.stage <= 1) {
     training.zero.reduce_bucket_size = 25 * 1024 * 1024 / 4;  // DDP bucket_cap_mb = 25 of fp32 gradients
     const std::int64_t tensors = 12 * model.transformer->layers + 4;

@@ -70,6 +70,7 @@ TrainingConfig fp32_training(int stage, bool overlap) {
   training.precision = Precision::fp32;
   training.zero.stage = stage;
   training.zero.overlap_comm = overlap;
+  training.zero.overlap_comm_given = true;
   return training;
 }
 
@@ -171,6 +172,7 @@ TEST(SimulatorOverlap, NoExposedCommunicationOverInfinitelyFastLinks) {
   for (int s = 0; s <= 3; ++s) {
     for (bool overlap : {false, true}) {
       training.zero.overlap_comm = overlap;
+      training.zero.overlap_comm_given = true;
       const StepSimulation sim = simulate_step(model, cluster, training, stage(s));
       EXPECT_EQ(sim.exposed_comm_seconds, 0.0) << "stage " << s;
       EXPECT_NEAR(sim.step_seconds, sim.compute_seconds, 1e-12) << "stage " << s;
@@ -185,6 +187,7 @@ TEST(SimulatorOverlap, ExposedEqualsTheSerialSumWithoutOverlap) {
   training.micro_batch = 4;
   training.grad_accum = 2;
   training.zero.overlap_comm = false;
+  training.zero.overlap_comm_given = true;
   training.zero.reduce_bucket_size = 50'000'000;
   training.zero.prefetch_bucket_size = 0;  // stage 3: no prefetch either
   for (int s = 0; s <= 3; ++s) {
@@ -195,6 +198,7 @@ TEST(SimulatorOverlap, ExposedEqualsTheSerialSumWithoutOverlap) {
     // With overlap the same step is faster and hides part of it.
     TrainingConfig overlapped = training;
     overlapped.zero.overlap_comm = true;
+    overlapped.zero.overlap_comm_given = true;
     overlapped.zero.prefetch_bucket_size = 50'000'000;
     const StepSimulation faster = simulate_step(model, cluster, overlapped, stage(s));
     EXPECT_LT(faster.exposed_comm_seconds, sim.exposed_comm_seconds) << "stage " << s;

@@ -61,6 +61,7 @@ TEST(SteadyAccumulation, StepWithRepeatsLeftOffEqualsTheWholeStep) {
           training.grad_accum = accumulation;
           training.checkpointing = Checkpointing::full;
           training.zero.overlap_comm = overlap;
+          training.zero.overlap_comm_given = true;
           SimulationOptions whole;
           whole.record_events = true;  // every micro-step on the timeline
           const std::string label = model->name + " " + choice.label() + " overlap " + std::to_string(overlap) +
