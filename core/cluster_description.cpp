@@ -389,7 +389,6 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"attention_backward_flops", cluster.attention_backward_flops},
         {"kernel_overhead_seconds", cluster.kernel_overhead_seconds}}},
       {"topology", {{"gpus_per_node", cluster.gpus_per_node}, {"nodes", cluster.nodes}}},
-      {"intra_node", interconnect_to_json(cluster.intra_node)},
       {"host",
        {{"memory_bytes", cluster.host_memory_bytes},
         {"cores", cluster.host_cores},
@@ -405,6 +404,9 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
         {"allocator_reserve_fraction", cluster.runtime.allocator_reserve_fraction}}},
   };
+  // A link is written only when there is one: a node of one GPU has no intra-node link (bus_bandwidth 0), and
+  // cluster_from_json refuses a link whose bandwidth is not positive.
+  if (cluster.intra_node.bus_bandwidth > 0.0) document["intra_node"] = interconnect_to_json(cluster.intra_node);
   if (cluster.inter_node.bus_bandwidth > 0.0) document["inter_node"] = interconnect_to_json(cluster.inter_node);
   return document;
 }

@@ -92,8 +92,19 @@ const ScratchDirectory& scratch() {
 // --- model descriptions (--model FILE): load_model's dispatch on the parsed document ---
 
 // What `zeroplan model --format json` writes must read back as the same model (model_to_json's promise).
+// An InputError while reading back what the writer wrote is the writer's (or the reader's) bug, not bad input.
+template <typename Read>
+auto read_back(const char* what, Read read) {
+  try {
+    return read();
+  } catch (const InputError& error) {
+    throw InvariantBroken(std::string(what) + " refused what it wrote: " + error.what());
+  }
+}
+
 void check_model_round_trip(const ModelDescription& model) {
-  const ModelDescription again = model_from_json(model_to_json(model), kSource);
+  const ModelDescription again =
+      read_back("model_to_json -> model_from_json", [&] { return model_from_json(model_to_json(model), kSource); });
   require(again.params() == model.params(), "model_to_json -> model_from_json changed the parameter count");
   require(again.layers.size() == model.layers.size(), "model_to_json -> model_from_json changed the layer count");
   require(again.largest_layer_params() == model.largest_layer_params(),
@@ -120,7 +131,8 @@ void feed_hf_config(std::string_view bytes) {
 void feed_cluster_description(std::string_view bytes) {
   const nlohmann::json document = parse_json_text(std::string(bytes), kSource, /*allow_comments=*/true);
   const ClusterDescription cluster = cluster_from_json(document, kSource);
-  const ClusterDescription again = cluster_from_json(cluster_to_json(cluster), kSource);
+  const ClusterDescription again = read_back("cluster_to_json -> cluster_from_json",
+                                             [&] { return cluster_from_json(cluster_to_json(cluster), kSource); });
   require(again.total_gpus() == cluster.total_gpus() && again.gpu_memory_bytes == cluster.gpu_memory_bytes,
           "cluster_to_json -> cluster_from_json changed the GPUs");
   // --gpus resizes the cluster: one GPU, the whole cluster, one node more and the largest count a flag accepts.
@@ -163,11 +175,10 @@ void feed_deepspeed_config(std::string_view bytes) {
     refusals.accepted();
     // --emit-ds-config writes what was read: DeepSpeed (and zeroplan) must read it back to the same plan.
     TrainingConfig again;
-    try {
+    read_back("emit_deepspeed_config -> apply_deepspeed_config", [&] {
       apply_deepspeed_config(emit_deepspeed_config(training, c.world_size), "emitted", c.model, c.world_size, again);
-    } catch (const InputError& error) {
-      throw InvariantBroken(std::string("the config emit_deepspeed_config wrote is refused: ") + error.what());
-    }
+      return 0;
+    });
     require(again.micro_batch == training.micro_batch && again.grad_accum == training.grad_accum &&
                 again.precision == training.precision && again.zero.stage == training.zero.stage &&
                 again.zero.offload_optimizer == training.zero.offload_optimizer &&

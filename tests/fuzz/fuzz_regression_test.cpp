@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cluster_description.h"
 #include "core/input_error.h"
+#include "core/json_input.h"
 #include "fuzz/parser_inputs.h"
 
 namespace zeroplan::fuzz {
@@ -66,6 +68,24 @@ TEST_P(ParserInputs, EveryKeptFuzzerFindingReadsCleanly) {
   for (const auto& finding : files_in(std::filesystem::path(ZEROPLAN_FUZZ_REGRESSION_DIR) / input.name)) {
     SCOPED_TRACE(finding.string());
     feed_file(input, finding);
+  }
+}
+
+// Found by the cluster_description target (its round trip): cluster_to_json wrote an "intra_node" link of
+// bandwidth 0 for a node of one GPU, which cluster_from_json refuses. Such a cluster now reads back.
+TEST(FuzzFindings, ClusterOfOneGpuPerNodeReadsBackWhatItWrites) {
+  const std::filesystem::path file =
+      std::filesystem::path(ZEROPLAN_FUZZ_REGRESSION_DIR) / "cluster_description" / "one-gpu-per-node-round-trip.json";
+  for (const ClusterDescription& cluster :
+       {cluster_from_json(read_json_file(file), file.string()), load_cluster("rtx4090")}) {
+    SCOPED_TRACE(cluster.name);
+    ASSERT_EQ(cluster.gpus_per_node, 1);
+    const nlohmann::json written = cluster_to_json(cluster);
+    EXPECT_FALSE(written.contains("intra_node"));
+    const ClusterDescription again = cluster_from_json(written, "written.json");
+    EXPECT_EQ(again.total_gpus(), 1);
+    EXPECT_EQ(again.gpu_memory_bytes, cluster.gpu_memory_bytes);
+    EXPECT_EQ(again.intra_node.bus_bandwidth, 0.0);
   }
 }
 
