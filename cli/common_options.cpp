@@ -46,7 +46,8 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
   command.add_option("--ds-config", options.ds_config,
                      "A DeepSpeed config file (// comments and \"auto\" accepted); flags given beside it win");
   command.add_option("--engine", options.engine,
-                     "Whose engine the memory model describes: deepspeed (default) or zeroplan (our executor)");
+                     "Whose engine the model describes: deepspeed (default), zeroplan (our executor) or ideal (the ZeRO "
+                     "paper's schedule without a framework's overheads)");
   command.add_option("--margin", options.margin,
                      "GPU memory kept free above each plan's predicted peak, in percent of it (e.g. 5 or 5%); "
                      "default: the measured error of the engine's memory model")

@@ -111,15 +111,16 @@ TextTable memory_table(const std::vector<PlanResult>& plans, const std::vector<s
 
 TextTable traffic_table(const std::vector<PlanResult>& plans) {
   TextTable table({"plan", "host", "host pinned", "NVMe", "all-reduce", "reduce-scatter", "all-gather",
-                   "sent per GPU", "x P", "PCIe H2D", "PCIe D2H", "NVMe r+w"});
+                   "sent per GPU", "x P", "paper x P", "PCIe H2D", "PCIe D2H", "NVMe r+w"});
   for (const PlanResult& plan : plans) {
-    char multiple[16];
+    char multiple[16], paper[16];
     std::snprintf(multiple, sizeof multiple, "%.2f", plan.comm.multiple_of_params);
+    std::snprintf(paper, sizeof paper, "%.0f", plan.comm.paper_multiple_of_params);
     table.add_row({plan.choice.label(), gib_cell(plan.memory.host.total), gib_cell(plan.memory.host.pinned),
                    gib_cell(plan.memory.nvme_bytes), gb_cell(collective_bytes(plan.comm, CollectiveKind::all_reduce)),
                    gb_cell(collective_bytes(plan.comm, CollectiveKind::reduce_scatter)),
                    gb_cell(collective_bytes(plan.comm, CollectiveKind::all_gather)),
-                   gb_cell(plan.comm.total_wire_bytes), multiple, gb_cell(plan.comm.pcie_host_to_device_bytes),
+                   gb_cell(plan.comm.total_wire_bytes), multiple, paper, gb_cell(plan.comm.pcie_host_to_device_bytes),
                    gb_cell(plan.comm.pcie_device_to_host_bytes),
                    gb_cell(plan.comm.nvme_read_bytes + plan.comm.nvme_write_bytes)});
   }
@@ -356,7 +357,9 @@ int run_plan(const PlanCommandOptions& options) {
   for (std::size_t i = 0; i < plans.size(); ++i)
     if (!refused[i].empty()) std::cout << "  " << plans[i].choice.label() << ": " << refused[i] << '\n';
   std::cout << "\nHost and NVMe per node (GiB); communication per GPU per optimizer step (GB = 1e9 bytes; "
-               "sent per GPU = ring wire bytes):\n";
+               "sent per GPU = ring wire bytes; x P = what the "
+            << to_string(inputs.training.engine)
+            << " engine sends per micro-step in units of P, paper x P = the ZeRO paper's 2P/3P):\n";
   print_table(traffic_table(plans), inputs.format);
   std::cout << "\nStep time (simulated timeline, `zeroplan simulate` for the breakdown; MFU against the datasheet "
                "dense peak, FLOPs "

@@ -44,11 +44,11 @@ constexpr Bytes kDefaultNcclBufferBytes = 512 * kMiB;
 constexpr const char* kDefaultNcclBufferSource =
     "default 512 MiB per communicator: NVIDIA/nccl issues #864 and #964 report 0.5-1.6 GB, the low end with "
     "NVLink SHARP (NVLS) off";
-constexpr double kDefaultAllocatorReserveFraction = 0.10;
+constexpr double kDefaultAllocatorReserveFraction = 0.41;
 constexpr const char* kDefaultAllocatorReserveSource =
-    "default 0.10 of tensor bytes: an assumption for the PyTorch caching allocator's reserved-but-unallocated "
-    "memory (fragmentation); the ZeRO paper (arXiv 1910.02054 sec. 6.3) saw OOM with over 30% free, so raise it "
-    "for long runs with varying shapes";
+    "default 0.41 of the activation and logit bytes: the PyTorch caching allocator's reserve measured on "
+    "nvidia-h200-x2 with DeepSpeed 0.19.8 and torch 2.11 (device used minus peak allocated minus context, cuBLAS "
+    "and NCCL, 0.403-0.407 at ZeRO stages 0-3 of GPT-2 1.5B; bench/deepspeed/results/)";
 
 // Default GEMM efficiency curve for a cluster without measured points: a fixed cost per GEMM plus throughput at
 // the best rate training shapes reach, t(F) = t_fixed + F / (e_max * peak), so efficiency(F) = F / (peak * t(F)).
@@ -90,18 +90,25 @@ const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",   
                                            "hbm_bandwidth",   "gemm_efficiency",
                                            "streaming_bandwidth", "reduction_bandwidth",
                                            "attention_forward_flops", "attention_backward_flops",
-                                           "kernel_overhead_seconds"};
+                                           "kernel_overhead_seconds", "optimizer_bandwidth"};
 const std::vector<std::string> kTopologyKeys = {"gpus_per_node", "nodes"};
 const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured"};
 const std::vector<std::string> kPointKeys = {"collective", "ranks", "message_bytes", "bus_bandwidth"};
-const std::vector<std::string> kHostKeys = {"memory_bytes", "memory_mib", "memory_gib", "cores", "pcie_bandwidth",
-                                            "cpu_optimizer_params_per_second"};
+const std::vector<std::string> kHostKeys = {"memory_bytes",
+                                            "memory_mib",
+                                            "memory_gib",
+                                            "cores",
+                                            "pcie_bandwidth",
+                                            "cpu_optimizer_params_per_second",
+                                            "cpu_adam_params_per_second_per_thread",
+                                            "deepspeed_module_hook_seconds",
+                                            "deepspeed_gradient_hook_seconds"};
 const std::vector<std::string> kNvmeKeys = {"capacity_bytes", "capacity_gib", "capacity_gb", "read_bandwidth",
                                             "write_bandwidth"};
 const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_context_mib",
                                                "cublas_workspace_bytes", "cublas_workspace_mib",
                                                "nccl_buffer_bytes",      "nccl_buffer_mib",
-                                               "allocator_reserve_fraction"};
+                                               "allocator_reserve_of_activations", "allocator_reserve_fraction"};
 
 void refuse_unknown_keys(const JsonFields& fields, const std::vector<std::string>& known) {
   const auto unknown = fields.unknown_keys(known);
@@ -286,6 +293,16 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
     note("gpu.kernel_overhead_seconds: default 4 us per memory-bound kernel (H200 eager PyTorch: 4.9 us)");
   }
 
+  // The optimizer's kernels (torch's fused and foreach AdamW, DeepSpeed's FusedAdam: multi_tensor_apply over many
+  // tensors) stream below a plain copy: on the H200, torch fused AdamW moved 2.87 TB/s against 4.27 for a copy
+  // (bench/sim/h200_compute_rates_2026-11-21.json adamw_fused_bytes_per_second), 0.60 of the HBM datasheet rate.
+  if (gpu.has("optimizer_bandwidth")) {
+    cluster.optimizer_bandwidth = gpu.positive_number("optimizer_bandwidth");
+  } else {
+    cluster.optimizer_bandwidth = 0.60 * cluster.hbm_bandwidth;
+    note("gpu.optimizer_bandwidth: default 0.60 x hbm_bandwidth (H200: torch fused AdamW 2.87 of 4.8 TB/s)");
+  }
+
   const JsonFields topology = fields.object("topology");
   refuse_unknown_keys(topology, kTopologyKeys);
   cluster.gpus_per_node = int_field(topology, "gpus_per_node", 1024);
@@ -309,6 +326,18 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   cluster.host_cores = int_field(host, "cores", 1'000'000);
   cluster.pcie_bandwidth = host.positive_number("pcie_bandwidth");
   cluster.cpu_optimizer_params_per_second = host.positive_number("cpu_optimizer_params_per_second");
+  cluster.cpu_adam_params_per_second_per_thread = host.non_negative_number_or("cpu_adam_params_per_second_per_thread", 0.0);
+  if (cluster.cpu_adam_params_per_second_per_thread > cluster.cpu_optimizer_params_per_second) {
+    host.fail("cpu_adam_params_per_second_per_thread", "exceeds the node's cpu_optimizer_params_per_second");
+  }
+  if (!host.has("cpu_adam_params_per_second_per_thread"))
+    note("host.cpu_adam_params_per_second_per_thread: not given; each rank's CPU optimizer gets its share of the "
+         "node's rate whatever its thread count");
+  cluster.deepspeed_module_hook_seconds = host.non_negative_number_or("deepspeed_module_hook_seconds", 0.0);
+  cluster.deepspeed_gradient_hook_seconds = host.non_negative_number_or("deepspeed_gradient_hook_seconds", 0.0);
+  if (!host.has("deepspeed_module_hook_seconds"))
+    note("host.deepspeed_module_hook_seconds: not given; DeepSpeed's stage-3 hooks cost the host nothing in the "
+         "step-time model");
 
   if (fields.has("nvme")) {
     const JsonFields nvme = fields.object("nvme");
@@ -340,13 +369,18 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
       runtime_bytes("cublas_workspace", kDefaultCublasWorkspaceBytes, kDefaultCublasWorkspaceSource);
   runtime.nccl_buffer_bytes = runtime_bytes("nccl_buffer", kDefaultNcclBufferBytes, kDefaultNcclBufferSource);
   if (runtime_fields.has("allocator_reserve_fraction")) {
-    runtime.allocator_reserve_fraction = runtime_fields.non_negative_number("allocator_reserve_fraction");
+    runtime_fields.fail("allocator_reserve_fraction",
+                        "replaced by allocator_reserve_of_activations: the caching allocator's reserve as a fraction of "
+                        "the bytes the forward pass saves (activations and logits), not of all tensor bytes");
+  }
+  if (runtime_fields.has("allocator_reserve_of_activations")) {
+    runtime.allocator_reserve_fraction = runtime_fields.non_negative_number("allocator_reserve_of_activations");
     if (runtime.allocator_reserve_fraction >= 1.0) {
-      runtime_fields.fail("allocator_reserve_fraction", "expected a fraction of tensor bytes in [0, 1)");
+      runtime_fields.fail("allocator_reserve_of_activations", "expected a fraction of the activation and logit bytes in [0, 1)");
     }
   } else {
     runtime.allocator_reserve_fraction = kDefaultAllocatorReserveFraction;
-    note(std::string("runtime.allocator_reserve_fraction: ") + kDefaultAllocatorReserveSource);
+    note(std::string("runtime.allocator_reserve_of_activations: ") + kDefaultAllocatorReserveSource);
   }
   return cluster;
 }
@@ -387,13 +421,17 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"reduction_bandwidth", cluster.reduction_bandwidth},
         {"attention_forward_flops", cluster.attention_forward_flops},
         {"attention_backward_flops", cluster.attention_backward_flops},
-        {"kernel_overhead_seconds", cluster.kernel_overhead_seconds}}},
+        {"kernel_overhead_seconds", cluster.kernel_overhead_seconds},
+        {"optimizer_bandwidth", cluster.optimizer_bandwidth}}},
       {"topology", {{"gpus_per_node", cluster.gpus_per_node}, {"nodes", cluster.nodes}}},
       {"host",
        {{"memory_bytes", cluster.host_memory_bytes},
         {"cores", cluster.host_cores},
         {"pcie_bandwidth", cluster.pcie_bandwidth},
-        {"cpu_optimizer_params_per_second", cluster.cpu_optimizer_params_per_second}}},
+        {"cpu_optimizer_params_per_second", cluster.cpu_optimizer_params_per_second},
+        {"cpu_adam_params_per_second_per_thread", cluster.cpu_adam_params_per_second_per_thread},
+        {"deepspeed_module_hook_seconds", cluster.deepspeed_module_hook_seconds},
+        {"deepspeed_gradient_hook_seconds", cluster.deepspeed_gradient_hook_seconds}}},
       {"nvme",
        {{"capacity_bytes", cluster.nvme_capacity_bytes},
         {"read_bandwidth", cluster.nvme_read_bandwidth},
@@ -402,7 +440,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
        {{"cuda_context_bytes", cluster.runtime.cuda_context_bytes},
         {"cublas_workspace_bytes", cluster.runtime.cublas_workspace_bytes},
         {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
-        {"allocator_reserve_fraction", cluster.runtime.allocator_reserve_fraction}}},
+        {"allocator_reserve_of_activations", cluster.runtime.allocator_reserve_fraction}}},
   };
   // A link is written only when there is one: a node of one GPU has no intra-node link (bus_bandwidth 0), and
   // cluster_from_json refuses a link whose bandwidth is not positive.

@@ -47,7 +47,10 @@ struct RuntimeOverhead {
   Bytes cuda_context_bytes = 0;
   Bytes cublas_workspace_bytes = 0;
   Bytes nccl_buffer_bytes = 0;          // per communicator; 0 when world size is 1
-  double allocator_reserve_fraction = 0.0;  // of the tensor bytes (caching allocator fragmentation)
+  // The PyTorch caching allocator's reserved-but-unallocated memory at the peak, as a fraction of the bytes the
+  // forward pass saves and the backward pass frees (activations and logits): the blocks they leave behind, split
+  // and reused by other sizes, are what it cannot hand back whole (JSON: allocator_reserve_of_activations).
+  double allocator_reserve_fraction = 0.0;
 };
 
 struct ClusterDescription {
@@ -76,6 +79,8 @@ struct ClusterDescription {
                                           //   causal kernel does (half of the s^2 products), 16-bit
   double attention_backward_flops = 0.0;  // the same for its backward (2.5x the forward's work)
   double kernel_overhead_seconds = 0.0;   // fixed time per memory-bound kernel (launch and ramp)
+  double optimizer_bandwidth = 0.0;       // bytes/s (read + write) the optimizer's multi-tensor kernels reach
+                                          //   (torch fused AdamW measured); 0: streaming_bandwidth
 
   // Topology
   int gpus_per_node = 0;
@@ -87,7 +92,15 @@ struct ClusterDescription {
   Bytes host_memory_bytes = 0;
   int host_cores = 0;
   double pcie_bandwidth = 0.0;              // bytes/s per direction, pinned host memory, per GPU
-  double cpu_optimizer_params_per_second = 0.0;  // Adam parameter updates per second for the node
+  double cpu_optimizer_params_per_second = 0.0;  // Adam parameter updates per second for the node (all its cores)
+  // One CPU Adam thread's rate (DeepSpeedCPUAdam, OpenMP): a rank with t threads steps at min(t x this, the node's
+  // rate / its ranks). 0: not given (each rank gets its share of the node's rate).
+  double cpu_adam_params_per_second_per_thread = 0.0;
+  // DeepSpeed's Python on this host (seconds): stage 3's fetch/release/prefetch hooks per module per pass
+  // (partitioned_param_coordinator.py fetch_sub_module / release_sub_module), and the gradient hook per parameter
+  // tensor of stages 1-2 (stage_1_and_2.py grad_handling_hook). 0: not given.
+  double deepspeed_module_hook_seconds = 0.0;
+  double deepspeed_gradient_hook_seconds = 0.0;
 
   // NVMe (per node)
   Bytes nvme_capacity_bytes = 0;

@@ -46,6 +46,7 @@ std::string to_string(TrainingEngine engine) {
   switch (engine) {
     case TrainingEngine::deepspeed: return "deepspeed";
     case TrainingEngine::zeroplan: return "zeroplan";
+    case TrainingEngine::ideal: return "ideal";
   }
   return "unknown";
 }
@@ -89,7 +90,7 @@ Checkpointing parse_checkpointing(const std::string& text, const std::string& so
 }
 
 TrainingEngine parse_engine(const std::string& text, const std::string& source, const std::string& field) {
-  return parse_named(text, source, field, {TrainingEngine::deepspeed, TrainingEngine::zeroplan});
+  return parse_named(text, source, field, {TrainingEngine::deepspeed, TrainingEngine::zeroplan, TrainingEngine::ideal});
 }
 
 void use_engine(TrainingConfig& training, TrainingEngine engine) {
@@ -132,6 +133,7 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
       {"grad_accum_dtype", to_string(training.grad_accum_dtype.value_or(training.precision))},
       {"communication_dtype", to_string(training.communication_dtype.value_or(training.precision))},
       {"adam_implementation", to_string(training.adam_implementation)},
+      {"cpu_threads_per_rank", training.cpu_threads_per_rank},
       {"loss_scale",
        {{"initial_scale_power", training.loss_scale.initial_scale_power},
         {"loss_scale_window", training.loss_scale.loss_scale_window},

@@ -16,11 +16,14 @@ enum class Precision { fp32, fp16, bf16 };
 enum class OptimizerKind { adamw, sgd_momentum, adam_8bit };
 enum class OffloadDevice { none, cpu, nvme };
 enum class Checkpointing { none, selective, full };
-// Whose training engine the memory model describes: DeepSpeed's (the default: what users run), or zeroplan's own
-// executor (exec/), which keeps 16-bit gradients only (AdamW upcasts them in registers), reduces in place over its
-// flat gradient buffer (no bucket copies) and allocates exact sizes through one tagged allocator (no caching
-// reserve). `zeroplan run` predicts with the zeroplan engine, so measured and predicted describe the same program.
-enum class TrainingEngine { deepspeed, zeroplan };
+// Whose training engine the memory model describes: DeepSpeed's (the default: what users run, its code paths in
+// sim/deepspeed_engine.h), zeroplan's own executor (exec/), which keeps 16-bit gradients only (AdamW upcasts them in
+// registers), reduces in place over its flat gradient buffer (no bucket copies) and allocates exact sizes through
+// one tagged allocator (no caching reserve), or an ideal engine: the ZeRO paper's schedule (reduce-scatter, 2P/3P
+// traffic, reductions overlapped as their buckets fill) with DeepSpeed's buffer sizes and no framework's overheads,
+// the bound any engine can reach (the PyTorch peers are timed against it). `zeroplan run` predicts with the zeroplan
+// engine, so measured and predicted describe the same program.
+enum class TrainingEngine { deepspeed, zeroplan, ideal };
 // Which Adam DeepSpeed builds (deepspeed/runtime/engine.py get_optimizer_configuration and
 // _configure_basic_optimizer): its own FusedAdam (multi_tensor_apply kernels over chunks of the parameters) unless
 // the optimizer params say "torch_adam": true, which builds torch.optim.AdamW, torch's foreach implementation by
@@ -115,6 +118,9 @@ struct TrainingConfig {
   std::optional<Precision> grad_accum_dtype;
   std::optional<Precision> communication_dtype;
   AdamImplementation adam_implementation = AdamImplementation::deepspeed_fused;
+  // OpenMP threads each rank's CPU Adam runs on (--cpu-threads-per-rank); 0: the node's cores divided among its
+  // ranks (torchrun's own default is one thread per process, OMP_NUM_THREADS=1).
+  std::int64_t cpu_threads_per_rank = 0;
   LossScaleConfig loss_scale;
   double learning_rate = 3e-4;
   double weight_decay = 0.1;

@@ -18,7 +18,9 @@
 
 #include <algorithm>
 
+#include "sim/deepspeed_engine.h"
 #include "sim/memory_inputs.h"
+#include "sim/zero_schedule.h"
 #include "sim/model_states_memory.h"
 #include "sim/saturating.h"
 
@@ -81,9 +83,52 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
     return in.executor_exact ? in.executor_buckets : buckets(elements, zero.reduce_bucket_size);
   };
   double elements_one_micro_step = 0.0;  // the paper's multiple, without accumulation (all-reduce = 2 passes)
+  v.paper_multiple_of_params = in.stage == 3 ? 3.0 : 2.0;
+
+  // DeepSpeed's engine: the collectives its code runs (deepspeed_engine.h, and the schedule that times them).
+  const bool deepspeed = training.engine == TrainingEngine::deepspeed && n > 1;
+  if (deepspeed) {
+    const DeepSpeedEnginePath path = deepspeed_engine_path(apply_choice(training, choice));
+    const int eg = path.communication_bytes;
+    const CollectiveKind reduction = path.gradient_collective;
+    const double reduction_passes = reduction == CollectiveKind::all_reduce ? 2.0 : 1.0;
+    if (path.reduces_after_backward || in.stage == 1) {
+      // Stage 0 and BF16_Optimizer (engine.py allreduce_gradients) and stage 1 (reduce_gradients, or its hooks at
+      // the boundary with overlap_comm): once per step.
+      add(v, reduction, buckets(P, path.reduction_bucket_elements), P, eg, n,
+          "gradients, at the accumulation boundary, per bucket");
+      elements_one_micro_step = reduction_passes * P;
+    } else if (in.stage == 2) {
+      add(v, reduction, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), eg, n,
+          "gradients, every micro-step's backward, per bucket");
+      elements_one_micro_step = reduction_passes * P;
+    } else {
+      // Stage 3: every gathered layer before its forward; in backward only those not kept since their forward
+      // (reuse_kept_layers); gradients reduce-scattered every micro-step.
+      const std::vector<bool> kept = reuse_kept_layers(model, zero);
+      std::int64_t backward_elements = 0, backward_calls = 0;
+      for (std::size_t i = 0; i < model.layers.size(); ++i) {
+        if (kept[i]) continue;
+        backward_elements += model.layers[i].params - persistent_params(model.layers[i], zero);
+        backward_calls += gathered_module_count(model.layers[i], zero);
+      }
+      const std::int64_t G = in.gathered_params_total;
+      add(v, CollectiveKind::all_gather, sat_mul(A, in.gathered_modules + backward_calls),
+          sat_mul(A, G + backward_elements), e, n,
+          "parameters, before each module's forward and (unless kept since then) backward, every micro-step");
+      add(v, reduction, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), eg, n,
+          "gradients, every micro-step's backward, per bucket (reduce_scatter_coalesced)");
+      elements_one_micro_step = static_cast<double>(G + backward_elements) + reduction_passes * P;
+    }
+    if (in.stage == 1 || in.stage == 2 || path.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer) {
+      // One all_gather_into_tensor of the flat 16-bit group after the step (runtime/utils.py).
+      add(v, CollectiveKind::all_gather, 1, P, e, n, "updated parameters, after the optimizer step (one call)");
+      elements_one_micro_step += P;
+    }
+  }
 
   // One GPU has nobody to reduce with or gather from: no collective runs (the simulator schedules none either).
-  switch (n > 1 ? in.stage : -1) {
+  switch (n > 1 && !deepspeed ? in.stage : -1) {
     case -1:
       break;
     case 0:

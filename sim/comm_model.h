@@ -1,5 +1,7 @@
-// Communication volume per GPU per optimizer step, by collective (ZeRO paper sec. 7: 2P for stages 0-2, 3P for
-// stage 3), with gradient accumulation, and the PCIe/NVMe traffic of offload (ZeRO-Offload paper: 4P bytes).
+// Communication volume per GPU per optimizer step, by collective, with gradient accumulation: what the engine
+// really sends (DeepSpeed 0.19.8's collectives for the DeepSpeed engine, sim/deepspeed_engine.h) beside the ZeRO
+// paper's multiple (sec. 7: 2P for stages 0-2, 3P for stage 3), and the PCIe/NVMe traffic of offload
+// (ZeRO-Offload paper: 4P bytes).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,12 @@ struct CommVolume {
   Bytes pcie_device_to_host_bytes = 0;
   Bytes nvme_read_bytes = 0;            // per GPU per step
   Bytes nvme_write_bytes = 0;
-  // The paper's multiple of P: total elements / P (2 for stages 0-2, 3 for stage 3, before accumulation).
+  // This engine's traffic as a multiple of P: elements per rank in one micro-step's collectives / P, an all-reduce
+  // counting twice (the ZeRO paper's accounting). DeepSpeed's stages 1-2 all-reduce whole buckets by default, so
+  // theirs is 3 where the paper's is 2; its stage 3 skips the backward gathers of layers kept gathered.
   double multiple_of_params = 0.0;
+  // The ZeRO paper's multiple for the stage (sec. 7): 2 for stages 0-2, 3 for stage 3, shown beside it.
+  double paper_multiple_of_params = 0.0;
 };
 
 // Ring factor on the full buffer (nccl-tests PERFORMANCE.md): all-reduce 2(n-1)/n, all-gather and

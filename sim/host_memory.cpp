@@ -34,6 +34,22 @@ HostAndNvmeBytes host_and_nvme_bytes(const MemoryInputs& in, const ZeroConfig& z
   return h;
 }
 
+void explain_init_peaks(const MemoryInputs& in, const ZeroConfig& zero, const HostAndNvmeBytes& h,
+                        std::vector<MemoryTerm>& terms) {
+  const std::string ranks = num(in.ranks_per_node);
+  terms.push_back({"host_init", "host peak while each rank builds the model (fp32)", h.init_peak_host,
+                   "4 * " + std::string(built_whole(in, zero) ? "P" : "largest layer (zero.Init)") +
+                       " * ranks per node = 4 * " +
+                       num(built_whole(in, zero) ? in.params : in.largest_module_params) + " * " + ranks,
+                   kInitSource});
+  if (h.init_peak_gpu > 0)
+    terms.push_back({"gpu_init", "GPU peak at init: whole model before partitioning (zero_init off)",
+                     h.init_peak_gpu,
+                     num(in.param_bytes) + " * P + context/workspace/NCCL = " + num(in.param_bytes) + " * " +
+                         num(in.params) + " + " + num(h.init_peak_gpu - in.param_bytes * in.params),
+                     "DeepSpeed stage3.py without zero.Init (engine moves the module to the GPU, then partitions)"});
+}
+
 void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const ModelStatesBytes& s,
                            const ZeroBufferBytes& buffers, const HostAndNvmeBytes& h,
                            std::vector<MemoryTerm>& terms) {
@@ -77,17 +93,7 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
                      "(" + formula + ") * ranks per node " + ranks,
                      "DeepSpeed offload_param/offload_optimizer buffer_count, buffer_size; zero-formulas.md sec. 3"});
   }
-  terms.push_back({"host_init", "host peak while each rank builds the model (fp32)", h.init_peak_host,
-                   "4 * " + std::string(built_whole(in, zero) ? "P" : "largest layer (zero.Init)") +
-                       " * ranks per node = 4 * " +
-                       num(built_whole(in, zero) ? in.params : in.largest_module_params) + " * " + ranks,
-                   kInitSource});
-  if (h.init_peak_gpu > 0)
-    terms.push_back({"gpu_init", "GPU peak at init: whole model before partitioning (zero_init off)",
-                     h.init_peak_gpu,
-                     num(in.param_bytes) + " * P + context/workspace/NCCL = " + num(in.param_bytes) + " * " +
-                         num(in.params) + " + " + num(h.init_peak_gpu - in.param_bytes * in.params),
-                     "DeepSpeed stage3.py without zero.Init (engine moves the module to the GPU, then partitions)"});
+  explain_init_peaks(in, zero, h, terms);
 }
 
 }  // namespace zeroplan

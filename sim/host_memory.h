@@ -27,6 +27,9 @@ struct HostAndNvmeBytes {
 HostAndNvmeBytes host_and_nvme_bytes(const MemoryInputs& in, const ZeroConfig& zero, const ModelStatesBytes& states,
                                      const ZeroBufferBytes& buffers, Bytes runtime_fixed_bytes);
 
+// The host_init and gpu_init terms (the initialization peaks) alone.
+void explain_init_peaks(const MemoryInputs& in, const ZeroConfig& zero, const HostAndNvmeBytes& bytes,
+                        std::vector<MemoryTerm>& terms);
 void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const ModelStatesBytes& states,
                            const ZeroBufferBytes& buffers, const HostAndNvmeBytes& bytes,
                            std::vector<MemoryTerm>& terms);

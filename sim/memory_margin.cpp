@@ -9,13 +9,15 @@ namespace zeroplan {
 
 namespace {
 
-// DeepSpeed engine: issue 13's four DeepSpeed 0.19.8 runs on nvidia-h200-x2 (GPT-2 1.5B, micro-batch 8,
-// sequence 1024, bf16; bench/deepspeed/results/), device-used peak (cudaMemGetInfo) against the planner: the
-// largest error is stage 0, 62.4 GiB predicted against 55.0 measured (+13.5%).
-constexpr double kDeepSpeedMargin = 0.135;
+// DeepSpeed engine: the stored DeepSpeed 0.19.8 runs (bench/deepspeed/results/; issue 13's four on
+// nvidia-h200-x2, GPT-2 1.5B, micro-batch 8, sequence 1024, bf16): the predicted device-used peak (cudaMemGetInfo)
+// is within 1.7% of every one (stage 3: 47.96 GiB predicted, 48.8 measured), rounded up to 2%.
+// tests/sim/deepspeed_measurements_test.cpp fails when a stored measurement shows a larger error.
+constexpr double kDeepSpeedMargin = 0.02;
 constexpr const char* kDeepSpeedSource =
-    "the DeepSpeed-engine memory model's largest error against the stored DeepSpeed 0.19.8 measurements "
-    "(issue 13, nvidia-h200-x2: stage 0, 62.4 GiB predicted vs 55.0 GiB device used, +13.5%)";
+    "the DeepSpeed-engine memory model's largest error against the stored DeepSpeed 0.19.8 measurements, rounded "
+    "up (bench/deepspeed/results/; issue 13 on nvidia-h200-x2: stage 3, 47.96 GiB predicted vs 48.8 GiB device "
+    "used, -1.7%)";
 // zeroplan engine: the executor's runs on one H200 (bench/exec/NOTES.md): GPT-2 124M total 8.729 GiB predicted
 // against 8.696 GiB measured (+0.4%), GPT-2 1.5B 43.610 against 43.581 (+0.1%).
 constexpr double kZeroplanMargin = 0.004;
@@ -25,8 +27,16 @@ constexpr const char* kZeroplanSource =
 
 }  // namespace
 
+// The ideal engine is the memory model zeroplan had for DeepSpeed before DeepSpeed's own code paths: its measured
+// error is the one issue 13 found (stage 0, +13.5%).
+constexpr double kIdealMargin = 0.135;
+constexpr const char* kIdealSource =
+    "the ideal engine's memory model (DeepSpeed's buffer sizes on the ZeRO paper's schedule): its largest error "
+    "against DeepSpeed 0.19.8 (issue 13, nvidia-h200-x2: stage 0, 62.4 GiB predicted vs 55.0 GiB device used, +13.5%)";
+
 MemoryMargin default_memory_margin(TrainingEngine engine) {
   if (engine == TrainingEngine::zeroplan) return {kZeroplanMargin, kZeroplanSource};
+  if (engine == TrainingEngine::ideal) return {kIdealMargin, kIdealSource};
   return {kDeepSpeedMargin, kDeepSpeedSource};
 }
 

@@ -28,10 +28,74 @@ std::vector<std::pair<std::string, Bytes>> GpuMemoryBreakdown::components() cons
 
 namespace {
 
+// DeepSpeed's engine, term by term as it allocates (sim/deepspeed_memory.h). Activations, logits and stage 3's
+// gathered and persistent parameters as for every engine; host and NVMe per rank times the ranks of a node.
+MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDescription& cluster,
+                                 const TrainingConfig& given, const PlanChoice& choice, const MemoryInputs& in,
+                                 std::vector<MemoryTerm>* terms) {
+  MemoryEstimate estimate;
+  // The plan's stage and offloads (and their overlap_comm default), whatever the caller applied.
+  const TrainingConfig training = apply_choice(given, choice);
+  const DeepSpeedEnginePath path = deepspeed_engine_path(training);
+  const DeepSpeedGpuBytes ds = deepspeed_gpu_bytes(in, training, path);
+  const ActivationBytes activations = activation_bytes(model, training, in);
+  const ZeroBufferBytes buffers = zero_buffer_bytes(in, training.zero);
+  const TransientGpuBytes& t = ds.transient;
+
+  GpuMemoryBreakdown& gpu = estimate.gpu;
+  gpu.params = ds.params;
+  gpu.grads = sat_add(ds.held_grads, t.grads());
+  gpu.master_params = ds.master_params;
+  gpu.optimizer_states = sat_add(ds.optimizer_states, t.step_temporaries);
+  gpu.activations = activations.total;
+  gpu.logits = activations.logits;
+  gpu.gradient_buckets = sat_add(ds.held_buckets, t.buckets());
+  gpu.gathered_params = in.stage == 3 ? buffers.gathered_params() : 0;
+  gpu.offload_buffers = ds.offload_staging;
+  estimate.transient = t;
+  Bytes tensor_bytes = 0;
+  for (Bytes component : {gpu.params, gpu.grads, gpu.master_params, gpu.optimizer_states, gpu.activations,
+                          gpu.logits, gpu.gradient_buckets, gpu.gathered_params, gpu.offload_buffers})
+    tensor_bytes = sat_add(tensor_bytes, component);
+  // The caching allocator's reserve grows with the tensors the forward pass saves and the backward pass frees
+  // (cluster description: runtime.allocator_reserve_of_activations).
+  const Bytes churn = sat_add(gpu.activations, gpu.logits);
+  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(cluster.runtime, in.world_size, churn);
+  gpu.runtime_overhead = runtime.total();
+  gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
+
+  // Host and NVMe: DeepSpeed's offload buffers per rank, the NVMe swap buffers, and the initialization peaks.
+  const DeepSpeedHostBytes host = deepspeed_host_bytes(in, training, path);
+  const Bytes stage12_staging =
+      in.stage <= 2 && in.offload_optimizer != OffloadDevice::none ? sat_mul(in.param_bytes, in.largest_module_params) : 0;
+  const Bytes swap_buffers = buffers.host_pinned_staging - stage12_staging;
+  estimate.host.pinned = sat_mul(sat_add(host.pinned, swap_buffers), in.ranks_per_node);
+  estimate.host.pageable = sat_mul(host.pageable, in.ranks_per_node);
+  estimate.host.total = sat_add(estimate.host.pinned, estimate.host.pageable);
+  estimate.nvme_bytes = sat_mul(host.nvme, in.ranks_per_node);
+  const HostAndNvmeBytes init = host_and_nvme_bytes(in, training.zero, model_states_bytes(in), buffers, runtime.fixed());
+  estimate.init_peak_gpu_bytes = init.init_peak_gpu;
+  estimate.init_peak_host_bytes = init.init_peak_host;
+
+  if (terms) {
+    explain_deepspeed_memory(in, training, path, ds, host, *terms);
+    explain_activations(model, training, in, activations, *terms);
+    if (in.stage == 3) explain_zero_buffers(in, training.zero, buffers, *terms);
+    explain_runtime_overhead(cluster.runtime, in.world_size, churn, runtime, *terms);
+    if (swap_buffers > 0)
+      terms->push_back({"host", "NVMe swap buffers (pinned) x ranks per node", sat_mul(swap_buffers, in.ranks_per_node),
+                        "offload_param / offload_optimizer buffer_count x buffer size, x " + std::to_string(in.ranks_per_node),
+                        "DeepSpeed swap_tensor/ (pinned swap buffers); zero-formulas.md sec. 3"});
+    explain_init_peaks(in, training.zero, init, *terms);
+  }
+  return estimate;
+}
+
 MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& cluster,
                        const TrainingConfig& training, const PlanChoice& choice, std::vector<MemoryTerm>* terms) {
   MemoryEstimate estimate;
   const MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
+  if (in.engine == TrainingEngine::deepspeed) return compute_deepspeed(model, cluster, training, choice, in, terms);
   const ModelStatesBytes states = model_states_bytes(in);
   const ActivationBytes activations = activation_bytes(model, training, in);
   const ZeroBufferBytes buffers = zero_buffer_bytes(in, training.zero);
@@ -53,7 +117,9 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   // zeroplan's executor allocates exact sizes through one tagged allocator: no caching-allocator reserve.
   RuntimeOverhead runtime_description = cluster.runtime;
   if (in.engine == TrainingEngine::zeroplan) runtime_description.allocator_reserve_fraction = 0.0;
-  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(runtime_description, in.world_size, tensor_bytes);
+  // The caching allocator's reserve: a fraction of the activation and logit bytes (cluster description).
+  const Bytes reserve_basis = sat_add(gpu.activations, gpu.logits);
+  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(runtime_description, in.world_size, reserve_basis);
   gpu.runtime_overhead = runtime.total();
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
 
@@ -69,7 +135,7 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
     explain_model_states(in, states, *terms);
     explain_activations(model, training, in, activations, *terms);
     explain_zero_buffers(in, training.zero, buffers, *terms);
-    explain_runtime_overhead(runtime_description, in.world_size, tensor_bytes, runtime, *terms);
+    explain_runtime_overhead(runtime_description, in.world_size, reserve_basis, runtime, *terms);
     explain_host_and_nvme(in, training.zero, states, buffers, host, *terms);
   }
   return estimate;

@@ -12,6 +12,7 @@
 #include "core/model_description.h"
 #include "core/training_config.h"
 #include "core/units.h"
+#include "sim/deepspeed_memory.h"
 #include "sim/plan_choice.h"
 
 namespace zeroplan {
@@ -52,6 +53,9 @@ struct MemoryTerm {
 
 struct MemoryEstimate {
   GpuMemoryBreakdown gpu;
+  // The part of gpu (grads, gradient_buckets, optimizer_states) that exists only at times of the step, which the
+  // step's timeline places (DeepSpeed engine; zero for zeroplan's engine): gpu is the sum of worst cases.
+  TransientGpuBytes transient;
   HostMemoryBreakdown host;
   Bytes nvme_bytes = 0;             // per node
   Bytes init_peak_gpu_bytes = 0;    // peak while the engine initializes, when it differs (0 otherwise)

@@ -62,7 +62,7 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
   // bf16_optimizer.py) builds an fp32 copy of all gradients. Not needed when training in fp32.
   // zeroplan's executor keeps 16-bit gradients only: its AdamW upcasts each gradient in registers
   // (exec/cuda/adamw.cu), so no fp32 gradient copy is materialized.
-  const bool fp32_grad_copy = in.mixed_precision && in.engine == TrainingEngine::deepspeed;
+  const bool fp32_grad_copy = in.mixed_precision && in.engine != TrainingEngine::zeroplan;
   const Bytes grad_fp32 = fp32_grad_copy ? sat_mul(4, optimizer_params) : 0;
 
   if (!optimizer_offloaded(in)) {

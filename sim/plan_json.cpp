@@ -29,6 +29,7 @@ nlohmann::json plan_to_json(const PlanResult& plan, const ClusterDescription& cl
   comm["nvme_read"] = plan.comm.nvme_read_bytes;
   comm["nvme_write"] = plan.comm.nvme_write_bytes;
   comm["multiple_of_params"] = plan.comm.multiple_of_params;
+  comm["paper_multiple_of_params"] = plan.comm.paper_multiple_of_params;
 
   nlohmann::json out = {
       {"label", plan.choice.label()},

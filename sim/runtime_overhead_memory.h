@@ -1,6 +1,7 @@
 // What every GPU process carries beyond its tensors, from the cluster description's RuntimeOverhead
 // (zero-formulas.md sec. 3): CUDA context, cuBLAS(Lt) workspace, NCCL communicator buffers (only with more
-// than one rank), and the caching allocator's reserve as a fraction of the tensor bytes.
+// than one rank), and the caching allocator's reserve as a fraction of the activation and logit bytes (the
+// zeroplan engine allocates exactly: no reserve).
 #pragma once
 
 #include <vector>
@@ -22,9 +23,9 @@ struct RuntimeOverheadBytes {
 };
 
 RuntimeOverheadBytes runtime_overhead_bytes(const RuntimeOverhead& runtime, std::int64_t world_size,
-                                            Bytes tensor_bytes);
+                                            Bytes reserve_basis_bytes);
 
-void explain_runtime_overhead(const RuntimeOverhead& runtime, std::int64_t world_size, Bytes tensor_bytes,
+void explain_runtime_overhead(const RuntimeOverhead& runtime, std::int64_t world_size, Bytes reserve_basis_bytes,
                               const RuntimeOverheadBytes& bytes, std::vector<MemoryTerm>& terms);
 
 }  // namespace zeroplan

@@ -32,7 +32,8 @@ nlohmann::json simulation_json(const StepSimulation& simulation) {
   document["communication_seconds"] = simulation.communication_seconds;
   document["offload_wait_seconds"] = simulation.offload_wait_seconds;
   nlohmann::json busy = nlohmann::json::object();
-  const char* keys[kResourceCount] = {"gpu_compute", "nccl", "host_to_device", "device_to_host", "host_cpu", "nvme"};
+  const char* keys[kResourceCount] = {"gpu_compute", "nccl", "host_to_device", "device_to_host", "host_cpu", "nvme",
+                                      "host_python"};
   for (int r = 0; r < kResourceCount; ++r) busy[keys[r]] = simulation.busy_seconds[static_cast<std::size_t>(r)];
   document["busy_seconds"] = busy;
   nlohmann::json collectives = nlohmann::json::array();

@@ -100,6 +100,39 @@ std::vector<Bytes> activation_bytes_per_layer(const ModelDescription& model, Byt
 
 std::string peak_label(Precision precision) { return "datasheet dense " + to_string(precision); }
 
+}  // namespace
+
+std::int64_t parameter_tensors(const ModelDescription& model, const LayerDescription& layer) {
+  if (layer.params <= 0) return 0;
+  if (model.transformer && layer.kind == "transformer_block") {
+    // Two norms (a weight, and a bias for LayerNorm), the attention projections (q/k/v fused for gpt2, apart for
+    // llama) and the MLP's (gate and up for SwiGLU), each with its bias when the shape has one.
+    const TransformerShape& s = *model.transformer;
+    const std::int64_t norms = s.norm == NormKind::layer_norm ? 4 : 2;
+    const std::int64_t attention = s.family == ModelFamily::gpt2 ? 2 : 4;
+    const std::int64_t mlp = s.activation == ActivationKind::swiglu ? 3 : 2;
+    const std::int64_t attention_biases = s.attention_bias ? (s.attention_output_bias ? attention : attention - 1) : 0;
+    return norms + attention + attention_biases + mlp + (s.mlp_bias ? mlp : 0);
+  }
+  if (model.transformer && layer.kind == "embedding") return model.transformer->learned_positions ? 2 : 1;
+  if (model.transformer && layer.kind == "norm") return model.transformer->norm == NormKind::layer_norm ? 2 : 1;
+  if (model.transformer) return 1;
+  // A layer list names only its modules: a convolution or linear weight, a norm's weight and bias; count one and a
+  // half tensors per module.
+  return std::max<std::int64_t>(1, (3 * layer.module_count + 1) / 2);
+}
+
+double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfig& training, int ranks_in_node) {
+  const double share = cluster.cpu_optimizer_params_per_second / std::max(1, ranks_in_node);
+  if (!(cluster.cpu_adam_params_per_second_per_thread > 0.0)) return share;
+  const std::int64_t threads =
+      training.cpu_threads_per_rank > 0 ? training.cpu_threads_per_rank
+                                        : std::max<std::int64_t>(1, cluster.host_cores / std::max(1, ranks_in_node));
+  return std::min(share, static_cast<double>(threads) * cluster.cpu_adam_params_per_second_per_thread);
+}
+
+namespace {
+
 // The steady micro-step's exposed communication stands for every skipped one only if the communication of the
 // micro-steps up to it ends before the boundary micro-step computes: then what it overlaps is steady micro-steps
 // alone, as in the full step (zero_schedule.h SteadyMicroSteps). Otherwise the step is built whole.
@@ -121,8 +154,8 @@ Bytes persistent_param_bytes(const ModelDescription& model, const TrainingConfig
 }  // namespace
 
 Bytes static_gpu_bytes(const ModelDescription& model, const TrainingConfig& training, const MemoryEstimate& memory) {
-  return memory.gpu.total - memory.gpu.activations - memory.gpu.logits - memory.gpu.gathered_params +
-         persistent_param_bytes(model, training);
+  return memory.gpu.total - memory.gpu.activations - memory.gpu.logits - memory.gpu.gathered_params -
+         memory.transient.total() + persistent_param_bytes(model, training);
 }
 
 Bytes timeline_gpu_demand(const StepSimulation& simulation) {
@@ -175,12 +208,26 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   inputs.optimizer_bandwidth =
       cluster.streaming_bandwidth > 0.0 ? cluster.streaming_bandwidth : cluster.hbm_bandwidth;
   inputs.pcie_bandwidth = cluster.pcie_bandwidth;
-  // The node's host CPU and NVMe serve every GPU process of the node at once: each rank gets its share.
-  inputs.cpu_optimizer_params_per_second = cluster.cpu_optimizer_params_per_second / gpus_in_node;
+  // The node's host CPU and NVMe serve every GPU process of the node at once: each rank gets its share, and a
+  // rank's CPU Adam runs on its own threads (cpu_optimizer_rate).
+  inputs.cpu_optimizer_params_per_second = cpu_optimizer_rate(cluster, training, gpus_in_node);
   inputs.nvme_read_bandwidth = cluster.nvme_read_bandwidth / gpus_in_node;
   inputs.nvme_write_bandwidth = cluster.nvme_write_bandwidth / gpus_in_node;
 
   inputs.every_micro_step = options.record_events;
+  if (training.engine == TrainingEngine::deepspeed) {
+    inputs.deepspeed = true;
+    inputs.path = deepspeed_engine_path(training);
+    inputs.transient = memory.transient;
+    inputs.streaming_bandwidth = inputs.optimizer_bandwidth;
+    inputs.deepspeed_optimizer_bandwidth =
+        cluster.optimizer_bandwidth > 0.0 ? cluster.optimizer_bandwidth : inputs.optimizer_bandwidth;
+    inputs.kernel_overhead_seconds = cluster.kernel_overhead_seconds;
+    inputs.module_hook_seconds = cluster.deepspeed_module_hook_seconds;
+    inputs.gradient_hook_seconds = cluster.deepspeed_gradient_hook_seconds;
+    inputs.tensors_per_layer.reserve(model.layers.size());
+    for (const LayerDescription& layer : model.layers) inputs.tensors_per_layer.push_back(parameter_tensors(model, layer));
+  }
 
   // One workspace per thread: after the first step of a given size, building a step allocates nothing.
   thread_local Timeline timeline;
@@ -193,6 +240,7 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
 
   StepSimulation result;
   result.repeated_micro_steps = steady.count;
+  result.cpu_optimizer_params_per_second = inputs.cpu_optimizer_params_per_second;
   result.step_seconds = timeline.makespan() + repeats * steady.period_seconds;
   const std::int64_t per_gpu_items =
       training.micro_batch * training.grad_accum * (model.transformer ? training.seq_len : 1);
@@ -266,6 +314,13 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   result.peak_breakdown.activations = live[static_cast<int>(MemoryUse::activations)];
   result.peak_breakdown.logits = live[static_cast<int>(MemoryUse::logits)];
   result.peak_breakdown.gathered_params = persistent_bytes + live[static_cast<int>(MemoryUse::gathered_params)];
+  // DeepSpeed's transient buffers: what of them is live at the peak, beside the part held all step.
+  const TransientGpuBytes& t = memory.transient;
+  result.peak_breakdown.grads = memory.gpu.grads - t.grads() + live[static_cast<int>(MemoryUse::grads)];
+  result.peak_breakdown.gradient_buckets =
+      memory.gpu.gradient_buckets - t.buckets() + live[static_cast<int>(MemoryUse::gradient_buckets)];
+  result.peak_breakdown.optimizer_states =
+      memory.gpu.optimizer_states - t.step_temporaries + live[static_cast<int>(MemoryUse::optimizer_temporaries)];
   result.peak_breakdown.total = result.peak_gpu_bytes;
 
   if (options.record_events) {

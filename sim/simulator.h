@@ -77,6 +77,7 @@ struct StepSimulation {
   // Micro-steps of the accumulation not built on the timeline because they repeat a steady one
   // (zero_schedule.h SteadyMicroSteps; their time and traffic are counted above). 0 with record_events.
   std::int64_t repeated_micro_steps = 0;
+  double cpu_optimizer_params_per_second = 0.0;  // this rank's CPU optimizer rate (offload), cpu_optimizer_rate
 
   std::vector<TimelineTask> events;         // when options.record_events
   std::vector<MemoryChange> memory_changes; // when options.record_events (static bytes not included)
@@ -96,10 +97,17 @@ Bytes timeline_gpu_demand(const StepSimulation& simulation);
 
 // The GPU bytes held for the whole step, on top of which the timeline's dynamic memory (activations, logits,
 // gathered parameters) comes and goes: the memory model's total without its activations, logits and gathered
-// parameters, with the stage-3 persistent parameters (never released). The timeline's peak is at least this, so a
-// plan whose static bytes exceed the GPU does not fit, simulated or not. `training` has the choice applied;
+// parameters and DeepSpeed's transient buffers, with the stage-3 persistent parameters (never released). The
+// timeline's peak is at least this, so a plan whose static bytes exceed the GPU does not fit, simulated or not. `training` has the choice applied;
 // `memory` is estimate_memory's for it.
 Bytes static_gpu_bytes(const ModelDescription& model, const TrainingConfig& training, const MemoryEstimate& memory);
+
+// Parameter tensors of a layer (DeepSpeed's hooks and per-tensor kernels run once per tensor).
+std::int64_t parameter_tensors(const ModelDescription& model, const LayerDescription& layer);
+
+// One rank's CPU optimizer rate: its share of the node's rate, and with a per-thread rate in the cluster, at most
+// its threads (training.cpu_threads_per_rank, else the node's cores divided among its ranks) times that rate.
+double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfig& training, int ranks_in_node);
 
 // Simulates one optimizer step of `choice` (applied to `training`) on `cluster` (all its GPUs are the
 // data-parallel group). Throws InputError for inputs it cannot simulate (missing rates in the cluster, sizes

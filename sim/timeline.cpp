@@ -13,6 +13,7 @@ std::string to_string(Resource resource) {
     case Resource::device_to_host: return "D2H copy (PCIe)";
     case Resource::host_cpu: return "host CPU";
     case Resource::nvme: return "NVMe";
+    case Resource::host_python: return "host (Python)";
   }
   return "unknown";
 }
@@ -33,6 +34,8 @@ std::string to_string(TaskKind kind) {
     case TaskKind::cpu_optimizer_step: return "CPU optimizer step";
     case TaskKind::nvme_read: return "NVMe read";
     case TaskKind::nvme_write: return "NVMe write";
+    case TaskKind::engine_hooks: return "engine hooks";
+    case TaskKind::gradient_copy: return "gradient copies";
   }
   return "unknown";
 }

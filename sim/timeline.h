@@ -26,8 +26,9 @@ enum class Resource : std::uint8_t {
   device_to_host,  // the D2H copy engine over PCIe
   host_cpu,        // this rank's share of the host CPU (offloaded optimizer)
   nvme,            // this rank's share of the node's NVMe
+  host_python,     // the training process's Python thread: DeepSpeed's hooks, which issue the GPU work
 };
-inline constexpr int kResourceCount = 6;
+inline constexpr int kResourceCount = 7;
 std::string to_string(Resource resource);
 
 // What a task is, for reports and traces (names are built from this and the layer index, never stored).
@@ -46,6 +47,8 @@ enum class TaskKind : std::uint8_t {
   cpu_optimizer_step,  // offload: one sub-group's optimizer step on the host CPU
   nvme_read,
   nvme_write,
+  engine_hooks,        // DeepSpeed's module / gradient hooks on the host (host_python)
+  gradient_copy,       // DeepSpeed copying gradients into / out of its buckets (flatten, copy back, partition)
 };
 std::string to_string(TaskKind kind);
 bool is_collective(TaskKind kind);
@@ -77,8 +80,17 @@ struct TimelineTask {
 
 // What a dynamic GPU allocation holds (the memory model's component it belongs to), so that the peak can be
 // split into components.
-enum class MemoryUse : std::uint8_t { activations, logits, gathered_params };
-inline constexpr int kMemoryUseCount = 3;
+// grads, gradient_buckets and optimizer_temporaries are the DeepSpeed engine's transient buffers
+// (sim/deepspeed_memory.h TransientGpuBytes).
+enum class MemoryUse : std::uint8_t {
+  activations,
+  logits,
+  gathered_params,
+  grads,
+  gradient_buckets,
+  optimizer_temporaries
+};
+inline constexpr int kMemoryUseCount = 6;
 
 // One change of the GPU memory counter.
 struct MemoryChange {

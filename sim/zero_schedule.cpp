@@ -31,6 +31,90 @@ std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConf
   return std::max<std::int64_t>(1, layer.module_count);
 }
 
+double deepspeed_step_seconds(const DeepSpeedEnginePath& path, const TrainingConfig& training, std::int64_t params,
+                              std::int64_t tensors, double streaming_bandwidth, double kernel_overhead_seconds) {
+  const double e = path.model_bytes;
+  const double a = path.accumulation_bytes;
+  // Adam: torch's foreach AdamW runs eight _foreach ops over fp32 tensors (weight decay mul, lerp of the first
+  // moment, mul and addcmul of the second, sqrt into a temporary, div, add eps, addcdiv into the parameter: 80 B
+  // per parameter read and written); a fused kernel (torch fused, DeepSpeed FusedAdam) reads p, g, m, v and
+  // writes p, m, v (28 B). SGD with momentum: read p, g, m, write p, m (20 B).
+  double adam = path.adam == AdamImplementation::torch_foreach ? 80.0 : 28.0;
+  if (training.optimizer == OptimizerKind::sgd_momentum) adam = 20.0;
+  const double clip = training.gradient_clipping > 0.0 ? 8.0 : 0.0;  // scale the fp32 gradient in place
+  double bytes = 0.0;   // per parameter stepped
+  double per_tensor_kernels = 0.0;
+  double flat_kernels = 0.0;
+  switch (path.wrapper) {
+    case DeepSpeedOptimizerWrapper::plain:
+      // The basic optimizer on the fp32 parameters; the engine's norm for clipping (read 4): per tensor a norm and
+      // the clip's scale.
+      bytes = 4.0 + clip + adam;
+      per_tensor_kernels = 2.0;
+      break;
+    case DeepSpeedOptimizerWrapper::fp16_unfused:
+      // unfused_optimizer.py step: per tensor: overflow check and norm over the 16-bit .grad (read e twice),
+      // .grad.to(fp32) (e + 4), unscale/clip (8), the optimizer, copy fp32 -> 16-bit (4 + e).
+      // Per tensor: CheckOverflow.has_overflow_serial's inf/nan test (utils.py has_inf_or_nan: amax, amin, two
+      // isfinite, and, not: 6 ops) read back on the host for each tensor (`if` on a device tensor: a sync, about
+      // 4 launches' worth), get_weight_norm's float().norm() and its square added up (4), the cast to fp32, the
+      // scale and the copy back (3): 17 per tensor.
+      bytes = 2.0 * e + (e + 4.0) + clip + adam + (4.0 + e);
+      per_tensor_kernels = 17.0;
+      break;
+    case DeepSpeedOptimizerWrapper::fp16_fused:
+      // fused_optimizer.py step: per tensor .to(fp32) (e + 4), flatten (8), norm (4), clip (8), FusedAdam on the
+      // flat fp32 group, the 16-bit copy back (4 + e).
+      // Per tensor: the inf/nan test read back per tensor (10, as above) and the cast; the rest on the flat group.
+      bytes = (e + 4.0) + 8.0 + 4.0 + clip + adam + (4.0 + e);
+      per_tensor_kernels = 11.0;
+      flat_kernels = 6.0;
+      break;
+    case DeepSpeedOptimizerWrapper::bf16_optimizer:
+      // bf16_optimizer.py step: norm (4) and clip (8) over the fp32 gradients, the optimizer on the partition,
+      // update_lp_params (4 + e), clear_hp_grads zeroes the fp32 buffer (4).
+      // Per tensor: the norm and the clip's scale over each fp32 gradient (get_grads_for_norm), in foreach groups.
+      bytes = 4.0 + clip + adam + (4.0 + e) + 4.0;
+      per_tensor_kernels = 2.0;
+      flat_kernels = 6.0;
+      break;
+    case DeepSpeedOptimizerWrapper::zero_1_2:
+      // stage_1_and_2.py step: norm per tensor of the partition (get_grad_norm_direct, read e), flatten (2e),
+      // .to(fp32) (e + 4), unscale/clip (8), the optimizer on the flat partition, copy to the 16-bit partition.
+      // Per tensor of the partition: the overflow test accumulated on the device (has_overflow_partitioned_grads_serial:
+      // has_inf_or_nan's 6 ops and the add; bf16's check_grad_overflow is on by default) and the norm (cast,
+      // vector_norm): 9.
+      bytes = e + 2.0 * e + (e + 4.0) + clip + adam + (4.0 + e);
+      per_tensor_kernels = 9.0;
+      flat_kernels = 6.0;
+      break;
+    case DeepSpeedOptimizerWrapper::zero_3:
+      // stage3.py step: per sub-group the fp32 gradient (a + 4 unless already fp32), norm (4), clip (8), the
+      // optimizer, the 16-bit partition copied from the fp32 one (4 + e).
+      // Per tensor (every parameter has a partition on every rank): stage3.py has_overflow_partitioned_grads_serial
+      // tests each partition and reads it back on the host (`if` on a device tensor): 10; the norm per sub-group.
+      bytes = (a == 4.0 ? 0.0 : a + 4.0) + 4.0 + clip + adam + (4.0 + e);
+      per_tensor_kernels = 10.0;
+      flat_kernels = 8.0;
+      break;
+  }
+  const double kernels = per_tensor_kernels * static_cast<double>(tensors) + flat_kernels +
+                         (path.adam == AdamImplementation::torch_foreach ? 8.0 : 1.0) *
+                             std::ceil(static_cast<double>(tensors) / 24.0);  // multi-tensor launches
+  return static_cast<double>(params) * bytes / streaming_bandwidth + kernels * kernel_overhead_seconds;
+}
+
+std::vector<bool> reuse_kept_layers(const ModelDescription& model, const ZeroConfig& zero) {
+  std::vector<bool> kept(model.layers.size(), false);
+  std::int64_t behind = 0;
+  for (std::size_t i = model.layers.size(); i-- > 0;) {
+    const std::int64_t gathered = model.layers[i].params - persistent_params(model.layers[i], zero);
+    kept[i] = gathered > 0 && 2 * behind < zero.max_reuse_distance;
+    behind += std::max<std::int64_t>(0, gathered);
+  }
+  return kept;
+}
+
 namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -45,7 +129,8 @@ class StepBuilder {
         layers_(inputs.model->layers),
         compute_(*inputs.compute),
         n_(inputs.world_size),
-        e_(communication_element_bytes(*inputs.training)) {}
+        e_(communication_element_bytes(*inputs.training)),
+        ds_(inputs.deepspeed) {}
 
   SteadyMicroSteps build() {
     const std::size_t layer_count = layers_.size();
@@ -58,6 +143,9 @@ class StepBuilder {
     }
     gathered_bytes_.assign(layer_count, 0);
     gather_task_.assign(layer_count, kNoTask);
+    kept_.assign(layer_count, false);
+    if (ds_ && zero_.stage == 3) kept_ = reuse_kept_layers(*in_.model, zero_);
+    total_params_ = std::max<std::int64_t>(1, in_.model->params());
 
     SteadyMicroSteps steady;
     MicroStepState previous;
@@ -67,9 +155,15 @@ class StepBuilder {
       if (boundary) steady.boundary_start = timeline_.resource_free_at(Resource::gpu_compute);
       reduce_this_micro_step_ = zero_.stage >= 2 || boundary;
       const auto first_task = static_cast<TaskId>(timeline_.size());
+      micro_first_backward_ = true;
       run_pass(/*forward=*/true, micro);
       run_pass(/*forward=*/false, micro);
-      if (reduce_this_micro_step_ && bucket_elements_ > 0) reduce_bucket(-1, micro, last_backward_);
+      if (ds_ && in_.path.reduces_after_backward) {
+        if (boundary) reduce_after_backward(micro);
+      } else if (reduce_this_micro_step_ && bucket_elements_ > 0) {
+        reduce_bucket(-1, micro, last_backward_);
+      }
+      if (ds_) end_of_micro_step_buffers(boundary);
       if (boundary || in_.every_micro_step || steady.count > 0) continue;
       const MicroStepState now = state();
       // The micro-steps after this one up to the boundary repeat it. One of them stays on the timeline, so that
@@ -97,9 +191,11 @@ class StepBuilder {
     std::array<double, kResourceCount + 6> relative{};  // resources' free times, then the tasks depended on
     std::int64_t bucket_elements = 0;
     Bytes gathered_bytes = 0;
+    Bytes transient_live = 0;
 
     bool repeats(const MicroStepState& earlier) const {
       if (bucket_elements != earlier.bucket_elements || gathered_bytes != earlier.gathered_bytes) return false;
+      if (transient_live != earlier.transient_live) return false;
       if (!(compute_end > earlier.compute_end)) return false;
       const double tolerance = 1e-12 * compute_end;
       for (std::size_t i = 0; i < relative.size(); ++i)
@@ -120,6 +216,7 @@ class StepBuilder {
       s.relative[i++] = task == kNoTask ? 0.0 : relative(timeline_.task(task).finish);
     s.bucket_elements = bucket_elements_;
     for (Bytes bytes : gathered_bytes_) s.gathered_bytes += bytes;
+    s.transient_live = backward_grads_live_ + buckets_live_ + grad_partition_live_;
     return s;
   }
 
@@ -137,15 +234,23 @@ class StepBuilder {
       const std::int32_t layer = layer_at(forward, position);
       const auto index = static_cast<std::size_t>(layer);
       const LayerCompute& work = compute_[index];
+      // DeepSpeed: the layer's hooks run on the host first; they issue its fetch and its kernels.
+      const TaskId hooks = ds_ ? host_hooks(forward, layer, micro, position == 0) : kNoTask;
 
-      // Stage 3: fetch the layer on demand (when the previous layer's compute is done) unless prefetched.
+      // Stage 3: fetch the layer on demand (when the previous layer's compute is done) unless prefetched, or (in
+      // backward) still gathered since its forward.
+      const bool still_gathered = !forward && kept_[index];
       if (zero_.stage == 3 && issued <= position) {
-        gather_task_[index] = fetch(layer, micro, after(previous_compute));
+        if (!still_gathered) {
+          gather_task_[index] = fetch(layer, micro, after(previous_compute), with_start_of(hooks));
+        } else {
+          gather_task_[index] = kNoTask;
+        }
         issued = position + 1;
       }
 
-      std::array<Dependency, 2> first_deps{after(zero_.stage == 3 ? gather_task_[index] : kNoTask),
-                                           after(compute_barrier_)};
+      std::array<Dependency, 3> first_deps{after(zero_.stage == 3 ? gather_task_[index] : kNoTask),
+                                           after(compute_barrier_), after(hooks)};
       TaskId first = kNoTask;
       TaskId consumer = kNoTask;
       if (forward) {
@@ -167,6 +272,7 @@ class StepBuilder {
         timeline_.free_at_finish(consumer, in_.activation_bytes[index], MemoryUse::activations);
         if (index + 1 == count) timeline_.free_at_finish(consumer, in_.logits_bytes, MemoryUse::logits);
         last_backward_ = consumer;
+        if (ds_) backward_buffers(first, consumer, index, micro);
       }
 
       if (zero_.stage == 3) {
@@ -175,24 +281,34 @@ class StepBuilder {
         std::int64_t ahead = 0;
         std::int64_t live = gather_elements_[index];
         for (std::size_t next = position + 1; next < count && next <= position + static_cast<std::size_t>(in_.prefetch_window); ++next) {
-          const std::int64_t elements = gather_elements_[static_cast<std::size_t>(layer_at(forward, next))];
+          const auto next_index = static_cast<std::size_t>(layer_at(forward, next));
+          if (!forward && kept_[next_index]) {  // still gathered since its forward: nothing to fetch
+            if (next >= issued) issued = next + 1;
+            continue;
+          }
+          const std::int64_t elements = gather_elements_[next_index];
           ahead += elements;
           live += elements;
           if (ahead > zero_.prefetch_bucket_size || live > zero_.max_live_parameters) break;
           if (next >= issued) {
             const std::int32_t next_layer = layer_at(forward, next);
-            gather_task_[static_cast<std::size_t>(next_layer)] = fetch(next_layer, micro, with_start_of(first));
+            gather_task_[next_index] = fetch(next_layer, micro, with_start_of(first));
             issued = next + 1;
           }
         }
-        // Released after use (forward: after the layer's forward; backward: after its weight gradient).
-        if (gathered_bytes_[index] > 0) {
-          timeline_.free_at_finish(consumer, gathered_bytes_[index], MemoryUse::gathered_params);
+        // Released after use (forward: after the layer's forward unless kept for its backward; backward: after its
+        // weight gradient).
+        if (!(forward && kept_[index])) {
+          if (gathered_bytes_[index] > 0) {
+            timeline_.free_at_finish(consumer, gathered_bytes_[index], MemoryUse::gathered_params);
+          }
+          gathered_bytes_[index] = 0;
         }
-        gathered_bytes_[index] = 0;
       }
 
-      if (!forward && reduce_this_micro_step_) add_gradients(layer, micro, consumer, layers_[index].params);
+      // (DeepSpeed paths that reduce after the whole backward pass do it in reduce_after_backward.)
+      if (!forward && reduce_this_micro_step_ && !(ds_ && in_.path.reduces_after_backward))
+        add_gradients(layer, micro, consumer, layers_[index].params);
       previous_compute = consumer;
       last_compute_ = consumer;
     }
@@ -200,25 +316,29 @@ class StepBuilder {
 
   // --- stage 3 parameter fetch -----------------------------------------------------------------------------
 
-  TaskId fetch(std::int32_t layer, std::int32_t micro, Dependency when) {
+  // `issued_by`: DeepSpeed's hook that issues the fetch on the host (none for a prefetch or another engine).
+  TaskId fetch(std::int32_t layer, std::int32_t micro, Dependency when, Dependency issued_by = {}) {
     const auto index = static_cast<std::size_t>(layer);
     const std::int64_t elements = gather_elements_[index];
     if (elements <= 0) return kNoTask;
     const Bytes full_bytes = elements * e_;
     const Bytes partition_bytes = ceil_div(full_bytes, n_);
     Dependency ready = when;
+    Dependency issued = issued_by;  // applies to the first task of the fetch
     TaskId allocating = kNoTask;
     if (zero_.offload_param != OffloadDevice::none) {
       if (zero_.offload_param == OffloadDevice::nvme) {
         const TaskId read = timeline_.add(Resource::nvme, TaskKind::nvme_read,
-                                          static_cast<double>(partition_bytes) / in_.nvme_read_bandwidth, {ready},
-                                          layer, micro, partition_bytes);
+                                          static_cast<double>(partition_bytes) / in_.nvme_read_bandwidth,
+                                          {ready, issued}, layer, micro, partition_bytes);
         ready = after(read);
+        issued = {};
       }
       allocating = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
-                                 static_cast<double>(partition_bytes) / in_.pcie_bandwidth, {ready}, layer, micro,
-                                 partition_bytes);
+                                 static_cast<double>(partition_bytes) / in_.pcie_bandwidth, {ready, issued}, layer,
+                                 micro, partition_bytes);
       ready = after(allocating);
+      issued = {};
     }
     TaskId done = allocating;
     if (n_ > 1) {
@@ -228,8 +348,9 @@ class StepBuilder {
       for (std::int64_t m = 0; m < modules; ++m) {
         const Bytes bytes = m + 1 == modules ? full_bytes - per_module * (modules - 1) : per_module;
         done = timeline_.add(Resource::nccl, TaskKind::all_gather,
-                             in_.collectives->seconds(CollectiveKind::all_gather, bytes), {ready}, layer, micro,
-                             bytes);
+                             in_.collectives->seconds(CollectiveKind::all_gather, bytes), {ready, issued}, layer,
+                             micro, bytes);
+        issued = {};
         if (allocating == kNoTask) allocating = done;
       }
     }
@@ -252,6 +373,12 @@ class StepBuilder {
   }
 
   void reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId produced_by) {
+    if (ds_) {
+      const std::int64_t elements = bucket_elements_;
+      bucket_elements_ = 0;
+      deepspeed_reduction(elements, layer, micro, produced_by, /*after_backward=*/false);
+      return;
+    }
     const Bytes bytes = bucket_elements_ * e_;
     bucket_elements_ = 0;
     TaskId reduced = produced_by;
@@ -274,6 +401,202 @@ class StepBuilder {
     }
   }
 
+  // --- DeepSpeed's engine: host hooks, gradient buffers and its reductions --------------------------------
+
+  // The optimizer step's fp32 gradients and Adam temporaries, and what it releases: the .grad of stage 0 and
+  // BF16_Optimizer, the stage 1-2 gradient partition.
+  void step_buffers(TaskId step) {
+    const TransientGpuBytes& t = in_.transient;
+    timeline_.set_memory(step, t.step_grads, t.step_grads, MemoryUse::grads);
+    timeline_.set_memory(step, t.step_temporaries, t.step_temporaries, MemoryUse::optimizer_temporaries);
+    if (backward_grads_live_ > 0) timeline_.free_at_finish(step, backward_grads_live_, MemoryUse::grads);
+    if (grad_partition_live_ > 0) timeline_.free_at_finish(step, grad_partition_live_, MemoryUse::grads);
+    backward_grads_live_ = grad_partition_live_ = 0;
+  }
+
+  // The layer's hooks on the host (host_python): stage 3's fetch/release/prefetch per module and pass
+  // (parameter_offload.py pre/post forward and backward hooks, one per module and one for the layer's own
+  // module), the gradient hooks per parameter tensor in backward (stage_1_and_2.py grad_handling_hook). The host
+  // runs ahead of the GPU within a micro-step and waits for it between micro-steps (the loss is read back).
+  TaskId host_hooks(bool forward, std::int32_t layer, std::int32_t micro, bool first_of_pass) {
+    const auto index = static_cast<std::size_t>(layer);
+    double seconds = 0.0;
+    if (zero_.stage == 3) seconds += static_cast<double>(layers_[index].module_count + 1) * in_.module_hook_seconds;
+    if (!forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
+        index < in_.tensors_per_layer.size()) {
+      seconds += static_cast<double>(in_.tensors_per_layer[index]) * in_.gradient_hook_seconds;
+    }
+    if (seconds <= 0.0) return kNoTask;
+    const Dependency sync = forward && first_of_pass ? after(last_compute_) : Dependency{};
+    return timeline_.add(Resource::host_python, TaskKind::engine_hooks, seconds, {sync}, layer, micro);
+  }
+
+  // Over a layer's backward: its .grad kept (first micro-step: later ones accumulate into the same tensors), and
+  // the reduce buckets allocated by the micro-step's first gradient hook (stage_1_and_2.py setup_buckets; stage 1
+  // keeps them across micro-steps to the boundary's epilogue).
+  void backward_buffers(TaskId first, TaskId produced, std::size_t index, std::int32_t micro) {
+    const TransientGpuBytes& t = in_.transient;
+    if (micro == 0 && t.backward_grads > 0) {
+      const Bytes bytes = static_cast<Bytes>(static_cast<double>(t.backward_grads) *
+                                             static_cast<double>(layers_[index].params) /
+                                             static_cast<double>(total_params_));
+      timeline_.set_memory(produced, bytes, 0, MemoryUse::grads);
+      backward_grads_live_ += bytes;
+    }
+    // The first gradient hook runs once the first layer's weight gradients exist: the buckets come into use with
+    // the next layer's backward (or the reduction, for a one-layer model).
+    if (buckets_pending_ && t.backward_buckets > 0 && buckets_live_ == 0) {
+      timeline_.set_memory(first, t.backward_buckets, 0, MemoryUse::gradient_buckets);
+      buckets_live_ = t.backward_buckets;
+      buckets_pending_ = false;
+    }
+    if (micro_first_backward_) buckets_pending_ = true;
+    micro_first_backward_ = false;
+  }
+
+  // Bytes read and written per gradient element by one reduction's copies, before and after the collective.
+  struct CopyBytes {
+    double before = 0.0, after = 0.0;
+  };
+  CopyBytes reduction_copies() const {
+    const DeepSpeedEnginePath& p = in_.path;
+    const double c = p.communication_bytes;
+    const double n = static_cast<double>(n_);
+    CopyBytes bytes;
+    switch (p.wrapper) {
+      case DeepSpeedOptimizerWrapper::plain:
+      case DeepSpeedOptimizerWrapper::fp16_fused:
+      case DeepSpeedOptimizerWrapper::fp16_unfused:
+      case DeepSpeedOptimizerWrapper::bf16_optimizer: {
+        // engine.py allreduce_and_copy: flatten the bucket (read + write), the communication dtype copy and back
+        // when it differs, unflatten copies back into every .grad.
+        const double h = p.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer ? p.accumulation_bytes : p.model_bytes;
+        bytes.before = 2.0 * h + (c != h ? h + c : 0.0);
+        bytes.after = 2.0 * h + (c != h ? c + h : 0.0);
+        break;
+      }
+      case DeepSpeedOptimizerWrapper::zero_1_2: {
+        // Each .grad copied into the bucket (reduce_independent_p_g_buckets_and_remove_grads), flattened
+        // (allreduce_bucket); the result copied back into the bucket and the rank's part into its partition.
+        const double b = zero_.stage == 1 && p.accumulation_bytes != p.model_bytes ? p.accumulation_bytes : p.model_bytes;
+        bytes.before = 4.0 * b + (c != b ? b + c : 0.0);
+        bytes.after = 2.0 * b + 2.0 * b / n;
+        break;
+      }
+      case DeepSpeedOptimizerWrapper::zero_3:
+        // .grad copied into the bucket on the reduce stream, torch.cat of the chunks (reduce_scatter_coalesced),
+        // the rank's chunk added to its gradient partition.
+        bytes.before = 2.0 * p.model_bytes + 2.0 * c;
+        bytes.after = (c + p.accumulation_bytes + p.accumulation_bytes) / n;
+        break;
+    }
+    return bytes;
+  }
+
+  // Copies of `bytes` in `kernels` launches (DeepSpeed copies gradients tensor by tensor).
+  double copy_seconds(double bytes, double kernels) const {
+    return bytes / in_.streaming_bandwidth + kernels * in_.kernel_overhead_seconds;
+  }
+
+  // One DeepSpeed reduction of `elements` gradients: its copies and collective, on the compute stream when it
+  // runs there (after backward, or in the hooks without overlap_comm) or on the reduction stream.
+  void deepspeed_reduction(std::int64_t elements, std::int32_t layer, std::int32_t micro, TaskId produced_by,
+                           bool after_backward) {
+    if (elements <= 0) return;
+    const DeepSpeedEnginePath& p = in_.path;
+    const CopyBytes copies = reduction_copies();
+    const double count = static_cast<double>(elements);
+    const Bytes wire = elements * p.communication_bytes;
+    const std::int64_t full = std::max<std::int64_t>(1, std::min(p.reduction_bucket_elements, total_params_));
+    const auto copy = static_cast<Bytes>(static_cast<double>(in_.transient.reduction_copy) *
+                                         std::min(1.0, count / static_cast<double>(full)));
+    const TaskKind kind = p.gradient_collective == CollectiveKind::all_reduce ? TaskKind::all_reduce
+                                                                              : TaskKind::reduce_scatter;
+    // Tensors in the bucket: each is copied in (ZeRO's buckets) and back (every path) one launch apiece.
+    const double tensors = std::max(1.0, static_cast<double>(total_tensors()) * count / static_cast<double>(total_params_));
+    const double launches_before = p.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 ||
+                                           p.wrapper == DeepSpeedOptimizerWrapper::zero_3
+                                       ? tensors + 1.0
+                                       : 1.0;
+    const double launches_after = tensors + 1.0;
+    const double collective = n_ > 1 ? in_.collectives->seconds(p.gradient_collective, wire) : 0.0;
+    last_gradient_ = produced_by;
+    TaskId reduced = kNoTask;
+    if (after_backward || !zero_.overlap_comm) {
+      const TaskId before = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy,
+                                          copy_seconds(count * copies.before, launches_before),
+                                          {after(produced_by), after(compute_barrier_)}, layer, micro);
+      timeline_.set_memory(before, copy, 0, MemoryUse::gradient_buckets);
+      TaskId last = before;
+      if (n_ > 1) last = timeline_.add(Resource::nccl, kind, collective, {after(before)}, layer, micro, wire);
+      reduced = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy,
+                              copy_seconds(count * copies.after, launches_after),
+                              {after(last)}, layer, micro);
+      timeline_.free_at_finish(reduced, copy, MemoryUse::gradient_buckets);
+      compute_barrier_ = reduced;
+    } else {
+      // overlap_comm: the reduction stream copies and reduces in order beside the backward pass.
+      reduced = timeline_.add(Resource::nccl, n_ > 1 ? kind : TaskKind::gradient_copy,
+                              collective + copy_seconds(count * (copies.before + copies.after),
+                                                        launches_before + launches_after),
+                              {after(produced_by)}, layer, micro, n_ > 1 ? wire : 0);
+      timeline_.set_memory(reduced, copy, copy, MemoryUse::gradient_buckets);
+    }
+    if (p.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 && in_.transient.grad_partition > 0 &&
+        grad_partition_live_ == 0) {
+      timeline_.set_memory(reduced, in_.transient.grad_partition, 0, MemoryUse::grads);
+      grad_partition_live_ = in_.transient.grad_partition;
+    }
+    last_reduction_ = reduced;
+    if (zero_.offload_optimizer != OffloadDevice::none) {
+      // This rank's share of the reduced bucket goes to the host (stage_1_and_2.py
+      // async_inplace_copy_grad_to_fp32_buffer_from_gpu; stage3.py partition_grads with offload).
+      const Bytes partition_bytes = ceil_div(elements * p.model_bytes, n_);
+      last_download_ = timeline_.add(Resource::device_to_host, TaskKind::grad_download,
+                                     static_cast<double>(partition_bytes) / in_.pcie_bandwidth, {after(reduced)},
+                                     layer, micro, partition_bytes);
+    }
+  }
+
+  // Stage 0, BF16_Optimizer and stage 1 without overlap_comm: every gradient reduced after the backward pass, in
+  // buckets of the path's size (engine.py buffered_allreduce_fallback / stage_1_and_2.py reduce_gradients).
+  void reduce_after_backward(std::int32_t micro) {
+    if (in_.path.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer) {
+      // bf16_optimizer.py backward_epilogue -> update_hp_grads: each bf16 .grad added into the fp32 buffer, one
+      // add per parameter tensor.
+      const double tensors = static_cast<double>(total_tensors());
+      const double seconds = static_cast<double>(total_params_) * (in_.path.model_bytes + 8.0) / in_.streaming_bandwidth +
+                             tensors * in_.kernel_overhead_seconds;
+      compute_barrier_ = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy, seconds,
+                                       {after(last_backward_), after(compute_barrier_)}, -1, micro);
+    }
+    const std::int64_t bucket = std::max<std::int64_t>(1, in_.path.reduction_bucket_elements);
+    for (std::int64_t first = 0; first < total_params_; first += bucket) {
+      deepspeed_reduction(std::min(bucket, total_params_ - first), -1, micro, last_backward_,
+                          /*after_backward=*/true);
+    }
+  }
+
+  // What a micro-step's end releases: stage 1-2 buckets at the epilogue (stage 2 every micro-step, stage 1 at the
+  // boundary), and stage 1's .grad once reduced into the partition (_clear_param_grad_only).
+  void end_of_micro_step_buffers(bool boundary) {
+    const TaskId end = last_reduction_ != kNoTask ? last_reduction_ : last_backward_;
+    if (buckets_live_ > 0 && (zero_.stage == 2 || boundary)) {
+      timeline_.free_at_finish(end, buckets_live_, MemoryUse::gradient_buckets);
+      buckets_live_ = 0;
+    }
+    if (boundary && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 && backward_grads_live_ > 0) {
+      timeline_.free_at_finish(end, backward_grads_live_, MemoryUse::grads);
+      backward_grads_live_ = 0;
+    }
+  }
+
+  std::int64_t total_tensors() const {
+    std::int64_t tensors = 0;
+    for (std::int64_t t : in_.tensors_per_layer) tensors += t;
+    return std::max<std::int64_t>(1, tensors);
+  }
+
   // --- optimizer step and the parameter all-gather after it ----------------------------------------------
 
   void optimizer_step() {
@@ -282,10 +605,15 @@ class StepBuilder {
     const std::int32_t micro = static_cast<std::int32_t>(training_.grad_accum - 1);
     TaskId updated = kNoTask;
     if (zero_.offload_optimizer == OffloadDevice::none) {
+      const bool whole = ds_ && zero_.stage == 0;
       const double seconds =
-          static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.optimizer_bandwidth;
+          ds_ ? deepspeed_step_seconds(in_.path, training_, whole ? params : partition,
+                                       whole || zero_.stage == 3 ? total_tensors() : ceil_div(total_tensors(), n_),
+                                       in_.deepspeed_optimizer_bandwidth, in_.kernel_overhead_seconds)
+              : static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.optimizer_bandwidth;
       updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
                               {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro);
+      if (ds_) step_buffers(updated);
       if (zero_.stage == 3 && zero_.offload_param != OffloadDevice::none) {
         // Parameters offloaded, optimizer on the GPU: the updated 16-bit partition goes back to the host (and on
         // to NVMe), where the next step's gathers fetch it.
@@ -318,6 +646,7 @@ class StepBuilder {
         const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
                                           static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
                                           {ready, after(last_reduction_), after(last_gradient_)}, -1, micro);
+        if (ds_ && first == 0) step_buffers(step);
         updated = step;
         if (zero_.offload_optimizer == OffloadDevice::nvme) {
           const auto bytes = static_cast<Bytes>(static_cast<double>(elements) * state_bytes_per_param);
@@ -339,8 +668,10 @@ class StepBuilder {
       updated = last_update_;
     }
     if ((zero_.stage == 1 || zero_.stage == 2) && n_ > 1) {
-      // stage_1_and_2.py all_gather_dp_groups: the updated partitions, allgather_bucket_size elements a call.
-      const std::int64_t chunk = std::max<std::int64_t>(1, zero_.allgather_bucket_size);
+      // stage_1_and_2.py (and bf16_optimizer.py update_lp_params) all_gather_dp_groups: with torch's
+      // all_gather_into_tensor, one call for the whole flat group (runtime/utils.py
+      // all_gather_into_tensor_dp_groups); zeroplan's executor gathers allgather_bucket_size elements a call.
+      const std::int64_t chunk = ds_ ? params : std::max<std::int64_t>(1, zero_.allgather_bucket_size);
       for (std::int64_t first = 0; first < params; first += chunk) {
         const Bytes bytes = std::min(chunk, params - first) * e_;
         timeline_.add(Resource::nccl, TaskKind::all_gather,
@@ -362,6 +693,15 @@ class StepBuilder {
   std::vector<std::int64_t> gather_elements_;  // per layer: stage-3 elements all-gathered (all but persistent)
   std::vector<Bytes> gathered_bytes_;          // per layer: gathered bytes awaiting release
   std::vector<TaskId> gather_task_;            // per layer: the fetch the layer's compute waits for
+  std::vector<bool> kept_;                     // per layer: DeepSpeed keeps it gathered from forward to backward
+
+  const bool ds_;                              // DeepSpeed's engine (the paths of deepspeed_engine.h)
+  std::int64_t total_params_ = 1;
+  bool micro_first_backward_ = true;           // the micro-step's first gradient hook has not run yet
+  bool buckets_pending_ = false;               // the buckets come into use with the next backward task
+  Bytes backward_grads_live_ = 0;              // DeepSpeed transient buffers allocated and not yet freed
+  Bytes buckets_live_ = 0;
+  Bytes grad_partition_live_ = 0;
 
   bool reduce_this_micro_step_ = false;
   std::int64_t bucket_elements_ = 0;

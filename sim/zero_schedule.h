@@ -27,6 +27,25 @@
 //   read from NVMe first) before each all-gather.
 // - GPU memory counter: activations allocated as each layer's forward starts and freed when its backward
 //   finishes; logits with the output layer; stage-3 gathered parameters from their all-gather to their release.
+//
+// DeepSpeed's engine, where its code differs from the ideal engine above (deepspeed_engine.h says which path):
+// - Stage 0 and BF16_Optimizer reduce after the whole backward pass (engine.py allreduce_gradients ->
+//   buffered_allreduce_fallback, buckets of 5e8 elements), and so does stage 1 without overlap_comm
+//   (stage_1_and_2.py reduce_gradients); each bucket is flattened, reduced and copied back on the compute stream.
+// - Stages 1-2 all-reduce whole buckets by default (use_multi_rank_bucket_allreduce), copying each gradient into
+//   the bucket, flattening it (allreduce_bucket), copying the result back and the rank's part into its partition.
+// - Stage 3 keeps a layer gathered from its forward to its backward when its next use is within
+//   stage3_max_reuse_distance parameters of the trace (partitioned_param_coordinator.py __params_to_release), so
+//   such layers are not fetched again in backward; its reduce-scatters torch.cat the bucket first
+//   (reduce_scatter_coalesced) on the reduce stream.
+// - The host: DeepSpeed's Python hooks (stage-3 fetch/release per module, per-parameter gradient hooks) issue each
+//   layer's GPU work, so a layer's kernels cannot start before its hooks ran (host_python); the host waits for the
+//   GPU once per micro-step.
+// - The transient buffers of sim/deepspeed_memory.h: .grad built up over backward (freed after the reduction or at
+//   the step), stage 1-2 reduce buckets (first hook to end of reduction), one flat copy per reduction, the stage 1-2
+//   gradient partition (reduction to step), fp32 gradients and Adam temporaries during the step.
+// - The optimizer step's kernels as the wrapper runs them (deepspeed_step_seconds), and stage 1-2's parameter
+//   all-gather as one all_gather_into_tensor call (runtime/utils.py all_gather_into_tensor_dp_groups).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +56,8 @@
 #include "core/units.h"
 #include "sim/collective_time.h"
 #include "sim/compute_time.h"
+#include "sim/deepspeed_engine.h"
+#include "sim/deepspeed_memory.h"
 #include "sim/timeline.h"
 
 namespace zeroplan {
@@ -59,6 +80,18 @@ struct StepScheduleInputs {
   // Build every micro-step even when the accumulation has reached its steady state (SteadyMicroSteps): for
   // traces and the GUI, which show every task.
   bool every_micro_step = false;
+
+  // DeepSpeed's engine (training.engine deepspeed; deepspeed_engine.h): its code paths, the buffers the memory
+  // model leaves to the timeline, and what its Python costs the host. Unset for zeroplan's executor.
+  bool deepspeed = false;
+  DeepSpeedEnginePath path;
+  TransientGpuBytes transient;
+  double streaming_bandwidth = 0.0;       // bytes/s of the gradient copies
+  double deepspeed_optimizer_bandwidth = 0.0;  // bytes/s of the optimizer step's kernels
+  double kernel_overhead_seconds = 0.0;   // per kernel launched
+  double module_hook_seconds = 0.0;       // stage 3: fetch/release/prefetch hooks per module per pass (host)
+  double gradient_hook_seconds = 0.0;     // per parameter tensor's gradient hook in backward (host)
+  std::vector<std::int64_t> tensors_per_layer;  // parameter tensors of each layer (hooks, per-tensor kernels)
 };
 
 // Micro-steps the builder did not put on the timeline because the accumulation had reached a steady state.
@@ -89,6 +122,19 @@ std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& 
 // parameters, 0 for a layer that persists whole. The communication model (sim/comm_model.cpp, through
 // MemoryInputs::gathered_modules) counts the same.
 std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConfig& zero);
+
+// The optimizer step of DeepSpeed's wrapper over `params` parameters in `tensors` tensors: bytes through its
+// kernels at the streaming bandwidth plus a launch per kernel (fp16/unfused_optimizer.py step: per tensor
+// casts, norm, clip and copies; the ZeRO optimizers step one flat partition; torch foreach AdamW: 80 B/param
+// through its eight _foreach ops, fused AdamW and DeepSpeed's FusedAdam: 28 B/param).
+double deepspeed_step_seconds(const DeepSpeedEnginePath& path, const TrainingConfig& training, std::int64_t params,
+                              std::int64_t tensors, double streaming_bandwidth, double kernel_overhead_seconds);
+
+// DeepSpeed stage 3: which layers stay gathered from their forward to their backward (their next use lies within
+// stage3_max_reuse_distance parameters of the trace: partitioned_param_coordinator.py __params_to_release): a
+// layer's next use is its own backward, after every later layer's forward and backward, so it is kept when twice
+// the gathered parameters of the layers after it are under the distance. Such layers are not fetched in backward.
+std::vector<bool> reuse_kept_layers(const ModelDescription& model, const ZeroConfig& zero);
 
 // Builds the step on `timeline` (cleared first) and says which micro-steps it left out (none when
 // inputs.every_micro_step). Throws InputError for inputs that cannot be scheduled (an offload with no PCIe, CPU

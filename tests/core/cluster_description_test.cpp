@@ -19,7 +19,7 @@ const std::string kData = ZEROPLAN_TEST_DATA_DIR;
 
 TEST(BundledClusters, AllLoad) {
   const auto names = bundled_cluster_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"a100x8-multinode", "h100x8", "h200x4", "rtx4090"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"a100x8-multinode", "h100x8", "h200x2", "h200x4", "rtx4090"}));
   for (const auto& name : names) {
     const ClusterDescription cluster = load_cluster(name);
     EXPECT_EQ(cluster.name, name);
@@ -145,7 +145,7 @@ TEST(ClusterJson, RuntimeDefaultsAreRecordedInProvenance) {
   EXPECT_EQ(cluster.runtime.cuda_context_bytes, 512 * kMiB);
   EXPECT_EQ(cluster.runtime.cublas_workspace_bytes, 32 * kMiB);
   EXPECT_NE(cluster.provenance.find("runtime.cuda_context"), std::string::npos);
-  EXPECT_NE(cluster.provenance.find("runtime.allocator_reserve_fraction"), std::string::npos);
+  EXPECT_NE(cluster.provenance.find("runtime.allocator_reserve_of_activations"), std::string::npos);
 }
 
 TEST(WithGpuCount, FewerThanANodeIsOnePartialNode) {

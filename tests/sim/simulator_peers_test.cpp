@@ -70,6 +70,7 @@ const std::vector<PeerRow> kPeers = {
 StepSimulation predict(const PeerRow& row, const ModelDescription& model) {
   const ClusterDescription cluster = with_gpu_count(load_cluster("h200x4"), row.gpus);
   TrainingConfig training;
+  training.engine = TrainingEngine::ideal;  // PyTorch's DDP/FSDP: no DeepSpeed code paths
   training.micro_batch = row.micro_batch;
   training.seq_len = 1024;
   training.precision = Precision::bf16;

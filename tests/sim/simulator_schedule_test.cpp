@@ -65,6 +65,7 @@ ModelDescription dense_model(int layers, std::int64_t params, double flops) {
 
 TrainingConfig fp32_training(int stage, bool overlap) {
   TrainingConfig training;
+  training.engine = TrainingEngine::ideal;  // the ZeRO paper's schedule (sim/zero_schedule.h)
   training.micro_batch = 1;
   training.seq_len = 1;
   training.precision = Precision::fp32;
@@ -168,6 +169,7 @@ TEST(SimulatorOverlap, NoExposedCommunicationOverInfinitelyFastLinks) {
   const ModelDescription model = load_model("gpt2-1.5b");
   const ClusterDescription cluster = infinitely_fast_links(load_cluster("h200x4"));
   TrainingConfig training;
+  training.engine = TrainingEngine::ideal;  // the ZeRO paper's schedule (sim/zero_schedule.h)
   training.micro_batch = 4;
   for (int s = 0; s <= 3; ++s) {
     for (bool overlap : {false, true}) {
@@ -184,6 +186,7 @@ TEST(SimulatorOverlap, ExposedEqualsTheSerialSumWithoutOverlap) {
   const ModelDescription model = load_model("gpt2-1.5b");
   const ClusterDescription cluster = load_cluster("h200x4");
   TrainingConfig training;
+  training.engine = TrainingEngine::ideal;  // the ZeRO paper's schedule (sim/zero_schedule.h)
   training.micro_batch = 4;
   training.grad_accum = 2;
   training.zero.overlap_comm = false;
@@ -209,6 +212,7 @@ TEST(SimulatorFigures, MfuFollowsThePalmConventionAndTheDatasheetPeak) {
   const ModelDescription model = load_model("gpt2-1.5b");
   const ClusterDescription cluster = load_cluster("h200x4");
   TrainingConfig training;
+  training.engine = TrainingEngine::ideal;  // the ZeRO paper's schedule (sim/zero_schedule.h)
   training.micro_batch = 8;
   training.seq_len = 1024;
   const StepSimulation sim = simulate_step(model, cluster, training, stage(2));
@@ -229,6 +233,7 @@ TEST(SimulatorMemory, TimelinePeakNeverExceedsTheMemoryModelsSumOfWorstCases) {
   const ModelDescription model = load_model("gpt2-1.5b");
   const ClusterDescription cluster = load_cluster("h200x4");
   TrainingConfig training;
+  training.engine = TrainingEngine::ideal;  // the ZeRO paper's schedule (sim/zero_schedule.h)
   training.micro_batch = 4;
   for (const PlanChoice& choice : enumerate_plan_choices()) {
     if (choice.offload_optimizer == OffloadDevice::nvme || choice.offload_param == OffloadDevice::nvme) continue;
@@ -257,6 +262,7 @@ TEST(SimulatorComm, CollectiveBytesMatchTheCommunicationModel) {
   const ClusterDescription cluster = load_cluster("h200x4");
   for (std::int64_t accumulation : {1, 3}) {
     TrainingConfig training;
+    training.engine = TrainingEngine::ideal;  // the ZeRO paper's schedule (sim/zero_schedule.h)
     training.micro_batch = 2;
     training.grad_accum = accumulation;
     for (int s = 0; s <= 3; ++s) {
@@ -286,6 +292,7 @@ TEST(SimulatorScale, Gpt3OnThousandGpusOverManyNodes) {
   ASSERT_EQ(cluster.total_gpus(), 1024);
   ASSERT_EQ(cluster.nodes, 128);
   TrainingConfig training;
+  training.engine = TrainingEngine::ideal;  // the ZeRO paper's schedule (sim/zero_schedule.h)
   training.micro_batch = 1;
   training.seq_len = 2048;
   training.checkpointing = Checkpointing::full;

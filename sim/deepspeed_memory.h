@@ -1,0 +1,64 @@
+// DeepSpeed 0.19.8's GPU memory per rank, term by term as its engine allocates it (the DeepSpeed engine of the
+// memory model; --engine zeroplan keeps model_states_memory / zero_buffers_memory). Each term says which
+// DeepSpeed function allocates it and when it exists:
+// - held all step: the 16-bit parameters, the fp32 master copy and the optimizer states (partitioned from stage
+//   1), BF16_Optimizer's fp32 gradient buffer, stage 3's gradient partitions and its reduce bucket;
+// - transient, placed on the step's timeline by the schedule (zero_schedule.h), so that buffers which exist only
+//   after the backward pass are not added on top of the activation peak: the gradients autograd leaves in .grad,
+//   the stage 1-2 reduce buckets (from the first gradient hook to the end of the reduction), the flat copy each
+//   reduction makes, the stage 1-2 gradient partition, and the fp32 gradients and Adam temporaries of the
+//   optimizer step.
+#pragma once
+
+#include <vector>
+
+#include "core/training_config.h"
+#include "core/units.h"
+#include "sim/deepspeed_engine.h"
+#include "sim/memory_inputs.h"
+
+namespace zeroplan {
+
+struct MemoryTerm;
+
+// The transient bytes the schedule places in time (all zero for zeroplan's engine).
+struct TransientGpuBytes {
+  Bytes backward_grads = 0;      // .grad left by autograd over the backward pass, until released (whole model)
+  Bytes backward_buckets = 0;    // stage 1-2 ipg buckets: from the first gradient hook to the end of the reduction
+  Bytes reduction_copy = 0;      // one reduction's flat copy (flatten / torch.cat / dtype conversion), per call
+  Bytes grad_partition = 0;      // stage 1-2 gradient partition (grads_in_partition), from the reduction to the step
+  Bytes step_grads = 0;          // fp32 gradients the optimizer step makes, for the step
+  Bytes step_temporaries = 0;    // Adam's temporaries during the step (torch foreach AdamW)
+  Bytes grads() const { return backward_grads + grad_partition + step_grads; }
+  Bytes buckets() const { return backward_buckets + reduction_copy; }
+  Bytes total() const { return grads() + buckets() + step_temporaries; }
+};
+
+struct DeepSpeedGpuBytes {
+  Bytes params = 0;            // 16-bit parameters (the partition at stage 3; none with offload_param)
+  Bytes master_params = 0;     // fp32 master copy
+  Bytes optimizer_states = 0;  // Adam's (or SGD's) states
+  Bytes held_grads = 0;        // BF16_Optimizer's fp32 gradient buffer; stage 3's gradient partitions
+  Bytes held_buckets = 0;      // stage 3's reduce bucket
+  Bytes offload_staging = 0;   // stage 1-2 offload: temp_grad_buffer_for_gpu_offload (the largest parameter)
+  TransientGpuBytes transient;
+};
+
+DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConfig& training,
+                                      const DeepSpeedEnginePath& path);
+
+// Host memory per rank under offload (stage_1_and_2.py / stage3.py with offload_optimizer, offload_param): what
+// is page-locked (pin_memory) and what is not (DeepSpeedCPUAdam keeps its states in pageable memory).
+struct DeepSpeedHostBytes {
+  Bytes pinned = 0;
+  Bytes pageable = 0;
+  Bytes nvme = 0;
+};
+DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingConfig& training,
+                                        const DeepSpeedEnginePath& path);
+
+void explain_deepspeed_memory(const MemoryInputs& in, const TrainingConfig& training, const DeepSpeedEnginePath& path,
+                              const DeepSpeedGpuBytes& gpu, const DeepSpeedHostBytes& host,
+                              std::vector<MemoryTerm>& terms);
+
+}  // namespace zeroplan
