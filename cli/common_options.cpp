@@ -1,5 +1,6 @@
 #include "cli/common_options.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/input_error.h"
@@ -52,6 +53,9 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
                      "GPU memory kept free above each plan's predicted peak, in percent of it (e.g. 5 or 5%); "
                      "default: the measured error of the engine's memory model")
       ->type_name("PERCENT");
+  command.add_option("--cpu-threads-per-rank", options.cpu_threads_per_rank,
+                     "OpenMP threads each rank's CPU optimizer runs on (offload; default: the node's cores divided "
+                     "among its ranks; torchrun's own default is 1)");
   command.add_option("--format,-f", options.format, "Output: table, json, csv or markdown")->capture_default_str();
 }
 
@@ -88,6 +92,18 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   inputs.training = std::move(resolved.training);
   inputs.filter = resolved.filter;
   inputs.margin = resolve_memory_margin(margin, inputs.training.engine);
+  if (options.cpu_threads_per_rank) {
+    // A rank cannot use more threads than the node has cores (nor fewer than one).
+    const std::int64_t cores = std::max(1, inputs.cluster.host_cores);
+    if (*options.cpu_threads_per_rank < 1 || *options.cpu_threads_per_rank > cores) {
+      throw InputError(kCommandLine, "--cpu-threads-per-rank",
+                       "is " + std::to_string(*options.cpu_threads_per_rank) + "; expected 1.." +
+                           std::to_string(cores) + " (the cores of a node of " + inputs.cluster.name + ")");
+    }
+    inputs.training.cpu_threads_per_rank = *options.cpu_threads_per_rank;
+    inputs.training.notes.push_back("CPU optimizer threads per rank: " + std::to_string(*options.cpu_threads_per_rank) +
+                                    " (--cpu-threads-per-rank)");
+  }
   return inputs;
 }
 

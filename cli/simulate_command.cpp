@@ -56,7 +56,7 @@ void print_details(const SimulatedPlan& plan, const ResolvedInputs& inputs) {
   std::cout << "  step = compute " << format_seconds(s.compute_seconds) << " (recompute "
             << format_seconds(s.recompute_seconds) << ") + exposed communication "
             << format_seconds(s.exposed_comm_seconds) << " (NCCL busy while compute idles; NCCL busy in all "
-            << format_seconds(s.communication_seconds) << ") + waiting on offload "
+            << format_seconds(s.communication_seconds) << ") + waiting on the host (hooks, PCIe, CPU optimizer, NVMe) "
             << format_seconds(s.offload_wait_seconds) << "\n";
   std::cout << "  GPU memory peak " << format_gib(s.peak_gpu_bytes) << " at " << format_seconds(s.peak_memory_at_seconds)
             << " (static " << format_gib(s.static_gpu_bytes) << " + activations, logits, gathered params), capacity "
@@ -162,7 +162,7 @@ int run_simulate(const SimulateCommandOptions& options) {
   }
 
   TextTable table({"plan", "step ms", inputs.model.transformer ? "tokens/s" : "samples/s", "MFU %", "compute ms",
-                   "comm ms", "exposed comm ms", "offload wait ms", "peak GiB", "fits"});
+                   "comm ms", "exposed comm ms", "host wait ms", "peak GiB", "fits"});
   for (const SimulatedPlan& plan : plans) {
     const StepSimulation& s = plan.simulation;
     table.add_row({plan.choice.label(), ms_cell(s.step_seconds), fixed(s.tokens_per_second, "%.0f"),

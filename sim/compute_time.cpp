@@ -269,11 +269,23 @@ std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, con
       const double per_sample = layer.forward_flops_per_sample > 0.0 ? layer.forward_flops_per_sample
                                                                        : 2.0 * static_cast<double>(layer.params);
       const double flops = per_sample * b;
+      // The layer's GEMMs (convolutions, linear) split over its modules, each its own kernel: a small
+      // convolution is bound by the fixed cost of its launch and its one wave of tiles (the GEMM curve's t_fixed),
+      // not by FLOPs. The layer-list form gives the module count, not each module's FLOPs: an even split.
+      const double modules = static_cast<double>(std::max<std::int64_t>(1, layer.module_count));
+      const double gemm = modules * timer.gemm_seconds(flops / modules);
+      // The memory-bound work around them, per saved activation element (activation_elements_per_sample: what
+      // the convolutions write and autograd keeps): forward, BatchNorm and ReLU each read and write it (4 e);
+      // backward, BatchNorm's and ReLU's gradients read the input and the incoming gradient and write theirs (6 e).
+      // Kernels: forward a convolution or linear, a norm and an activation per module pair (one per module and
+      // half again), backward the input and weight gradients of each GEMM and the norm's and activation's (two per
+      // module and half again).
+      const double activation_bytes = static_cast<double>(layer.activation_elements_per_sample) * b * e;
       LayerCompute& t = times[i];
-      t.forward_seconds = timer.gemm_seconds(flops);
+      t.forward_seconds = gemm + timer.streaming_seconds(4.0 * activation_bytes, 1.5 * modules);
       t.forward_flops = flops;
-      t.backward_input_seconds = t.forward_seconds;
-      t.backward_weight_seconds = t.forward_seconds;
+      t.backward_input_seconds = gemm + timer.streaming_seconds(6.0 * activation_bytes, 1.5 * modules);
+      t.backward_weight_seconds = gemm + timer.streaming_seconds(0.0, 0.5 * modules);
       t.backward_flops = 2.0 * flops;
       if (training.checkpointing == Checkpointing::full) {
         t.recompute_seconds = t.forward_seconds;

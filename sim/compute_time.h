@@ -16,6 +16,8 @@
 //   kernel is written beside it in compute_time.cpp.
 // FLOP counts (zero-formulas.md section 6, PaLM appendix B): a dense layer's forward is 2 FLOPs per parameter
 // per token; backward twice the forward, half for the input gradient and half for the weight gradient.
+// A layer-list model (a ResNet): each module's GEMM (convolution) on the curve with its own launch, and the
+// memory-bound norm and activation kernels over the saved activations with their launches (compute_time.cpp).
 #pragma once
 
 #include <vector>

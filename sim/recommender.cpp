@@ -64,7 +64,7 @@ std::string why_better(const Recommendation& better, const Recommendation& next,
                                                          (a.compute_seconds - a.recompute_seconds)},
       {"recompute", b.recompute_seconds - a.recompute_seconds},
       {"exposed communication", b.exposed_comm_seconds - a.exposed_comm_seconds},
-      {"waiting on offload (PCIe, host CPU, NVMe)", b.offload_wait_seconds - a.offload_wait_seconds},
+      {"waiting on the host (hooks, PCIe, CPU optimizer, NVMe)", b.offload_wait_seconds - a.offload_wait_seconds},
   };
   const Part* main = &parts[0];
   for (const Part& part : parts) {

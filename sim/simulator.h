@@ -60,7 +60,8 @@ struct StepSimulation {
   double recompute_seconds = 0.0;       // part of compute_seconds
   double communication_seconds = 0.0;   // NCCL busy
   double exposed_comm_seconds = 0.0;    // NCCL busy while compute is idle
-  double offload_wait_seconds = 0.0;    // compute idle while NCCL is idle (PCIe, host CPU, NVMe)
+  double offload_wait_seconds = 0.0;    // compute idle while NCCL is idle: the host (DeepSpeed's Python hooks,
+                                        //   PCIe copies, the CPU optimizer, NVMe)
   std::array<double, kResourceCount> busy_seconds{};  // by Resource
   std::vector<CollectiveTiming> collectives;
 

@@ -341,3 +341,12 @@ TEST(Margin, BadMarginsAreOneLineErrors) {
   for (const char* bad : {"abc", "100", "-1", "5%%", "nan", "1e999"})
     expect_one_line_error(run(std::string("plan --model gpt2-124m --margin ") + bad), {"--margin"});
 }
+
+TEST(CpuThreads, ThreadsPerRankIsAnInput) {
+  const CommandResult given = run("plan --model gpt2-124m --stage 2 --offload-optimizer cpu --cpu-threads-per-rank 4");
+  EXPECT_EQ(given.status, 0) << given.errors;
+  EXPECT_NE(given.output.find("CPU optimizer threads per rank: 4"), std::string::npos);
+  for (const char* bad : {"0", "-2", "100000"})
+    expect_one_line_error(run(std::string("plan --model gpt2-124m --cpu-threads-per-rank ") + bad),
+                          {"--cpu-threads-per-rank"});
+}
