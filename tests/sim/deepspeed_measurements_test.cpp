@@ -1,0 +1,187 @@
+// The planner's DeepSpeed engine against every DeepSpeed run stored in bench/deepspeed/results/ (issue 13's four
+// GPT-2 1.5B rows, and whatever bench/deepspeed/device_matrix.sh adds): each run is planned from its own model,
+// cluster and DeepSpeed config, and must come within the issue's tolerances of what DeepSpeed measured:
+// device-used peak (cudaMemGetInfo) and peak allocated within 5%, host memory per rank within 10%, step time within
+// 15%. recommend must order the measured plans of one setting as DeepSpeed's times order them, and the default
+// GPU margin must cover the largest device-used error measured.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/data_paths.h"
+#include "core/json_input.h"
+#include "core/plan_inputs.h"
+#include "sim/memory_margin.h"
+#include "sim/plan_timing.h"
+#include "sim/recommender.h"
+#include "sim/simulator.h"
+
+namespace zeroplan {
+namespace {
+
+constexpr double kMemoryTolerance = 0.05;  // issue 13: device used and peak allocated
+constexpr double kHostTolerance = 0.10;
+constexpr double kStepTolerance = 0.15;
+// Measured times closer than this do not order two plans (run-to-run noise of a step is a few percent).
+constexpr double kOrderingResolution = 0.05;
+
+struct MeasuredRun {
+  std::string file, name;
+  PlanInputs inputs;
+  nlohmann::json measured;
+};
+
+std::vector<MeasuredRun> stored_runs() {
+  std::vector<MeasuredRun> runs;
+  const std::filesystem::path directory = data_directory() / "bench" / "deepspeed" / "results";
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(directory))
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    const nlohmann::json document = read_json_file(file);
+    for (const nlohmann::json& run : document.at("runs")) {
+      MeasuredRun r;
+      r.file = file.filename().string();
+      r.name = run.at("name").get<std::string>();
+      const auto path = [&](const char* key) {
+        const std::string value = run.at(key).get<std::string>();
+        // A bundled name, or a path from the repository's root.
+        return std::filesystem::exists(data_directory() / value) ? (data_directory() / value).string() : value;
+      };
+      r.inputs.model = path("model");
+      r.inputs.cluster = path("cluster");
+      r.inputs.gpus = run.at("gpus").get<int>();
+      r.inputs.ds_config = path("ds_config");
+      if (run.contains("micro_batch")) r.inputs.micro_batch = run.at("micro_batch").get<std::int64_t>();
+      if (run.contains("seq")) r.inputs.seq = run.at("seq").get<std::int64_t>();
+      r.measured = run.at("measured");
+      if (run.contains("cpu_threads_per_rank") && !run.at("cpu_threads_per_rank").is_null())
+        r.measured["cpu_threads_per_rank"] = run.at("cpu_threads_per_rank");
+      runs.push_back(std::move(r));
+    }
+  }
+  return runs;
+}
+
+struct Prediction {
+  double device_used_gib = 0.0, peak_allocated_gib = 0.0, host_gib_per_rank = 0.0, step_seconds = 0.0;
+  ResolvedPlanInputs resolved;
+  PlanChoice choice;
+};
+
+Prediction predict(const MeasuredRun& run) {
+  Prediction p;
+  p.resolved = resolve_plan_inputs(run.inputs);
+  if (run.measured.contains("cpu_threads_per_rank"))
+    p.resolved.training.cpu_threads_per_rank = run.measured.at("cpu_threads_per_rank").get<std::int64_t>();
+  const std::vector<PlanChoice> choices = enumerate_plan_choices(p.resolved.filter);
+  EXPECT_EQ(choices.size(), 1u) << run.name << ": its DeepSpeed config names one plan";
+  p.choice = choices.front();
+  PlannerOptions options;
+  options.search_max_micro_batch = false;
+  const TimedPlan timed =
+      evaluate_timed_plans(p.resolved.model, p.resolved.cluster, p.resolved.training, {p.choice}, options).front();
+  EXPECT_TRUE(timed.simulation.has_value()) << run.name << ": " << timed.why_not_timed;
+  if (!timed.simulation) return p;
+  const StepSimulation& s = *timed.simulation;
+  const RuntimeOverhead& runtime = p.resolved.cluster.runtime;
+  // What PyTorch counts as allocated: the tensors (the cuBLAS workspace too: PyTorch allocates it), not the CUDA
+  // context, NCCL's own buffers or the caching allocator's reserve.
+  const Bytes outside_allocator = timed.plan.memory.gpu.runtime_overhead - runtime.cublas_workspace_bytes;
+  p.device_used_gib = to_gib(timeline_gpu_demand(s));
+  p.peak_allocated_gib = to_gib(s.peak_gpu_bytes - outside_allocator);
+  const int ranks_per_node = std::min(p.resolved.cluster.gpus_per_node, p.resolved.cluster.total_gpus());
+  p.host_gib_per_rank = to_gib(timed.plan.memory.host.total) / ranks_per_node;
+  p.step_seconds = s.step_seconds;
+  return p;
+}
+
+void expect_within(double predicted, double measured, double tolerance, const std::string& what) {
+  const double error = predicted / measured - 1.0;
+  std::printf("  %-18s predicted %9.3f measured %9.3f  %+6.1f%%\n", what.c_str(), predicted, measured, 100.0 * error);
+  EXPECT_LE(std::abs(error), tolerance) << what << ": predicted " << predicted << ", measured " << measured;
+}
+
+TEST(DeepSpeedMeasurements, EveryStoredRunWithinTheIssuesTolerances) {
+  const std::vector<MeasuredRun> runs = stored_runs();
+  ASSERT_GE(runs.size(), 4u) << "issue 13's four runs are stored";
+  double largest_device_error = 0.0;
+  for (const MeasuredRun& run : runs) {
+    SCOPED_TRACE(run.file + ": " + run.name);
+    std::printf("%s (%s)\n", run.name.c_str(), run.file.c_str());
+    const Prediction p = predict(run);
+    const nlohmann::json& m = run.measured;
+    expect_within(p.device_used_gib, m.at("device_used_gib").get<double>(), kMemoryTolerance, "device used GiB");
+    largest_device_error =
+        std::max(largest_device_error, std::abs(p.device_used_gib / m.at("device_used_gib").get<double>() - 1.0));
+    expect_within(p.peak_allocated_gib, m.at("peak_allocated_gib").get<double>(), kMemoryTolerance,
+                  "peak allocated GiB");
+    expect_within(p.step_seconds, m.at("step_seconds").get<double>(), kStepTolerance, "step s");
+    if (m.contains("host_gib_per_rank") && !m.at("host_gib_per_rank").is_null())
+      expect_within(p.host_gib_per_rank, m.at("host_gib_per_rank").get<double>(), kHostTolerance, "host GiB/rank");
+  }
+  // The verdict's default margin is the measured error of the memory model: it must cover every stored run.
+  EXPECT_GE(default_memory_margin(TrainingEngine::deepspeed).fraction, largest_device_error);
+}
+
+// Runs of one setting (same model, cluster, GPUs, micro-batch, sequence) that DeepSpeed's times order: recommend,
+// searching that setting, ranks them in the same order.
+TEST(DeepSpeedMeasurements, RecommendOrdersTheMeasuredPlansAsDeepSpeedsTimes) {
+  const std::vector<MeasuredRun> runs = stored_runs();
+  struct Entry {
+    const MeasuredRun* run;
+    Prediction prediction;
+  };
+  std::vector<Entry> entries;
+  for (const MeasuredRun& run : runs) entries.push_back({&run, predict(run)});
+  int compared = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& a = entries[i];
+    const TrainingConfig& t = a.prediction.resolved.training;
+    // The setting's recommend: its GPUs, its global batch, no checkpointing, every stage and offload.
+    RecommendOptions options;
+    options.global_batch = t.micro_batch * t.grad_accum * a.prediction.resolved.cluster.total_gpus();
+    options.gpu_counts = {a.prediction.resolved.cluster.total_gpus()};
+    options.checkpointing = {t.checkpointing};
+    options.top = 1000;
+    options.max_micro_batch = t.micro_batch;
+    const RecommendResult result =
+        recommend_plans(a.prediction.resolved.model, a.prediction.resolved.cluster, t, options);
+    const auto rank_of = [&](const Entry& e) {
+      const TrainingConfig& et = e.prediction.resolved.training;
+      for (std::size_t k = 0; k < result.plans.size(); ++k) {
+        const Recommendation& r = result.plans[k];
+        if (r.choice == e.prediction.choice && r.training.micro_batch == et.micro_batch) return static_cast<int>(k);
+      }
+      return -1;
+    };
+    for (std::size_t j = 0; j < entries.size(); ++j) {
+      const Entry& b = entries[j];
+      const TrainingConfig& u = b.prediction.resolved.training;
+      if (i == j || b.run->inputs.model != a.run->inputs.model || b.run->inputs.cluster != a.run->inputs.cluster ||
+          b.run->inputs.gpus != a.run->inputs.gpus || u.micro_batch != t.micro_batch || u.seq_len != t.seq_len ||
+          u.grad_accum != t.grad_accum)
+        continue;
+      const double ta = a.run->measured.at("step_seconds").get<double>();
+      const double tb = b.run->measured.at("step_seconds").get<double>();
+      if (!(ta * (1.0 + kOrderingResolution) < tb)) continue;  // a clearly faster than b in DeepSpeed
+      const int ra = rank_of(a), rb = rank_of(b);
+      ASSERT_GE(ra, 0) << a.run->name << " not among the fitting plans";
+      ASSERT_GE(rb, 0) << b.run->name << " not among the fitting plans";
+      EXPECT_LT(ra, rb) << a.run->name << " (" << ta << " s) ranks below " << b.run->name << " (" << tb << " s)";
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+}  // namespace
+}  // namespace zeroplan
