@@ -1,0 +1,66 @@
+#!/bin/bash
+# The DeepSpeed matrix of issue 13 on the GPU machine (nvidia-h200-x2), one device command per part:
+#   run(command="bash bench/deepspeed/device_matrix.sh 1", carry=["bench/deepspeed/wheels"], kind="nvidia-h200-x2")
+# Installs the carried wheels (bench/deepspeed/build_wheels.sh) into bench/deepspeed/.site without network, then
+# runs every line of matrix.txt of the PART given (make_matrix.sh wrote them, PART 1 first) under torchrun with
+# bench/deepspeed/ds_peer.py, OMP_NUM_THREADS as the line says, until BUDGET seconds (default 540: a command may run
+# 600) would be exceeded. Each run writes $OUT/NAME.json in the schema of bench/deepspeed/results/ and $OUT/NAME.log;
+# the last lines printed are one table row per run. Copy the JSON files into bench/deepspeed/results/ and
+# tests/sim/deepspeed_measurements_test.cpp checks the planner against them.
+#   usage: bash bench/deepspeed/device_matrix.sh PART [BUDGET_SECONDS]
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these machines (KINDS.md)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+out="${OUT:?set by the device tool: the folder whose files come back}"
+part="${1:?PART: which part of bench/deepspeed/matrix.txt to run}"
+budget="${2:-540}"
+start=$(date +%s)
+site="$repo/bench/deepspeed/.site"
+wheels="$repo/bench/deepspeed/wheels"
+
+{ nvidia-smi; nproc; free -g; python3 --version; } > "$out/machine.txt" 2>&1
+if ! PYTHONPATH="$site" python3 -c "import deepspeed" 2>/dev/null; then
+  [ -d "$wheels" ] || { echo "no wheels: run bench/deepspeed/build_wheels.sh here and carry bench/deepspeed/wheels"; exit 1; }
+  packages=()
+  for wheel in "$wheels"/*.whl; do
+    # Keep the machine's numpy (its torch was built against it) when it has one.
+    case $(basename "$wheel") in numpy-*) python3 -c "import numpy" 2>/dev/null && continue ;; esac
+    packages+=("$wheel")
+  done
+  python3 -m pip install --no-index --no-deps --target "$site" "${packages[@]}" > "$out/install.log" 2>&1 ||
+    { echo "installing the wheels failed:"; tail -20 "$out/install.log"; exit 1; }
+fi
+export PYTHONPATH="$site:$repo/bench/exec"
+python3 -c "import deepspeed, torch; print('DeepSpeed', deepspeed.__version__, 'torch', torch.__version__)" |
+  tee "$out/versions.txt"
+
+summary="$out/summary.txt"
+: > "$summary"
+while read -r line_part name model planner_model gpus config threads; do
+  [[ "$line_part" == "#"* || -z "$line_part" ]] && continue
+  [ "$line_part" != "$part" ] && continue
+  left=$((budget - ($(date +%s) - start)))
+  if [ "$left" -lt 90 ]; then
+    echo "budget spent: $name and the rest of part $part not run" | tee -a "$summary"
+    break
+  fi
+  t0=$(date +%s)
+  OMP_NUM_THREADS="$threads" timeout "$left" torchrun --standalone --nproc_per_node="$gpus" \
+    "$repo/bench/deepspeed/ds_peer.py" --model "$repo/$model" --planner-model "$planner_model" \
+    --ds-config "$repo/$config" --cluster h200x2 --name "$name" --out "$out/$name.json" \
+    > "$out/$name.log" 2>&1
+  status=$?
+  if [ $status -eq 0 ] && [ -f "$out/$name.json" ]; then
+    python3 - "$out/$name.json" "$(( $(date +%s) - t0 ))" >> "$summary" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))["runs"][0]
+m = run["measured"]
+print(f"{run['name']:<48} step {1e3 * m['step_seconds']:8.1f} ms  device {m['device_used_gib']:6.2f} GiB  "
+      f"allocated {m['peak_allocated_gib']:6.2f} GiB  host {m['host_gib_per_rank']:6.2f} GiB/rank  ({sys.argv[2]} s)")
+PY
+  else
+    echo "$name FAILED (status $status): $(grep -m1 -E 'Error|error|OOM|out of memory' "$out/$name.log" | cut -c1-160)" >> "$summary"
+  fi
+done < "$repo/bench/deepspeed/matrix.txt"
+echo "--- part $part ($(( $(date +%s) - start )) s) ---"
+cat "$summary"

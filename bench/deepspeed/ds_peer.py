@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""DeepSpeed peer for zeroplan's planner (issue 13): trains, under torchrun, the model of a zeroplan model
+description (the GPT-2 decoder of bench/exec/pytorch_peer.py: learned positions, LayerNorm, tanh-GELU, biases, tied
+embeddings, no dropout, at the description's shape) or ResNet-101 (torchvision, 10 classes, CIFAR-10 shapes), with
+the DeepSpeed config `zeroplan plan --emit-ds-config` wrote, and measures what the planner predicts:
+
+  step_seconds        median optimizer-step time after the warm-up (accumulation included), cuda-synchronized
+  device_used_gib     peak over the run of cudaMemGetInfo total - free (torch.cuda.mem_get_info), the larger rank
+  peak_allocated_gib  torch.cuda.max_memory_allocated, the larger rank
+  peak_reserved_gib   torch.cuda.max_memory_reserved, the larger rank
+  host_gib_per_rank   peak resident set of the rank's process (VmHWM, /proc/self/status), the larger rank
+  host_pinned_gib     page-locked host memory the process allocated through torch, when torch reports it
+
+Rank 0 writes one JSON file in the schema of bench/deepspeed/results/ (a "runs" list of one run with its model,
+cluster, GPU count, DeepSpeed config and "measured"), so that tests/sim/deepspeed_measurements_test.cpp checks the
+planner against it once it is stored there. Random data (token ids, images): step time and memory do not depend on
+the values.
+"""
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "exec"))
+
+
+def read_host_peak_bytes():
+    """Peak resident set of this process (VmHWM), bytes."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("VmHWM missing from /proc/self/status")
+
+
+def pinned_host_bytes():
+    """Page-locked bytes torch's caching host allocator holds, or None where torch does not report them."""
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None:
+        return None
+    values = stats()
+    for key in ("allocated_bytes.current", "segment.all.current", "reserved_bytes.current"):
+        if key in values:
+            return values[key]
+    return None
+
+
+def build_model(args, config, dtype):
+    if args.model == "resnet101":
+        import torchvision
+        model = torchvision.models.resnet101(num_classes=10)
+        if dtype == torch.float16:
+            # DeepSpeed casts parameters only: the BatchNorm buffers must be half too, or batch_norm mixes dtypes.
+            model = model.half()
+        return model, None
+    from pytorch_peer import GPT  # the peers' decoder, so both peers train the same network
+    with open(args.model) as f:
+        description = json.load(f)
+    shape = description["transformer"]
+    if shape.get("family") != "gpt2" or shape.get("dropout", 0.0) != 0.0:
+        raise SystemExit(f"{args.model}: ds_peer.py trains the gpt2 family without dropout")
+    stage = config.get("zero_optimization", {}).get("stage", 0)
+    # Stage 3 builds the model partitioned (deepspeed.zero.Init), as the planner's zero_init default assumes.
+    init = deepspeed.zero.Init(config_dict_or_path=config) if stage == 3 else contextlib.nullcontext()
+    with init:
+        model = GPT(shape["vocab_size"], shape["hidden"], shape["layers"], shape["heads"], shape["max_seq"])
+    return model, shape
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True, help="zeroplan model description (gpt2 family) or 'resnet101'")
+    ap.add_argument("--planner-model", help="what the planner is given for this model (default: --model)")
+    ap.add_argument("--ds-config", required=True, help="the DeepSpeed config (zeroplan plan --emit-ds-config)")
+    ap.add_argument("--cluster", default="h200x2", help="the zeroplan cluster description of this machine")
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    deepspeed.init_distributed()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank)
+    with open(args.ds_config) as f:
+        config = json.load(f)
+    fp16 = config.get("fp16", {}).get("enabled", False)
+    bf16 = config.get("bf16", {}).get("enabled", False)
+    dtype = torch.float16 if fp16 else torch.bfloat16 if bf16 else torch.float32
+    micro = config["train_micro_batch_size_per_gpu"]
+    accumulation = config.get("gradient_accumulation_steps", 1)
+
+    model, shape = build_model(args, config, dtype)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()],
+                                           config=config)
+    generator = torch.Generator(device=device).manual_seed(1 + rank)
+
+    def micro_step():
+        if shape is None:
+            images = torch.randn(micro, 3, 32, 32, device=device, dtype=dtype, generator=generator)
+            labels = torch.randint(0, 10, (micro,), device=device, generator=generator)
+            loss = F.cross_entropy(engine(images).float(), labels)
+        else:
+            tokens = torch.randint(0, shape["vocab_size"], (micro, args.seq + 1), device=device, generator=generator)
+            loss = engine(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+        engine.backward(loss)
+        engine.step()
+        return loss
+
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    device_used_peak = 0
+    times, losses = [], []
+    for step in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(accumulation):
+            loss = micro_step()
+        losses.append(loss.item())  # the loss read back, as a training loop does: one host sync per step
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+        free, total = torch.cuda.mem_get_info()
+        device_used_peak = max(device_used_peak, total - free)
+
+    gib = 2.0**30
+    pinned = pinned_host_bytes()
+    local = torch.tensor([device_used_peak, torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(),
+                          read_host_peak_bytes(), pinned if pinned is not None else -1],
+                         dtype=torch.float64, device=device)
+    dist.all_reduce(local, op=dist.ReduceOp.MAX)
+    step_seconds = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+    dist.all_reduce(step_seconds, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        measured = {
+            "device_used_gib": local[0].item() / gib,
+            "peak_allocated_gib": local[1].item() / gib,
+            "peak_reserved_gib": local[2].item() / gib,
+            "host_gib_per_rank": local[3].item() / gib,
+            "host_pinned_gib": local[4].item() / gib if local[4].item() >= 0 else None,
+            "step_seconds": step_seconds.item(),
+        }
+        omp = os.environ.get("OMP_NUM_THREADS")
+        run = {
+            "name": args.name,
+            "model": args.planner_model or args.model,
+            "cluster": args.cluster,
+            "gpus": world,
+            "ds_config": os.path.relpath(os.path.abspath(args.ds_config), os.path.join(HERE, "..", "..")),
+            "cpu_threads_per_rank": int(omp) if omp else None,
+            "measured": measured,
+            "losses": losses,
+        }
+        if shape is not None:
+            run["seq"] = args.seq
+        document = {
+            "source": "bench/deepspeed/ds_peer.py under torchrun (bench/deepspeed/device_matrix.sh)",
+            "deepspeed": deepspeed.__version__,
+            "torch": torch.__version__,
+            "machine": f"{torch.cuda.get_device_name()} x {world}, {os.cpu_count()} CPUs",
+            "date": time.strftime("%Y-%m-%d"),
+            "measured_as": {
+                "device_used_gib": "peak over the run of cudaMemGetInfo total - free, the larger rank, GiB",
+                "peak_allocated_gib": "torch.cuda.max_memory_allocated, the larger rank, GiB",
+                "step_seconds": f"median of {args.steps} steps after {args.warmup} warm-up steps",
+                "host_gib_per_rank": "peak resident set (VmHWM) of the rank's process, the larger rank, GiB",
+            },
+            "runs": [run],
+        }
+        with open(args.out, "w") as f:
+            json.dump(document, f, indent=2)
+        print(json.dumps({"name": args.name, **measured}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import deepspeed  # imported here so that --help works without it
+    main()
