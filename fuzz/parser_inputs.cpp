@@ -23,6 +23,7 @@
 #include "core/model_description.h"
 #include "exec/token_data.h"
 #include "gui/run_report.h"
+#include "run/checkpoint.h"
 
 namespace zeroplan::fuzz {
 
@@ -69,6 +70,8 @@ class ScratchDirectory {
   }
   ScratchDirectory(const ScratchDirectory&) = delete;
   ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
 
   // Writes bytes to NAME in the folder and returns its path.
   std::string write(const std::string& name, std::string_view bytes) const {
@@ -271,6 +274,54 @@ void feed_plan_inputs(std::string_view bytes) {
   resolve_inputs(options);
 }
 
+// --- checkpoint manifests (zeroplan run --resume DIR): run/checkpoint.cpp ---
+
+// The rank files a manifest names: rank-00000.bin and rank-00001.bin in scratch/checkpoint, 12 bytes (three fp32
+// sections) per element, 24 and 16 elements, byte k of each = (7 k + rank) mod 256. The seeds in
+// fuzz/corpus/checkpoint_manifest carry their sizes and CRC-32s.
+std::string checkpoint_directory() {
+  static const std::string directory = [] {
+    const ScratchDirectory& folder = scratch();
+    const std::filesystem::path made = folder.path() / "checkpoint";
+    std::filesystem::create_directories(made);
+    const std::int64_t elements[] = {24, 16};
+    for (int rank = 0; rank < 2; ++rank) {
+      std::string bytes(static_cast<std::size_t>(12 * elements[rank]), '\0');
+      for (std::size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<char>((7 * k + rank) % 256);
+      char name[32];
+      std::snprintf(name, sizeof name, "checkpoint/rank-%05d.bin", rank);
+      folder.write(name, bytes);
+    }
+    return made.string();
+  }();
+  return directory;
+}
+
+void feed_checkpoint_manifest(std::string_view bytes) {
+  const std::string directory = checkpoint_directory();
+  scratch().write("checkpoint/manifest.json", bytes);
+  CheckpointReader reader(directory, "--resume");
+  reader.verify();
+  // What restore() asks of it: ranges of named tensors. Each piece the manifest lists is read back (at most 64
+  // elements of it), and the first 64 elements of its tensor.
+  const nlohmann::json manifest = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  std::vector<float> master(64), m(64), v(64);
+  for (const nlohmann::json& file : manifest.at("files")) {
+    for (const nlohmann::json& piece : file.at("segments")) {
+      const std::string tensor = piece.at(0).get<std::string>();
+      const std::int64_t offset = piece.at(1).get<std::int64_t>();
+      const std::int64_t count = std::min<std::int64_t>(piece.at(2).get<std::int64_t>(), 64);
+      for (const auto& [from, n] : {std::pair<std::int64_t, std::int64_t>{offset, count}, {0, 64}}) {
+        try {
+          reader.read(tensor, from, n, master.data(), m.data(), v.data());
+        } catch (const InputError&) {
+          // A range the checkpoint does not cover whole is refused, naming the tensor: a clean answer.
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const std::vector<ParserInput>& parser_inputs() {
@@ -283,6 +334,8 @@ const std::vector<ParserInput>& parser_inputs() {
       {"token_data", "exec::TokenSource::from_file, next_batch", feed_token_data},
       {"run_report", "parse_json_text + run_report_from_json (gui/run_report.cpp), report_labels", feed_run_report},
       {"plan_inputs", "CLI11 parse of add_common_options + resolve_inputs (resolve_plan_inputs)", feed_plan_inputs},
+      {"checkpoint_manifest", "CheckpointReader(dir, \"--resume\"), verify, read (run/checkpoint.cpp)",
+       feed_checkpoint_manifest},
   };
   return inputs;
 }

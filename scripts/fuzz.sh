@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes zeroplan's parsers (fuzz/): builds the libFuzzer targets in build-fuzz with clang (ASan + UBSan), then runs
-# each target for SECONDS from its seed corpus (fuzz/corpus/TARGET, read only) and prints the executions per target.
+# each target for SECONDS from its seeds (fuzz/corpus/TARGET and the repository's files of its format, read only)
+# and prints the executions per target.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]       default: 600 s, every target (build-fuzz/fuzz/targets.txt)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]       default: 600 s, every target (fuzz/parser_inputs.cmake)
 #
 # New corpus entries and crash files go to a scratch folder, never into the repository:
 # $ZEROPLAN_FUZZ_WORK (default /tmp/zeroplan-fuzz)/TARGET/{corpus,crash-*,timeout-*,leak-*,oom-*,log.txt}.
@@ -38,7 +39,14 @@ build_start=$(date +%s)
 cmake --build "$build" --target zeroplan_fuzzers -j "$(nproc)"
 echo "zeroplan fuzz: build $(($(date +%s) - build_start)) s"
 
-mapfile -t known < "$build/fuzz/targets.txt"
+# fuzz-targets.txt (fuzz/parser_inputs.cmake): per line a target, then its seed folders (fuzz/corpus/TARGET and
+# the repository's own files of that format).
+declare -A seeds_of
+known=()
+while read -r name folders; do
+  known+=("$name")
+  seeds_of[$name]=$folders
+done < "$build/fuzz-targets.txt"
 targets=("$@")
 if ((${#targets[@]} == 0)); then targets=("${known[@]}"); fi
 for target in "${targets[@]}"; do
@@ -51,9 +59,11 @@ done
 run_target() {
   local target=$1 dir="$work/$1"
   mkdir -p "$dir/corpus"
-  # The scratch corpus comes first: libFuzzer adds new inputs to the first folder only.
+  # The scratch corpus comes first: libFuzzer adds new inputs to the first folder only. The seed folders are
+  # separate words (no spaces in their paths: fuzz/parser_inputs.cmake).
   local code=0
-  "$build/fuzz/zeroplan_fuzz_$target" "$dir/corpus" "fuzz/corpus/$target" -max_total_time="$seconds" \
+  # shellcheck disable=SC2086
+  "$build/fuzz/zeroplan_fuzz_$target" "$dir/corpus" ${seeds_of[$target]} -max_total_time="$seconds" \
     -timeout="$timeout_s" -rss_limit_mb="$rss_mb" -artifact_prefix="$dir/" -print_final_stats=1 \
     >"$dir/log.txt" 2>&1 || code=$?
   echo "$code" >"$dir/exit"

@@ -1,9 +1,10 @@
-// Every seed of every fuzz target and every input a fuzzer failed on, fed to its parser as the fuzzer fed it
-// (fuzz/parser_inputs.h): each reads cleanly or ends in an InputError naming its source. The inputs a fuzzer
-// failed on are also checked one by one below for the message their fix gives.
+// Every seed of every fuzz target (fuzz/corpus and the repository's own files, fuzz/parser_inputs.cmake) and every
+// input a fuzzer failed on, fed to its parser as the fuzzer fed it (fuzz/parser_inputs.h): each reads cleanly or
+// ends in an InputError naming its source. Each finding also has its own test below, checking what its fix does.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -48,12 +49,42 @@ Outcome feed_file(const ParserInput& input, const std::filesystem::path& file) {
   }
 }
 
+// fuzz-targets.txt (fuzz/parser_inputs.cmake): per line a target's name, then its seed folders.
+std::map<std::string, std::vector<std::filesystem::path>> seed_folders() {
+  std::map<std::string, std::vector<std::filesystem::path>> folders;
+  std::istringstream lines(read_bytes(ZEROPLAN_FUZZ_TARGETS_FILE));
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    for (std::string folder; words >> folder;) folders[name].push_back(folder);
+  }
+  return folders;
+}
+
+// The CMake list of targets (what scripts/fuzz.sh runs) and the table of feeds name the same parsers.
+TEST(FuzzTargets, EveryTargetHasAFeedAndEveryFeedATarget) {
+  const auto folders = seed_folders();
+  std::vector<std::string> targets;
+  for (const auto& [name, unused] : folders) targets.push_back(name);
+  std::vector<std::string> feeds;
+  for (const auto& input : parser_inputs()) feeds.push_back(input.name);
+  std::sort(feeds.begin(), feeds.end());
+  EXPECT_EQ(targets, feeds);
+}
+
 class ParserInputs : public testing::TestWithParam<std::string> {};
 
 TEST_P(ParserInputs, EverySeedReadsCleanlyAndSomeAreAccepted) {
   const ParserInput& input = parser_input(GetParam());
-  const auto seeds = files_in(std::filesystem::path(ZEROPLAN_FUZZ_CORPUS_DIR) / input.name);
-  ASSERT_FALSE(seeds.empty()) << "no seeds in fuzz/corpus/" << input.name;
+  const auto folders = seed_folders();
+  ASSERT_TRUE(folders.count(input.name)) << input.name << " is not in fuzz-targets.txt";
+  std::vector<std::filesystem::path> seeds;
+  for (const auto& folder : folders.at(input.name)) {
+    const auto files = files_in(folder);
+    seeds.insert(seeds.end(), files.begin(), files.end());
+  }
+  ASSERT_FALSE(seeds.empty()) << "no seeds for " << input.name << " (fuzz-targets.txt)";
   int accepted = 0;
   for (const auto& seed : seeds) {
     SCOPED_TRACE(seed.string());
