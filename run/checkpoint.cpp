@@ -275,6 +275,12 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& fl
       if (seg.tensor_offset < 0 || seg.count < 1 || seg.offset < 0 || seg.offset > file.elements - seg.count)
         e.fail("segments", "a segment of " + s[0].get<std::string>() + " lies outside the file's " +
                                std::to_string(file.elements) + " elements");
+      // Its end in the tensor (tensor_offset + count) must be a count read() can form: no tensor holds 2^58
+      // elements (the bound on a file's elements above).
+      if (seg.tensor_offset > (std::int64_t{1} << 58) - seg.count)
+        e.fail("segments", "a segment of " + s[0].get<std::string>() + " ends past element 2^58 of the tensor "
+                               "(tensor_offset " + std::to_string(seg.tensor_offset) + " + count " +
+                               std::to_string(seg.count) + "); expected a place inside a tensor");
       segments_[s[0].get<std::string>()].push_back(seg);
     }
     if (!fs::exists(file.path)) throw InputError(file.path, flag, "missing: the manifest lists it");

@@ -120,6 +120,22 @@ TEST(FuzzFindings, ClusterOfOneGpuPerNodeReadsBackWhatItWrites) {
   }
 }
 
+// Found by reading run/checkpoint.cpp, confirmed by UBSan through the checkpoint_manifest target: a segment at
+// tensor_offset 2^63 - 8 made read() overflow tensor_offset + count (signed overflow, undefined). The manifest is
+// now refused when it is read, naming the segment.
+TEST(FuzzFindings, CheckpointSegmentPastAnyTensorIsRefused) {
+  const std::filesystem::path file =
+      std::filesystem::path(ZEROPLAN_FUZZ_REGRESSION_DIR) / "checkpoint_manifest" / "segment-end-overflows.json";
+  try {
+    parser_input("checkpoint_manifest").feed(read_bytes(file));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("manifest.json"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("files[0].segments"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("wpe ends past element 2^58"), std::string::npos) << error.what();
+  }
+}
+
 std::vector<std::string> parser_names() {
   std::vector<std::string> names;
   for (const auto& input : parser_inputs()) names.push_back(input.name);
