@@ -146,6 +146,9 @@ class StepBuilder {
     kept_.assign(layer_count, false);
     if (ds_ && zero_.stage == 3) kept_ = reuse_kept_layers(*in_.model, zero_);
     total_params_ = std::max<std::int64_t>(1, in_.model->params());
+    total_tensors_ = 0;
+    for (std::int64_t t : in_.tensors_per_layer) total_tensors_ += t;
+    total_tensors_ = std::max<std::int64_t>(1, total_tensors_);
 
     SteadyMicroSteps steady;
     MicroStepState previous;
@@ -591,11 +594,7 @@ class StepBuilder {
     }
   }
 
-  std::int64_t total_tensors() const {
-    std::int64_t tensors = 0;
-    for (std::int64_t t : in_.tensors_per_layer) tensors += t;
-    return std::max<std::int64_t>(1, tensors);
-  }
+  std::int64_t total_tensors() const { return total_tensors_; }
 
   // --- optimizer step and the parameter all-gather after it ----------------------------------------------
 
@@ -697,6 +696,7 @@ class StepBuilder {
 
   const bool ds_;                              // DeepSpeed's engine (the paths of deepspeed_engine.h)
   std::int64_t total_params_ = 1;
+  std::int64_t total_tensors_ = 1;             // parameter tensors of the model (DeepSpeed's per-tensor work)
   bool micro_first_backward_ = true;           // the micro-step's first gradient hook has not run yet
   bool buckets_pending_ = false;               // the buckets come into use with the next backward task
   Bytes backward_grads_live_ = 0;              // DeepSpeed transient buffers allocated and not yet freed
