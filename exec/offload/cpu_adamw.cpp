@@ -33,7 +33,9 @@ float bf16_bits_to_float(std::uint16_t bits) {
 // The update of element i; the vector kernels (cpu_adamw_simd.h) repeat it operation by operation. The 16-bit
 // copy rounds to nearest even through Eigen's conversions (Eigen/src/Core/arch/Default/{Half,BFloat16}.h).
 void adamw_element(const AdamwSpan& s, const AdamwCoefficients& c, std::int64_t i) {
-  const float grad = s.grads ? s.grads[i] : bf16_bits_to_float(s.grads_bf16[i]);
+  const float grad = s.grads        ? s.grads[i]
+                     : s.grads_bf16 ? bf16_bits_to_float(s.grads_bf16[i])
+                                    : static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(s.grads_fp16[i]));
   const float g = grad * c.grad_scale;
   const float m = c.beta1 * s.exp_avg[i] + c.one_minus_beta1 * g;
   const float v = c.beta2 * s.exp_avg_sq[i] + c.one_minus_beta2 * g * g;
@@ -79,7 +81,8 @@ void check_tensors(const AdamwTensors& t, const AdamwHyper& h) {
   if (t.count < 0) fail("count is " + std::to_string(t.count) + "; expected >= 0");
   if (t.flat_base < 0) fail("flat_base is " + std::to_string(t.flat_base) + "; expected >= 0");
   if (!t.params || !t.exp_avg || !t.exp_avg_sq) fail("params, exp_avg and exp_avg_sq must all be set");
-  if ((t.grads == nullptr) == (t.grads_bf16 == nullptr)) fail("exactly one of grads and grads_bf16 must be set");
+  if ((t.grads != nullptr) + (t.grads_bf16 != nullptr) + (t.grads_fp16 != nullptr) != 1)
+    fail("exactly one of grads, grads_bf16 and grads_fp16 must be set");
   if (h.step < 1) fail("step is " + std::to_string(h.step) + "; expected >= 1 (the first update is step 1)");
 }
 
@@ -159,7 +162,7 @@ void CpuAdamw::update(const AdamwTensors& t, const AdamwHyper& h, const DecayGeo
                             1.0f - std::pow(h.beta2, static_cast<float>(h.step)),
                             h.eps,
                             h.grad_scale};
-  const AdamwSpan all{t.params,     t.grads,       t.grads_bf16, t.exp_avg, t.exp_avg_sq,
+  const AdamwSpan all{t.params,     t.grads,      t.grads_bf16,  t.grads_fp16, t.exp_avg, t.exp_avg_sq,
                       t.params_half, t.half_format, t.count,      0.0f};
   void (*kernel)(const AdamwSpan&, const AdamwCoefficients&) = detail::adamw_span_scalar;
   if (isa_ == CpuIsa::avx2) kernel = detail::adamw_span_avx2;

@@ -1,5 +1,5 @@
 // The CPU AdamW of ZeRO-Offload: one fused pass over a rank's fp32 partition that reads the master parameters p,
-// the gradients g (fp32 or bf16) and the moments m, v, and writes p, m, v and, when asked, the rounded 16-bit
+// the gradients g (fp32, bf16 or fp16) and the moments m, v, and writes p, m, v and, when asked, the rounded 16-bit
 // copy of p that goes back to the GPU. Vectorised (AVX-512F, AVX2 or plain C++, chosen at run time from what the
 // CPU supports) and multithreaded (a persistent thread pool of an explicit size). Every element gets the same sequence of
 // IEEE operations on every path and every thread count, so the result is bit-identical to the scalar path and to
@@ -63,7 +63,7 @@ struct DecayGeometry {
   std::int64_t blocks_end = std::numeric_limits<std::int64_t>::max();
 };
 
-// The arrays of one update, `count` elements each. Exactly one of grads / grads_bf16 is set. params_half (may be
+// The arrays of one update, `count` elements each. Exactly one of grads / grads_bf16 / grads_fp16 is set. params_half (may be
 // null: no copy) receives the 16-bit copy of the updated p. flat_base: the flat index (in the DecayGeometry's
 // numbering) of element 0, so a rank can update any piece of its partition as soon as that piece has arrived.
 // The arrays must not overlap. 64-byte aligned arrays are fastest; any alignment is correct.
@@ -71,6 +71,7 @@ struct AdamwTensors {
   float* params = nullptr;
   const float* grads = nullptr;
   const std::uint16_t* grads_bf16 = nullptr;
+  const std::uint16_t* grads_fp16 = nullptr;  // IEEE binary16 (fp16 training's gradients, loss-scaled)
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   std::uint16_t* params_half = nullptr;

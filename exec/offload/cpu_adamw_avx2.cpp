@@ -23,6 +23,10 @@ struct Avx2 {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
+  // fp16 to fp32 is exact (F16C's VCVTPH2PS), as Eigen::half's conversion on the scalar path.
+  static F load_fp16(const std::uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   // Round to nearest even on the upper 16 bits (add 0x7FFF plus the kept lsb); a NaN is truncated and made quiet.
   static void store_bf16(std::uint16_t* p, F x) {
     const __m256i u = _mm256_castps_si256(x);

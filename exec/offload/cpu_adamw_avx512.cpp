@@ -23,6 +23,10 @@ struct Avx512 {
     const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
   }
+  // fp16 to fp32 is exact (AVX-512F's VCVTPH2PS), as Eigen::half's conversion on the scalar path.
+  static F load_fp16(const std::uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   // As Avx2::store_bf16; vpmovdw (AVX-512F) narrows the 32-bit results, all in [0, 0xFFFF], to 16 bits.
   static void store_bf16(std::uint16_t* p, F x) {
     const __m512i u = _mm512_castps_si512(x);

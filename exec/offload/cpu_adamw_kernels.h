@@ -18,8 +18,9 @@ struct AdamwCoefficients {
 // Pointers at element 0 of a run of `count` elements, all with weight decay `weight_decay` (0 where none).
 struct AdamwSpan {
   float* params;
-  const float* grads;              // or null, then grads_bf16
+  const float* grads;              // or null, then grads_bf16 or grads_fp16
   const std::uint16_t* grads_bf16;
+  const std::uint16_t* grads_fp16;
   float* exp_avg;
   float* exp_avg_sq;
   std::uint16_t* params_half;      // may be null
@@ -42,6 +43,7 @@ AdamwSpan sub_span(const AdamwSpan& s, std::int64_t offset, std::int64_t count) 
   r.params += offset;
   if (r.grads) r.grads += offset;
   if (r.grads_bf16) r.grads_bf16 += offset;
+  if (r.grads_fp16) r.grads_fp16 += offset;
   r.exp_avg += offset;
   r.exp_avg_sq += offset;
   if (r.params_half) r.params_half += offset;

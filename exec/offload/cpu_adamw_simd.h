@@ -14,8 +14,9 @@ namespace zeroplan::exec::offload::detail {
 namespace {
 
 enum class HalfCopy { none, bf16, fp16 };
+enum class GradFormat { f32, bf16, fp16 };
 
-template <class V, bool kBf16Grads, HalfCopy kCopy>
+template <class V, GradFormat kGrads, HalfCopy kCopy>
 void adamw_vectors(const AdamwSpan& s, const AdamwCoefficients& c, std::int64_t vector_end) {
   using F = typename V::F;
   const F lr = V::set1(c.lr), beta1 = V::set1(c.beta1), one_minus_beta1 = V::set1(c.one_minus_beta1);
@@ -24,8 +25,10 @@ void adamw_vectors(const AdamwSpan& s, const AdamwCoefficients& c, std::int64_t 
   const F eps = V::set1(c.eps), grad_scale = V::set1(c.grad_scale), weight_decay = V::set1(s.weight_decay);
   for (std::int64_t i = 0; i < vector_end; i += V::kWidth) {
     F grad;
-    if constexpr (kBf16Grads) {
+    if constexpr (kGrads == GradFormat::bf16) {
       grad = V::load_bf16(s.grads_bf16 + i);
+    } else if constexpr (kGrads == GradFormat::fp16) {
+      grad = V::load_fp16(s.grads_fp16 + i);
     } else {
       grad = V::load(s.grads + i);
     }
@@ -45,14 +48,14 @@ void adamw_vectors(const AdamwSpan& s, const AdamwCoefficients& c, std::int64_t 
   }
 }
 
-template <class V, bool kBf16Grads>
+template <class V, GradFormat kGrads>
 void adamw_vectors_copy(const AdamwSpan& s, const AdamwCoefficients& c, std::int64_t vector_end) {
   if (!s.params_half) {
-    adamw_vectors<V, kBf16Grads, HalfCopy::none>(s, c, vector_end);
+    adamw_vectors<V, kGrads, HalfCopy::none>(s, c, vector_end);
   } else if (s.half_format == HalfFormat::bf16) {
-    adamw_vectors<V, kBf16Grads, HalfCopy::bf16>(s, c, vector_end);
+    adamw_vectors<V, kGrads, HalfCopy::bf16>(s, c, vector_end);
   } else {
-    adamw_vectors<V, kBf16Grads, HalfCopy::fp16>(s, c, vector_end);
+    adamw_vectors<V, kGrads, HalfCopy::fp16>(s, c, vector_end);
   }
 }
 
@@ -61,9 +64,11 @@ template <class V>
 void adamw_span_vectorized(const AdamwSpan& s, const AdamwCoefficients& c) {
   const std::int64_t vector_end = s.count - s.count % V::kWidth;
   if (s.grads) {
-    adamw_vectors_copy<V, false>(s, c, vector_end);
+    adamw_vectors_copy<V, GradFormat::f32>(s, c, vector_end);
+  } else if (s.grads_bf16) {
+    adamw_vectors_copy<V, GradFormat::bf16>(s, c, vector_end);
   } else {
-    adamw_vectors_copy<V, true>(s, c, vector_end);
+    adamw_vectors_copy<V, GradFormat::fp16>(s, c, vector_end);
   }
   if (vector_end < s.count) adamw_span_scalar(sub_span(s, vector_end, s.count - vector_end), c);
 }

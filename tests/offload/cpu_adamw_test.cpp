@@ -86,6 +86,10 @@ std::uint16_t reference_bf16(float x) { return round_to_16(x, 0x7F7F, bf16_value
 std::uint16_t reference_fp16(float x) { return round_to_16(x, 0x7BFF, fp16_value); }
 
 float bf16_to_float(std::uint16_t bits) { return static_cast<float>(bf16_value(bits)); }
+float fp16_to_float(std::uint16_t bits) {  // fp16_value reads magnitudes; the sign is bit 15
+  const float magnitude = static_cast<float>(fp16_value(bits & 0x7FFF));
+  return bits & 0x8000 ? -magnitude : magnitude;
+}
 
 // Distance in units in the last place between two values of one sign-magnitude format (+0 and -0 are 0 apart).
 i64 ulps_apart(std::uint64_t a, std::uint64_t b, int bits) {
@@ -119,7 +123,7 @@ struct Buffer {  // n elements starting `offset` elements past a 64-byte boundar
 
 // ---- one case: the library and the reference on the same random inputs, `steps` updates ----
 
-enum class Grads { fp32, bf16 };
+enum class Grads { fp32, bf16, fp16 };
 enum class Copy { none, bf16, fp16 };
 
 struct Case {
@@ -136,7 +140,7 @@ struct Case {
 
 std::string describe(const Case& c) {
   return std::string(cpu_isa_name(c.isa)) + " threads=" + std::to_string(c.threads) + " n=" + std::to_string(c.n) +
-         " offset=" + std::to_string(c.offset) + " grads=" + (c.grads == Grads::fp32 ? "fp32" : "bf16") +
+         " offset=" + std::to_string(c.offset) + " grads=" + (c.grads == Grads::fp32 ? "fp32" : c.grads == Grads::bf16 ? "bf16" : "fp16") +
          " copy=" + (c.copy == Copy::none ? "none" : c.copy == Copy::bf16 ? "bf16" : "fp16") +
          " wd=" + std::to_string(c.weight_decay);
 }
@@ -181,9 +185,12 @@ void run_case(CpuAdamw& adamw, const Case& c, std::uint32_t seed) {
       const float grad = spread(rng, -10, 5);
       if (c.grads == Grads::fp32) {
         g.data[i] = ref_g[i] = grad;
-      } else {
+      } else if (c.grads == Grads::bf16) {
         g16.data[i] = reference_bf16(grad);
         ref_g[i] = bf16_to_float(g16.data[i]);
+      } else {  // fp16 gradients (loss-scaled, so within fp16's range)
+        g16.data[i] = reference_fp16(grad);
+        ref_g[i] = fp16_to_float(g16.data[i]);
       }
     }
     const Hyper h{1e-3f * static_cast<float>(step), 0.9f, 0.95f, 1e-8f, c.weight_decay, 1.0f / 1024.0f, step};
@@ -193,8 +200,10 @@ void run_case(CpuAdamw& adamw, const Case& c, std::uint32_t seed) {
     t.params = p.data;
     if (c.grads == Grads::fp32) {
       t.grads = g.data;
-    } else {
+    } else if (c.grads == Grads::bf16) {
       t.grads_bf16 = g16.data;
+    } else {
+      t.grads_fp16 = g16.data;
     }
     t.exp_avg = m.data;
     t.exp_avg_sq = v.data;
@@ -252,7 +261,7 @@ TEST_P(CpuAdamwPath, EveryTailLengthAndOffsetMatchesTheScalarReference) {
   std::uint32_t seed = 1;
   for (i64 offset : {0, 1, 5, 13}) {
     for (i64 n = 0; n <= 2 * 16 + 1; ++n) {
-      const Grads grads = n % 2 ? Grads::bf16 : Grads::fp32;
+      const Grads grads = static_cast<Grads>((n + offset) % 3);
       const Copy copy = static_cast<Copy>(n % 3);
       const float weight_decay = (n + offset) % 2 ? 0.1f : 0.0f;
       run_case(adamw, {isa, threads, n, offset, grads, copy, weight_decay, 3}, seed++);
