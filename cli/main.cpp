@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/calibrate_command.h"
 #include "cli/export_command.h"
 #include "cli/model_command.h"
 #include "cli/plan_command.h"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   zeroplan::add_recommend_command(app, &status);
   zeroplan::add_run_command(app, &status);
   zeroplan::add_export_command(app, &status);
+  zeroplan::add_calibrate_command(app, &status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& help) {

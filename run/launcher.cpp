@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -149,6 +150,15 @@ int launch_under_mpirun(const std::vector<std::string>& argv, int world, double 
   pipes.keep_read_ends();
   supervisor.add_mpirun(pid, pipes.out[0], pipes.err[0]);
   return supervisor.run();
+}
+
+std::vector<std::string> this_process_command_line() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(f, arg, '\0')) args.push_back(arg);
+  if (args.empty()) throw std::runtime_error("cannot read this process's command line (/proc/self/cmdline) to start the ranks");
+  return args;
 }
 
 }  // namespace zeroplan

@@ -40,4 +40,7 @@ int launch_local_ranks(const std::vector<std::string>& argv, int world, const st
 // Runs `argv` under mpirun with `world` ranks (CPU backend) and watches them the same way.
 int launch_under_mpirun(const std::vector<std::string>& argv, int world, double collective_timeout_s);
 
+// This process's command line (/proc/self/cmdline), for a launcher that starts its ranks with it.
+std::vector<std::string> this_process_command_line();
+
 }  // namespace zeroplan
