@@ -14,11 +14,14 @@ MODE=${1:-correctness}
 OUT=${OUT:-/tmp/zeroplan-out}
 mkdir -p "$OUT"
 BUILD=build-dev
+# liburing is not on the GPU machines: bench/exec/carry_deps.sh makes bench/deps/liburing, carried with the call
+[ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
 STEPS=${STEPS:-20}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
-  -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1
+  -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$OUT/build.log" 2>&1
 grep "zeroplan:" "$OUT/build.log"
 if ! ninja -C $BUILD -j32 zeroplan_exec_cuda_tests zeroplan >> "$OUT/build.log" 2>&1; then
   grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch peer for `zeroplan run`: the same GPT-2 (learned positions, LayerNorm, tanh-GELU, biases, tied
+"""The PyTorch peer for `zeroplan run` (eager, or torch.compile with --compile): the same GPT-2 (learned positions, LayerNorm, tanh-GELU, biases, tied
 embeddings, vocab 50304, no dropout) trained eagerly with bf16 autocast over fp32 parameters, fused AdamW and
 scaled_dot_product_attention (flash), as in ../shared/reference/device-and-peers.md. Prints one JSON line with
 step times, tokens/s and the peak allocated memory, so the device script can put the ratio beside ours."""
@@ -66,11 +66,13 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (the strongest one-GPU peer)")
     a = ap.parse_args()
     torch.manual_seed(0)
     dev = "cuda"
     model = GPT(a.vocab, a.hidden, a.layers, a.heads, a.seq).to(dev)
     n = sum(p.numel() for p in model.parameters())
+    step_model = torch.compile(model) if a.compile else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -83,7 +85,7 @@ def main():
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(inp, tgt)
+            loss = step_model(inp, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -97,7 +99,7 @@ def main():
     med = times[len(times) // 2]
     tokens = a.micro_batch * a.seq
     flops = 6 * n + 12 * a.layers * a.hidden * a.seq
-    print(json.dumps({"peer": "pytorch eager bf16 autocast, fused AdamW, SDPA", "torch": torch.__version__,
+    print(json.dumps({"peer": ("torch.compile" if a.compile else "pytorch eager") + " bf16 autocast, fused AdamW, SDPA", "torch": torch.__version__,
                       "device": torch.cuda.get_device_name(), "params": n, "step_seconds_median": med,
                       "tokens_per_second": tokens / med, "tflops": tokens / med * flops / 1e12,
                       "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
