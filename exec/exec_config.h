@@ -65,6 +65,14 @@ struct ZeroSettings {
   std::int64_t param_persistence_threshold = 100000;    // stage3_param_persistence_threshold
   std::int64_t max_live_parameters = 1000000000;        // stage3_max_live_parameters
   std::int64_t max_reuse_distance = 1000000000;         // stage3_max_reuse_distance
+  // ZeRO-Offload (DeepSpeed's offload_optimizer {"device": "cpu"}, stages 1-3): the rank's fp32 master
+  // parameters and AdamW moments live in host memory and the CPU AdamW (exec/offload/cpu_adamw.h) updates them.
+  bool offload_optimizer = false;
+  bool offload_pin_memory = true;  // offload_optimizer.pin_memory: page-locked host buffers (asynchronous copies)
+  int cpu_optimizer_threads = 0;   // the CPU AdamW's threads; 0: offload::default_optimizer_threads(world)
+  // sub_group_size: the optimizer steps the partition in pieces of at most this many elements (DeepSpeed
+  // stage3.py's sub groups); the offload pipeline's pieces are at most this (and at most 2^24, zero_engine.cpp).
+  std::int64_t sub_group_elements = 1000000000;
 };
 
 struct ExecConfig {

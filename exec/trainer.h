@@ -25,6 +25,7 @@ struct StepTimes {
   double step_s = 0;       // the whole step
   double comm_s[kCommKinds] = {0, 0, 0};  // busy time of the communication lane per collective kind
   double exposed_comm_s = 0;  // time the compute lane waited for communication
+  OffloadTimes offload;       // ZeRO-Offload's pipeline (exec/zero/zero_engine.h), within optimizer_s
 };
 
 struct StepResult {
@@ -42,6 +43,13 @@ struct MemoryReport {
   std::int64_t device_total = 0;         // cudaMemGetInfo total (0 on the CPU)
   std::int64_t device_used_baseline = 0; // total - free before the first allocation (CUDA context, libraries)
   std::int64_t device_used_peak = 0;     // total - free, the largest value sampled after each step
+  // Host memory of offloaded states (ZeroDevice::allocate_host), per component ("offload_master_params", ...).
+  std::vector<std::pair<std::string, std::int64_t>> host_by_component;
+  std::int64_t host_total() const {
+    std::int64_t sum = 0;
+    for (const auto& [n, b] : host_by_component) sum += b;
+    return sum;
+  }
   std::int64_t component(const std::string& name) const {
     for (const auto& [n, b] : peak_by_component)
       if (n == name) return b;

@@ -20,6 +20,7 @@
 #include "core/units.h"
 #include "exec/activation_accounting.h"
 #include "exec/exec_config.h"
+#include "exec/offload/cpu_adamw.h"
 #include "exec/data_shard.h"
 #include "exec/token_data.h"
 #include "exec/comm/mpi_communicator.h"
@@ -147,10 +148,16 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     throw InputError(kCli, "--gpus", "the launcher started " + std::to_string(env.world) + " ranks but --gpus says " +
                                          std::to_string(world) + " (leave --gpus out under mpirun)");
   if (in.cluster.total_gpus() != world) in.cluster = with_gpu_count(in.cluster, world);
-  if (tr.zero.offload_optimizer != OffloadDevice::none || tr.zero.offload_param != OffloadDevice::none)
-    throw InputError(kCli, "--offload-*", "the executor does not offload (yet)");
   if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
   if (in.filter.stage < 0) tr.zero.stage = 0;  // no stage asked for: plain data parallelism
+  // ZeRO-Offload: the optimizer to the CPU at stages 1-3 (exec/zero/zero_engine.h).
+  if (tr.zero.offload_param != OffloadDevice::none)
+    throw InputError(kCli, "--offload-param", "the executor offloads the optimizer only (offload_param is not "
+                                              "implemented yet); expected none");
+  if (tr.zero.offload_optimizer == OffloadDevice::nvme)
+    throw InputError(kCli, "--offload-optimizer", "nvme is not implemented by the executor yet; expected none or cpu");
+  if (tr.zero.offload_optimizer == OffloadDevice::cpu && tr.zero.stage == 0)
+    throw InputError(kCli, "--offload-optimizer", "cpu needs --stage 1, 2 or 3 (the partitioned optimizer states)");
   if (!env.launched && world > 1) {
     // A damaged checkpoint is one line here, before any rank starts.
     if (resume) resume->verify();
@@ -204,11 +211,14 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // summed in order); cuBLASLt, the attention kernels, the gradient norm and NCCL's collectives are already
   // run-to-run deterministic at a fixed world size.
   cfg.zero.deterministic = o.deterministic;
+  // The CPU AdamW's threads: --cpu-threads-per-rank, else the node's cores among its ranks (all on this node).
+  const int offload_threads = cfg.zero.cpu_optimizer_threads > 0 ? cfg.zero.cpu_optimizer_threads
+                                                                 : exec::offload::default_optimizer_threads(world);
 
   // The plan first: stop before allocating when the planner says it does not fit.
   PlannerOptions popts;
   popts.search_max_micro_batch = false;
-  const PlanChoice choice{tr.zero.stage, OffloadDevice::none, OffloadDevice::none};
+  const PlanChoice choice{tr.zero.stage, tr.zero.offload_optimizer, tr.zero.offload_param};
   const PlanResult plan = evaluate_plan(in.model, in.cluster, tr, choice, popts);
   const GpuMemoryBreakdown& pred = plan.memory.gpu;
   std::cout << "plan: " << in.model.name << " on " << world << "x " << in.cluster.gpu_model << ", "
@@ -298,7 +308,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   std::cout << "run: " << o.steps << " steps on " << trainer->device_name() << " (" << trainer->backend() << "), data "
             << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
 
-  std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s;
+  std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s;
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   exec::CommCounters counters_before;
   for (std::int64_t s = first_step; s < o.steps; ++s) {
@@ -316,6 +326,9 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       opt_s.push_back(r.times.optimizer_s);
       for (int k = 0; k < exec::kCommKinds; ++k) comm_s[k].push_back(r.times.comm_s[k]);
       exposed_s.push_back(r.times.exposed_comm_s);
+      to_host_s.push_back(r.times.offload.to_host_s);
+      cpu_adamw_s.push_back(r.times.offload.cpu_adamw_s);
+      to_device_s.push_back(r.times.offload.to_device_s);
     }
     const double tps = tokens_per_step / r.times.step_s;
     const exec::MemoryReport mem = trainer->memory();
@@ -393,6 +406,23 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                 "component, total = cudaMemGetInfo used at its peak)\n",
                 gib(mem.peak_total).c_str(), gib(mem.device_used_baseline).c_str());
   }
+  if (cfg.zero.offload_optimizer) {
+    // Offloaded states: every rank's host bytes (the plan counts the node: ranks per node x per rank).
+    double host_all = static_cast<double>(mem.host_total());
+    if (ranks_comm && world > 1) ranks_comm->all_reduce_host(&host_all, 1);
+    const HostMemoryBreakdown& ph = plan.memory.host;
+    std::printf("\nhost memory of the offloaded states, all %d rank(s)     predicted   measured   error\n", world);
+    if (trainer->backend() == "cpu" && cfg.precision != exec::ExecPrecision::fp32)
+      std::printf("  %-38s %9s %10s  (the CPU backend keeps fp32 gradients; not compared)\n",
+                  cfg.zero.offload_pin_memory ? "pinned" : "pageable", gib(ph.total).c_str(),
+                  gib(static_cast<Bytes>(host_all)).c_str());
+    else
+      std::printf("  %-38s %9s %10s %7s\n", cfg.zero.offload_pin_memory ? "pinned" : "pageable", gib(ph.total).c_str(),
+                  gib(static_cast<Bytes>(host_all)).c_str(),
+                  err_pct(static_cast<double>(ph.total), host_all).c_str());
+    for (const auto& [name, bytes] : mem.host_by_component)
+      std::printf("    rank %d %-30s %s bytes\n", env.rank, name.c_str(), format_integer(bytes).c_str());
+  }
   std::cout << "\nstep time (median of " << step_s.size() << " steps after " << *o.warmup_steps << " warm-up)\n";
   if (sim && trainer->backend() == "cpu")
     std::printf("  (the plan predicts %.1f ms on the cluster's GPU; the CPU backend is not compared with it)\n",
@@ -403,6 +433,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                 sim->tokens_per_second, tps);
   std::printf("  forward %.1f ms, backward %.1f ms, optimizer %.1f ms\n", median(fwd_s) * 1e3, median(bwd_s) * 1e3,
               median(opt_s) * 1e3);
+  if (cfg.zero.offload_optimizer)
+    std::printf("  offload (busy time, summed over the partition's pieces): gradients to host %.1f ms, CPU AdamW "
+                "%.1f ms (%d threads), parameters to device %.1f ms\n",
+                median(to_host_s) * 1e3, median(cpu_adamw_s) * 1e3, offload_threads, median(to_device_s) * 1e3);
   std::printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% (6N + 12*L*h*s per token, PaLM appendix B; peak = datasheet "
               "dense %s %.0f TFLOP/s of %s)\n",
               tps, tps * flops_per_token / 1e12, 100 * mfu, to_string(tr.precision).c_str(), peak / 1e12,
@@ -476,6 +510,15 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     for (int k = 0; k < exec::kCommKinds; ++k) cs[exec::to_string(static_cast<exec::CommKind>(k))] = median(comm_s[k]);
     m["comm_seconds_per_step"] = cs;
     m["exposed_comm_seconds"] = median(exposed_s);
+    if (cfg.zero.offload_optimizer) {
+      nlohmann::json host;
+      for (const auto& [name, bytes] : mem.host_by_component) host[name] = bytes;
+      m["host_bytes"] = host;  // rank 0's
+      m["offload_seconds"] = {{"to_host", median(to_host_s)},
+                              {"cpu_adamw", median(cpu_adamw_s)},
+                              {"to_device", median(to_device_s)},
+                              {"cpu_threads", offload_threads}};
+    }
     nlohmann::json ranks = nlohmann::json::array();
     for (int r = 0; r < world; ++r) {
       const double* row = per_rank.data() + static_cast<std::size_t>(r) * F;

@@ -57,7 +57,15 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
   const std::string where = zero.pin_memory ? " (pinned)" : " (pageable: pin_memory false)";
   const std::string K = num(in.optimizer_state_bytes);
   const std::string part = in.stage == 0 ? "P" : "P/N";
-  if (in.offload_optimizer == OffloadDevice::cpu)
+  if (in.offload_optimizer == OffloadDevice::cpu && in.engine == TrainingEngine::zeroplan) {
+    const std::string pb = num(in.param_bytes);
+    terms.push_back({"host", "offloaded fp32 master + AdamW moments + reduced gradients" +
+                                 std::string(in.mixed_precision ? " + 16-bit copy" : "") + where,
+                     sat_mul(s.host_optimizer, in.ranks_per_node),
+                     "(4 + " + K + " + " + pb + (in.mixed_precision ? " + " + pb : "") + ") * " + part +
+                         " * ranks per node = " + num(s.host_optimizer) + " * " + ranks,
+                     "exec/zero/zero_engine.cpp (setup_offload)"});
+  } else if (in.offload_optimizer == OffloadDevice::cpu)
     terms.push_back({"host", "offloaded fp32 master params + optimizer states + fp32 gradient partition" + where,
                      sat_mul(s.host_optimizer, in.ranks_per_node),
                      "(4 + " + K + " + 4) * " + part + " * ranks per node = " + num(s.host_optimizer) + " * " + ranks,

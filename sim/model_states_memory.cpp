@@ -13,6 +13,13 @@ constexpr const char* kZeroOffload = "ZeRO-Offload (arXiv 2101.06840) sec. 4; ze
 [[maybe_unused]] constexpr const char* kZeroInfinity = "ZeRO-Infinity (arXiv 2104.07857) sec. 5; zero-formulas.md sec. 3";
 
 bool optimizer_offloaded(const MemoryInputs& in) { return in.offload_optimizer != OffloadDevice::none; }
+// zeroplan's executor under ZeRO-Offload (exec/zero/zero_engine.cpp setup_offload): the reduced gradient
+// partition stays on the GPU (the reduce-scatter's target and the micro-steps' accumulator) and is copied to the
+// host at the boundary.
+bool executor_offload(const MemoryInputs& in) {
+  return in.engine == TrainingEngine::zeroplan && in.offload_optimizer == OffloadDevice::cpu;
+}
+constexpr const char* kExecutorOffload = "exec/zero/zero_engine.cpp (setup_offload)";
 }  // namespace
 
 Bytes optimizer_state_bytes(const MemoryInputs& in, std::int64_t params) {
@@ -48,7 +55,7 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
   // async_accumulate_grad_in_cpu_via_gpu / stage3.py partition_grads with offload), so none stays on the GPU.
   if (in.stage <= 1) {
     b.grads = sat_mul(pb, P);
-  } else if (!optimizer_offloaded(in)) {
+  } else if (!optimizer_offloaded(in) || executor_offload(in)) {
     b.grads = sat_mul(pb, Pp);
   }
 
@@ -69,6 +76,12 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
     b.master_params = master;
     b.optimizer_states = states;
     b.grad_fp32_partition = grad_fp32;
+  } else if (executor_offload(in)) {
+    // zeroplan's executor: the fp32 master and the AdamW moments of the partition, its reduced gradients in the
+    // training precision (the CPU AdamW reads 16-bit gradients), and the 16-bit copy the CPU AdamW writes for
+    // the copy back (none in fp32 training: the master is copied back).
+    b.host_optimizer = sat_add(sat_add(sat_mul(4, optimizer_params), states), sat_mul(pb, optimizer_params));
+    if (in.mixed_precision) b.host_optimizer = sat_add(b.host_optimizer, sat_mul(pb, optimizer_params));
   } else if (in.offload_optimizer == OffloadDevice::cpu) {
     // ZeRO-Offload: fp32 params, fp32 grads and optimizer states of the partition live on the host
     // (16 B/param for Adam). Training in fp32 still keeps an fp32 partition copy and gradient there.
@@ -105,9 +118,9 @@ void explain_model_states(const MemoryInputs& in, const ModelStatesBytes& b, std
                      pb + " * P = " + pb + " * " + P +
                          (in.stage == 1 ? " (stage 1 reduces at the accumulation boundary)" : ""),
                      kZeroPaper});
-  } else if (in.offload_optimizer == OffloadDevice::none) {
+  } else if (in.offload_optimizer == OffloadDevice::none || executor_offload(in)) {
     terms.push_back({"grads", gname + " (partition)", b.grads,
-                     pb + " * ceil(P/N) = " + pb + " * ceil(" + P + " / " + N + ")", kZeroPaper});
+                     pb + " * ceil(P/N) = " + pb + " * ceil(" + P + " / " + N + ")", executor_offload(in) ? kExecutorOffload : kZeroPaper});
   } else {
     terms.push_back({"grads", gname + " (partition offloaded)", 0,
                      "0 (reduced partitions are copied to pinned host memory per bucket)", kZeroOffload});

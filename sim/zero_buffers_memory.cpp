@@ -53,7 +53,9 @@ ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero
     b.gathered_in_flight = sat_mul(pb, live);
     b.persistent_params = sat_mul(pb, in.persistent_params);
   }
-  if (in.stage >= 1 && in.stage <= 2 && in.offload_optimizer != OffloadDevice::none) {
+  // zeroplan's executor copies each reduced bucket chunk straight from its gradient partition: no staging.
+  if (in.stage >= 1 && in.stage <= 2 && in.offload_optimizer != OffloadDevice::none &&
+      in.engine != TrainingEngine::zeroplan) {
     b.gpu_offload_staging = sat_mul(pb, in.largest_module_params);
     b.host_pinned_staging = sat_mul(pb, in.largest_module_params);
   }

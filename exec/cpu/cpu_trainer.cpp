@@ -31,7 +31,9 @@ class CpuTrainer final : public Trainer {
     validate(config_);
     // The ranks of a CPU run share one node (our launcher, or mpirun on one host): its cores divided among them.
     device_ = std::make_unique<CpuZeroDevice>(layout_, config_.seed,
-                                              offload::default_optimizer_threads(comm_.world()));
+                                              config_.zero.cpu_optimizer_threads > 0
+                                                  ? config_.zero.cpu_optimizer_threads
+                                                  : offload::default_optimizer_threads(comm_.world()));
     engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
     const auto& s = config_.shape;
     const std::int64_t BT = config_.micro_batch * config_.seq_len, C = s.hidden;
@@ -108,6 +110,7 @@ class CpuTrainer final : public Trainer {
     r.times.step_s = std::chrono::duration<double>(t1 - t0).count();
     for (int k = 0; k < kCommKinds; ++k) r.times.comm_s[k] = ct.seconds[k];
     r.times.exposed_comm_s = ct.exposed_s;
+    r.times.offload = engine_->last_offload_times();
     return r;
   }
 
@@ -137,6 +140,7 @@ class CpuTrainer final : public Trainer {
                                        a.ln2_rstd.size() + a.fc.size() + a.gelu.size()) * 4;
     MemoryReport r;
     r.peak_by_component = device_->bytes_by_component();
+    r.host_by_component = device_->host_bytes_by_component();
     r.peak_by_component.emplace_back("activations", act);
     r.peak_by_component.emplace_back("logits", static_cast<std::int64_t>(logits_.size()) * 4);
     for (const auto& [name, b] : r.peak_by_component) r.peak_total += b;

@@ -1,7 +1,10 @@
 #include "exec/cpu/cpu_zero_device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <string>
 #include <stdexcept>
 
 #include "exec/cpu/cpu_ops.h"
@@ -14,7 +17,14 @@ const float* f32(const void* p) { return static_cast<const float*>(p); }
 void require_f32(CommDtype type) {
   if (type != CommDtype::f32) throw std::invalid_argument("CPU backend: buffers are fp32");
 }
+void add_bytes(std::vector<std::pair<std::string, std::int64_t>>& list, const char* component, std::int64_t bytes) {
+  auto it = std::find_if(list.begin(), list.end(), [&](const auto& e) { return e.first == component; });
+  if (it == list.end()) list.emplace_back(component, 0), it = list.end() - 1;
+  it->second += bytes;
+}
 }  // namespace
+
+void CpuZeroDevice::FreeHost::operator()(void* p) const { std::free(p); }
 
 CpuZeroDevice::CpuZeroDevice(const ParamLayout& layout, std::uint64_t seed, int optimizer_threads)
     : layout_(layout), seed_(seed), adamw_(optimizer_threads) {
@@ -26,10 +36,32 @@ void* CpuZeroDevice::allocate(const char* component, const char* /*what*/, std::
   require_f32(type);
   if (elements < 0) throw std::invalid_argument("CPU backend: negative allocation");
   storage_.emplace_back(new float[std::max<std::int64_t>(1, elements)]());
-  auto it = std::find_if(bytes_.begin(), bytes_.end(), [&](const auto& e) { return e.first == component; });
-  if (it == bytes_.end()) bytes_.emplace_back(component, 0), it = bytes_.end() - 1;
-  it->second += 4 * elements;
+  add_bytes(bytes_, component, 4 * elements);
   return storage_.back().get();
+}
+
+void* CpuZeroDevice::allocate_host(const char* component, const char* what, std::int64_t bytes, bool /*pinned*/) {
+  if (bytes < 0) throw std::invalid_argument(std::string("CPU backend: negative host allocation for ") + what);
+  // std::aligned_alloc needs a size that is a multiple of the alignment.
+  const std::size_t size = static_cast<std::size_t>((std::max<std::int64_t>(1, bytes) + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, size);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, size);
+  host_storage_.emplace_back(p);
+  add_bytes(host_bytes_, component, bytes);
+  return p;
+}
+
+void CpuZeroDevice::copy_to_host(void* host, const void* device, std::int64_t bytes) {
+  std::memcpy(host, device, static_cast<std::size_t>(bytes));
+}
+
+void CpuZeroDevice::copy_to_device(void* device, const void* host, std::int64_t bytes) {
+  std::memcpy(device, host, static_cast<std::size_t>(bytes));
+}
+
+void CpuZeroDevice::init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) {
+  init_params(nullptr, master, flat_begin, n);
 }
 
 void CpuZeroDevice::init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) {

@@ -23,6 +23,12 @@ class CpuZeroDevice final : public ZeroDevice {
 
   CommDtype element_type() const override { return CommDtype::f32; }
   void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) override;
+  void* allocate_host(const char* component, const char* what, std::int64_t bytes, bool pinned) override;
+  // Both lanes are the calling thread: the copies complete before they return, and events have passed.
+  void copy_to_host(void* host, const void* device, std::int64_t bytes) override;
+  void copy_to_device(void* device, const void* host, std::int64_t bytes) override;
+  void host_wait_event(int) override {}
+  void init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) override;
   bool kernels_overwrite() const override { return false; }
   bool lanes_concurrent() const override { return false; }
   void init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) override;
@@ -45,12 +51,19 @@ class CpuZeroDevice final : public ZeroDevice {
 
   // Bytes allocated per component (the memory report).
   const std::vector<std::pair<std::string, std::int64_t>>& bytes_by_component() const { return bytes_; }
+  // Bytes of allocate_host per component (offloaded states): host memory beside the "device" buffers.
+  const std::vector<std::pair<std::string, std::int64_t>>& host_bytes_by_component() const { return host_bytes_; }
 
  private:
   const ParamLayout& layout_;
   std::uint64_t seed_;
   std::vector<std::unique_ptr<float[]>> storage_;
   std::vector<std::pair<std::string, std::int64_t>> bytes_;
+  struct FreeHost {
+    void operator()(void* p) const;
+  };
+  std::vector<std::unique_ptr<void, FreeHost>> host_storage_;
+  std::vector<std::pair<std::string, std::int64_t>> host_bytes_;
   std::vector<double> norm_slots_ = std::vector<double>(1024, 0.0);
   // AdamW: the vectorised, multithreaded host optimizer of ZeRO-Offload (exec/offload/cpu_adamw.h), bit for
   // bit the scalar reference's update; threads = the node's cores divided among its ranks.

@@ -230,6 +230,7 @@ class CudaTrainer final : public Trainer {
     r.times.optimizer_s = std::max(0.0, r.times.step_s - fwd - bwd);
     for (int k = 0; k < kCommKinds; ++k) r.times.comm_s[k] = ct.seconds[k];
     r.times.exposed_comm_s = ct.exposed_s;
+    r.times.offload = engine_->last_offload_times();
     alloc_->sample();
     return r;
   }
@@ -258,6 +259,7 @@ class CudaTrainer final : public Trainer {
     r.device_total = alloc_->device_total();
     r.device_used_baseline = alloc_->baseline_used();
     r.device_used_peak = alloc_->peak_used();
+    r.host_by_component = zero_device_->host_bytes_by_component();
     return r;
   }
 

@@ -3,7 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -56,11 +59,28 @@ CudaZeroDevice::CudaZeroDevice(const ParamLayout& layout, std::uint64_t seed, Co
   norm_partials_ = alloc_.allocate_n<float>("workspace", "gradient-norm partials", kNormPartials + 1);
   CUDA_CHECK(cudaMallocHost(&host_norms_, kNormSlots * sizeof(float)));
   for (cudaEvent_t& e : order_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&to_host_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&to_device_, cudaStreamNonBlocking));
+}
+
+cudaStream_t CudaZeroDevice::stream(Lane lane) const {
+  switch (lane) {
+    case Lane::compute: return compute_;
+    case Lane::comm: return comm_;
+    case Lane::to_host: return to_host_;
+    case Lane::to_device: return to_device_;
+  }
+  return compute_;
 }
 
 CudaZeroDevice::~CudaZeroDevice() {
   cudaStreamSynchronize(compute_);
   cudaStreamSynchronize(comm_);
+  if (to_host_) cudaStreamSynchronize(to_host_);
+  if (to_device_) cudaStreamSynchronize(to_device_);
+  for (const HostBlock& b : host_blocks_) b.pinned ? static_cast<void>(cudaFreeHost(b.p)) : std::free(b.p);
+  if (to_host_) cudaStreamDestroy(to_host_);
+  if (to_device_) cudaStreamDestroy(to_device_);
   for (cudaEvent_t e : order_)
     if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : named_)
@@ -71,6 +91,54 @@ CudaZeroDevice::~CudaZeroDevice() {
 
 void* CudaZeroDevice::allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) {
   return alloc_.allocate(component, what, std::max<std::int64_t>(1, elements) * comm_dtype_bytes(type));
+}
+
+void* CudaZeroDevice::allocate_host(const char* component, const char* what, std::int64_t bytes, bool pinned) {
+  if (bytes < 0) throw std::invalid_argument(std::string("host allocation of negative size for ") + what);
+  const std::size_t size = static_cast<std::size_t>((std::max<std::int64_t>(1, bytes) + 63) / 64 * 64);
+  void* p = nullptr;
+  if (pinned) {
+    // Page-aligned; portable: usable from every device's streams.
+    const cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    if (e != cudaSuccess)
+      throw std::runtime_error(std::string("cudaHostAlloc of ") + std::to_string(size) + " bytes (" + what +
+                               ") failed: " + cudaGetErrorString(e) + " at " + __FILE__ + ":" +
+                               std::to_string(__LINE__));
+  } else {
+    p = std::aligned_alloc(64, size);
+    if (!p) throw std::bad_alloc();
+  }
+  host_blocks_.push_back(HostBlock{p, pinned});
+  std::memset(p, 0, size);
+  auto it = std::find_if(host_bytes_.begin(), host_bytes_.end(), [&](const auto& e) { return e.first == component; });
+  if (it == host_bytes_.end()) host_bytes_.emplace_back(component, 0), it = host_bytes_.end() - 1;
+  it->second += bytes;
+  return p;
+}
+
+void CudaZeroDevice::copy_to_host(void* host, const void* device, std::int64_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(host, device, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToHost, to_host_));
+}
+
+void CudaZeroDevice::copy_to_device(void* device, const void* host, std::int64_t bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(device, host, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, to_device_));
+}
+
+void CudaZeroDevice::host_wait_event(int id) { CUDA_CHECK(cudaEventSynchronize(named_event(id))); }
+
+void CudaZeroDevice::init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) {
+  // The initialization kernel fills a device piece, copied to the host: 2^24 floats (64 MiB) of device memory
+  // for the duration of the call.
+  const std::int64_t piece = std::min<std::int64_t>(n, std::int64_t{1} << 24);
+  if (piece <= 0) return;
+  float* tmp = alloc_.allocate_n<float>("transfer", "master initialization", piece);
+  for (std::int64_t done = 0; done < n; done += piece) {
+    const std::int64_t k = std::min(piece, n - done);
+    init_params(nullptr, tmp, flat_begin + done, k);
+    CUDA_CHECK(cudaMemcpyAsync(master + done, tmp, k * sizeof(float), cudaMemcpyDeviceToHost, compute_));
+    CUDA_CHECK(cudaStreamSynchronize(compute_));
+  }
+  alloc_.free(tmp);
 }
 
 void CudaZeroDevice::init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) {
@@ -153,7 +221,7 @@ void CudaZeroDevice::download(const void* src, float* dst, std::int64_t n, CommD
 
 void CudaZeroDevice::lane_waits_for(Lane waiter, Lane producer) {
   if (waiter == producer) return;
-  cudaEvent_t e = order_[producer == Lane::compute ? 0 : 1];
+  cudaEvent_t e = order_[static_cast<int>(producer)];
   CUDA_CHECK(cudaEventRecord(e, stream(producer)));
   CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), e, 0));
 }
@@ -190,8 +258,8 @@ double CudaZeroDevice::seconds_between(int a, int b) {
 }
 
 void CudaZeroDevice::synchronize() {
-  CUDA_CHECK(cudaStreamSynchronize(compute_));
-  CUDA_CHECK(cudaStreamSynchronize(comm_));
+  for (Lane lane : {Lane::compute, Lane::comm, Lane::to_host, Lane::to_device})
+    CUDA_CHECK(cudaStreamSynchronize(stream(lane)));
 }
 
 }  // namespace zeroplan::exec

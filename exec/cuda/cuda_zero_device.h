@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -26,6 +28,12 @@ class CudaZeroDevice final : public ZeroDevice {
 
   CommDtype element_type() const override { return element_; }
   void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) override;
+  // Pinned: cudaHostAlloc (portable), so that the copy lanes' cudaMemcpyAsync run asynchronously.
+  void* allocate_host(const char* component, const char* what, std::int64_t bytes, bool pinned) override;
+  void copy_to_host(void* host, const void* device, std::int64_t bytes) override;
+  void copy_to_device(void* device, const void* host, std::int64_t bytes) override;
+  void host_wait_event(int id) override;
+  void init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) override;
   bool kernels_overwrite() const override { return true; }
   bool lanes_concurrent() const override { return true; }
   void init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) override;
@@ -46,8 +54,11 @@ class CudaZeroDevice final : public ZeroDevice {
   void clear_marks() override { marks_used_ = 0; }
   void synchronize() override;
 
+  // Bytes of allocate_host per component (the memory report's host side).
+  const std::vector<std::pair<std::string, std::int64_t>>& host_bytes_by_component() const { return host_bytes_; }
+
  private:
-  cudaStream_t stream(Lane lane) const { return lane == Lane::compute ? compute_ : comm_; }
+  cudaStream_t stream(Lane lane) const;
   cudaEvent_t named_event(int id);
 
   const ParamLayout& layout_;
@@ -55,10 +66,17 @@ class CudaZeroDevice final : public ZeroDevice {
   CommDtype element_;
   DeviceAllocator& alloc_;
   cudaStream_t compute_, comm_;
+  cudaStream_t to_host_ = nullptr, to_device_ = nullptr;  // ZeRO-Offload's copy lanes (created here)
   float* norm_slots_ = nullptr;     // kNormSlots sums of squares
   float* norm_partials_ = nullptr;  // grad_norm_squared's block partials (compute stream only)
   float* host_norms_ = nullptr;     // pinned
-  cudaEvent_t order_[2] = {nullptr, nullptr};  // lane ordering: [0] compute -> comm, [1] comm -> compute
+  cudaEvent_t order_[kLanes] = {};  // lane ordering: recorded on the producer lane (indexed by Lane)
+  struct HostBlock {
+    void* p;
+    bool pinned;
+  };
+  std::vector<HostBlock> host_blocks_;
+  std::vector<std::pair<std::string, std::int64_t>> host_bytes_;
   std::vector<cudaEvent_t> named_;
   std::vector<cudaEvent_t> marks_;
   int marks_used_ = 0;

@@ -11,7 +11,11 @@
 
 namespace zeroplan::exec {
 
-enum class Lane { compute, comm };
+// compute: forward/backward and the optimizer; comm: the collectives; to_host / to_device: ZeRO-Offload's
+// copies between device buffers and host memory (their own lanes, so that gradients leave while parameters
+// arrive: a GPU has a copy engine per direction).
+enum class Lane { compute, comm, to_host, to_device };
+constexpr int kLanes = 4;
 
 // AdamW on n elements: params[i] (and master[i] when master is not null: the fp32 copy the update runs on) with
 // gradient grads[i] * grad_scale, moments m[i], v[i]; `flat_base` is the flat index of element 0 (weight decay
@@ -33,6 +37,19 @@ class ZeroDevice {
   virtual CommDtype element_type() const = 0;
   // Tagged with a planner component name ("params", "grads", "gradient_buckets", ...) for the memory report.
   virtual void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) = 0;
+  // Host memory for offloaded states, 64-byte aligned and zeroed, tagged with a host component name for the
+  // memory report ("offload_master_params", ...). pinned: page-locked (CUDA: cudaHostAlloc), so that the copies
+  // below run asynchronously; otherwise ordinary memory (DeepSpeed's pin_memory false). The CPU backend's memory is
+  // host memory already: ordinary aligned memory, reported as host.
+  virtual void* allocate_host(const char* component, const char* what, std::int64_t bytes, bool pinned) = 0;
+  // Asynchronous copies between device memory and allocate_host memory: copy_to_host on Lane::to_host,
+  // copy_to_device on Lane::to_device. Order them with lane_waits_for / record_event like any other lane work.
+  virtual void copy_to_host(void* host, const void* device, std::int64_t bytes) = 0;
+  virtual void copy_to_device(void* device, const void* host, std::int64_t bytes) = 0;
+  // Blocks the calling thread until the point recorded by record_event(id, ...) has passed.
+  virtual void host_wait_event(int id) = 0;
+  // The fp32 initialization of flat elements [flat_begin, flat_begin + n) (as init_params) into host memory.
+  virtual void init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) = 0;
   // Whether backward kernels can overwrite gradients (CUDA: GEMM beta = 0) or always accumulate (CPU reference).
   virtual bool kernels_overwrite() const = 0;
   // Whether the communication lane runs concurrently with the compute lane (streams) or on the same thread.

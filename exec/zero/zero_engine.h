@@ -21,6 +21,17 @@
 // At every stage the global gradient norm (and with it the fp16 overflow decision and the clipping factor) is
 // computed from the reduced gradients and agreed on by all ranks before any parameter changes.
 //
+// ZeRO-Offload (offload_optimizer, stages 1-3; DeepSpeed zero/stage_1_and_2.py cpu_offload and zero/stage3.py
+// offload_optimizer): the rank's fp32 master partition and AdamW moments live in host memory (pinned). At the
+// accumulation boundary each bucket's reduced gradient chunk is copied to the host on the to_host lane as soon
+// as its reduction is issued (while backward goes on, as DeepSpeed's async_accumulate_grad_in_cpu_via_gpu /
+// partition_grads copy each reduced bucket); once the norm is agreed, the host updates the partition piece by
+// piece with the CPU AdamW (exec/offload/cpu_adamw.h: writes the 16-bit copy too) as each piece has arrived,
+// and copies each updated piece to the device on the to_device lane while it updates the next; then the usual
+// parameter all-gather. DeepSpeed copies the whole updated fp16 partition back after the CPU step
+// (stage_1_and_2.py step: _optimizer_step then the copy of single_partition_of_fp32_groups into the bit16
+// partition); here piece k's copy overlaps piece k+1's update.
+//
 // Better than DeepSpeed here: no fp32 copy of the gradients (AdamW reads the 16-bit reduced gradients and
 // unscales/clips them in registers), reduce-scatter straight into the partition (no copy into a separate
 // partition buffer), one collective per bucket (not one reduce per owning rank).
@@ -35,6 +46,7 @@
 #include "core/zero3_fetch_plan.h"
 #include "exec/comm/communicator.h"
 #include "exec/exec_config.h"
+#include "exec/offload/cpu_adamw.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_device.h"
 #include "exec/zero/zero_buffer_layout.h"
@@ -47,6 +59,15 @@ namespace zeroplan::exec {
 struct CommTimes {
   double seconds[kCommKinds] = {0, 0, 0};
   double exposed_s = 0;
+};
+
+// Seconds of one step's ZeRO-Offload pipeline, summed over its pieces: gradient copies to the host (to_host
+// lane), the CPU AdamW (host clock), parameter copies to the device (to_device lane).
+struct OffloadTimes {
+  double to_host_s = 0;
+  double cpu_adamw_s = 0;
+  double to_device_s = 0;
+  int pieces = 0;
 };
 
 class ZeroEngine {
@@ -94,6 +115,8 @@ class ZeroEngine {
   std::vector<float> gathered_grads(double loss_scale);
 
   const CommTimes& last_comm_times() const { return times_; }
+  const OffloadTimes& last_offload_times() const { return offload_times_; }
+  bool offloads_optimizer() const { return offload_; }
 
   // Checkpoints. Every rank owns chunk `rank` of every bucket (at every stage, so that the ranks write
   // disjoint pieces in parallel): its (flat begin, elements) ranges, bucket after bucket.
@@ -126,6 +149,11 @@ class ZeroEngine {
   void record_pending_releases();
   void start_schedule(const Zero3FetchPlan* plan);
   void all_gather_persistent();
+  // ZeRO-Offload.
+  void setup_offload();
+  void copy_gradients_to_host(int bucket);
+  void offloaded_update(float grad_scale);
+  void collect_offload_times();
 
   ExecConfig config_;
   const ParamLayout& layout_;
@@ -169,6 +197,29 @@ class ZeroEngine {
   std::vector<int> pending_releases_;                          // released after the previous use
   std::vector<FreedRange> freed_;
   int gather_event_base_ = 0, release_event_base_ = 0;
+
+  // ZeRO-Offload: the partition in host memory (indexed like the device partition: partition_offset).
+  struct Piece {
+    int bucket;
+    std::int64_t part;   // offset in the partition (host arrays)
+    std::int64_t flat;   // flat index of element 0 (weight decay)
+    std::int64_t grad;   // element offset of its reduced gradient in grads_
+    std::int64_t param;  // element offset of its parameters in params_
+    std::int64_t n;
+  };
+  bool offload_ = false;
+  float* host_master_ = nullptr;  // fp32 master (the parameters themselves in fp32 training)
+  float *host_m_ = nullptr, *host_v_ = nullptr;
+  void* host_grads_ = nullptr;    // reduced gradient partition (element type)
+  void* host_half_ = nullptr;     // 16-bit copy of the updated master, copied to the device (not in fp32)
+  std::unique_ptr<offload::CpuAdamw> cpu_adamw_;
+  offload::DecayGeometry decay_;
+  std::vector<Piece> pieces_;
+  std::vector<std::vector<int>> bucket_pieces_;
+  int piece_event_base_ = 0;
+  std::vector<std::pair<int, int>> to_host_marks_, to_device_marks_;
+  double cpu_adamw_s_ = 0;
+  OffloadTimes offload_times_;
 };
 
 }  // namespace zeroplan::exec

@@ -135,6 +135,73 @@ TEST(ZeroOverMpi, Stage3TightLiveBoundAllReduce) {
   expect_equal_to_one_rank({3, 1, 1 << 30, true, false, 100, 1 << 30, 30000, 40000});
 }
 
+namespace {
+
+// ZeRO-Offload against the same run without it, at the same world size: the CPU AdamW (exec/offload/cpu_adamw.h)
+// is bit for bit the CPU backend's AdamW, and the offloaded states take the same values in the same order, so
+// losses, gradient norms, parameters and optimizer states must be equal, not close.
+// sub_group: the pieces the partition is updated in (sub_group_size), so that pieces split buckets.
+void expect_offload_equals_no_offload(int stage, std::int64_t grad_accum, std::int64_t bucket_elements,
+                                      std::int64_t sub_group = 1000000000) {
+  Communicator& comm = *world_comm;
+  ExecConfig plain = small_config(stage, grad_accum, bucket_elements);
+  ExecConfig offloaded = plain;
+  offloaded.zero.offload_optimizer = true;
+  offloaded.zero.sub_group_elements = sub_group;
+  auto a = make_cpu_trainer(plain, &comm);
+  auto b = make_cpu_trainer(offloaded, &comm);
+  TokenSource data_a = TokenSource::synthetic(257, 5), data_b = TokenSource::synthetic(257, 5);
+  int clipped = 0;
+  for (int step = 0; step < 8; ++step) {
+    const TokenBatch ba = next_rank_share(data_a, plain.micro_batch, plain.seq_len, plain.grad_accum, comm.world(),
+                                          comm.rank());
+    const TokenBatch bb = next_rank_share(data_b, plain.micro_batch, plain.seq_len, plain.grad_accum, comm.world(),
+                                          comm.rank());
+    const StepResult ra = a->step(ba.inputs, ba.targets);
+    const StepResult rb = b->step(bb.inputs, bb.targets);
+    ASSERT_EQ(ra.loss, rb.loss) << "step " << step;
+    ASSERT_EQ(ra.grad_norm, rb.grad_norm) << "step " << step;
+    clipped += ra.grad_norm > plain.optimizer.grad_clip;
+    EXPECT_GT(rb.times.offload.pieces, 0);
+    EXPECT_EQ(ra.times.offload.pieces, 0);
+  }
+  EXPECT_GT(clipped, 0) << "no step clipped: the clipping factor was not exercised";
+  const auto pa = a->params(), pb = b->params();
+  ASSERT_EQ(pa.size(), pb.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) differ += pa[i] != pb[i];
+  EXPECT_EQ(differ, 0u) << "parameters after 8 steps, stage " << stage << ", A = " << grad_accum;
+  std::vector<float> ma, mb, m1, m2, v1, v2;
+  a->read_owned_state(ma, m1, v1);
+  b->read_owned_state(mb, m2, v2);
+  EXPECT_EQ(ma, mb) << "master";
+  EXPECT_EQ(m1, m2) << "AdamW momentum";
+  EXPECT_EQ(v1, v2) << "AdamW variance";
+  // Nothing of the optimizer on the "device"; the states in host memory.
+  const MemoryReport mem = b->memory();
+  EXPECT_EQ(mem.component("optimizer_states"), 0);
+  EXPECT_EQ(mem.component("master_params"), 0);
+  EXPECT_GT(mem.host_total(), 0);
+  EXPECT_EQ(a->memory().host_total(), 0);
+}
+
+}  // namespace
+
+TEST(ZeroOffloadOverMpi, Stage1EqualsNoOffload) { expect_offload_equals_no_offload(1, 1, 20000); }
+TEST(ZeroOffloadOverMpi, Stage1WithAccumulationEqualsNoOffload) { expect_offload_equals_no_offload(1, 3, 5000); }
+TEST(ZeroOffloadOverMpi, Stage2EqualsNoOffload) { expect_offload_equals_no_offload(2, 1, 20000); }
+TEST(ZeroOffloadOverMpi, Stage2WithAccumulationEqualsNoOffload) { expect_offload_equals_no_offload(2, 3, 5000); }
+TEST(ZeroOffloadOverMpi, Stage2PiecesSplitBuckets) { expect_offload_equals_no_offload(2, 2, 20000, 999); }
+TEST(ZeroOffloadOverMpi, Stage3PiecesSplitBuckets) { expect_offload_equals_no_offload(3, 1, 20000, 1000); }
+TEST(ZeroOffloadOverMpi, Stage3EqualsNoOffload) { expect_offload_equals_no_offload(3, 1, 20000); }
+TEST(ZeroOffloadOverMpi, Stage3WithAccumulationEqualsNoOffload) { expect_offload_equals_no_offload(3, 2, 5000); }
+
+TEST(ZeroOffloadOverMpi, StageZeroIsRefused) {
+  ExecConfig c = small_config(0, 1, 20000);
+  c.zero.offload_optimizer = true;
+  EXPECT_THROW(make_cpu_trainer(c, world_comm), std::invalid_argument);
+}
+
 TEST(ZeroOverMpi, CommunicationBytesAreTwoPsi) {
   // Stages 0-2 move 2 x the flat buffer per step (all-reduce = reduce-scatter + all-gather), stage 2 with
   // A micro-steps reduces A times (the planner's rule, sim/comm_model.cpp).
@@ -185,7 +252,7 @@ TEST(ZeroOverMpi, Stage3CommunicationBytesAreThreePsi) {
 
 // The planner's `--engine zeroplan` model against what the engine allocates and sends, component by component:
 // the planner reads the executor's own layout code (sim/executor_layout.h), so these must be equal, at every
-// stage and world size. (Stages 0-1 with accumulation are left out: only the CPU backend, whose kernels always
+// stage and world size. With the optimizer offloaded, the host bytes too. (Stages 0-1 with accumulation are left out: only the CPU backend, whose kernels always
 // accumulate, keeps a separate micro-step gradient buffer there.)
 TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
   Communicator& comm = *world_comm;
@@ -201,9 +268,12 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
   const zeroplan::ClusterDescription cluster =
       zeroplan::with_gpu_count(zeroplan::load_cluster("h200x4"), comm.world());
   for (int stage = 0; stage <= 3; ++stage)
-    for (std::int64_t A : {1, 3}) {
+    for (std::int64_t A : {1, 3})
+      for (bool offload : {false, true}) {
       if (stage < 2 && A > 1) continue;
+      if (offload && stage == 0) continue;
       ExecConfig c = small_config(stage, A, 5000);
+      c.zero.offload_optimizer = offload;
       zeroplan::TrainingConfig tr;
       tr.micro_batch = c.micro_batch;
       tr.seq_len = c.seq_len;
@@ -215,19 +285,29 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
       tr.zero.overlap_comm = c.zero.overlap_comm = true;
       tr.zero.param_persistence_threshold = c.zero.param_persistence_threshold = 300;
       tr.zero.prefetch_bucket_size = c.zero.prefetch_bucket_elements = 20000;
+      const zeroplan::OffloadDevice optimizer = offload ? zeroplan::OffloadDevice::cpu : zeroplan::OffloadDevice::none;
+      tr.zero.offload_optimizer = optimizer;
       zeroplan::use_engine(tr, zeroplan::TrainingEngine::zeroplan);
-      const zeroplan::PlanChoice choice{stage, zeroplan::OffloadDevice::none, zeroplan::OffloadDevice::none};
-      const auto predicted = zeroplan::estimate_memory(model, cluster, tr, choice).gpu.components();
+      const zeroplan::PlanChoice choice{stage, optimizer, zeroplan::OffloadDevice::none};
+      const zeroplan::MemoryEstimate estimate = zeroplan::estimate_memory(model, cluster, tr, choice);
+      const auto predicted = estimate.gpu.components();
       comm.reset_counters();
       auto t = make_cpu_trainer(c, &comm);
-      const auto measured = t->memory().peak_by_component;
+      const MemoryReport report = t->memory();
+      const auto& measured = report.peak_by_component;
       for (const char* name : {"params", "grads", "master_params", "optimizer_states", "gradient_buckets",
-                               "gathered_params"}) {
+                               "gathered_params", "offload_buffers"}) {
         std::int64_t p = 0, m = 0;
         for (const auto& [n, b] : predicted) p += n == name ? b : 0;
         for (const auto& [n, b] : measured) m += n == name ? b : 0;
-        EXPECT_EQ(p, m) << name << ", stage " << stage << ", A = " << A;
+        EXPECT_EQ(p, m) << name << ", stage " << stage << ", A = " << A << ", offload " << offload;
       }
+      // Host memory: the plan counts the node (every rank here), pinned (pin_memory's default).
+      double host = static_cast<double>(report.host_total());
+      comm.all_reduce_host(&host, 1);
+      EXPECT_EQ(estimate.host.pinned, static_cast<std::int64_t>(host)) << "stage " << stage << ", A = " << A;
+      EXPECT_EQ(estimate.host.pageable, 0);
+      EXPECT_EQ(offload, host > 0);
       TokenSource data = TokenSource::synthetic(257, 9);
       const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
       t->step(b.inputs, b.targets);
@@ -238,7 +318,7 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
       EXPECT_EQ(plan[0], k.bytes[0]) << "all-reduce, stage " << stage << ", A = " << A;
       EXPECT_EQ(plan[1], k.bytes[1]) << "reduce-scatter, stage " << stage << ", A = " << A;
       EXPECT_EQ(plan[2], k.bytes[2]) << "all-gather, stage " << stage << ", A = " << A;
-    }
+      }
 }
 
 TEST(ZeroPartition, BucketsSplitIntoEqualAlignedChunks) {

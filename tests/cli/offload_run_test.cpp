@@ -1,0 +1,106 @@
+// `zeroplan run` with the optimizer offloaded to the CPU (ZeRO-Offload, exec/zero/zero_engine.h) on the CPU
+// backend's MPI ranks: the run gives the losses of the same run without offload bit for bit (the CPU AdamW is the
+// CPU backend's AdamW), its checkpoints are those of the run without offload byte for byte and resume bit for
+// bit, and what the executor does not offload is refused in one line naming the flag.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_test_support.h"
+
+using namespace zeroplan_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTiny = std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/data/tiny-gpt2.json";
+
+std::string run_args(int ranks, int stage, bool offload) {
+  return "run --model " + kTiny + " --backend cpu --gpus " + std::to_string(ranks) + " --stage " +
+         std::to_string(stage) + " --micro-batch 2 --seq 32 --grad-accum 2 --precision fp32 --warmup-steps 0 --lr 3e-3" +
+         (offload ? " --offload-optimizer cpu" : "");
+}
+
+nlohmann::json measured(const fs::path& report) {
+  return nlohmann::json::parse(read_file(report)).at("measured");
+}
+
+std::string bytes_of(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+fs::path fresh(const std::string& name) {
+  const fs::path p = temp_dir() / name;
+  fs::remove_all(p);
+  return p;
+}
+
+}  // namespace
+
+TEST(OffloadRun, Stage3OnTwoRanksEqualsTheRunWithoutOffload) {
+  const fs::path with = temp_dir() / "offload.json", without = temp_dir() / "no-offload.json";
+  CommandResult a = run(run_args(2, 3, true) + " --steps 5 --report " + with.string());
+  ASSERT_EQ(a.status, 0) << a.output << a.errors;
+  EXPECT_NE(a.output.find("stage 3 + opt:cpu"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("CPU AdamW"), std::string::npos) << a.output;
+  CommandResult b = run(run_args(2, 3, false) + " --steps 5 --report " + without.string());
+  ASSERT_EQ(b.status, 0) << b.output << b.errors;
+  const nlohmann::json ma = measured(with), mb = measured(without);
+  EXPECT_EQ(ma.at("loss").get<std::vector<double>>(), mb.at("loss").get<std::vector<double>>());
+  // The offloaded states are in host memory: fp32 master, two moments and the fp32 gradient partition.
+  const nlohmann::json& host = ma.at("host_bytes");
+  EXPECT_GT(host.at("offload_master_params").get<std::int64_t>(), 0);
+  EXPECT_EQ(host.at("offload_optimizer_states").get<std::int64_t>(),
+            2 * host.at("offload_master_params").get<std::int64_t>());
+  EXPECT_EQ(ma.at("gpu_bytes").value("optimizer_states", std::int64_t{0}), 0);
+  EXPECT_GT(mb.at("gpu_bytes").at("optimizer_states").get<std::int64_t>(), 0);
+  EXPECT_TRUE(ma.at("offload_seconds").contains("cpu_adamw"));
+  fs::remove(with);
+  fs::remove(without);
+}
+
+TEST(OffloadRun, CheckpointsEqualTheRunWithoutOffloadAndResumeBitForBit) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const fs::path plain = fresh("plain"), whole = fresh("whole"), parts = fresh("parts");
+    const fs::path r_whole = temp_dir() / "whole.json", r_parts = temp_dir() / "parts.json";
+    CommandResult p = run(run_args(2, stage, false) + " --steps 6 --save-dir " + plain.string());
+    ASSERT_EQ(p.status, 0) << p.output << p.errors;
+    CommandResult a = run(run_args(2, stage, true) + " --steps 6 --save-dir " + whole.string() + " --report " +
+                          r_whole.string());
+    ASSERT_EQ(a.status, 0) << a.output << a.errors;
+    CommandResult b = run(run_args(2, stage, true) + " --steps 3 --save-dir " + parts.string());
+    ASSERT_EQ(b.status, 0) << b.output << b.errors;
+    CommandResult c = run(run_args(2, stage, true) + " --steps 6 --resume " + parts.string() + " --save-dir " +
+                          parts.string() + " --report " + r_parts.string());
+    ASSERT_EQ(c.status, 0) << c.output << c.errors;
+    const auto la = measured(r_whole).at("loss").get<std::vector<double>>();
+    const auto lc = measured(r_parts).at("loss").get<std::vector<double>>();
+    ASSERT_EQ(la.size(), 6u);
+    ASSERT_EQ(lc.size(), 3u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lc[i]) << "loss of step " << 4 + i;
+    for (int r = 0; r < 2; ++r) {
+      char name[32];
+      std::snprintf(name, sizeof name, "rank-%05d.bin", r);
+      const std::string offloaded = bytes_of(whole / "step-00000006" / name);
+      EXPECT_FALSE(offloaded.empty()) << name;
+      EXPECT_EQ(offloaded, bytes_of(parts / "step-00000006" / name)) << name << ": resumed";
+      EXPECT_EQ(offloaded, bytes_of(plain / "step-00000006" / name)) << name << ": against no offload";
+    }
+    for (const fs::path& d : {plain, whole, parts}) fs::remove_all(d);
+    fs::remove(r_whole);
+    fs::remove(r_parts);
+  }
+}
+
+TEST(OffloadRun, WhatTheExecutorDoesNotOffloadIsRefusedByFlag) {
+  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-param cpu"), {"--offload-param"});
+  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-optimizer nvme"), {"--offload-optimizer", "nvme"});
+  expect_one_line_error(run(run_args(1, 0, true) + " --steps 2"), {"--offload-optimizer", "stage"});
+}
