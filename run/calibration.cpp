@@ -260,32 +260,6 @@ int calibration_rank(const CalibrationOptions& o, const RankEnvironment& env, st
 // ---------------------------------------------------------------------------------------------------------------
 // The launcher's side: local measurements and the description.
 
-// Datasheet figures of the GPUs we run on, which no program can measure (a dense peak is the rate the tensor
-// cores could reach, not what any kernel reaches). A GPU matches by its CUDA name and multiprocessor count.
-struct Datasheet {
-  const char* name_contains;
-  int multiprocessors;
-  double bf16, fp16, fp32, hbm;
-  const char* source;
-};
-constexpr Datasheet kDatasheets[] = {
-    {"H200", 132, 989e12, 989e12, 67e12, 4.8e12,
-     "NVIDIA H200 Tensor Core GPU datasheet (SXM): dense bf16/fp16 Tensor Core 989 TFLOP/s (1979 with sparsity), "
-     "fp32 67 TFLOP/s, HBM3e 4.8 TB/s"},
-    {"H100 80GB HBM3", 132, 989e12, 989e12, 67e12, 3.35e12,
-     "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): dense bf16/fp16 Tensor Core 989 TFLOP/s (1979 with "
-     "sparsity), fp32 67 TFLOP/s, HBM3 3.35 TB/s"},
-    {"H100 PCIe", 114, 756e12, 756e12, 51e12, 2.0e12,
-     "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe): dense bf16/fp16 Tensor Core 756 TFLOP/s (1513 with "
-     "sparsity), fp32 51 TFLOP/s, HBM2e 2.0 TB/s"},
-};
-
-const Datasheet* datasheet_for(const std::string& name, int multiprocessors) {
-  for (const Datasheet& d : kDatasheets)
-    if (name.find(d.name_contains) != std::string::npos && d.multiprocessors == multiprocessors) return &d;
-  return nullptr;
-}
-
 struct GemmPoint {
   std::string label;
   double flops = 0.0;    // of the whole measured call (3 GEMMs for a training pass)
@@ -429,6 +403,32 @@ void measure_cpu_device(const Sweep& sweep, const std::optional<ModelDescription
 }
 
 #ifdef ZEROPLAN_HAVE_CUDA
+// Datasheet figures of the GPUs we run on, which no program can measure (a dense peak is the rate the tensor
+// cores could reach, not what any kernel reaches). A GPU matches by its CUDA name and multiprocessor count.
+struct Datasheet {
+  const char* name_contains;
+  int multiprocessors;
+  double bf16, fp16, fp32, hbm;
+  const char* source;
+};
+constexpr Datasheet kDatasheets[] = {
+    {"H200", 132, 989e12, 989e12, 67e12, 4.8e12,
+     "NVIDIA H200 Tensor Core GPU datasheet (SXM): dense bf16/fp16 Tensor Core 989 TFLOP/s (1979 with sparsity), "
+     "fp32 67 TFLOP/s, HBM3e 4.8 TB/s"},
+    {"H100 80GB HBM3", 132, 989e12, 989e12, 67e12, 3.35e12,
+     "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): dense bf16/fp16 Tensor Core 989 TFLOP/s (1979 with "
+     "sparsity), fp32 67 TFLOP/s, HBM3 3.35 TB/s"},
+    {"H100 PCIe", 114, 756e12, 756e12, 51e12, 2.0e12,
+     "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe): dense bf16/fp16 Tensor Core 756 TFLOP/s (1513 with "
+     "sparsity), fp32 51 TFLOP/s, HBM2e 2.0 TB/s"},
+};
+
+const Datasheet* datasheet_for(const std::string& name, int multiprocessors) {
+  for (const Datasheet& d : kDatasheets)
+    if (name.find(d.name_contains) != std::string::npos && d.multiprocessors == multiprocessors) return &d;
+  return nullptr;
+}
+
 void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& model,
                  const std::optional<ClusterDescription>& base, LocalFigures& f) {
   exec::cuda::DeviceCalibrator device(0);

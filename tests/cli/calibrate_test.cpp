@@ -173,4 +173,33 @@ TEST(CalibrateDisk, MeasuresTheDiskUnderNvmePath) {
   EXPECT_EQ(nlohmann::json::parse(read_file(out))["nvme"]["capacity_bytes"], 0);
 }
 
+// The CUDA backend on this machine's first GPU (quick sweep); skipped where there is no GPU or no CUDA executor.
+// Checked against facts the calibration does not compute: a device copy cannot beat the datasheet HBM bandwidth
+// the file names, pinned copies cannot beat PCIe 5.0 x16 (63 GB/s per direction, PCI-SIG), a GEMM cannot beat
+// the peak, and the context is part of the device's memory.
+TEST(CalibrateGpu, OneGpuQuick) {
+  const auto out = temp_dir() / "calibrated_gpu.json";
+  std::filesystem::remove(out);
+  const auto result = run("calibrate --backend cuda --gpus 1 --quick --model gpt2-124m --out " + out.string());
+  if (result.status == 2 && (result.errors.find("--backend") != std::string::npos))
+    GTEST_SKIP() << "no CUDA device or executor: " << result.errors;
+  ASSERT_EQ(result.status, 0) << result.output << result.errors;
+  const auto doc = nlohmann::json::parse(read_file(out));
+  const auto& gpu = doc["gpu"];
+  EXPECT_EQ(doc["topology"]["gpus_per_node"], 1);
+  EXPECT_LT(gpu["streaming_bandwidth"].get<double>(), gpu["hbm_bandwidth"].get<double>());
+  EXPECT_GT(gpu["measured_gemm_flops_bf16"].get<double>(), 0.0);
+  EXPECT_LE(gpu["measured_gemm_flops_bf16"].get<double>(), gpu["peak_flops_bf16"].get<double>());
+  for (const auto& point : gpu["gemm_efficiency"]) {
+    EXPECT_GT(point["efficiency"].get<double>(), 0.0);
+    EXPECT_LE(point["efficiency"].get<double>(), 1.0);
+  }
+  EXPECT_GT(doc["host"]["pcie_bandwidth"].get<double>(), 1e9);
+  EXPECT_LT(doc["host"]["pcie_bandwidth"].get<double>(), 63e9);
+  EXPECT_GT(doc["runtime"]["cuda_context_bytes"].get<std::int64_t>(), 0);
+  EXPECT_LT(doc["runtime"]["cuda_context_bytes"].get<std::int64_t>(), gpu["memory_bytes"].get<std::int64_t>());
+  const auto plan = run("plan --model gpt2-124m --cluster " + out.string());
+  EXPECT_TRUE(plan.status == 0 || plan.status == 1) << plan.output << plan.errors;
+}
+
 }  // namespace
