@@ -27,6 +27,7 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   m.grads = e * P;
   m.master_params = c.precision == ExecPrecision::fp32 ? 0 : 4 * P;
   m.optimizer_states = 8 * P;
+  if (c.zero.offload_optimizer) m.master_params = m.optimizer_states = 0;  // in host memory (ZeRO-Offload)
   const std::int64_t block = 16 * e * sbh + 16 * sb + 4 * a * sb;
   if (c.recompute == ExecRecompute::none) {
     m.activations = L * block + 2 * e * sbh + 8 * sb;
