@@ -6,7 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <sstream>
 #include <utility>
 
@@ -302,22 +304,38 @@ void feed_checkpoint_manifest(std::string_view bytes) {
   scratch().write("checkpoint/manifest.json", bytes);
   CheckpointReader reader(directory, "--resume");
   reader.verify();
-  // What restore() asks of it: ranges of named tensors. Each piece the manifest lists is read back (at most 64
-  // elements of it), and the first 64 elements of its tensor.
+  // What restore() asks of it: ranges of named tensors. Each piece the manifest lists is read back, and each
+  // tensor from its start to the end of its last piece (at most 64 elements of either).
   const nlohmann::json manifest = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  std::vector<float> master(64), m(64), v(64);
+  std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> ranges;  // tensor, offset, count
+  std::map<std::string, std::int64_t> tensor_end;
   for (const nlohmann::json& file : manifest.at("files")) {
     for (const nlohmann::json& piece : file.at("segments")) {
       const std::string tensor = piece.at(0).get<std::string>();
       const std::int64_t offset = piece.at(1).get<std::int64_t>();
-      const std::int64_t count = std::min<std::int64_t>(piece.at(2).get<std::int64_t>(), 64);
-      for (const auto& [from, n] : {std::pair<std::int64_t, std::int64_t>{offset, count}, {0, 64}}) {
-        try {
-          reader.read(tensor, from, n, master.data(), m.data(), v.data());
-        } catch (const InputError&) {
-          // A range the checkpoint does not cover whole is refused, naming the tensor: a clean answer.
-        }
-      }
+      const std::int64_t count = piece.at(2).get<std::int64_t>();
+      ranges.emplace_back(tensor, offset, std::min<std::int64_t>(count, 64));
+      tensor_end[tensor] = std::max(tensor_end[tensor], offset + count);  // the reader bounds it by 2^58
+    }
+  }
+  for (const auto& [tensor, end] : tensor_end) ranges.emplace_back(tensor, 0, std::min<std::int64_t>(end, 64));
+  for (const auto& [tensor, from, n] : ranges) {
+    // A read that succeeds writes every element asked for: read twice over two different fills, the results must
+    // agree (an element left unwritten keeps its fill).
+    std::vector<float> first[3], second[3];
+    for (int section = 0; section < 3; ++section) {
+      first[section].assign(static_cast<std::size_t>(n), 1.0f);
+      second[section].assign(static_cast<std::size_t>(n), 2.0f);
+    }
+    try {
+      reader.read(tensor, from, n, first[0].data(), first[1].data(), first[2].data());
+      reader.read(tensor, from, n, second[0].data(), second[1].data(), second[2].data());
+    } catch (const InputError&) {
+      continue;  // a range the checkpoint does not cover whole is refused, naming the tensor: a clean answer
+    }
+    for (int section = 0; section < 3; ++section) {
+      require(std::memcmp(first[section].data(), second[section].data(), first[section].size() * sizeof(float)) == 0,
+              "CheckpointReader::read succeeded but left elements of " + tensor + " unwritten");
     }
   }
 }
