@@ -73,6 +73,17 @@ struct ZeroSettings {
   // sub_group_size: the optimizer steps the partition in pieces of at most this many elements (DeepSpeed
   // stage3.py's sub groups); the offload pipeline's pieces are at most this (and at most 2^24, zero_engine.cpp).
   std::int64_t sub_group_elements = 1000000000;
+  // ZeRO-Infinity parameter offload (DeepSpeed's offload_param {"device": "cpu"}, stage 3 only; zero/stage3.py,
+  // partition_parameters.py): the rank's 16-bit parameter partition lives in host memory (pinned when
+  // offload_pin_memory: DeepSpeed's offload configs share one pin_memory here, core/training_config.h), each
+  // gathered chunk is copied host-to-device into a staging buffer and all-gathered from there. DeepSpeed reads
+  // buffer_count and buffer_size for NVMe swapping only (offload_config.py: "buffers in buffer pool for
+  // parameter offloading to NVMe"; max_in_cpu likewise, NVMe only, not read here); the executor bounds its
+  // device staging buffers by them: at most param_buffer_count buffers of at most param_buffer_elements each
+  // (zero_buffer_layout.h).
+  bool offload_param = false;
+  std::int64_t param_buffer_count = 5;            // offload_param.buffer_count (DeepSpeed default 5)
+  std::int64_t param_buffer_elements = 100000000;  // offload_param.buffer_size (DeepSpeed default 1e8 elements)
 };
 
 struct ExecConfig {

@@ -54,6 +54,9 @@ exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int st
   s.offload_pin_memory = z.pin_memory;
   s.cpu_optimizer_threads = static_cast<int>(training.cpu_threads_per_rank);
   s.sub_group_elements = z.sub_group_size;
+  s.offload_param = stage == 3 && z.offload_param == OffloadDevice::cpu;
+  s.param_buffer_count = z.param_buffer_count;
+  s.param_buffer_elements = z.param_buffer_size;
   return s;
 }
 
@@ -74,6 +77,8 @@ std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescript
   f.arena_elements = buffers.arena_elements;
   f.gathered_elements = buffers.train_plan.gathered_elements;
   f.gathers = buffers.train_plan.gathers;
+  f.param_staging_elements = buffers.param_staging_total();
+  f.largest_chunk = buffers.largest_chunk;
   return f;
 }
 

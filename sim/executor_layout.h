@@ -32,6 +32,8 @@ struct ExecutorLayoutFigures {
   std::int64_t arena_elements = 0;          // stage 3: gathered-parameter arena
   std::int64_t gathered_elements = 0;       // stage 3: all-gather volume of one micro-step (forward + backward)
   std::int64_t gathers = 0;                 // stage 3: unit gathers per micro-step
+  std::int64_t param_staging_elements = 0;  // stage 3 with offload_param cpu: device staging buffers, all of them
+  std::int64_t largest_chunk = 0;           // stage 3: the largest partition chunk (offload_param.buffer_size)
 };
 
 // For a model the executor trains, its figures at `world` ranks and `stage`; nullopt otherwise.

@@ -103,6 +103,14 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
   z.train_plan = make_zero3_fetch_plan(unit_elements, train, rules);
   z.forward_plan = make_zero3_fetch_plan(unit_elements, forward, rules);
   z.arena_elements = std::max(z.train_plan.arena_elements, z.forward_plan.arena_elements);
+  for (const GradientBucket& b : buckets) z.largest_chunk = std::max(z.largest_chunk, b.chunk);
+  if (zero.offload_param) {
+    // One buffer per chunk in flight: a unit's chunks are staged and all-gathered in groups of at most this
+    // many (zero_engine.cpp gather_buckets), so more buffers than buckets would never be used.
+    z.param_staging_buffers = static_cast<int>(std::min<std::int64_t>(zero.param_buffer_count,
+                                                                      static_cast<std::int64_t>(buckets.size())));
+    z.param_staging_elements = z.largest_chunk;
+  }
 }
 
 }  // namespace

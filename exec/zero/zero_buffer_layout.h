@@ -36,8 +36,16 @@ struct ZeroBufferLayout {
   std::int64_t persistent_elements = 0;
   Zero3FetchPlan train_plan, forward_plan;                   // forward + backward; forward alone (evaluation)
   std::int64_t arena_elements = 0;                           // the larger of the two plans' arenas
+  // Stage 3 with offload_param: device buffers each partition chunk is copied into from host memory before
+  // its all-gather (and the device AdamW writes into before the copy back): min(buffer_count, buckets)
+  // buffers of the largest chunk's elements. largest_chunk: the largest chunk of any bucket (stage 3), which
+  // offload_param.buffer_size must hold.
+  int param_staging_buffers = 0;
+  std::int64_t param_staging_elements = 0;  // per buffer
+  std::int64_t largest_chunk = 0;
 
   std::int64_t bucket_buffer_elements() const;  // sum of slot_elements and the accumulation scratch
+  std::int64_t param_staging_total() const { return param_staging_buffers * param_staging_elements; }
 };
 
 ZeroBufferLayout zero_buffer_layout(const ParamLayout& layout, const ZeroPartition& partition,
