@@ -14,6 +14,7 @@
 
 #include "core/input_error.h"
 #include "core/json_input.h"
+#include "run/atomic_file.h"
 
 namespace zeroplan {
 
@@ -38,44 +39,6 @@ std::string rank_file_name(int rank) {
   char name[32];
   std::snprintf(name, sizeof name, "rank-%05d.bin", rank);
   return name;
-}
-
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  IO_CHECK(fd >= 0, "open directory", dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  IO_CHECK(rc == 0, "fsync directory", dir);
-}
-
-// Writes `bytes` to `path` through path.tmp, fsync, rename: the file either exists whole or not at all.
-std::uint32_t write_atomically(const std::string& path, const std::vector<std::pair<const void*, std::size_t>>& parts) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  IO_CHECK(fd >= 0, "create", tmp);
-  uLong crc = crc32_z(0L, Z_NULL, 0);
-  for (const auto& [data, size] : parts) {
-    const char* p = static_cast<const char*>(data);
-    std::size_t left = size;
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(p), size);
-    while (left > 0) {
-      const ssize_t n = ::write(fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        ::close(fd);
-        fail_io("write", tmp, __FILE__, __LINE__);
-      }
-      p += n;
-      left -= static_cast<std::size_t>(n);
-    }
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail_io("fsync", tmp, __FILE__, __LINE__);
-  }
-  IO_CHECK(::close(fd) == 0, "close", tmp);
-  IO_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "rename to", path);
-  return static_cast<std::uint32_t>(crc);
 }
 
 struct Piece {
@@ -137,7 +100,7 @@ void save_checkpoint(const std::string& save_dir, exec::Trainer& trainer, exec::
   std::vector<float> master, m, v;
   trainer.read_owned_state(master, m, v);
   const std::size_t bytes = master.size() * sizeof(float);
-  const std::uint32_t crc = write_atomically((fs::path(dir) / rank_file_name(rank)).string(),
+  const std::uint32_t crc = write_file_atomically((fs::path(dir) / rank_file_name(rank)).string(),
                                              {{master.data(), bytes}, {m.data(), bytes}, {v.data(), bytes}});
   fsync_directory(dir);
 
@@ -191,7 +154,7 @@ void save_checkpoint(const std::string& save_dir, exec::Trainer& trainer, exec::
         {"shape", shape_json(state.shape)},
         {"files", file_list}};
     const std::string text = manifest.dump(1);
-    write_atomically((fs::path(dir) / kManifest).string(), {{text.data(), text.size()}});
+    write_file_atomically((fs::path(dir) / kManifest).string(), {{text.data(), text.size()}});
     fsync_directory(dir);
   }
   // No rank goes on (and possibly fails) before the checkpoint is complete.
