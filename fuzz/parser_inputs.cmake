@@ -33,14 +33,15 @@ file(WRITE "${ZEROPLAN_FUZZ_TARGETS_FILE}" "${zeroplan_fuzz_lines}")
 # The parsers outside core/ and sim/ are compiled in from their own files rather than through their libraries,
 # which bring the training engine along: exec/token_data.cpp (token files), cli/common_options.cpp (the shared
 # flags), gui/run_report.cpp (the GUI's reader of `zeroplan run --report` files, which uses no Qt) and
-# run/checkpoint.cpp (checkpoint manifests; zlib for their CRC-32).
+# run/checkpoint.cpp (checkpoint manifests; zlib for their CRC-32; with run/atomic_file.cpp, its writer).
 find_package(ZLIB REQUIRED)
 add_library(zeroplan_fuzz_inputs STATIC "${PROJECT_SOURCE_DIR}/fuzz/parser_inputs.cpp"
                                         "${PROJECT_SOURCE_DIR}/exec/token_data.cpp"
                                         "${PROJECT_SOURCE_DIR}/cli/common_options.cpp"
                                         "${PROJECT_SOURCE_DIR}/gui/run_report.cpp"
-                                        "${PROJECT_SOURCE_DIR}/run/checkpoint.cpp")
+                                        "${PROJECT_SOURCE_DIR}/run/checkpoint.cpp"
+                                        "${PROJECT_SOURCE_DIR}/run/atomic_file.cpp")
 target_include_directories(zeroplan_fuzz_inputs PUBLIC "${PROJECT_SOURCE_DIR}")
 target_link_libraries(zeroplan_fuzz_inputs PUBLIC zeroplan_sim zeroplan_exec_layout zeroplan_core CLI11::CLI11
-                      ZLIB::ZLIB)
+                      ZLIB::ZLIB Threads::Threads)
 target_compile_options(zeroplan_fuzz_inputs PRIVATE -Wall -Wextra)
