@@ -44,11 +44,17 @@ constexpr Bytes kDefaultNcclBufferBytes = 512 * kMiB;
 constexpr const char* kDefaultNcclBufferSource =
     "default 512 MiB per communicator: NVIDIA/nccl issues #864 and #964 report 0.5-1.6 GB, the low end with "
     "NVLink SHARP (NVLS) off";
-constexpr double kDefaultAllocatorReserveFraction = 0.41;
-constexpr const char* kDefaultAllocatorReserveSource =
-    "default 0.41 of the activation and logit bytes: the PyTorch caching allocator's reserve measured on "
-    "nvidia-h200-x2 with DeepSpeed 0.19.8 and torch 2.11 (device used minus peak allocated minus context, cuBLAS "
-    "and NCCL, 0.403-0.407 at ZeRO stages 0-3 of GPT-2 1.5B; bench/deepspeed/results/)";
+constexpr double kDefaultAllocatorFragmentation = 0.098;
+constexpr const char* kDefaultAllocatorFragmentationSource =
+    "default 0.098 of the activation and logit bytes: the PyTorch caching allocator's peak reserved minus peak "
+    "allocated, 2.32 GiB, over the planner's 23.70 GiB of activations and logits, measured with DeepSpeed 0.19.8 "
+    "and torch 2.11 at ZeRO stage 0 of GPT-2 1.5B on one H200 (bench/deepspeed/results/"
+    "gpt2-1.5b_bf16_1gpu_h200x1.json), a step whose buffers all fit in the blocks the activations free";
+constexpr Bytes kDefaultHostProcessBytes = 846 * kMiB;
+constexpr const char* kDefaultHostProcessSource =
+    "default 846 MiB: a DeepSpeed 0.19.8 / torch 2.11 (cu130) rank's peak resident set (VmHWM) less the fp32 model "
+    "it builds on the host, 6.63 GiB - 5.80 GiB (4 bytes x 1.558e9 parameters), on one H200 (bench/deepspeed/results/"
+    "gpt2-1.5b_bf16_1gpu_h200x1.json)";
 
 // Default GEMM efficiency curve for a cluster without measured points: a fixed cost per GEMM plus throughput at
 // the best rate training shapes reach, t(F) = t_fixed + F / (e_max * peak), so efficiency(F) = F / (peak * t(F)).
@@ -108,6 +114,8 @@ const std::vector<std::string> kNvmeKeys = {"capacity_bytes", "capacity_gib", "c
 const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_context_mib",
                                                "cublas_workspace_bytes", "cublas_workspace_mib",
                                                "nccl_buffer_bytes",      "nccl_buffer_mib",
+                                               "host_process_bytes",     "host_process_mib",
+                                               "allocator_fragmentation_of_activations",
                                                "allocator_reserve_of_activations", "allocator_reserve_fraction"};
 
 void refuse_unknown_keys(const JsonFields& fields, const std::vector<std::string>& known) {
@@ -368,19 +376,24 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   runtime.cublas_workspace_bytes =
       runtime_bytes("cublas_workspace", kDefaultCublasWorkspaceBytes, kDefaultCublasWorkspaceSource);
   runtime.nccl_buffer_bytes = runtime_bytes("nccl_buffer", kDefaultNcclBufferBytes, kDefaultNcclBufferSource);
-  if (runtime_fields.has("allocator_reserve_fraction")) {
-    runtime_fields.fail("allocator_reserve_fraction",
-                        "replaced by allocator_reserve_of_activations: the caching allocator's reserve as a fraction of "
-                        "the bytes the forward pass saves (activations and logits), not of all tensor bytes");
+  runtime.host_process_bytes = runtime_bytes("host_process", kDefaultHostProcessBytes, kDefaultHostProcessSource);
+  for (const char* old_key : {"allocator_reserve_fraction", "allocator_reserve_of_activations"}) {
+    if (runtime_fields.has(old_key)) {
+      runtime_fields.fail(old_key,
+                          "replaced by allocator_fragmentation_of_activations: only the fragmentation of the blocks "
+                          "the activations leave, as a fraction of the activation and logit bytes (about 0.1); the "
+                          "segments of DeepSpeed's flat buffers are now modelled from its code paths");
+    }
   }
-  if (runtime_fields.has("allocator_reserve_of_activations")) {
-    runtime.allocator_reserve_fraction = runtime_fields.non_negative_number("allocator_reserve_of_activations");
+  if (runtime_fields.has("allocator_fragmentation_of_activations")) {
+    runtime.allocator_reserve_fraction = runtime_fields.non_negative_number("allocator_fragmentation_of_activations");
     if (runtime.allocator_reserve_fraction >= 1.0) {
-      runtime_fields.fail("allocator_reserve_of_activations", "expected a fraction of the activation and logit bytes in [0, 1)");
+      runtime_fields.fail("allocator_fragmentation_of_activations",
+                          "expected a fraction of the activation and logit bytes in [0, 1)");
     }
   } else {
-    runtime.allocator_reserve_fraction = kDefaultAllocatorReserveFraction;
-    note(std::string("runtime.allocator_reserve_of_activations: ") + kDefaultAllocatorReserveSource);
+    runtime.allocator_reserve_fraction = kDefaultAllocatorFragmentation;
+    note(std::string("runtime.allocator_fragmentation_of_activations: ") + kDefaultAllocatorFragmentationSource);
   }
   return cluster;
 }
@@ -440,7 +453,8 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
        {{"cuda_context_bytes", cluster.runtime.cuda_context_bytes},
         {"cublas_workspace_bytes", cluster.runtime.cublas_workspace_bytes},
         {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
-        {"allocator_reserve_of_activations", cluster.runtime.allocator_reserve_fraction}}},
+        {"host_process_bytes", cluster.runtime.host_process_bytes},
+        {"allocator_fragmentation_of_activations", cluster.runtime.allocator_reserve_fraction}}},
   };
   // A link is written only when there is one: a node of one GPU has no intra-node link (bus_bandwidth 0), and
   // cluster_from_json refuses a link whose bandwidth is not positive.

@@ -47,10 +47,13 @@ struct RuntimeOverhead {
   Bytes cuda_context_bytes = 0;
   Bytes cublas_workspace_bytes = 0;
   Bytes nccl_buffer_bytes = 0;          // per communicator; 0 when world size is 1
-  // The PyTorch caching allocator's reserved-but-unallocated memory at the peak, as a fraction of the bytes the
-  // forward pass saves and the backward pass frees (activations and logits): the blocks they leave behind, split
-  // and reused by other sizes, are what it cannot hand back whole (JSON: allocator_reserve_of_activations).
+  // The PyTorch caching allocator's reserved-but-unallocated memory at the peak that the activations' blocks leave
+  // (split and reused by other sizes, they are not whole again when the next forward pass asks), as a fraction of
+  // the bytes the forward pass saves and the backward pass frees (JSON: allocator_fragmentation_of_activations).
+  // The segments of DeepSpeed's flat buffers come on top, from its code paths (sim/deepspeed_memory.h).
   double allocator_reserve_fraction = 0.0;
+  // A training process's own resident host memory (torch, the CUDA libraries) before it builds the model.
+  Bytes host_process_bytes = 0;
 };
 
 struct ClusterDescription {

@@ -685,7 +685,7 @@ nlohmann::json describe(const CalibrationOptions& o, const LocalFigures& f, cons
   nlohmann::json& runtime = doc["runtime"];
   if (o.backend == "cpu") {
     runtime = nlohmann::json::object();
-    if (base) runtime["allocator_reserve_of_activations"] = base->runtime.allocator_reserve_fraction;
+    if (base) runtime["allocator_fragmentation_of_activations"] = base->runtime.allocator_reserve_fraction;
     runtime["cuda_context_bytes"] = 0;
     runtime["cublas_workspace_bytes"] = 0;
     runtime["nccl_buffer_bytes"] = 0;

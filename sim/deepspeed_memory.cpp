@@ -1,6 +1,7 @@
 #include "sim/deepspeed_memory.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "sim/memory_model.h"
 #include "sim/model_states_memory.h"
@@ -139,6 +140,163 @@ DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConf
   return b;
 }
 
+Bytes largest_activation_block(const ModelDescription& model, const TrainingConfig& training,
+                               const ActivationBytes& activations) {
+  if (model.transformer) {
+    const TransformerShape& shape = *model.transformer;
+    const std::int64_t e = precision_bytes(training.precision);
+    // The loss's fp32 copy of the logits (and log_softmax's output and the gradients beside it, the same size), or
+    // the 16-bit logits; the MLP's inner activation; the fused QKV output.
+    const std::int64_t logits = sat_mul(shape.vocab_size, training.fp32_loss ? 4 : e);
+    const std::int64_t widest = std::max({logits, sat_mul(shape.ffn_hidden, e), sat_mul(shape.hidden, 3 * e)});
+    return sat_mul(widest, activations.tokens);
+  }
+  // A layer list names no tensor: one layer's saved set (or its backward working set) bounds its largest tensor.
+  return std::max({activations.block_saved, activations.backward_working_set, activations.logits});
+}
+
+namespace {
+
+// c10/cuda/CUDACachingAllocator.cpp: a large allocation (over kMinLargeAlloc, 10 MiB) is rounded to kRoundLarge.
+constexpr Bytes kRoundLarge = 2 * 1024 * 1024;
+
+// The caching allocator's cached segments for the flat buffers: best fit among free segments of the stream
+// (get_free_block: the smallest block at least the size), else a new segment (alloc_block). Buffers that fit in
+// a block the freed activations left are carved from those (get_free_block splits them) and create nothing here.
+class CachedSegments {
+ public:
+  explicit CachedSegments(Bytes activation_block) : activation_block_(activation_block) {}
+
+  // Returns a handle for release(); -1 for a buffer served from the activations' blocks.
+  int allocate(Bytes bytes) {
+    if (bytes <= activation_block_) return -1;
+    int best = -1;
+    for (std::size_t i = 0; i < segments_.size(); ++i)
+      if (!segments_[i].used && segments_[i].bytes >= bytes &&
+          (best < 0 || segments_[i].bytes < segments_[static_cast<std::size_t>(best)].bytes))
+        best = static_cast<int>(i);
+    if (best < 0) {
+      segments_.push_back({sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge), false});
+      best = static_cast<int>(segments_.size() - 1);
+    }
+    segments_[static_cast<std::size_t>(best)].used = true;
+    return best;
+  }
+  void release(int handle) {
+    if (handle >= 0) segments_[static_cast<std::size_t>(handle)].used = false;
+  }
+  // Bytes in segments, less those still in use (the optimizer states the first step created, held from then on).
+  Bytes idle_bytes() const {
+    Bytes idle = 0;
+    for (const Segment& segment : segments_)
+      if (!segment.used) idle = sat_add(idle, segment.bytes);
+    return idle;
+  }
+
+ private:
+  struct Segment {
+    Bytes bytes;
+    bool used;
+  };
+  Bytes activation_block_;
+  std::vector<Segment> segments_;
+};
+
+// torch.optim's Adam/AdamW (and DeepSpeed's FusedAdam) create their states lazily, at the first step, with
+// torch.zeros_like of the parameter they update: exp_avg and exp_avg_sq (SGD: momentum_buffer).
+void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t params) {
+  const Bytes states = optimizer_state_bytes(in, params);
+  if (states <= 0) return;
+  const int tensors = in.optimizer == OptimizerKind::sgd_momentum ? 1 : 2;
+  for (int i = 0; i < tensors; ++i) cache.allocate(states / tensors);
+}
+
+}  // namespace
+
+Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
+                                     const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
+                                     Bytes activation_block) {
+  CachedSegments cache(activation_block);
+  const TransientGpuBytes& t = gpu.transient;
+  const ZeroConfig& zero = training.zero;
+  const bool offload = offloads_optimizer(in);
+  const std::int64_t Pp = in.partition_params;
+  // One training step in DeepSpeed's order of allocation and release; the first creates the optimizer states.
+  const auto step = [&](bool first) {
+    // Backward: the stage 1-2 ipg buckets (setup_buckets, at the first gradient hook), one reduction's flat copy
+    // (allreduce_bucket: self.flatten(bucket); reduce_scatter_coalesced: torch.cat), and the stage 1-2 gradient
+    // partition (copy_grads_in_partition: torch.empty at the first reduction, held to the step).
+    std::vector<int> buckets;
+    const int bucket_count = zero.overlap_comm ? 2 : 1;
+    if (t.backward_buckets > 0)
+      for (int i = 0; i < bucket_count; ++i) buckets.push_back(cache.allocate(t.backward_buckets / bucket_count));
+    const int copy = cache.allocate(t.reduction_copy);
+    cache.release(copy);
+    const int partition = cache.allocate(t.grad_partition);
+    for (int bucket : buckets) cache.release(bucket);  // _release_ipg_buffers at the epilogue
+    switch (path.wrapper) {
+      case DeepSpeedOptimizerWrapper::plain:
+      case DeepSpeedOptimizerWrapper::fp16_unfused:
+        // Per-parameter fp32 gradients, states and temporaries (torch's foreach lists): none larger than one
+        // parameter's fp32 copy, carved from the freed activations' blocks (their fragmentation is the cluster's
+        // runtime.allocator_fragmentation_of_activations).
+        return;
+      case DeepSpeedOptimizerWrapper::fp16_fused: {
+        // FP16_Optimizer.step: the fp32 gradients flattened into one tensor for the flat fp32 master.
+        const int flat = cache.allocate(sat_mul(4, in.params));
+        if (first) create_states(cache, in, in.params);
+        cache.release(flat);
+        return;
+      }
+      case DeepSpeedOptimizerWrapper::bf16_optimizer: {
+        if (first) create_states(cache, in, Pp);
+        const int temporary = cache.allocate(t.step_temporaries);
+        cache.release(temporary);
+        return;
+      }
+      case DeepSpeedOptimizerWrapper::zero_1_2: {
+        if (offload) return;  // DeepSpeedCPUAdam steps on the host
+        // step(): single_grad_partition = flatten(averaged_gradients).to(fp32): the flat copy in the gradients'
+        // dtype, then its fp32 conversion; the flat copy and the gradient partition are freed before the
+        // optimizer step (free_grad_in_param_list), the fp32 gradient after it.
+        const Bytes fp32_grad = t.step_grads > 0 ? sat_mul(4, Pp) : 0;
+        const int flat = cache.allocate(t.step_grads - fp32_grad);
+        const int grad = cache.allocate(fp32_grad);
+        cache.release(flat);
+        cache.release(partition);
+        if (first) create_states(cache, in, Pp);
+        const int temporary = cache.allocate(t.step_temporaries);
+        cache.release(temporary);
+        cache.release(grad);
+        return;
+      }
+      case DeepSpeedOptimizerWrapper::zero_3: {
+        if (offload) return;
+        // stage3.py step: sub-group by sub-group, its fp32 gradient, the optimizer step, then both freed.
+        const std::int64_t sub_group = std::min(zero.sub_group_size, Pp);
+        for (std::int64_t done = 0; done < Pp; done += sub_group) {
+          const int grad = cache.allocate(t.step_grads);
+          if (first) create_states(cache, in, std::min(sub_group, Pp - done));
+          const int temporary = cache.allocate(t.step_temporaries);
+          cache.release(temporary);
+          cache.release(grad);
+        }
+        return;
+      }
+    }
+  };
+  step(true);
+  step(false);
+  return cache.idle_bytes();
+}
+
+Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig& training,
+                                   const DeepSpeedHostBytes& host, Bytes process_bytes) {
+  const bool built_whole = in.stage < 3 || !training.zero.zero_init;
+  const Bytes built = sat_mul(4, built_whole ? in.params : in.largest_module_params);
+  return sat_add(process_bytes, std::max(built, sat_add(host.pinned, host.pageable)));
+}
+
 DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingConfig& training,
                                         const DeepSpeedEnginePath& path) {
   DeepSpeedHostBytes h;
@@ -176,6 +334,35 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
   if (in.offload_param == OffloadDevice::cpu) host(sat_mul(e, Pp), zero.pin_memory);
   if (in.offload_param == OffloadDevice::nvme) h.nvme = sat_add(h.nvme, sat_mul(e, Pp));
   return h;
+}
+
+void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
+                                        const DeepSpeedHostBytes& steady, Bytes process_bytes,
+                                        std::vector<MemoryTerm>& terms) {
+  if (flat_segments > 0)
+    terms.push_back({"runtime_overhead",
+                     "caching-allocator segments of flat buffers larger than any freed activation block (reserved, "
+                     "idle at the activation peak)",
+                     flat_segments, "sum of segments after two steps' best-fit replay, rounded to 2 MiB",
+                     "PyTorch c10/cuda/CUDACachingAllocator.cpp (get_free_block best fit, alloc_block, kRoundLarge); "
+                     "DeepSpeed zero/stage_1_and_2.py step, zero/stage3.py step, bf16_optimizer.py, "
+                     "fp16/fused_optimizer.py"});
+  const std::string ranks = num(in.ranks_per_node);
+  terms.push_back({"host", "training process (torch, CUDA libraries) per rank x ranks per node",
+                   sat_mul(process_bytes, in.ranks_per_node), num(process_bytes) + " * " + ranks,
+                   "cluster description runtime.host_process_bytes"});
+  const bool built_whole = in.stage < 3 || !training.zero.zero_init;
+  const Bytes built = sat_mul(4, built_whole ? in.params : in.largest_module_params);
+  const Bytes kept = sat_add(steady.pinned, steady.pageable);
+  if (built > kept)
+    terms.push_back({"host",
+                     std::string("model built on the host in fp32 before deepspeed.initialize moves it") +
+                         (built_whole ? "" : " (zero.Init: the largest layer)") +
+                         (kept > 0 ? ", beyond the offload buffers" : "") + " x ranks per node",
+                     sat_mul(built - kept, in.ranks_per_node),
+                     "(4 * " + num(built_whole ? in.params : in.largest_module_params) + " - " + num(kept) + ") * " + ranks,
+                     "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
+                     "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
 }
 
 void explain_deepspeed_memory(const MemoryInputs& in, const TrainingConfig& training, const DeepSpeedEnginePath& path,

@@ -12,8 +12,10 @@
 
 #include <vector>
 
+#include "core/model_description.h"
 #include "core/training_config.h"
 #include "core/units.h"
+#include "sim/activation_memory.h"
 #include "sim/deepspeed_engine.h"
 #include "sim/memory_inputs.h"
 
@@ -47,6 +49,24 @@ struct DeepSpeedGpuBytes {
 DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConfig& training,
                                       const DeepSpeedEnginePath& path);
 
+// The largest single tensor of the forward and backward passes: the largest block the caching allocator has free
+// once the backward pass has released the activations (transformers: the fp32 copy of the logits, or the 16-bit
+// logits, or the MLP's inner activation; layer lists: one layer's saved set).
+Bytes largest_activation_block(const ModelDescription& model, const TrainingConfig& training,
+                               const ActivationBytes& activations);
+
+// The PyTorch caching allocator's segments that DeepSpeed's flat buffers leave reserved beyond the allocated peak
+// (c10/cuda/CUDACachingAllocator.cpp): a buffer allocated after the backward pass (the reductions' flat copies,
+// the stage 1-2 gradient partition, the step's flat fp32 gradient and torch AdamW's temporary) that is larger than
+// every block the freed activations left cannot be carved from them (a block is split, never merged across
+// segments), so cudaMalloc gives it a segment of its own, rounded to kRoundLarge (2 MiB). Freed, the segment stays
+// cached; the next forward pass finds its activations' own blocks by best fit and leaves it idle, so at the
+// activation peak it is reserved and not allocated. Later steps reuse these segments (best fit), so their sum after
+// two steps is the reserve; the first step's lazily created optimizer states, held ever after, are not counted.
+Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
+                                     const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
+                                     Bytes activation_block);
+
 // Host memory per rank under offload (stage_1_and_2.py / stage3.py with offload_optimizer, offload_param): what
 // is page-locked (pin_memory) and what is not (DeepSpeedCPUAdam keeps its states in pageable memory).
 struct DeepSpeedHostBytes {
@@ -56,6 +76,19 @@ struct DeepSpeedHostBytes {
 };
 DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingConfig& training,
                                         const DeepSpeedEnginePath& path);
+
+// The host memory of a DeepSpeed rank's process at its peak, as a user's script has it: the process itself (torch
+// and the CUDA libraries, cluster runtime.host_process_bytes), plus the larger of the model built on the host in
+// fp32 before deepspeed.initialize moves it (4 bytes per parameter; under zero.Init at stage 3 only the largest
+// layer exists whole) and what DeepSpeed keeps on the host afterwards (offload buffers).
+Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig& training,
+                                   const DeepSpeedHostBytes& host, Bytes process_bytes);
+
+// The terms of the two above: the flat buffers' segments (runtime_overhead) and the host peak beyond DeepSpeed's
+// offload buffers (host: the process, and the fp32 model built on the host where it is larger).
+void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
+                                        const DeepSpeedHostBytes& steady, Bytes process_bytes,
+                                        std::vector<MemoryTerm>& terms);
 
 void explain_deepspeed_memory(const MemoryInputs& in, const TrainingConfig& training, const DeepSpeedEnginePath& path,
                               const DeepSpeedGpuBytes& gpu, const DeepSpeedHostBytes& host,

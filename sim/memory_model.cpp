@@ -57,11 +57,13 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   for (Bytes component : {gpu.params, gpu.grads, gpu.master_params, gpu.optimizer_states, gpu.activations,
                           gpu.logits, gpu.gradient_buckets, gpu.gathered_params, gpu.offload_buffers})
     tensor_bytes = sat_add(tensor_bytes, component);
-  // The caching allocator's reserve grows with the tensors the forward pass saves and the backward pass frees
-  // (cluster description: runtime.allocator_reserve_of_activations).
+  // The caching allocator's reserve: the fragmentation of the activations' blocks (cluster description:
+  // runtime.allocator_fragmentation_of_activations) and the segments DeepSpeed's flat buffers leave cached.
   const Bytes churn = sat_add(gpu.activations, gpu.logits);
   const RuntimeOverheadBytes runtime = runtime_overhead_bytes(cluster.runtime, in.world_size, churn);
-  gpu.runtime_overhead = runtime.total();
+  const Bytes flat_segments = deepspeed_flat_buffer_segments(
+      in, training, path, ds, largest_activation_block(model, training, activations));
+  gpu.runtime_overhead = sat_add(runtime.total(), flat_segments);
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
 
   // Host and NVMe: DeepSpeed's offload buffers per rank, the NVMe swap buffers, and the initialization peaks.
@@ -71,7 +73,11 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   const Bytes swap_buffers = buffers.host_pinned_staging - stage12_staging;
   estimate.host.pinned = sat_mul(sat_add(host.pinned, swap_buffers), in.ranks_per_node);
   estimate.host.pageable = sat_mul(host.pageable, in.ranks_per_node);
-  estimate.host.total = sat_add(estimate.host.pinned, estimate.host.pageable);
+  // A rank's process at its peak: torch and the CUDA libraries, and the model built on the host in fp32 or what
+  // DeepSpeed keeps there, whichever is larger (sim/deepspeed_memory.h deepspeed_host_peak_per_rank).
+  const DeepSpeedHostBytes steady{sat_add(host.pinned, swap_buffers), host.pageable, host.nvme};
+  estimate.host.total =
+      sat_mul(deepspeed_host_peak_per_rank(in, training, steady, cluster.runtime.host_process_bytes), in.ranks_per_node);
   estimate.nvme_bytes = sat_mul(host.nvme, in.ranks_per_node);
   const HostAndNvmeBytes init = host_and_nvme_bytes(in, training.zero, model_states_bytes(in), buffers, runtime.fixed());
   estimate.init_peak_gpu_bytes = init.init_peak_gpu;
@@ -82,6 +88,7 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
     explain_activations(model, training, in, activations, *terms);
     if (in.stage == 3) explain_zero_buffers(in, training.zero, buffers, *terms);
     explain_runtime_overhead(cluster.runtime, in.world_size, churn, runtime, *terms);
+    explain_deepspeed_reserve_and_host(in, training, flat_segments, steady, cluster.runtime.host_process_bytes, *terms);
     if (swap_buffers > 0)
       terms->push_back({"host", "NVMe swap buffers (pinned) x ranks per node", sat_mul(swap_buffers, in.ranks_per_node),
                         "offload_param / offload_optimizer buffer_count x buffer size, x " + std::to_string(in.ranks_per_node),

@@ -145,7 +145,7 @@ TEST(ClusterJson, RuntimeDefaultsAreRecordedInProvenance) {
   EXPECT_EQ(cluster.runtime.cuda_context_bytes, 512 * kMiB);
   EXPECT_EQ(cluster.runtime.cublas_workspace_bytes, 32 * kMiB);
   EXPECT_NE(cluster.provenance.find("runtime.cuda_context"), std::string::npos);
-  EXPECT_NE(cluster.provenance.find("runtime.allocator_reserve_of_activations"), std::string::npos);
+  EXPECT_NE(cluster.provenance.find("runtime.allocator_fragmentation_of_activations"), std::string::npos);
 }
 
 TEST(WithGpuCount, FewerThanANodeIsOnePartialNode) {
