@@ -1,52 +1,73 @@
 #!/usr/bin/env bash
-# Device calls on nvidia-h200-x2 (each under the 600 s limit of one call; the second finds the build in place
-# when it follows within the machine's idle window):
-#   bench/exec/device_run_multi.sh correctness   build, the GPU tests, N ranks against one rank (GPT-2 124M, stages
-#                                                0-3, fp32 and bf16), --deterministic repeats, checkpoints of GPT-2
-#                                                1.5B at stages 2 and 3 (save, resume, size and time)
-#   bench/exec/device_run_multi.sh speed         GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages 0-3 on 2 GPUs
-#                                                and stage 0 on 1 GPU beside their plans, then the PyTorch peers (DDP,
-#                                                ZeroRedundancyOptimizer, FSDP SHARD_GRAD_OP, FSDP FULL_SHARD, FSDP2)
-# Full logs under $OUT; a short summary last.
+# Device calls on the multi-GPU kinds (nvidia-h200-x2, -x4, -x8; N = every GPU of the machine), each under the
+# 600 s limit of one call; a call within the machine's idle window finds the build in place. Carry bench/deps
+# (bench/exec/carry_deps.sh: liburing and zlib are missing there):
+#   run(command="bash bench/exec/device_run_multi.sh tests equivalence", carry=["bench/deps"], kind="nvidia-h200-x2")
+#   bench/exec/device_run_multi.sh PART...   (default: tests equivalence)
+#   tests        the executor's GPU tests (GTEST_FILTER narrows them)
+#   equivalence  N ranks against one rank, the same global batch (GPT-2 124M, stages 0-3, fp32 and bf16);
+#                --deterministic repeats on N ranks
+#   checkpoint   GPT-2 1.5B on N ranks with --deterministic at stages $CK_STAGES (default "2 3"): save at step 3,
+#                resume to 6, against 6 uninterrupted steps; the disk's raw write rate beside the save rate
+#   faults       one rank of N failing mid-run: kill -9 from outside, a hang (test-only switch), an injected CUDA
+#                error, out of memory; each: time until every process is gone, exit status, the message, GPU
+#                processes left
+#   speed        GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages 0-3 on N GPUs beside their plans, then the
+#                PyTorch peers (DDP, ZeroRedundancyOptimizer, FSDP SHARD_GRAD_OP, FSDP FULL_SHARD, FSDP2) under
+#                torchrun on the same N GPUs
+#   offload      the same model at stage 2 and 3 with the optimizer on the CPU, and stage 3 with optimizer and
+#                parameters on the CPU, beside their plans
+#   calibrate    zeroplan calibrate over the N GPUs (NCCL busbw per collective 1 MiB-1 GiB, GEMMs, PCIe, CPU AdamW,
+#                disk): $OUT/h200xN.json comes back, to ship in configs/clusters/
+# Issue 15 (4 and 8 GPUs), per kind: "tests equivalence", "checkpoint faults", "speed", "offload calibrate".
+# Logs and reports go into $OUT/logs.tar.gz (a call brings back 8 files at most); the summary is printed last and
+# kept in $OUT/summary.txt.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-MODE=${1:-correctness}
-OUT=${OUT:-/tmp/zeroplan-out}
-mkdir -p "$OUT"
+PARTS="${*:-tests equivalence}"
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+FINAL_OUT=${OUT:-/tmp/zeroplan-out}
+OUT=$(mktemp -d /tmp/zeroplan-logs.XXXX)
+mkdir -p "$FINAL_OUT"
 BUILD=build-dev
-# liburing is not on the GPU machines: bench/exec/carry_deps.sh makes bench/deps/liburing, carried with the call
 [ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
 STEPS=${STEPS:-20}
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+N=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "$N x $GPU_NAME, $(nproc) cores"
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
   -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$OUT/build.log" 2>&1
 grep "zeroplan:" "$OUT/build.log"
-if ! ninja -C $BUILD -j32 zeroplan_exec_cuda_tests zeroplan >> "$OUT/build.log" 2>&1; then
-  grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1
+if ! ninja -C $BUILD -j"$(nproc)" zeroplan_exec_cuda_tests zeroplan >> "$OUT/build.log" 2>&1; then
+  grep -E "error|FAILED" "$OUT/build.log" | head -40; cp "$OUT/build.log" "$FINAL_OUT/"; exit 1
 fi
 echo "build: $(( $(date +%s) - t0 )) s"
 RUN=$BUILD/cli/zeroplan
 summary=()
 tokens() { grep -E '^  [0-9]+ tokens/s' "$1" | cut -c1-70; }
+BIG="--model gpt2-1.5b --cluster h200x4 --micro-batch 8 --seq 1024 --precision bf16 --checkpointing none"
 
-if [ "$MODE" = correctness ]; then
+if has tests; then
   timeout 240 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$OUT/gpu_tests.log" 2>&1; rc=$?
   grep -E "FAILED|Failure|Expected|Which is|actual" "$OUT/gpu_tests.log" | head -30
-  summary+=("gpu tests rc=$rc ($(grep -c '\[       OK' "$OUT/gpu_tests.log") ok)")
-  # N ranks against one rank at GPT-2 124M: the same global batch (2 ranks x 2 micro-steps against 1 x 4)
+  summary+=("gpu tests rc=$rc ($(grep -c '\[       OK' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$OUT/gpu_tests.log") failed lines)")
+fi
+
+if has equivalence; then
+  # N ranks against one rank at GPT-2 124M: the same global batch (N ranks x 8/N micro-steps against 1 x 8)
   for prec in fp32 bf16; do
     for st in 0 1 2 3; do
-      timeout 90 $RUN run --model gpt2-124m --micro-batch 4 --seq 256 --grad-accum 2 --precision $prec --stage $st \
-        --gpus 2 --steps 20 --warmup-steps 2 --report "$OUT/eq_${prec}_s${st}.json" > "$OUT/eq_${prec}_s${st}.log" 2>&1
+      timeout 90 $RUN run --model gpt2-124m --micro-batch 2 --seq 256 --grad-accum $((8 / N)) --precision $prec --stage $st \
+        --gpus $N --steps 20 --warmup-steps 2 --report "$OUT/eq_${prec}_s${st}.json" > "$OUT/eq_${prec}_s${st}.log" 2>&1
     done
-    timeout 90 $RUN run --model gpt2-124m --micro-batch 4 --seq 256 --grad-accum 4 --precision $prec --stage 0 --gpus 1 \
+    timeout 90 $RUN run --model gpt2-124m --micro-batch 2 --seq 256 --grad-accum 8 --precision $prec --stage 0 --gpus 1 \
       --steps 20 --warmup-steps 2 --report "$OUT/eq_${prec}_one.json" > "$OUT/eq_${prec}_one.log" 2>&1
   done
-  python3 - "$OUT" <<'PY' | tee "$OUT/equivalence.txt"
+  python3 - "$OUT" "$N" <<'PY' | tee "$OUT/equivalence.txt"
 import json, sys
-out = sys.argv[1]
+out, n = sys.argv[1], sys.argv[2]
 for prec in ("fp32", "bf16"):
     try:
         ref = json.load(open(f"{out}/eq_{prec}_one.json"))["measured"]["loss"]
@@ -56,56 +77,99 @@ for prec in ("fp32", "bf16"):
         try:
             l = json.load(open(f"{out}/eq_{prec}_s{st}.json"))["measured"]["loss"]
             rel = max(abs(a - b) / abs(b) for a, b in zip(l, ref))
-            print(f"{prec} stage {st} 2 ranks vs 1 rank: max relative loss difference over {len(l)} steps {rel:.3g}")
+            print(f"{prec} stage {st} {n} ranks vs 1 rank: max relative loss difference over {len(l)} steps {rel:.3g}")
         except Exception as e:
             print(f"{prec} stage {st}: no result ({e})")
 PY
-  # --deterministic: two runs, the same losses bit for bit (2 ranks, bf16, stage 2)
+  while read -r line; do summary+=("$line"); done < "$OUT/equivalence.txt"
   for k in 1 2; do
-    timeout 90 $RUN run --model gpt2-124m --micro-batch 4 --seq 256 --grad-accum 2 --precision bf16 --stage 2 --gpus 2 \
-      --steps 10 --warmup-steps 2 --deterministic --report "$OUT/det_$k.json" > "$OUT/det_$k.log" 2>&1
+    timeout 90 $RUN run --model gpt2-124m --micro-batch 2 --seq 256 --grad-accum $((8 / N)) --precision bf16 --stage 2 \
+      --gpus $N --steps 10 --warmup-steps 2 --deterministic --report "$OUT/det_$k.json" > "$OUT/det_$k.log" 2>&1
   done
-  summary+=("deterministic repeat: $(python3 -c "import json,sys; a,b=(json.load(open(f'$OUT/det_{k}.json'))['measured']['loss'] for k in (1,2)); print('bit-identical losses' if a==b else f'DIFFERENT {a} {b}')" 2>&1)")
-  # checkpoints of GPT-2 1.5B on 2 GPUs: save at step 3, resume to step 6, against 6 uninterrupted steps
-  for st in 2 3; do
-    rm -rf "/tmp/ck_whole_$st" "/tmp/ck_parts_$st"
-    C="--model gpt2-1.5b --cluster h200x4 --micro-batch 8 --seq 1024 --precision bf16 --gpus 2 --stage $st --warmup-steps 0"
-    timeout 150 $RUN run $C --steps 6 --save-dir /tmp/ck_whole_$st --report "$OUT/ck_whole_$st.json" > "$OUT/ck_whole_$st.log" 2>&1
-    timeout 120 $RUN run $C --steps 3 --save-dir /tmp/ck_parts_$st > "$OUT/ck_save_$st.log" 2>&1
-    timeout 150 $RUN run $C --steps 6 --resume /tmp/ck_parts_$st --save-dir /tmp/ck_parts_$st \
-      --report "$OUT/ck_parts_$st.json" > "$OUT/ck_resume_$st.log" 2>&1
-    same=$(cmp -s /tmp/ck_whole_$st/step-00000006/rank-00000.bin /tmp/ck_parts_$st/step-00000006/rank-00000.bin &&
-           cmp -s /tmp/ck_whole_$st/step-00000006/rank-00001.bin /tmp/ck_parts_$st/step-00000006/rank-00001.bin &&
-           echo "bit-identical" || echo "DIFFERENT")
-    summary+=("checkpoint stage $st: $(grep '^checkpoint:' "$OUT/ck_save_$st.log") | resumed states $same")
-  done
-  python3 - "$OUT" <<'PY' | tee -a "$OUT/equivalence.txt"
-import json, sys
-out = sys.argv[1]
-for st in (2, 3):
-    try:
-        a = json.load(open(f"{out}/ck_whole_{st}.json"))["measured"]["loss"][3:]
-        b = json.load(open(f"{out}/ck_parts_{st}.json"))["measured"]["loss"]
-        print(f"checkpoint stage {st}: losses of steps 4-6 {'equal' if a == b else 'DIFFER'}: {a} vs {b}")
-    except Exception as e:
-        print(f"checkpoint stage {st}: no result ({e})")
-PY
+  summary+=("deterministic repeat: $(python3 -c "import json; a,b=(json.load(open(f'$OUT/det_{k}.json'))['measured']['loss'] for k in (1,2)); print('bit-identical losses' if a==b else f'DIFFERENT {a} {b}')" 2>&1)")
 fi
 
-if [ "$MODE" = speed ]; then
-  COMMON="--model gpt2-1.5b --cluster h200x4 --micro-batch 8 --seq 1024 --precision bf16 --checkpointing none --steps $STEPS --warmup-steps 5"
-  timeout 100 $RUN run $COMMON --gpus 1 > "$OUT/run_1gpu.log" 2>&1
-  summary+=("1 GPU stage 0: $(tokens "$OUT/run_1gpu.log")")
-  for st in 0 1 2 3; do
-    timeout 100 $RUN run $COMMON --gpus 2 --stage $st --report "$OUT/run_s${st}.json" > "$OUT/run_s${st}.log" 2>&1
-    echo "stage $st rc=$?"; sed -n '/^memory per GPU/,$p' "$OUT/run_s${st}.log" | head -45
-    summary+=("stage $st, 2 GPUs: $(tokens "$OUT/run_s${st}.log") | $(grep -E 'total \(device' "$OUT/run_s${st}.log" | tr -s ' ')")
-  done
-  cd bench/exec
-  for mode in ddp zero1 fsdp_grad_op fsdp_full fsdp2; do
-    PYTHONUNBUFFERED=1 timeout 75 torchrun --nproc_per_node 2 pytorch_peers_multi.py --mode $mode --steps $STEPS > "$OUT/peer_$mode.log" 2>&1
-    summary+=("peer $mode: $(grep '^{' "$OUT/peer_$mode.log" | tail -1)")
+if has checkpoint; then
+  CK=${CK_DIR:-/tmp/zeroplan-ck}
+  mkdir -p "$CK"
+  dd if=/dev/zero of=$CK/dd.bin bs=16M count=256 oflag=direct conv=fsync 2> "$OUT/dd.log"
+  summary+=("disk raw write (dd 4 GiB, direct): $(tail -1 "$OUT/dd.log")")
+  rm -f $CK/dd.bin
+  for st in ${CK_STAGES:-2 3}; do
+    rm -rf "$CK"; mkdir -p "$CK"
+    C="$BIG --gpus $N --stage $st --warmup-steps 0 --deterministic"
+    timeout 150 $RUN run $C --steps 6 --save-dir $CK/whole --report "$OUT/ck_whole_$st.json" > "$OUT/ck_whole_$st.log" 2>&1
+    timeout 120 $RUN run $C --steps 3 --save-dir $CK/parts > "$OUT/ck_save_$st.log" 2>&1
+    timeout 150 $RUN run $C --steps 6 --resume $CK/parts --save-dir $CK/parts \
+      --report "$OUT/ck_parts_$st.json" > "$OUT/ck_resume_$st.log" 2>&1
+    same=bit-identical
+    for f in $CK/whole/step-00000006/rank-*.bin; do
+      cmp -s "$f" "$CK/parts/step-00000006/$(basename "$f")" || same=DIFFERENT
+    done
+    summary+=("checkpoint stage $st: $(grep '^checkpoint:' "$OUT/ck_save_$st.log" | head -1) | resumed state $same")
+    summary+=("  losses: $(python3 -c "import json; a=json.load(open('$OUT/ck_whole_$st.json'))['measured']['loss'][3:]; b=json.load(open('$OUT/ck_parts_$st.json'))['measured']['loss']; print('steps 4-6 equal' if a==b else f'DIFFER {a} {b}')" 2>&1)")
+    rm -rf "$CK"
   done
 fi
-echo "================ summary ($MODE) ================"
-for s in "${summary[@]}"; do echo "$s"; done
+
+if has faults; then
+  # One rank of N fails before step 3 (rank 1; the launcher's other ranks wait in a collective for it). Each case:
+  # seconds until the launcher has exited (the issue's bound: 60), its exit status, the message, GPU processes left.
+  F="$BIG --gpus $N --stage 2 --steps 8 --warmup-steps 0 --collective-timeout 30"
+  fault_case() {  # name, then the environment for the run
+    local name=$1; shift
+    local s e rc left
+    s=$(date +%s.%N)
+    env "$@" timeout 150 $RUN run $F > "$OUT/fault_$name.log" 2>&1; rc=$?
+    e=$(date +%s.%N); sleep 2
+    left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)
+    summary+=("fault $name: exit $rc after $(python3 -c "print(f'{$e-$s:.1f}')") s, GPU processes left $left: $(grep -E 'rank [0-9]+' "$OUT/fault_$name.log" | tail -1 | cut -c1-200)")
+  }
+  fault_case hang ZEROPLAN_TEST_FAULT=hang:1:3
+  fault_case cuda_error ZEROPLAN_TEST_FAULT=error:1:3
+  fault_case oom ZEROPLAN_TEST_FAULT=oom:1:3
+  # kill -9 from outside, mid-step: the last rank process the launcher started, once step 3 is printed.
+  s=$(date +%s.%N)
+  timeout 150 $RUN run $F > "$OUT/fault_kill9.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 600); do grep -q '^step *3' "$OUT/fault_kill9.log" && break; sleep 0.2; done
+  zl=$(pgrep -P "$launcher" | head -1)            # timeout's child: zeroplan's launcher
+  victim=$(pgrep -P "${zl:-0}" | tail -1)          # the launcher's last rank process
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait "$launcher"; rc=$?
+  e=$(date +%s.%N); sleep 2
+  left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)
+  summary+=("fault kill9 (pid $victim): exit $rc after $(python3 -c "print(f'{$e-$s:.1f}')") s from start, GPU processes left $left: $(grep -E 'rank [0-9]+' "$OUT/fault_kill9.log" | tail -1 | cut -c1-200)")
+fi
+
+if has speed; then
+  for st in 0 1 2 3; do
+    timeout 100 $RUN run $BIG --gpus $N --stage $st --steps $STEPS --warmup-steps 5 --report "$OUT/run_s${st}.json" > "$OUT/run_s${st}.log" 2>&1
+    echo "stage $st rc=$?"; sed -n '/^memory per GPU/,$p' "$OUT/run_s${st}.log" | head -45
+    summary+=("stage $st, $N GPUs: $(tokens "$OUT/run_s${st}.log") | $(grep -E 'total \(device' "$OUT/run_s${st}.log" | tr -s ' ')")
+  done
+  for mode in ddp zero1 fsdp_grad_op fsdp_full fsdp2; do
+    (cd bench/exec && PYTHONUNBUFFERED=1 timeout 90 torchrun --nproc_per_node $N pytorch_peers_multi.py --mode $mode \
+      --steps $STEPS) > "$OUT/peer_$mode.log" 2>&1
+    summary+=("peer $mode: $(grep '^{' "$OUT/peer_$mode.log" | tail -1 | cut -c1-200)")
+  done
+fi
+
+if has offload; then
+  for o in "2 --offload-optimizer cpu" "3 --offload-optimizer cpu" "3 --offload-optimizer cpu --offload-param cpu"; do
+    st=${o%% *}; flags=${o#* }; name="s${st}$(echo "$flags" | tr -d ' -' | sed 's/offload//g')"
+    timeout 150 $RUN run $BIG --gpus $N --stage $st $flags --steps 10 --warmup-steps 3 --report "$OUT/off_$name.json" \
+      > "$OUT/off_$name.log" 2>&1
+    summary+=("offload stage $st $flags: $(tokens "$OUT/off_$name.log") | $(grep -E 'step .* predicted' "$OUT/off_$name.log" | tr -s ' ')")
+  done
+fi
+if has calibrate; then
+  mkdir -p /var/tmp/zeroplan-calibrate-disk
+  name=h200x$N; base=h200x4; [ "$N" -le 2 ] && base=h200x2
+  timeout 300 $RUN calibrate --gpus $N --model gpt2-1.5b --nvme-path /var/tmp/zeroplan-calibrate-disk --base $base \
+    --name $name --out "$FINAL_OUT/$name.json" --force > "$OUT/calibrate.log" 2>&1
+  summary+=("calibrate rc=$?: $(grep -E 'all-reduce|wrote' "$OUT/calibrate.log" | tail -2 | tr '\n' ' ' | cut -c1-200)")
+fi
+{ echo "================ summary ($PARTS, $N x $GPU_NAME) ================"
+  for s in "${summary[@]}"; do echo "$s"; done; } | tee "$FINAL_OUT/summary.txt"
+tar czf "$FINAL_OUT/logs.tar.gz" -C "$OUT" .
