@@ -59,10 +59,13 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
   const std::string part = in.stage == 0 ? "P" : "P/N";
   if (in.offload_optimizer == OffloadDevice::cpu && in.engine == TrainingEngine::zeroplan) {
     const std::string pb = num(in.param_bytes);
+    // With offload_param the 16-bit copy is the offloaded parameter partition (its own term below; in fp32
+    // training the master is the partition).
+    const bool copy = in.mixed_precision && in.offload_param == OffloadDevice::none;
     terms.push_back({"host", "offloaded fp32 master + AdamW moments + reduced gradients" +
-                                 std::string(in.mixed_precision ? " + 16-bit copy" : "") + where,
+                                 std::string(copy ? " + 16-bit copy" : "") + where,
                      sat_mul(s.host_optimizer, in.ranks_per_node),
-                     "(4 + " + K + " + " + pb + (in.mixed_precision ? " + " + pb : "") + ") * " + part +
+                     "(4 + " + K + " + " + pb + (copy ? " + " + pb : "") + ") * " + part +
                          " * ranks per node = " + num(s.host_optimizer) + " * " + ranks,
                      "exec/zero/zero_engine.cpp (setup_offload)"});
   } else if (in.offload_optimizer == OffloadDevice::cpu)

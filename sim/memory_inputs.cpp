@@ -61,6 +61,7 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
       in.executor_gathered_per_micro = f->gathered_elements;
       in.executor_gathers_per_micro = f->gathers;
       in.executor_persistent_buckets = f->persistent_buckets;
+      in.executor_param_staging = f->param_staging_elements;
     }
   }
   return in;

@@ -42,6 +42,7 @@ struct MemoryInputs {
   std::int64_t executor_gathered_per_micro = 0;   // elements all-gathered per micro-step (stage 3 fetch plan)
   std::int64_t executor_gathers_per_micro = 0;
   std::int64_t executor_persistent_buckets = 0;
+  std::int64_t executor_param_staging = 0;        // elements: stage 3 offload_param's device staging buffers
 };
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,

@@ -44,7 +44,8 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
   } else if (in.offload_param == OffloadDevice::none) {
     b.params = sat_mul(pb, Pp);
   } else if (in.offload_param == OffloadDevice::cpu) {
-    b.host_params = sat_mul(pb, Pp);
+    // zeroplan's executor with offload_optimizer in fp32 training: the host master is the partition.
+    if (!(executor_offload(in) && !in.mixed_precision)) b.host_params = sat_mul(pb, Pp);
   } else {
     b.nvme_params = sat_mul(pb, Pp);
   }
@@ -81,7 +82,9 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
     // training precision (the CPU AdamW reads 16-bit gradients), and the 16-bit copy the CPU AdamW writes for
     // the copy back (none in fp32 training: the master is copied back).
     b.host_optimizer = sat_add(sat_add(sat_mul(4, optimizer_params), states), sat_mul(pb, optimizer_params));
-    if (in.mixed_precision) b.host_optimizer = sat_add(b.host_optimizer, sat_mul(pb, optimizer_params));
+    // With offload_param that copy is the offloaded parameter partition (host_params).
+    if (in.mixed_precision && in.offload_param == OffloadDevice::none)
+      b.host_optimizer = sat_add(b.host_optimizer, sat_mul(pb, optimizer_params));
   } else if (in.offload_optimizer == OffloadDevice::cpu) {
     // ZeRO-Offload: fp32 params, fp32 grads and optimizer states of the partition live on the host
     // (16 B/param for Adam). Training in fp32 still keeps an fp32 partition copy and gradient there.

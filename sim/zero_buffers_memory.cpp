@@ -59,6 +59,10 @@ ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero
     b.gpu_offload_staging = sat_mul(pb, in.largest_module_params);
     b.host_pinned_staging = sat_mul(pb, in.largest_module_params);
   }
+  // zeroplan's executor with offload_param cpu: the device buffers each chunk is copied into before its
+  // all-gather (exec/zero/zero_buffer_layout.h: min(buffer_count, buckets) x the largest chunk).
+  if (in.executor_exact && in.stage == 3 && in.offload_param == OffloadDevice::cpu)
+    b.gpu_offload_staging = sat_mul(pb, in.executor_param_staging);
   if (in.offload_optimizer == OffloadDevice::nvme) {
     // Optimizer swap buffers: buffer_count x the largest sub-group x 4 B (fp32).
     const std::int64_t sub_group = std::min(zero.sub_group_size, in.stage == 0 ? in.params : in.partition_params);
@@ -117,7 +121,13 @@ void explain_zero_buffers(const MemoryInputs& in, const ZeroConfig& zero, const 
                          num(zero.param_persistence_threshold) + ") = " + pb + " * " + num(in.persistent_params),
                      kPersistence});
   }
-  if (b.gpu_offload_staging > 0)
+  if (b.gpu_offload_staging > 0 && in.executor_exact && in.stage == 3 && in.offload_param == OffloadDevice::cpu)
+    terms.push_back({"offload_buffers", "parameter staging buffers (host-to-device before each all-gather)",
+                     b.gpu_offload_staging,
+                     pb + " * min(offload_param.buffer_count, buckets) * largest chunk = " + pb + " * " +
+                         num(in.executor_param_staging),
+                     "exec/zero/zero_buffer_layout.h (param_staging_buffers)"});
+  else if (b.gpu_offload_staging > 0)
     terms.push_back({"offload_buffers", "GPU staging buffer for offloaded gradients", b.gpu_offload_staging,
                      pb + " * largest parameter = " + pb + " * " + num(in.largest_module_params), kOffloadStaging});
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -51,8 +52,27 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
     throw std::invalid_argument("zero_optimization.reduce_bucket_size: " + std::to_string(buckets.size()) +
                                 " buckets; at most " + std::to_string(device_.max_norm_slots()) +
                                 " are supported (use a larger bucket)");
-  params_ = device_.allocate("params", stage == 3 ? "parameter partition" : "parameters", stage == 3 ? part : n, type_);
   const bool fp32 = type_ == CommDtype::f32;
+  offload_param_ = config_.zero.offload_param;
+  if (offload_param_ && stage != 3)
+    throw std::invalid_argument("zero_optimization.offload_param: parameters are offloaded at ZeRO stage 3 (the "
+                                "partitioned parameters); got stage " + std::to_string(stage));
+  if (offload_param_ && config_.zero.param_buffer_count < 1)
+    throw std::invalid_argument("zero_optimization.offload_param.buffer_count: " +
+                                std::to_string(config_.zero.param_buffer_count) + "; expected at least 1");
+  if (offload_param_ && buffers_.largest_chunk > config_.zero.param_buffer_elements)
+    throw std::invalid_argument("zero_optimization.offload_param.buffer_size: " +
+                                std::to_string(config_.zero.param_buffer_elements) +
+                                " elements; a staging buffer must hold the largest partition chunk, " +
+                                std::to_string(buffers_.largest_chunk) + " elements");
+  if (!offload_param_) {
+    params_ = device_.allocate("params", stage == 3 ? "parameter partition" : "parameters", stage == 3 ? part : n, type_);
+    device_.zero(params_, stage == 3 ? part : n, type_, Lane::compute);
+  } else if (!(offload_ && fp32)) {
+    // allocate_host memory is zeroed. With offload_optimizer in fp32 training the partition is the host master.
+    params_ = device_.allocate_host("offload_params", "parameter partition", part * comm_dtype_bytes(type_),
+                                    config_.zero.offload_pin_memory);
+  }
   const std::int64_t states = stage == 0 ? n : part;
   const std::int64_t grad_elements = stage >= 2 ? part : n;
   grads_ = device_.allocate("grads", stage >= 2 ? "gradient partition" : "gradients", grad_elements, type_);
@@ -66,7 +86,6 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
     micro_grads_ = device_.allocate("grads", "micro-step gradients", n, type_);
     device_.zero(micro_grads_, n, type_, Lane::compute);
   }
-  device_.zero(params_, stage == 3 ? part : n, type_, Lane::compute);
   device_.zero(grads_, grad_elements, type_, Lane::compute);
   if (m_) device_.zero(m_, states, CommDtype::f32, Lane::compute);
   if (v_) device_.zero(v_, states, CommDtype::f32, Lane::compute);
@@ -77,8 +96,25 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   if (buffers_.accumulation_scratch > 0)
     reduce_scratch_ = device_.allocate("gradient_buckets", "reduce-scatter output (accumulation)",
                                        buffers_.accumulation_scratch, type_);
+  for (int i = 0; i < buffers_.param_staging_buffers; ++i)
+    staging_.push_back(device_.allocate("offload_buffers", "parameter staging buffer", buffers_.param_staging_elements,
+                                        type_));
+  if (offload_) setup_offload();  // the host master first: in fp32 with offload_param it is the partition
+  staging_event_base_ = static_cast<int>(slots_.size() + 2 * buffers_.units.size() + pieces_.size());
+  if (offload_param_ && !params_) params_ = host_master_;
   // Initialization: the whole 16-bit parameters, and the fp32 master exactly (not from the rounded params).
-  if (stage == 3) {
+  if (stage == 3 && offload_param_) {
+    // zero.Init into host memory: each chunk initialized on the device (the 16-bit rounding every backend
+    // applies) and copied out; the host master (offload_optimizer) is initialized by setup_offload.
+    if (params_ != host_master_)
+      for (const GradientBucket& b : buckets) {
+        device_.init_params(staging_[0], master_ ? master_ + b.partition_offset : nullptr, b.chunk_begin(rank_),
+                            b.chunk);
+        device_.lane_waits_for(Lane::to_host, Lane::compute);
+        device_.copy_to_host(at(params_, b.partition_offset, type_), staging_[0], b.chunk * comm_dtype_bytes(type_));
+        device_.synchronize();
+      }
+  } else if (stage == 3) {
     // zero.Init: only this rank's chunks (and the persistent tensors, whole) are ever initialized here.
     for (const GradientBucket& b : buckets)
       device_.init_params(at(params_, b.partition_offset, type_), master_ ? master_ + b.partition_offset : nullptr,
@@ -92,7 +128,6 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
         device_.init_params(nullptr, master_ + b.partition_offset, b.chunk_begin(rank_), b.chunk);
   }
   if (stage == 3) setup_stage3();
-  if (offload_) setup_offload();
   device_.synchronize();
   reduced_.assign(buckets.size(), false);
 }
@@ -119,6 +154,8 @@ void ZeroEngine::begin_step() {
   wait_marks_.clear();
   to_host_marks_.clear();
   to_device_marks_.clear();
+  param_h2d_marks_.clear();
+  param_d2h_marks_.clear();
   cpu_adamw_s_ = 0;
   const int a = device_.mark(Lane::compute);
   device_.lane_waits_for(Lane::compute, Lane::comm);
@@ -259,9 +296,18 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
     if (stage == 0) {
       update(AdamwRange{params_, master_, grads_, m_, v_, layout_.total(), 0});
     } else if (offload_) {
+      if (offload_param_) {
+        // The CPU AdamW writes the host partition: the copies that read it for this step's gathers are done.
+        const int copies_done = staging_event_base_ + static_cast<int>(staging_.size());
+        device_.record_event(copies_done, Lane::to_device);
+        device_.host_wait_event(copies_done);
+      }
       offloaded_update(grad_scale);
       if (stage == 3) all_gather_persistent();
       else if (world_ > 1) all_gather_params();
+    } else if (offload_param_) {
+      update_offloaded_params(update);
+      all_gather_persistent();
     } else {
       for (const GradientBucket& b : buckets) {
         const std::int64_t cb = b.chunk_begin(rank_);
@@ -345,8 +391,11 @@ void ZeroEngine::set_params(const std::vector<float>& flat) {
     const auto& buckets = partition_.buckets();
     for (std::size_t k = 0; k < buckets.size(); ++k) {
       const GradientBucket& b = buckets[k];
-      device_.upload_params(at(params_, b.partition_offset, type_), master_ ? master_ + b.partition_offset : nullptr,
-                            flat.data() + b.chunk_begin(rank_), b.chunk);
+      float* master = master_ ? master_ + b.partition_offset : nullptr;
+      const float* values = flat.data() + b.chunk_begin(rank_);
+      if (!offload_param_) device_.upload_params(at(params_, b.partition_offset, type_), master, values, b.chunk);
+      else if (params_ != host_master_) write_host_params(b.partition_offset, values, b.chunk, master);
+      // (fp32 with offload_optimizer: the partition is the host master, set below)
       if (b.persistent)
         device_.upload_params(at(persistent_, buffers_.persistent_offset[k], type_), nullptr, flat.data() + b.begin,
                               b.elements());
@@ -409,6 +458,9 @@ void ZeroEngine::read_owned_state(std::vector<float>& master, std::vector<float>
     }
     if (master_) {
       device_.download(master_ + state_at, master.data() + at_out, b.chunk, CommDtype::f32, 1.0);
+    } else if (offload_param_) {  // fp32 training, the partition in host memory
+      device_.synchronize();
+      std::memcpy(master.data() + at_out, at(params_, b.partition_offset, type_), b.chunk * sizeof(float));
     } else {  // fp32 training: the parameters are the master (whole at stages 0-2, the partition at stage 3)
       const std::int64_t param_at = stage3() ? b.partition_offset : flat;
       device_.download(at(params_, param_at, type_), master.data() + at_out, b.chunk, type_, 1.0);
@@ -433,7 +485,11 @@ void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
       v.resize(k);
       source(flat + done, k, master.data(), moments ? m.data() : nullptr, moments ? v.data() : nullptr);
       float* mp = state_at >= 0 && master_ ? master_ + state_at + done : nullptr;
-      void* pp = param_at >= 0 ? at(params_, param_at + done, type_) : nullptr;
+      void* pp = param_at >= 0 && !offload_param_ ? at(params_, param_at + done, type_) : nullptr;
+      if (param_at >= 0 && offload_param_ && params_ != host_master_) {
+        write_host_params(param_at + done, master.data(), k, mp);  // through the device's rounding
+        mp = nullptr;
+      }
       if (pp || mp) device_.upload_params(pp, mp, master.data(), k);  // 16-bit params = the rounding of the master
       if (offload_ && state_at >= 0) {  // host states
         std::memcpy(host_master_ + state_at + done, master.data(), k * sizeof(float));
@@ -565,13 +621,10 @@ void ZeroEngine::gather_unit(int u, std::int64_t region) {
   }
   const auto& buckets = partition_.buckets();
   const int begin = device_.mark(Lane::comm);
-  comm_.group_start();
-  for (int k : buffers_.unit_buckets[u]) {
-    const GradientBucket& b = buckets[k];
-    comm_.all_gather(at(params_, b.partition_offset, type_), at(arena_, region + (b.begin - buffers_.unit_gather_lo[u]), type_),
-                     b.chunk, type_);
-  }
-  comm_.group_end();
+  gather_buckets(
+      buffers_.unit_buckets[u],
+      [&](int k) { return at(arena_, region + (buckets[k].begin - buffers_.unit_gather_lo[u]), type_); },
+      std::numeric_limits<std::int64_t>::max());  // one group per unit
   comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
   device_.record_event(gather_event_base_ + u, Lane::comm);
   unit_region_[u] = region;
@@ -581,25 +634,95 @@ void ZeroEngine::all_gather_persistent() {
   // The persistent tensors are whole on every rank: after the update, each rank's chunks go to all.
   device_.lane_waits_for(Lane::comm, Lane::compute);
   const auto& buckets = partition_.buckets();
+  std::vector<int> persistent;
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    if (buckets[k].persistent) persistent.push_back(static_cast<int>(k));
   const int begin = device_.mark(Lane::comm);
-  std::int64_t grouped = 0;
-  bool open = false;
-  for (std::size_t k = 0; k < buckets.size(); ++k) {
-    const GradientBucket& b = buckets[k];
-    if (!b.persistent) continue;
-    if (open && grouped + b.elements() > config_.zero.allgather_bucket_elements) {
-      comm_.group_end();
-      open = false;
-      grouped = 0;
-    }
-    if (!open) comm_.group_start();
-    open = true;
-    comm_.all_gather(at(params_, b.partition_offset, type_), at(persistent_, buffers_.persistent_offset[k], type_), b.chunk,
-                     type_);
-    grouped += b.elements();
-  }
-  if (open) comm_.group_end();
+  gather_buckets(
+      persistent, [&](int k) { return at(persistent_, buffers_.persistent_offset[k], type_); },
+      config_.zero.allgather_bucket_elements);
   comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
+}
+
+void ZeroEngine::gather_buckets(const std::vector<int>& ks, const std::function<void*(int)>& dst,
+                                std::int64_t group_elements) {
+  const auto& buckets = partition_.buckets();
+  const std::int64_t eb = comm_dtype_bytes(type_);
+  const std::size_t most = offload_param_ ? staging_.size() : ks.size();
+  std::size_t i = 0;
+  while (i < ks.size()) {
+    // The group: at least one bucket, then while within group_elements (and the staging buffers).
+    std::size_t end = i + 1;
+    std::int64_t grouped = buckets[ks[i]].elements();
+    while (end < ks.size() && end - i < most && grouped + buckets[ks[end]].elements() <= group_elements)
+      grouped += buckets[ks[end++]].elements();
+    std::vector<const void*> src(end - i);
+    std::vector<int> used;
+    for (std::size_t j = i; j < end; ++j) {
+      const GradientBucket& b = buckets[ks[j]];
+      if (!offload_param_) {
+        src[j - i] = at(params_, b.partition_offset, type_);
+        continue;
+      }
+      // Host to device into a staging buffer once the all-gather (or copy back) that last used it is done.
+      const int s = static_cast<int>(next_staging_++ % staging_.size());
+      device_.wait_event(staging_event_base_ + s, Lane::to_device);
+      const int a = device_.mark(Lane::to_device);
+      device_.copy_to_device(staging_[s], at(params_, b.partition_offset, type_), b.chunk * eb);
+      param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
+      src[j - i] = staging_[s];
+      used.push_back(s);
+    }
+    if (offload_param_) device_.lane_waits_for(Lane::comm, Lane::to_device);
+    comm_.group_start();
+    for (std::size_t j = i; j < end; ++j)
+      comm_.all_gather(src[j - i], dst(ks[j]), buckets[ks[j]].chunk, type_);
+    comm_.group_end();
+    for (int s : used) device_.record_event(staging_event_base_ + s, Lane::comm);
+    i = end;
+  }
+}
+
+void ZeroEngine::write_host_params(std::int64_t part, const float* values, std::int64_t n, float* master) {
+  const std::int64_t piece = buffers_.param_staging_elements;
+  device_.synchronize();  // the staging buffer is idle
+  for (std::int64_t done = 0; done < n; done += piece) {
+    const std::int64_t k = std::min(piece, n - done);
+    device_.upload_params(staging_[0], master ? master + done : nullptr, values + done, k);
+    device_.lane_waits_for(Lane::to_host, Lane::compute);
+    device_.copy_to_host(at(params_, part + done, type_), staging_[0], k * comm_dtype_bytes(type_));
+    device_.synchronize();
+  }
+}
+
+void ZeroEngine::update_offloaded_params(const std::function<void(const AdamwRange&)>& update) {
+  // Bucket by bucket through the staging buffers in turn: the fp32 parameters (fp32 training: they are the
+  // master AdamW updates) copied in, AdamW writing the new parameters there, copied out to the host partition
+  // while the next bucket updates.
+  const std::int64_t eb = comm_dtype_bytes(type_);
+  const bool fp32 = master_ == nullptr;
+  for (const GradientBucket& b : partition_.buckets()) {
+    const int s = static_cast<int>(next_staging_++ % staging_.size());
+    void* host = at(params_, b.partition_offset, type_);
+    if (fp32) {
+      device_.wait_event(staging_event_base_ + s, Lane::to_device);
+      const int a = device_.mark(Lane::to_device);
+      device_.copy_to_device(staging_[s], host, b.chunk * eb);
+      param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
+      device_.lane_waits_for(Lane::compute, Lane::to_device);
+    } else {
+      device_.wait_event(staging_event_base_ + s, Lane::compute);
+    }
+    update(AdamwRange{staging_[s], master_ ? master_ + b.partition_offset : nullptr, at(grads_, b.partition_offset, type_),
+                      m_ + b.partition_offset, v_ + b.partition_offset, b.chunk, b.chunk_begin(rank_)});
+    device_.lane_waits_for(Lane::to_host, Lane::compute);
+    const int a = device_.mark(Lane::to_host);
+    device_.copy_to_host(host, staging_[s], b.chunk * eb);
+    param_d2h_marks_.emplace_back(a, device_.mark(Lane::to_host));
+    device_.record_event(staging_event_base_ + s, Lane::to_host);
+  }
+  // The next copies in (the persistent tensors' gather, the next step's units) read what these wrote.
+  device_.lane_waits_for(Lane::to_device, Lane::to_host);
 }
 
 // ---- ZeRO-Offload ----
@@ -616,7 +739,9 @@ void ZeroEngine::setup_offload() {
   host_v_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW variance", part * 4, pinned));
   host_grads_ = device_.allocate_host("offload_grads", "reduced gradient partition", part * eb, pinned);
   if (type_ != CommDtype::f32)
-    host_half_ = device_.allocate_host("offload_params", "16-bit copy of the updated partition", part * eb, pinned);
+    host_half_ = offload_param_ ? params_  // the CPU AdamW writes the offloaded partition directly
+                                : device_.allocate_host("offload_params", "16-bit copy of the updated partition",
+                                                        part * eb, pinned);
   if (type_ != CommDtype::f32 && type_ != CommDtype::bf16 && type_ != CommDtype::f16)
     throw std::invalid_argument("ZeroEngine: the CPU AdamW takes fp32, bf16 or fp16 gradients");
   for (const GradientBucket& b : partition_.buckets())
@@ -683,7 +808,7 @@ void ZeroEngine::offloaded_update(float grad_scale) {
     else t.grads_fp16 = static_cast<const std::uint16_t*>(g);
     t.exp_avg = host_m_ + p.part;
     t.exp_avg_sq = host_v_ + p.part;
-    if (host_half_) {
+    if (host_half_) {  // with offload_param: the host parameter partition itself
       t.params_half = static_cast<std::uint16_t*>(at(host_half_, p.part, type_));
       t.half_format = type_ == CommDtype::bf16 ? offload::HalfFormat::bf16 : offload::HalfFormat::fp16;
     }
@@ -692,6 +817,7 @@ void ZeroEngine::offloaded_update(float grad_scale) {
     const auto t0 = std::chrono::steady_clock::now();
     cpu_adamw_->update(t, hyper, decay_);
     cpu_adamw_s_ += seconds_since(t0);
+    if (offload_param_) continue;  // the parameters are the host partition just written: nothing to copy
     const void* updated = host_half_ ? static_cast<const void*>(t.params_half) : static_cast<const void*>(t.params);
     const int a = device_.mark(Lane::to_device);
     device_.copy_to_device(at(params_, p.param, type_), updated, p.n * eb);
@@ -703,6 +829,8 @@ void ZeroEngine::offloaded_update(float grad_scale) {
 
 void ZeroEngine::collect_offload_times() {
   offload_times_ = OffloadTimes{};
+  for (const auto& [a, b] : param_h2d_marks_) offload_times_.param_to_device_s += device_.seconds_between(a, b);
+  for (const auto& [a, b] : param_d2h_marks_) offload_times_.param_to_host_s += device_.seconds_between(a, b);
   if (!offload_) return;
   for (const auto& [a, b] : to_host_marks_) offload_times_.to_host_s += device_.seconds_between(a, b);
   for (const auto& [a, b] : to_device_marks_) offload_times_.to_device_s += device_.seconds_between(a, b);

@@ -32,6 +32,19 @@
 // (stage_1_and_2.py step: _optimizer_step then the copy of single_partition_of_fp32_groups into the bit16
 // partition); here piece k's copy overlaps piece k+1's update.
 //
+// ZeRO-Infinity parameter offload (offload_param cpu, stage 3; DeepSpeed zero/stage3.py with
+// partition_parameters.py's remote_device cpu): the rank's 16-bit parameter partition lives in host memory
+// (pinned with pin_memory). Every all-gather the fetch plan issues (params_needed: the unit in use and the
+// prefetched ones; the persistent tensors after the step) first copies each of its chunks host-to-device on the
+// to_device lane into one of a few staging buffers (offload_param buffer_count x buffer_size bound them), then
+// all-gathers from there; a buffer is reused once the all-gather that read it is done. DeepSpeed copies each
+// ds_tensor to the GPU in its all-gather (partition_parameters.py _all_gather: ds_tensor.to(device)) into the
+// caching allocator; here the staging buffers are fixed. After the optimizer: with offload_optimizer too, the
+// CPU AdamW writes the 16-bit partition (fp32 training: the master is the partition) straight into host memory,
+// no copy at all; with the device AdamW, each bucket's update is written into a staging buffer and copied
+// device-to-host (stage3.py _reassign_or_swap_out_partitioned_parameters: the fp32 partition copied into the
+// offloaded 16-bit one). Persistent tensors stay whole on the device.
+//
 // Better than DeepSpeed here: no fp32 copy of the gradients (AdamW reads the 16-bit reduced gradients and
 // unscales/clips them in registers), reduce-scatter straight into the partition (no copy into a separate
 // partition buffer), one collective per bucket (not one reduce per owning rank).
@@ -68,6 +81,10 @@ struct OffloadTimes {
   double cpu_adamw_s = 0;
   double to_device_s = 0;
   int pieces = 0;
+  // offload_param: parameter chunks copied host-to-device before their all-gathers (to_device lane), and the
+  // device AdamW's updated chunks copied device-to-host (to_host lane; none with offload_optimizer).
+  double param_to_device_s = 0;
+  double param_to_host_s = 0;
 };
 
 class ZeroEngine {
@@ -117,6 +134,7 @@ class ZeroEngine {
   const CommTimes& last_comm_times() const { return times_; }
   const OffloadTimes& last_offload_times() const { return offload_times_; }
   bool offloads_optimizer() const { return offload_; }
+  bool offloads_params() const { return offload_param_; }
 
   // Checkpoints. Every rank owns chunk `rank` of every bucket (at every stage, so that the ranks write
   // disjoint pieces in parallel): its (flat begin, elements) ranges, bucket after bucket.
@@ -149,6 +167,16 @@ class ZeroEngine {
   void record_pending_releases();
   void start_schedule(const Zero3FetchPlan* plan);
   void all_gather_persistent();
+  // All-gathers buckets `ks` (their partition chunks) into dst(k) on the comm lane, in groups of at most
+  // `group_elements` (and, with offload_param, of at most as many chunks as staging buffers, each staged
+  // host-to-device first).
+  void gather_buckets(const std::vector<int>& ks, const std::function<void*(int)>& dst, std::int64_t group_elements);
+  // offload_param: n values (fp32) into the host partition at `part` as the element type, through a staging
+  // buffer (the device's rounding, so that it equals the parameters a device partition would hold); master (on
+  // the device, or null) gets the values too.
+  void write_host_params(std::int64_t part, const float* values, std::int64_t n, float* master);
+  // offload_param without offload_optimizer: the device AdamW into staging buffers, copied to the host.
+  void update_offloaded_params(const std::function<void(const AdamwRange&)>& update);
   // ZeRO-Offload.
   void setup_offload();
   void copy_gradients_to_host(int bucket);
@@ -220,6 +248,13 @@ class ZeroEngine {
   std::vector<std::pair<int, int>> to_host_marks_, to_device_marks_;
   double cpu_adamw_s_ = 0;
   OffloadTimes offload_times_;
+
+  // offload_param: params_ is host memory (the fp32 host master itself in fp32 training with offload_optimizer).
+  bool offload_param_ = false;
+  std::vector<void*> staging_;       // buffers_.param_staging_buffers device buffers
+  std::size_t next_staging_ = 0;     // round robin
+  int staging_event_base_ = 0;       // one "free again" event per staging buffer, then one "host copies done"
+  std::vector<std::pair<int, int>> param_h2d_marks_, param_d2h_marks_;
 };
 
 }  // namespace zeroplan::exec

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -137,6 +138,37 @@ TEST(ZeroOverMpi, Stage3TightLiveBoundAllReduce) {
 
 namespace {
 
+// Trains a and b side by side for 8 steps over the same data: losses and gradient norms equal at every step
+// (`each` checks more of each pair), some step clipped, and the parameters and optimizer states equal after.
+void expect_equal_runs(Trainer& a, Trainer& b, const ExecConfig& c,
+                       const std::function<void(const StepResult&, const StepResult&)>& each) {
+  Communicator& comm = *world_comm;
+  TokenSource data_a = TokenSource::synthetic(257, 5), data_b = TokenSource::synthetic(257, 5);
+  int clipped = 0;
+  for (int step = 0; step < 8; ++step) {
+    const TokenBatch ba = next_rank_share(data_a, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
+    const TokenBatch bb = next_rank_share(data_b, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
+    const StepResult ra = a.step(ba.inputs, ba.targets);
+    const StepResult rb = b.step(bb.inputs, bb.targets);
+    ASSERT_EQ(ra.loss, rb.loss) << "step " << step;
+    ASSERT_EQ(ra.grad_norm, rb.grad_norm) << "step " << step;
+    clipped += ra.grad_norm > c.optimizer.grad_clip;
+    each(ra, rb);
+  }
+  EXPECT_GT(clipped, 0) << "no step clipped: the clipping factor was not exercised";
+  const auto pa = a.params(), pb = b.params();
+  ASSERT_EQ(pa.size(), pb.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) differ += pa[i] != pb[i];
+  EXPECT_EQ(differ, 0u) << "parameters after 8 steps, stage " << c.zero.stage << ", A = " << c.grad_accum;
+  std::vector<float> ma, mb, m1, m2, v1, v2;
+  a.read_owned_state(ma, m1, v1);
+  b.read_owned_state(mb, m2, v2);
+  EXPECT_EQ(ma, mb) << "master";
+  EXPECT_EQ(m1, m2) << "AdamW momentum";
+  EXPECT_EQ(v1, v2) << "AdamW variance";
+}
+
 // ZeRO-Offload against the same run without it, at the same world size: the CPU AdamW (exec/offload/cpu_adamw.h)
 // is bit for bit the CPU backend's AdamW, and the offloaded states take the same values in the same order, so
 // losses, gradient norms, parameters and optimizer states must be equal, not close.
@@ -150,33 +182,10 @@ void expect_offload_equals_no_offload(int stage, std::int64_t grad_accum, std::i
   offloaded.zero.sub_group_elements = sub_group;
   auto a = make_cpu_trainer(plain, &comm);
   auto b = make_cpu_trainer(offloaded, &comm);
-  TokenSource data_a = TokenSource::synthetic(257, 5), data_b = TokenSource::synthetic(257, 5);
-  int clipped = 0;
-  for (int step = 0; step < 8; ++step) {
-    const TokenBatch ba = next_rank_share(data_a, plain.micro_batch, plain.seq_len, plain.grad_accum, comm.world(),
-                                          comm.rank());
-    const TokenBatch bb = next_rank_share(data_b, plain.micro_batch, plain.seq_len, plain.grad_accum, comm.world(),
-                                          comm.rank());
-    const StepResult ra = a->step(ba.inputs, ba.targets);
-    const StepResult rb = b->step(bb.inputs, bb.targets);
-    ASSERT_EQ(ra.loss, rb.loss) << "step " << step;
-    ASSERT_EQ(ra.grad_norm, rb.grad_norm) << "step " << step;
-    clipped += ra.grad_norm > plain.optimizer.grad_clip;
+  expect_equal_runs(*a, *b, plain, [](const StepResult& ra, const StepResult& rb) {
     EXPECT_GT(rb.times.offload.pieces, 0);
     EXPECT_EQ(ra.times.offload.pieces, 0);
-  }
-  EXPECT_GT(clipped, 0) << "no step clipped: the clipping factor was not exercised";
-  const auto pa = a->params(), pb = b->params();
-  ASSERT_EQ(pa.size(), pb.size());
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < pa.size(); ++i) differ += pa[i] != pb[i];
-  EXPECT_EQ(differ, 0u) << "parameters after 8 steps, stage " << stage << ", A = " << grad_accum;
-  std::vector<float> ma, mb, m1, m2, v1, v2;
-  a->read_owned_state(ma, m1, v1);
-  b->read_owned_state(mb, m2, v2);
-  EXPECT_EQ(ma, mb) << "master";
-  EXPECT_EQ(m1, m2) << "AdamW momentum";
-  EXPECT_EQ(v1, v2) << "AdamW variance";
+  });
   // Nothing of the optimizer on the "device"; the states in host memory.
   const MemoryReport mem = b->memory();
   EXPECT_EQ(mem.component("optimizer_states"), 0);
@@ -195,6 +204,115 @@ TEST(ZeroOffloadOverMpi, Stage2PiecesSplitBuckets) { expect_offload_equals_no_of
 TEST(ZeroOffloadOverMpi, Stage3PiecesSplitBuckets) { expect_offload_equals_no_offload(3, 1, 20000, 1000); }
 TEST(ZeroOffloadOverMpi, Stage3EqualsNoOffload) { expect_offload_equals_no_offload(3, 1, 20000); }
 TEST(ZeroOffloadOverMpi, Stage3WithAccumulationEqualsNoOffload) { expect_offload_equals_no_offload(3, 2, 5000); }
+
+namespace {
+
+std::int64_t host_component(const MemoryReport& m, const std::string& name) {
+  for (const auto& [n, b] : m.host_by_component)
+    if (n == name) return b;
+  return 0;
+}
+
+// ZeRO-Infinity parameter offload (offload_param cpu, stage 3) against stage 3 without it, at the same world
+// size: the host partition holds the values the device partition would (each chunk copied to a staging buffer
+// and all-gathered from there), and AdamW (device or CPU) computes the same update, so losses, norms,
+// parameters and states must be equal, not close. buffer_count: the staging buffers (1 forces every gather
+// group down to one chunk and every buffer to be reused within a unit).
+void expect_param_offload_equals_no_offload(std::int64_t grad_accum, std::int64_t bucket_elements,
+                                            bool offload_optimizer, std::int64_t buffer_count,
+                                            std::int64_t persistence = 300) {
+  Communicator& comm = *world_comm;
+  ExecConfig plain = small_config(3, grad_accum, bucket_elements);
+  plain.zero.param_persistence_threshold = persistence;
+  ExecConfig offloaded = plain;
+  offloaded.zero.offload_param = true;
+  offloaded.zero.offload_optimizer = offload_optimizer;
+  offloaded.zero.param_buffer_count = buffer_count;
+  auto a = make_cpu_trainer(plain, &comm);
+  auto b = make_cpu_trainer(offloaded, &comm);
+  double h2d = 0, d2h = 0;
+  expect_equal_runs(*a, *b, plain, [&](const StepResult& ra, const StepResult& rb) {
+    EXPECT_EQ(ra.times.offload.param_to_device_s, 0.0);
+    h2d += rb.times.offload.param_to_device_s;
+    d2h += rb.times.offload.param_to_host_s;
+  });
+  EXPECT_GT(h2d, 0) << "no parameter copied host to device";
+  // The device AdamW's results are copied back; the CPU AdamW writes the host partition itself.
+  if (offload_optimizer) EXPECT_EQ(d2h, 0.0);
+  else EXPECT_GT(d2h, 0);
+  const auto pb = b->params();
+  std::vector<float> mb, m2, v2;
+  b->read_owned_state(mb, m2, v2);
+  // No parameter partition on the "device": staging buffers instead; the partition in host memory (in fp32
+  // training with the optimizer offloaded too, the host master is the partition).
+  const MemoryReport mem = b->memory();
+  EXPECT_EQ(mem.component("params"), 0);
+  EXPECT_GT(a->memory().component("params"), 0);
+  EXPECT_GT(mem.component("offload_buffers"), 0);
+  EXPECT_EQ(host_component(mem, "offload_params") > 0, !offload_optimizer);
+  // set_params and checkpoints' restore_state write the host partition: a second trainer set from the first's
+  // parameters and states continues exactly as the first.
+  auto c = make_cpu_trainer(offloaded, &comm);
+  c->set_params(pb);
+  EXPECT_EQ(c->params(), pb) << "set_params";
+  const auto ranges = b->owned_ranges();
+  c->restore_state(
+      [&](std::int64_t flat, std::int64_t n, float* master, float* m, float* v) {
+        std::int64_t at = 0;
+        for (const auto& [begin, count] : ranges) {
+          if (flat >= begin && flat + n <= begin + count) {
+            const std::int64_t i = at + (flat - begin);
+            std::copy(mb.begin() + i, mb.begin() + i + n, master);
+            if (m) std::copy(m2.begin() + i, m2.begin() + i + n, m);
+            if (v) std::copy(v2.begin() + i, v2.begin() + i + n, v);
+            return;
+          }
+          at += count;
+        }
+        // persistent tensors, whole: their values from the gathered parameters
+        std::copy(pb.begin() + flat, pb.begin() + flat + n, master);
+      },
+      b->optimizer_step(), b->loss_scaler_state());
+  TokenSource data_b = TokenSource::synthetic(257, 6);
+  for (int step = 0; step < 2; ++step) {
+    const TokenBatch bb = next_rank_share(data_b, plain.micro_batch, plain.seq_len, plain.grad_accum, comm.world(),
+                                          comm.rank());
+    const StepResult rb = b->step(bb.inputs, bb.targets);
+    const StepResult rc = c->step(bb.inputs, bb.targets);
+    ASSERT_EQ(rb.loss, rc.loss) << "restored, step " << step;
+  }
+  EXPECT_EQ(b->params(), c->params()) << "restored";
+}
+
+}  // namespace
+
+TEST(ZeroParamOffloadOverMpi, Stage3EqualsNoOffload) { expect_param_offload_equals_no_offload(1, 20000, false, 5); }
+TEST(ZeroParamOffloadOverMpi, WithAccumulationAndOneStagingBuffer) {
+  expect_param_offload_equals_no_offload(3, 5000, false, 1);
+}
+TEST(ZeroParamOffloadOverMpi, WithOptimizerOffloadEqualsNoOffload) {
+  expect_param_offload_equals_no_offload(1, 20000, true, 5);
+}
+TEST(ZeroParamOffloadOverMpi, WithOptimizerOffloadAccumulationAndTwoStagingBuffers) {
+  expect_param_offload_equals_no_offload(2, 5000, true, 2);
+}
+TEST(ZeroParamOffloadOverMpi, NothingPersistentOneStagingBuffer) {
+  expect_param_offload_equals_no_offload(2, 5000, true, 1, 0);
+}
+
+TEST(ZeroParamOffloadOverMpi, RefusedBelowStage3AndWithTooSmallBuffers) {
+  ExecConfig c = small_config(2, 1, 20000);
+  c.zero.offload_param = true;
+  EXPECT_THROW(make_cpu_trainer(c, world_comm), std::invalid_argument);
+  c.zero.stage = 3;
+  c.zero.param_buffer_elements = 16;  // smaller than the largest chunk
+  try {
+    make_cpu_trainer(c, world_comm);
+    ADD_FAILURE() << "a staging buffer smaller than a chunk was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_param.buffer_size"), std::string::npos) << e.what();
+  }
+}
 
 TEST(ZeroOffloadOverMpi, StageZeroIsRefused) {
   ExecConfig c = small_config(0, 1, 20000);
@@ -269,11 +387,15 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
       zeroplan::with_gpu_count(zeroplan::load_cluster("h200x4"), comm.world());
   for (int stage = 0; stage <= 3; ++stage)
     for (std::int64_t A : {1, 3})
-      for (bool offload : {false, true}) {
+      for (int mode = 0; mode < 4; ++mode) {
+      // mode bit 0: offload_optimizer cpu; bit 1: offload_param cpu (stage 3)
+      const bool offload = mode & 1, param = mode & 2;
       if (stage < 2 && A > 1) continue;
       if (offload && stage == 0) continue;
+      if (param && stage != 3) continue;
       ExecConfig c = small_config(stage, A, 5000);
       c.zero.offload_optimizer = offload;
+      c.zero.offload_param = param;
       zeroplan::TrainingConfig tr;
       tr.micro_batch = c.micro_batch;
       tr.seq_len = c.seq_len;
@@ -287,8 +409,12 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
       tr.zero.prefetch_bucket_size = c.zero.prefetch_bucket_elements = 20000;
       const zeroplan::OffloadDevice optimizer = offload ? zeroplan::OffloadDevice::cpu : zeroplan::OffloadDevice::none;
       tr.zero.offload_optimizer = optimizer;
+      const zeroplan::OffloadDevice params = param ? zeroplan::OffloadDevice::cpu : zeroplan::OffloadDevice::none;
+      tr.zero.offload_param = params;
+      // fewer staging buffers than buckets, so that min(buffer_count, buckets) is the count
+      tr.zero.param_buffer_count = c.zero.param_buffer_count = 3;
       zeroplan::use_engine(tr, zeroplan::TrainingEngine::zeroplan);
-      const zeroplan::PlanChoice choice{stage, optimizer, zeroplan::OffloadDevice::none};
+      const zeroplan::PlanChoice choice{stage, optimizer, params};
       const zeroplan::MemoryEstimate estimate = zeroplan::estimate_memory(model, cluster, tr, choice);
       const auto predicted = estimate.gpu.components();
       comm.reset_counters();
@@ -300,14 +426,17 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
         std::int64_t p = 0, m = 0;
         for (const auto& [n, b] : predicted) p += n == name ? b : 0;
         for (const auto& [n, b] : measured) m += n == name ? b : 0;
-        EXPECT_EQ(p, m) << name << ", stage " << stage << ", A = " << A << ", offload " << offload;
+        EXPECT_EQ(p, m) << name << ", stage " << stage << ", A = " << A << ", offload " << offload << ", params "
+                        << param;
       }
+      if (param) EXPECT_GT(report.component("offload_buffers"), 0);
       // Host memory: the plan counts the node (every rank here), pinned (pin_memory's default).
       double host = static_cast<double>(report.host_total());
       comm.all_reduce_host(&host, 1);
-      EXPECT_EQ(estimate.host.pinned, static_cast<std::int64_t>(host)) << "stage " << stage << ", A = " << A;
+      EXPECT_EQ(estimate.host.pinned, static_cast<std::int64_t>(host))
+          << "stage " << stage << ", A = " << A << ", offload " << offload << ", params " << param;
       EXPECT_EQ(estimate.host.pageable, 0);
-      EXPECT_EQ(offload, host > 0);
+      EXPECT_EQ(offload || param, host > 0);
       TokenSource data = TokenSource::synthetic(257, 9);
       const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
       t->step(b.inputs, b.targets);
@@ -317,7 +446,7 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
       const CommCounters& k = comm.counters();
       EXPECT_EQ(plan[0], k.bytes[0]) << "all-reduce, stage " << stage << ", A = " << A;
       EXPECT_EQ(plan[1], k.bytes[1]) << "reduce-scatter, stage " << stage << ", A = " << A;
-      EXPECT_EQ(plan[2], k.bytes[2]) << "all-gather, stage " << stage << ", A = " << A;
+      EXPECT_EQ(plan[2], k.bytes[2]) << "all-gather, stage " << stage << ", A = " << A << ", params " << param;
       }
 }
 
