@@ -97,8 +97,10 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
   engine_box_ = new QComboBox(this);
   engine_box_->addItem(tr("DeepSpeed"), static_cast<int>(TrainingEngine::deepspeed));
   engine_box_->addItem(tr("zeroplan executor"), static_cast<int>(TrainingEngine::zeroplan));
-  engine_box_->setToolTip(tr("Whose training engine the memory model describes: DeepSpeed's, or the zeroplan "
-                             "executor's (what zeroplan run executes and predicts with)"));
+  engine_box_->addItem(tr("ideal (ZeRO paper)"), static_cast<int>(TrainingEngine::ideal));
+  engine_box_->setToolTip(tr("Whose training engine the memory model describes: DeepSpeed's, the zeroplan "
+                             "executor's (what zeroplan run executes and predicts with), or an ideal engine on the "
+                             "ZeRO paper's schedule (zeroplan plan --engine ideal)"));
 
   auto* model_group = new QGroupBox(tr("Model and cluster"), this);
   auto* model_form = new QFormLayout(model_group);

@@ -44,9 +44,13 @@ constexpr const char* kModel = "gpt2-124m";
 
 // The planner called directly, as `zeroplan plan` does for the same inputs (verdicts on the timeline's peak).
 std::vector<PlanResult> planner_directly(const ClusterDescription& cluster, std::int64_t micro_batch,
-                                         Checkpointing checkpointing = Checkpointing::none) {
-  const ModelDescription model = load_model(kModel);
+                                         Checkpointing checkpointing = Checkpointing::none,
+                                         TrainingEngine engine = TrainingEngine::deepspeed) {
+  ModelDescription model = load_model(kModel);
   TrainingConfig training;
+  // What `zeroplan plan --engine` applies (core/plan_inputs.cpp): the engine's kernels, and no dropout for ours.
+  use_engine(training, engine);
+  if (engine == TrainingEngine::zeroplan) model.transformer->dropout = 0;
   training.seq_len = model.transformer->max_seq;
   training.micro_batch = micro_batch;
   training.checkpointing = checkpointing;
@@ -140,6 +144,19 @@ class MainWindowTest : public QObject {
     // Two GPUs of the cluster's kind.
     window_->inputPanel()->gpusBox()->setValue(2);
     expectShows(planner_directly(with_gpu_count(cluster, 2), 4, Checkpointing::full));
+
+    // Each engine the planner models (zeroplan plan --engine): the figures follow, and they differ from DeepSpeed's.
+    const auto deepspeed = planner_directly(with_gpu_count(cluster, 2), 4, Checkpointing::full);
+    for (TrainingEngine engine : {TrainingEngine::zeroplan, TrainingEngine::ideal}) {
+      QComboBox* box = window_->inputPanel()->engineBox();
+      const int index = box->findData(static_cast<int>(engine));
+      QVERIFY2(index >= 0, to_string(engine).c_str());
+      box->setCurrentIndex(index);
+      QCOMPARE(window_->comparison()->training.engine, engine);
+      const auto expected = planner_directly(with_gpu_count(cluster, 2), 4, Checkpointing::full, engine);
+      QVERIFY(expected.back().memory.gpu.total != deepspeed.back().memory.gpu.total);
+      expectShows(expected);
+    }
     QVERIFY(errors_.isEmpty());
   }
 
