@@ -101,6 +101,13 @@ ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputName
                                                       " (the model's maximum; " + names.seq + " sets another)");
   }
   if (in.engine) use_engine(training, *in.engine);
+  // zeroplan's executor implements no dropout: its plan is made without, as `zeroplan run` makes it
+  // (run/training_run.cpp), so that the two show the same figures.
+  if (in.engine == TrainingEngine::zeroplan && out.model.transformer && out.model.transformer->dropout > 0) {
+    training.notes.push_back("engine zeroplan: the model's dropout " + std::to_string(out.model.transformer->dropout) +
+                             " is not implemented by the executor; the plan uses dropout 0, as zeroplan run does");
+    out.model.transformer->dropout = 0;
+  }
   require_tokens_per_micro_step(training.micro_batch, training.seq_len,
                                 in.micro_batch || in.seq ? source : in.ds_config.value_or(source),
                                 names.micro_batch + " * " + names.seq);

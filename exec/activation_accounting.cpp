@@ -1,6 +1,8 @@
 #include "exec/activation_accounting.h"
 
 #include "exec/param_layout.h"
+#include "exec/zero/zero_buffer_layout.h"
+#include "exec/zero/zero_partition.h"
 
 namespace zeroplan::exec {
 
@@ -40,6 +42,61 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   m.workspace = 4 * (column_sum_scratch_floats(sb, 4 * C, det) + 1) + (det ? 4 * (3 * sb + 1) : 0) +
                 4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + kCublasWorkspaceBytes;
   return m;
+}
+
+std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world) {
+  const ParamLayout layout(c.shape, zero_alignment(world));
+  const ZeroPartition partition(layout, world, 0, partition_rules(c.zero));
+  const ZeroBufferLayout buffers = zero_buffer_layout(layout, partition, c.zero, c.grad_accum);
+  const std::int64_t e = element_bytes(c.precision), n = layout.total(), part = partition.partition_elements();
+  const int stage = c.zero.stage;
+  const std::int64_t states = stage == 0 ? n : part;
+  std::vector<DeviceAllocation> a;
+  // exec/zero/zero_engine.cpp (constructor, setup_stage3); CUDA kernels overwrite, so no micro-step gradients.
+  a.push_back({"params", e * (stage == 3 ? part : n)});
+  a.push_back({"grads", e * (stage >= 2 ? part : n)});
+  if (!c.zero.offload_optimizer) {
+    if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states});
+    a.push_back({"optimizer_states", 4 * states});
+    a.push_back({"optimizer_states", 4 * states});
+  }
+  for (std::int64_t elements : buffers.slot_elements) a.push_back({"gradient_buckets", e * elements});
+  if (buffers.accumulation_scratch > 0) a.push_back({"gradient_buckets", e * buffers.accumulation_scratch});
+  if (stage == 3 && buffers.persistent_elements > 0) a.push_back({"gathered_params", e * buffers.persistent_elements});
+  if (stage == 3 && buffers.arena_elements > 0) a.push_back({"gathered_params", e * buffers.arena_elements});
+  // exec/cuda/cuda_zero_device.cu (constructor): the gradient-norm slots and partials.
+  a.push_back({"workspace", 4 * kNormSlots});
+  a.push_back({"workspace", 4 * (kNormPartials + 1)});
+  // exec/cuda/cuda_trainer.cu allocate(), in its order.
+  const std::int64_t B = c.micro_batch, T = c.seq_len, C = c.shape.hidden, L = c.shape.layers, H = c.shape.heads;
+  const std::int64_t bt = B * T, nb = c.recompute == ExecRecompute::none ? L : 1;
+  a.push_back({"activations", e * (L + 1) * bt * C});  // block inputs (residual stream)
+  for (std::int64_t width : {C, 3 * C, C, C, C, 4 * C, 4 * C})  // LN1, QKV, attention, LN2 input, LN2, FC, GELU
+    a.push_back({"activations", e * nb * bt * width});
+  a.push_back({"activations", 4 * nb * 4 * bt});  // LayerNorm mean/rstd
+  a.push_back({"activations", 4 * nb * bt * H});  // attention logsumexp
+  a.push_back({"activations", e * bt * C});       // final LN output
+  a.push_back({"activations", 4 * 2 * bt});       // final LN mean/rstd
+  a.push_back({"logits", e * bt * c.shape.padded_vocab});
+  a.push_back({"logits", 4 * bt});
+  for (std::int64_t width : {C, C, 4 * C}) a.push_back({"activations", e * bt * width});  // backward working set
+  a.push_back({"activations", 4 * bt * H});                                               // rowsum(dO*O)
+  const bool det = c.zero.deterministic;
+  a.push_back({"workspace", 4 * (column_sum_scratch_floats(bt, 4 * C, det) + 1)});
+  a.push_back({"workspace", 4 * 2 * bt});
+  if (det) a.push_back({"workspace", 4 * (3 * bt + 1)});
+  a.push_back({"workspace", kCublasWorkspaceBytes});
+  return a;
+}
+
+std::int64_t allocation_granularity_bytes(const std::vector<DeviceAllocation>& allocations) {
+  const std::int64_t g = kDeviceAllocationGranularity;
+  std::int64_t large = 0, small = 0;
+  for (const DeviceAllocation& x : allocations) {
+    if (x.bytes >= g) large += (x.bytes + g - 1) / g * g - x.bytes;
+    else small += x.bytes;
+  }
+  return large + ((small + g - 1) / g * g - small);
 }
 
 }  // namespace zeroplan::exec

@@ -60,6 +60,26 @@ struct ExpectedMemory {
 };
 
 ExpectedMemory expected_device_memory(const ExecConfig& config);
+
+// One cudaMalloc of the CUDA executor, tagged with its planner component.
+struct DeviceAllocation {
+  std::string component;
+  std::int64_t bytes = 0;
+};
+// Every allocation the CUDA executor keeps for training at `world` ranks (rank 0's), in the order it makes them:
+// the ZeRO engine's (exec/zero/zero_engine.cpp: parameters, gradients, fp32 master and AdamW moments unless
+// offloaded, stage 2-3 gradient bucket buffers, stage 3's persistent tensors and arena), the engine device's
+// gradient-norm buffers (exec/cuda/cuda_zero_device.cu) and the trainer's (exec/cuda/cuda_trainer.cu allocate).
+// Summed per component they are expected_device_memory's figures at one rank, stage 0 (a CPU test holds them
+// together); the transient "transfer" buffer of the offload's initialization is freed before training and left out.
+std::vector<DeviceAllocation> device_allocations(const ExecConfig& config, int world);
+
+// cudaMalloc maps device memory in pages of the allocation granularity (cuMemGetAllocationGranularity: 2 MiB on
+// Hopper; CUDA Driver API, Virtual Memory Management), so an allocation of at least one page occupies its size
+// rounded up to whole pages; smaller ones are packed together into shared pages. The device memory beyond the
+// bytes asked for: each large allocation's round-up, and the small ones' pages less their bytes.
+inline constexpr std::int64_t kDeviceAllocationGranularity = 2ll << 20;
+std::int64_t allocation_granularity_bytes(const std::vector<DeviceAllocation>& allocations);
 // The backward working set inside `activations` (dresidual, d(LN input), d(FC/QKV), D).
 std::int64_t backward_working_set_bytes(const ExecConfig& config);
 

@@ -26,6 +26,7 @@
 #include "exec/comm/mpi_communicator.h"
 #include "exec/trainer.h"
 #include "run/checkpoint.h"
+#include "sim/executor_device_memory.h"
 #include "sim/executor_layout.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
@@ -45,15 +46,8 @@ constexpr const char* kCli = "command line";
 
 
 exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig& tr, std::uint64_t seed) {
-  exec::ExecConfig c;
-  c.shape = executor_shape(model);
-  c.micro_batch = tr.micro_batch;
-  c.seq_len = tr.seq_len;
-  c.grad_accum = tr.grad_accum;
-  c.precision = tr.precision == Precision::fp32   ? exec::ExecPrecision::fp32
-                : tr.precision == Precision::fp16 ? exec::ExecPrecision::fp16
-                                                  : exec::ExecPrecision::bf16;
-  c.recompute = tr.checkpointing == Checkpointing::full ? exec::ExecRecompute::full : exec::ExecRecompute::none;
+  // What decides its allocations, as the planner models them (sim/executor_device_memory.h).
+  exec::ExecConfig c = executor_exec_config(model, tr, tr.zero.stage);
   c.optimizer.learning_rate = tr.learning_rate;
   c.optimizer.beta1 = tr.adam_beta1;
   c.optimizer.beta2 = tr.adam_beta2;
@@ -198,11 +192,12 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
   use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
   exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
-  // DeepSpeed's overlap_comm when a DeepSpeed config says so; our executor overlaps by default, and says so.
-  // The plan below is made with the same value (it decides how many gradient bucket buffers there are).
-  if (!o.ds_config) tr.zero.overlap_comm = true;
+  // DeepSpeed's overlap_comm when a DeepSpeed config gives it; otherwise our executor's default (it overlaps),
+  // resolved by the planner's own rule (sim/plan_choice.h apply_choice), so that the plan below and
+  // `zeroplan plan --engine zeroplan` count the same gradient bucket buffers as the executor allocates.
+  tr = apply_choice(tr, PlanChoice{tr.zero.stage, tr.zero.offload_optimizer, tr.zero.offload_param});
   cfg.zero = executor_zero_settings(tr, tr.zero.stage);
-  if (!o.ds_config && world > 1 && cfg.zero.stage > 0)
+  if (!tr.zero.overlap_comm_given && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");
   // The CPU backend is deterministic by construction (fixed-order loops and MPI reductions). On the GPU,
@@ -385,8 +380,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       {"optimizer_states", pred.optimizer_states, mem.component("optimizer_states")},
       {"activations", pred.activations, mem.component("activations")},
       {"logits", pred.logits, mem.component("logits")},
+      // The engine tags its bucket buffers gradient_buckets and stage 3's arena and persistent tensors
+      // gathered_params (exec/zero/zero_engine.cpp); it stages no optimizer-offload copies on the GPU.
       {"buffers (buckets, gathered, offload)", pred.gradient_buckets + pred.gathered_params + pred.offload_buffers,
-       mem.component("gradient_buckets")},
+       mem.component("gradient_buckets") + mem.component("gathered_params")},
       {"runtime_overhead (workspace + context)", pred.runtime_overhead, measured_runtime},
       {"total (device view)", pred.total, measured_total}};
   if (trainer->backend() == "cpu") {

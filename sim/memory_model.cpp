@@ -3,7 +3,10 @@
 // figures. estimate_memory and explain_memory run the same computation; explain only adds the terms.
 #include "sim/memory_model.h"
 
+#include <algorithm>
+
 #include "sim/activation_memory.h"
+#include "sim/executor_device_memory.h"
 #include "sim/host_memory.h"
 #include "sim/memory_inputs.h"
 #include "sim/model_states_memory.h"
@@ -99,8 +102,10 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
 }
 
 MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& cluster,
-                       const TrainingConfig& training, const PlanChoice& choice, std::vector<MemoryTerm>* terms) {
+                       const TrainingConfig& given, const PlanChoice& choice, std::vector<MemoryTerm>* terms) {
   MemoryEstimate estimate;
+  // The plan's stage and offloads, and the engine's overlap_comm default (it sizes the executor's buckets).
+  const TrainingConfig training = apply_choice(given, choice);
   const MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
   if (in.engine == TrainingEngine::deepspeed) return compute_deepspeed(model, cluster, training, choice, in, terms);
   const ModelStatesBytes states = model_states_bytes(in);
@@ -126,11 +131,21 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   if (in.engine == TrainingEngine::zeroplan) runtime_description.allocator_reserve_fraction = 0.0;
   // The caching allocator's reserve: a fraction of the activation and logit bytes (cluster description).
   const Bytes reserve_basis = sat_add(gpu.activations, gpu.logits);
-  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(runtime_description, in.world_size, reserve_basis);
+  RuntimeOverheadBytes runtime = runtime_overhead_bytes(runtime_description, in.world_size, reserve_basis);
+  const HostAndNvmeBytes host = host_and_nvme_bytes(in, training.zero, states, buffers, runtime.fixed());
+  // zeroplan's executor pins its offloaded states with cudaHostAlloc (exec/cuda/cuda_zero_device.cu): the GPU
+  // maps them, and its page tables are device memory the run measures beside the context.
+  const Bytes pinned_per_rank = host.pinned / std::max<std::int64_t>(1, in.ranks_per_node);
+  if (in.engine == TrainingEngine::zeroplan) runtime.pinned_page_tables = pinned_page_table_bytes(pinned_per_rank);
+  // Its workspace exactly (cuBLASLt's and its scratch) and its allocations' round-up to the device's pages.
+  if (in.executor_exact)
+    if (const auto executor = executor_device_bytes(model, training, static_cast<int>(in.world_size), in.stage)) {
+      runtime.cublas_workspace = executor->workspace;
+      runtime.allocation_granularity = executor->allocation_granularity;
+    }
   gpu.runtime_overhead = runtime.total();
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
 
-  const HostAndNvmeBytes host = host_and_nvme_bytes(in, training.zero, states, buffers, runtime.fixed());
   estimate.host.pinned = host.pinned;
   estimate.host.pageable = host.pageable;
   estimate.host.total = sat_add(host.pinned, host.pageable);
@@ -143,6 +158,7 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
     explain_activations(model, training, in, activations, *terms);
     explain_zero_buffers(in, training.zero, buffers, *terms);
     explain_runtime_overhead(runtime_description, in.world_size, reserve_basis, runtime, *terms);
+    explain_executor_runtime(pinned_per_rank, runtime, *terms);
     explain_host_and_nvme(in, training.zero, states, buffers, host, *terms);
   }
   return estimate;

@@ -1,5 +1,7 @@
 #include "sim/plan_choice.h"
 
+#include "exec/exec_config.h"
+
 namespace zeroplan {
 
 namespace {
@@ -51,10 +53,14 @@ TrainingConfig apply_choice(const TrainingConfig& training, const PlanChoice& ch
   applied.zero.stage = choice.stage;
   applied.zero.offload_optimizer = choice.offload_optimizer;
   applied.zero.offload_param = choice.stage == 3 ? choice.offload_param : OffloadDevice::none;
-  // overlap_comm nobody gave follows DeepSpeed's default for the plan's stage: true at stage 3 only
-  // (runtime/zero/config.py overlap_comm_valid). zeroplan's executor keeps what its caller set.
-  if (!applied.zero.overlap_comm_given && applied.engine == TrainingEngine::deepspeed)
-    applied.zero.overlap_comm = choice.stage == 3;
+  // overlap_comm nobody gave follows the engine's own default: DeepSpeed's is true at stage 3 only
+  // (runtime/zero/config.py overlap_comm_valid); zeroplan's executor overlaps at every stage
+  // (exec/exec_config.h ZeroSettings), and `zeroplan run` resolves it here too, so that `plan --engine zeroplan`
+  // and the run's prediction count the same gradient bucket buffers (zero_buffer_layout.cpp: one more with it).
+  if (!applied.zero.overlap_comm_given) {
+    if (applied.engine == TrainingEngine::deepspeed) applied.zero.overlap_comm = choice.stage == 3;
+    if (applied.engine == TrainingEngine::zeroplan) applied.zero.overlap_comm = exec::ZeroSettings{}.overlap_comm;
+  }
   return applied;
 }
 

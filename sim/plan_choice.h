@@ -24,8 +24,8 @@ struct PlanChoice {
 // any).
 std::vector<PlanChoice> enumerate_plan_choices(const PlanChoiceFilter& filter = {});
 
-// The training configuration with the choice applied (zero.stage and offloads set; for the DeepSpeed engine an
-// overlap_comm nobody gave takes the stage's DeepSpeed default).
+// The training configuration with the choice applied (zero.stage and offloads set; an overlap_comm nobody gave
+// takes the engine's default: DeepSpeed's for the stage, or zeroplan's executor's).
 TrainingConfig apply_choice(const TrainingConfig& training, const PlanChoice& choice);
 
 }  // namespace zeroplan

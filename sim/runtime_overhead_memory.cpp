@@ -21,10 +21,31 @@ RuntimeOverheadBytes runtime_overhead_bytes(const RuntimeOverhead& runtime, std:
   return b;
 }
 
+Bytes pinned_page_table_bytes(Bytes pinned_host_bytes) {
+  constexpr Bytes kHostPage = 4096, kEntry = 8;
+  return pinned_host_bytes <= 0 ? 0 : (pinned_host_bytes + kHostPage - 1) / kHostPage * kEntry;
+}
+
+void explain_executor_runtime(Bytes pinned_host_bytes, const RuntimeOverheadBytes& b,
+                              std::vector<MemoryTerm>& terms) {
+  if (b.allocation_granularity > 0)
+    terms.push_back({"runtime_overhead", "the executor's allocations rounded up to 2 MiB device pages",
+                     b.allocation_granularity,
+                     "sum over its allocations of >= 2 MiB of the round-up, + the pages of the smaller ones less "
+                     "their bytes",
+                     "exec/activation_accounting.h (device_allocations, allocation_granularity_bytes); CUDA Driver "
+                     "API cuMemGetAllocationGranularity"});
+  if (b.pinned_page_tables <= 0) return;
+  terms.push_back({"runtime_overhead", "GPU page tables of this rank's pinned host memory", b.pinned_page_tables,
+                   "ceil(" + num(pinned_host_bytes) + " pinned bytes / 4096) * 8",
+                   "CUDA Programming Guide (unified virtual addressing maps page-locked host memory for the "
+                   "device); 8-byte entries per 4 KiB host page"});
+}
+
 void explain_runtime_overhead(const RuntimeOverhead& runtime, std::int64_t world_size, Bytes reserve_basis_bytes,
                               const RuntimeOverheadBytes& b, std::vector<MemoryTerm>& terms) {
   terms.push_back({"runtime_overhead", "CUDA context + cuBLAS workspace + NCCL buffers + allocator reserve",
-                   b.total(),
+                   b.fixed() + b.allocator_reserve,
                    num(b.cuda_context) + " + " + num(b.cublas_workspace) + " + " + num(b.nccl_buffers) +
                        (world_size > 1 ? "" : " (1 rank: no communicator)") + " + ceil(" +
                        num(runtime.allocator_reserve_fraction, 3) + " * activation and logit bytes " + num(reserve_basis_bytes) + ")",

@@ -18,14 +18,28 @@ struct RuntimeOverheadBytes {
   Bytes cublas_workspace = 0;
   Bytes nccl_buffers = 0;
   Bytes allocator_reserve = 0;
+  Bytes pinned_page_tables = 0;      // the GPU's page tables mapping this rank's pinned host memory
+  Bytes allocation_granularity = 0;  // zeroplan's executor: its allocations rounded up to the device's pages
   Bytes fixed() const { return cuda_context + cublas_workspace + nccl_buffers; }
-  Bytes total() const { return fixed() + allocator_reserve; }
+  Bytes total() const { return fixed() + allocator_reserve + pinned_page_tables + allocation_granularity; }
 };
+
+// Device memory the GPU's page tables take to map `pinned_host_bytes` of page-locked host memory of one process
+// into its address space: cudaHostAlloc'd memory is mapped for the device under unified virtual addressing
+// (CUDA Programming Guide, "Unified Virtual Address Space" and "Page-Locked Host Memory: Mapped Memory"), in the
+// host's 4 KiB pages, each an 8-byte page-table entry in device memory (NVIDIA's GPU MMU: 64-bit PTEs), i.e.
+// 1/512 of the pinned bytes. The one-H200 ZeRO-Offload runs of 2026-11-23 (bench/exec/results/2026-11-23-one-gpu)
+// show it: 23.21 GiB pinned, the device's used bytes 46 MiB above the run without offload once its fp32 states
+// are taken out (46.4 MiB by this formula).
+Bytes pinned_page_table_bytes(Bytes pinned_host_bytes);
 
 RuntimeOverheadBytes runtime_overhead_bytes(const RuntimeOverhead& runtime, std::int64_t world_size,
                                             Bytes reserve_basis_bytes);
 
 void explain_runtime_overhead(const RuntimeOverhead& runtime, std::int64_t world_size, Bytes reserve_basis_bytes,
                               const RuntimeOverheadBytes& bytes, std::vector<MemoryTerm>& terms);
+// The terms zeroplan's executor adds (when there are any): pinned_page_tables and allocation_granularity.
+void explain_executor_runtime(Bytes pinned_host_bytes, const RuntimeOverheadBytes& bytes,
+                              std::vector<MemoryTerm>& terms);
 
 }  // namespace zeroplan

@@ -8,6 +8,7 @@
 #include "core/number_checks.h"
 #include "sim/collective_time.h"
 #include "sim/compute_time.h"
+#include "sim/executor_layout.h"
 #include "sim/memory_margin.h"
 #include "sim/memory_model.h"
 #include "sim/zero_schedule.h"
@@ -153,7 +154,17 @@ Bytes persistent_param_bytes(const ModelDescription& model, const TrainingConfig
 
 }  // namespace
 
+namespace {
+// zeroplan's executor allocates stage 3's gathered-parameter arena and persistent tensors once, for the whole run
+// (exec/zero/zero_engine.cpp setup_stage3): static memory, not the timeline's per-layer gathers.
+bool executor_arena(const ModelDescription& model, const TrainingConfig& training) {
+  return training.engine == TrainingEngine::zeroplan && executor_trains(model);
+}
+}  // namespace
+
 Bytes static_gpu_bytes(const ModelDescription& model, const TrainingConfig& training, const MemoryEstimate& memory) {
+  if (executor_arena(model, training))
+    return memory.gpu.total - memory.gpu.activations - memory.gpu.logits - memory.transient.total();
   return memory.gpu.total - memory.gpu.activations - memory.gpu.logits - memory.gpu.gathered_params -
          memory.transient.total() + persistent_param_bytes(model, training);
 }
@@ -215,6 +226,7 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   inputs.nvme_write_bandwidth = cluster.nvme_write_bandwidth / gpus_in_node;
 
   inputs.every_micro_step = options.record_events;
+  inputs.static_gathered_params = executor_arena(model, training);
   if (training.engine == TrainingEngine::deepspeed) {
     inputs.deepspeed = true;
     inputs.path = deepspeed_engine_path(training);
@@ -313,7 +325,9 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   result.peak_breakdown = memory.gpu;
   result.peak_breakdown.activations = live[static_cast<int>(MemoryUse::activations)];
   result.peak_breakdown.logits = live[static_cast<int>(MemoryUse::logits)];
-  result.peak_breakdown.gathered_params = persistent_bytes + live[static_cast<int>(MemoryUse::gathered_params)];
+  result.peak_breakdown.gathered_params = executor_arena(model, training)
+                                              ? memory.gpu.gathered_params
+                                              : persistent_bytes + live[static_cast<int>(MemoryUse::gathered_params)];
   // DeepSpeed's transient buffers: what of them is live at the peak, beside the part held all step.
   const TransientGpuBytes& t = memory.transient;
   result.peak_breakdown.grads = memory.gpu.grads - t.grads() + live[static_cast<int>(MemoryUse::grads)];

@@ -119,6 +119,10 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// The executor's offload pipeline unit (exec/zero/zero_engine.cpp kOffloadPieceElements): 2^24 elements, or
+// sub_group_size when smaller.
+constexpr std::int64_t kExecutorOffloadPieceElements = std::int64_t{1} << 24;
+
 class StepBuilder {
  public:
   StepBuilder(const StepScheduleInputs& inputs, Timeline& timeline)
@@ -130,7 +134,8 @@ class StepBuilder {
         compute_(*inputs.compute),
         n_(inputs.world_size),
         e_(communication_element_bytes(*inputs.training)),
-        ds_(inputs.deepspeed) {}
+        ds_(inputs.deepspeed),
+        executor_(inputs.training->engine == TrainingEngine::zeroplan) {}
 
   SteadyMicroSteps build() {
     const std::size_t layer_count = layers_.size();
@@ -157,6 +162,7 @@ class StepBuilder {
       const bool boundary = micro + 1 == training_.grad_accum;
       if (boundary) steady.boundary_start = timeline_.resource_free_at(Resource::gpu_compute);
       reduce_this_micro_step_ = zero_.stage >= 2 || boundary;
+      boundary_ = boundary;
       const auto first_task = static_cast<TaskId>(timeline_.size());
       micro_first_backward_ = true;
       run_pass(/*forward=*/true, micro);
@@ -358,8 +364,10 @@ class StepBuilder {
       }
     }
     if (allocating == kNoTask) return kNoTask;  // one GPU, parameters resident: nothing to fetch
-    timeline_.set_memory(allocating, full_bytes, 0, MemoryUse::gathered_params);
-    gathered_bytes_[index] += full_bytes;
+    if (!in_.static_gathered_params) {
+      timeline_.set_memory(allocating, full_bytes, 0, MemoryUse::gathered_params);
+      gathered_bytes_[index] += full_bytes;
+    }
     return done;
   }
 
@@ -395,12 +403,16 @@ class StepBuilder {
       // Without overlap_comm the reduction runs inside the backward hook: compute waits for it.
       if (!zero_.overlap_comm) compute_barrier_ = reduced;
     }
-    if (zero_.offload_optimizer != OffloadDevice::none) {
-      // This rank's share of the reduced bucket goes to the host (ZeRO-Offload: 16-bit gradients down).
+    // This rank's share of the reduced bucket goes to the host (ZeRO-Offload: 16-bit gradients down). zeroplan's
+    // executor copies it once, at the accumulation boundary (exec/zero/zero_engine.cpp finish_bucket ->
+    // copy_gradients_to_host), in bucket order, which is the order of its partition.
+    if (zero_.offload_optimizer != OffloadDevice::none && (boundary_ || !executor_)) {
       const Bytes partition_bytes = ceil_div(bytes, n_);
       last_download_ = timeline_.add(Resource::device_to_host, TaskKind::grad_download,
                                      static_cast<double>(partition_bytes) / in_.pcie_bandwidth, {after(reduced)},
                                      layer, micro, partition_bytes);
+      downloaded_elements_ += ceil_div(partition_bytes, e_);
+      downloads_.push_back({downloaded_elements_, last_download_});
     }
   }
 
@@ -626,6 +638,8 @@ class StepBuilder {
                                   micro, param_bytes);
         }
       }
+    } else if (executor_ && zero_.offload_optimizer == OffloadDevice::cpu) {
+      updated = executor_offloaded_update(partition, micro);
     } else {
       // Host CPU, one sub-group at a time; NVMe states read before and written after each; updated 16-bit
       // parameters up over H2D (stage 1/2, stage 3 without param offload) or kept on the host / NVMe.
@@ -680,6 +694,35 @@ class StepBuilder {
     }
   }
 
+  // zeroplan's executor's ZeRO-Offload step (exec/zero/zero_engine.cpp finish_step and offloaded_update): the
+  // compute lane waits for every reduction and sums the squares of the gradient partition (one read of it); the
+  // host reads the norm, then updates the partition piece by piece with the CPU AdamW, each piece once its
+  // gradients are on the host (its bucket's copy), and copies each updated 16-bit piece to the device while it
+  // updates the next. The step ends when the last piece has arrived.
+  TaskId executor_offloaded_update(std::int64_t partition, std::int32_t micro) {
+    const TaskId norm = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step,
+                                      static_cast<double>(partition * e_) / in_.optimizer_bandwidth,
+                                      {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1,
+                                      micro);
+    const std::int64_t piece = std::max<std::int64_t>(1, std::min(kExecutorOffloadPieceElements, zero_.sub_group_size));
+    std::size_t arrived = 0;  // downloads_[arrived] holds the piece's last element
+    TaskId updated = norm;
+    for (std::int64_t first = 0; first < partition; first += piece) {
+      const std::int64_t elements = std::min(piece, partition - first);
+      while (arrived + 1 < downloads_.size() && downloads_[arrived].end_elements < first + elements) ++arrived;
+      const TaskId download = downloads_.empty() ? last_download_ : downloads_[arrived].task;
+      const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                                        static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
+                                        {after(norm), after(download)}, -1, micro);
+      const Bytes param_bytes = elements * e_;
+      updated = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
+                              static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
+                              param_bytes);
+    }
+    last_update_ = updated;
+    return updated;
+  }
+
   const StepScheduleInputs& in_;
   Timeline& timeline_;
   const TrainingConfig& training_;
@@ -695,6 +738,7 @@ class StepBuilder {
   std::vector<bool> kept_;                     // per layer: DeepSpeed keeps it gathered from forward to backward
 
   const bool ds_;                              // DeepSpeed's engine (the paths of deepspeed_engine.h)
+  const bool executor_;                        // zeroplan's executor (exec/zero/zero_engine.cpp)
   std::int64_t total_params_ = 1;
   std::int64_t total_tensors_ = 1;             // parameter tensors of the model (DeepSpeed's per-tensor work)
   bool micro_first_backward_ = true;           // the micro-step's first gradient hook has not run yet
@@ -704,6 +748,13 @@ class StepBuilder {
   Bytes grad_partition_live_ = 0;
 
   bool reduce_this_micro_step_ = false;
+  bool boundary_ = false;                      // the micro-step is the accumulation boundary
+  struct Download {
+    std::int64_t end_elements;  // partition elements on the host once this copy is done
+    TaskId task;
+  };
+  std::vector<Download> downloads_;            // zeroplan's executor: the boundary's gradient copies, in order
+  std::int64_t downloaded_elements_ = 0;
   std::int64_t bucket_elements_ = 0;
   TaskId compute_barrier_ = kNoTask;  // a synchronous collective the compute stream must wait for
   TaskId last_compute_ = kNoTask;

@@ -80,6 +80,9 @@ struct StepScheduleInputs {
   // Build every micro-step even when the accumulation has reached its steady state (SteadyMicroSteps): for
   // traces and the GUI, which show every task.
   bool every_micro_step = false;
+  // Stage 3's gathered parameters are static memory (zeroplan's executor: one arena for the run): the gathers
+  // take time but allocate nothing on the timeline.
+  bool static_gathered_params = false;
 
   // DeepSpeed's engine (training.engine deepspeed; deepspeed_engine.h): its code paths, the buffers the memory
   // model leaves to the timeline, and what its Python costs the host. Unset for zeroplan's executor.

@@ -1,0 +1,34 @@
+#include "sim/executor_device_memory.h"
+
+#include "exec/activation_accounting.h"
+#include "sim/executor_layout.h"
+
+namespace zeroplan {
+
+exec::ExecConfig executor_exec_config(const ModelDescription& model, const TrainingConfig& training, int stage) {
+  exec::ExecConfig c;
+  c.shape = executor_shape(model);
+  c.micro_batch = training.micro_batch;
+  c.seq_len = training.seq_len;
+  c.grad_accum = training.grad_accum;
+  c.precision = training.precision == Precision::fp32   ? exec::ExecPrecision::fp32
+                : training.precision == Precision::fp16 ? exec::ExecPrecision::fp16
+                                                        : exec::ExecPrecision::bf16;
+  c.recompute = training.checkpointing == Checkpointing::full ? exec::ExecRecompute::full : exec::ExecRecompute::none;
+  c.zero = executor_zero_settings(training, stage);
+  return c;
+}
+
+std::optional<ExecutorDeviceBytes> executor_device_bytes(const ModelDescription& model, const TrainingConfig& training,
+                                                         int world, int stage) {
+  if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1) return std::nullopt;
+  const exec::ExecConfig c = executor_exec_config(model, training, stage);
+  const std::vector<exec::DeviceAllocation> allocations = exec::device_allocations(c, world);
+  ExecutorDeviceBytes b;
+  for (const exec::DeviceAllocation& a : allocations)
+    if (a.component == "workspace") b.workspace += a.bytes;
+  b.allocation_granularity = exec::allocation_granularity_bytes(allocations);
+  return b;
+}
+
+}  // namespace zeroplan

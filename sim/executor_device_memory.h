@@ -1,0 +1,32 @@
+// What zeroplan's CUDA executor holds on the device beyond its tensors' bytes, for `--engine zeroplan`: its
+// workspace exactly (the cuBLASLt workspace and its small scratch buffers) and the round-up of its allocations to
+// the device's allocation granularity, both from the executor's own list of allocations
+// (exec/activation_accounting.h device_allocations), so that the plan's runtime_overhead is what `zeroplan run`
+// measures there (cudaMemGetInfo used at its peak less the allocator's tensors and the context).
+#pragma once
+
+#include <optional>
+
+#include "core/model_description.h"
+#include "core/training_config.h"
+#include "core/units.h"
+#include "exec/exec_config.h"
+
+namespace zeroplan {
+
+struct ExecutorDeviceBytes {
+  Bytes workspace = 0;               // the allocations tagged workspace (cuBLASLt workspace included)
+  Bytes allocation_granularity = 0;  // device memory the allocations occupy beyond their bytes
+};
+
+// The executor's configuration for a plan: what decides its allocations (shape, batch, precision, recompute, ZeRO
+// settings); `zeroplan run` adds the optimizer's, the loss scaler's and the seed. Throws InputError naming the
+// model's field the executor cannot train.
+exec::ExecConfig executor_exec_config(const ModelDescription& model, const TrainingConfig& training, int stage);
+
+// For a model the executor trains, at `world` ranks and `stage` (training with the plan's choice applied);
+// nullopt otherwise.
+std::optional<ExecutorDeviceBytes> executor_device_bytes(const ModelDescription& model, const TrainingConfig& training,
+                                                         int world, int stage);
+
+}  // namespace zeroplan
