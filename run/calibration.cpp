@@ -490,9 +490,12 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
 // log FLOPs). With --model the planner's GEMMs are those shapes, so the curve is the model's training passes,
 // plus the square GEMMs smaller than them (the launch-bound end); without it, the square sweep.
 nlohmann::json efficiency_curve(const LocalFigures& f) {
+  // The curve is looked up at the FLOPs of one GEMM (sim/compute_time.cpp gemm_seconds): a training pass's
+  // point is its rate (three GEMMs' FLOPs over their time) at the FLOPs of each of its GEMMs.
+  const auto one_gemm_flops = [](const GemmPoint& p) { return p.model_shape ? p.flops / 3.0 : p.flops; };
   double smallest_model = std::numeric_limits<double>::infinity();
   for (const GemmPoint& p : f.gemm)
-    if (p.model_shape) smallest_model = std::min(smallest_model, p.flops);
+    if (p.model_shape) smallest_model = std::min(smallest_model, one_gemm_flops(p));
   std::map<double, std::vector<double>> by_flops;
   for (const GemmPoint& p : f.gemm) {
     if (!p.model_shape && p.flops >= smallest_model) continue;
@@ -501,7 +504,7 @@ nlohmann::json efficiency_curve(const LocalFigures& f) {
       throw std::runtime_error("calibrate: " + p.label + " ran at " + fmt("%.1f", p.flops / p.seconds / 1e12) +
                                " TFLOP/s, above the peak of " + fmt("%.1f", f.peak_bf16 / 1e12) + " (" + f.peak_source +
                                "): the peak is wrong for this GPU; give --base with its own");
-    by_flops[p.flops].push_back(efficiency);
+    by_flops[one_gemm_flops(p)].push_back(efficiency);
   }
   nlohmann::json curve = nlohmann::json::array();
   for (const auto& [flops, efficiencies] : by_flops) {
