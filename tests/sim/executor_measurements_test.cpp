@@ -1,0 +1,120 @@
+// The planner's `--engine zeroplan` model against what zeroplan's own executor measured on GPUs, as stored in
+// bench/exec/results/2026-11-23-one-gpu/ (its README gives each command): GPT-2 1.5B, micro-batch 8, seq 1024,
+// bf16 on one H200 at stages 0-3 and with the optimizer offloaded to the CPU at stages 2 and 3, planned on the
+// cluster description calibrate wrote on that machine (configs/clusters/h200x1.json), as `zeroplan run` plans
+// them. Each memory component (the allocator's peak per tag) within 3%, the device total (cudaMemGetInfo used at
+// its peak) within 5%, the step time within 10%. The H100 stage-0 step (run_h100_s0.log, configs/clusters/
+// h100x1.json) is held to the same 10%.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/data_paths.h"
+#include "core/json_input.h"
+#include "core/plan_inputs.h"
+#include "sim/planner.h"
+#include "sim/simulator.h"
+
+namespace zeroplan {
+namespace {
+
+constexpr double kComponentTolerance = 0.03;
+constexpr double kTotalTolerance = 0.05;
+constexpr double kStepTolerance = 0.10;
+
+std::filesystem::path results() { return data_directory() / "bench" / "exec" / "results" / "2026-11-23-one-gpu"; }
+
+struct Planned {
+  PlanResult plan;
+  StepSimulation step;
+};
+
+// What `zeroplan run` plans for these inputs (run/training_run.cpp): the executor's engine, dropout 0.
+Planned plan_like_the_run(const std::string& cluster_file, int stage, bool offload) {
+  PlanInputs inputs;
+  inputs.model = "gpt2-1.5b";
+  inputs.cluster = (data_directory() / "configs" / "clusters" / cluster_file).string();
+  inputs.gpus = 1;
+  inputs.micro_batch = 8;
+  inputs.seq = 1024;
+  inputs.precision = Precision::bf16;
+  inputs.engine = TrainingEngine::zeroplan;
+  inputs.stage = stage;
+  inputs.offload_optimizer = offload ? OffloadDevice::cpu : OffloadDevice::none;
+  ResolvedPlanInputs in = resolve_plan_inputs(inputs);
+  in.model.transformer->dropout = 0;
+  const PlanChoice choice{stage, inputs.offload_optimizer.value(), OffloadDevice::none};
+  PlannerOptions options;
+  options.search_max_micro_batch = false;
+  return {evaluate_plan(in.model, in.cluster, in.training, choice, options),
+          simulate_step(in.model, in.cluster, in.training, choice)};
+}
+
+void expect_within(double predicted, double measured, double tolerance, const std::string& what) {
+  const double error = measured == 0 ? (predicted == 0 ? 0.0 : 1.0) : predicted / measured - 1.0;
+  std::printf("  %-18s predicted %16.0f measured %16.0f  %+6.2f%%\n", what.c_str(), predicted, measured,
+              100.0 * error);
+  EXPECT_LE(std::abs(error), tolerance) << what << ": predicted " << predicted << ", measured " << measured;
+}
+
+struct StoredRun {
+  const char* report;
+  int stage;
+  bool offload;
+};
+
+TEST(ExecutorMeasurements, OneH200RunsWithinTolerances) {
+  for (const StoredRun& run : {StoredRun{"run_s0.json", 0, false}, StoredRun{"run_s1.json", 1, false},
+                               StoredRun{"run_s2.json", 2, false}, StoredRun{"run_s3.json", 3, false},
+                               StoredRun{"offload_s2.json", 2, true}, StoredRun{"offload_s3.json", 3, true}}) {
+    SCOPED_TRACE(run.report);
+    std::printf("%s\n", run.report);
+    const nlohmann::json doc = read_json_file(results() / run.report);
+    const nlohmann::json& m = doc.at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+    ASSERT_EQ(m.contains("host_bytes"), run.offload);
+    const Planned p = plan_like_the_run("h200x1.json", run.stage, run.offload);
+    const GpuMemoryBreakdown& g = p.plan.memory.gpu;
+    const nlohmann::json& measured = m.at("gpu_bytes");
+    const auto bytes = [&](const char* tag) { return measured.value(tag, std::int64_t{0}); };
+    expect_within(g.params, bytes("params"), kComponentTolerance, "params");
+    expect_within(g.grads, bytes("grads"), kComponentTolerance, "grads");
+    expect_within(g.master_params, bytes("master_params"), kComponentTolerance, "master_params");
+    expect_within(g.optimizer_states, bytes("optimizer_states"), kComponentTolerance, "optimizer_states");
+    expect_within(g.activations, bytes("activations"), kComponentTolerance, "activations");
+    expect_within(g.logits, bytes("logits"), kComponentTolerance, "logits");
+    expect_within(g.gradient_buckets + g.gathered_params + g.offload_buffers,
+                  bytes("gradient_buckets") + bytes("gathered_params"), kComponentTolerance, "buffers");
+    expect_within(g.runtime_overhead, bytes("runtime_overhead"), kComponentTolerance, "runtime_overhead");
+    expect_within(g.total, m.at("device_used_peak_bytes").get<double>(), kTotalTolerance, "device total");
+    if (run.offload) {
+      std::int64_t host = 0;
+      for (const auto& [tag, b] : m.at("host_bytes").items()) host += b.get<std::int64_t>();
+      expect_within(p.plan.memory.host.total, host, kComponentTolerance, "host pinned");
+    }
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  }
+}
+
+TEST(ExecutorMeasurements, OneH100StageZeroStepWithinTolerance) {
+  // The H100 call kept its log only: "step P ms predicted, M ms measured".
+  std::ifstream log(results() / "run_h100_s0.log");
+  ASSERT_TRUE(log) << "run_h100_s0.log is stored";
+  const std::string text{std::istreambuf_iterator<char>(log), {}};
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(text, match, std::regex(R"(predicted, ([0-9.]+) ms measured)")));
+  const double measured_ms = std::stod(match[1].str());
+  const Planned p = plan_like_the_run("h100x1.json", 0, false);
+  std::printf("run_h100_s0.log\n");
+  expect_within(p.step.step_seconds * 1e3, measured_ms, kStepTolerance, "step ms");
+}
+
+}  // namespace
+}  // namespace zeroplan
