@@ -144,10 +144,22 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   if (in.cluster.total_gpus() != world) in.cluster = with_gpu_count(in.cluster, world);
   if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
   if (in.filter.stage < 0) tr.zero.stage = 0;  // no stage asked for: plain data parallelism
-  // ZeRO-Offload: the optimizer to the CPU at stages 1-3 (exec/zero/zero_engine.h).
-  if (tr.zero.offload_param != OffloadDevice::none)
-    throw InputError(kCli, "--offload-param", "the executor offloads the optimizer only (offload_param is not "
-                                              "implemented yet); expected none");
+  // ZeRO-Offload: the optimizer to the CPU at stages 1-3, the parameters to the CPU at stage 3
+  // (exec/zero/zero_engine.h).
+  if (tr.zero.offload_param == OffloadDevice::nvme)
+    throw InputError(kCli, "--offload-param", "nvme is not implemented by the executor yet; expected none or cpu");
+  if (tr.zero.offload_param == OffloadDevice::cpu && tr.zero.stage != 3)
+    throw InputError(kCli, "--offload-param", "cpu needs --stage 3 (the partitioned parameters); got stage " +
+                                                  std::to_string(tr.zero.stage));
+  if (tr.zero.offload_param == OffloadDevice::cpu) {
+    // Every chunk is staged whole on the GPU before its all-gather: offload_param.buffer_size must hold the
+    // largest (DeepSpeed's NVMe swapper likewise refuses a parameter larger than its buffers).
+    const auto f = executor_layout_figures(in.model, tr, world, 3);
+    if (f && f->largest_chunk > tr.zero.param_buffer_size)
+      throw InputError(o.ds_config ? "--ds-config" : kCli, "zero_optimization.offload_param.buffer_size",
+                       std::to_string(tr.zero.param_buffer_size) + " elements is smaller than the largest partition "
+                       "chunk, " + std::to_string(f->largest_chunk) + " elements; expected at least that");
+  }
   if (tr.zero.offload_optimizer == OffloadDevice::nvme)
     throw InputError(kCli, "--offload-optimizer", "nvme is not implemented by the executor yet; expected none or cpu");
   if (tr.zero.offload_optimizer == OffloadDevice::cpu && tr.zero.stage == 0)
@@ -304,6 +316,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
             << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
 
   std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s;
+  std::vector<double> param_h2d_s, param_d2h_s;
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   exec::CommCounters counters_before;
   for (std::int64_t s = first_step; s < o.steps; ++s) {
@@ -324,6 +337,8 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       to_host_s.push_back(r.times.offload.to_host_s);
       cpu_adamw_s.push_back(r.times.offload.cpu_adamw_s);
       to_device_s.push_back(r.times.offload.to_device_s);
+      param_h2d_s.push_back(r.times.offload.param_to_device_s);
+      param_d2h_s.push_back(r.times.offload.param_to_host_s);
     }
     const double tps = tokens_per_step / r.times.step_s;
     const exec::MemoryReport mem = trainer->memory();
@@ -380,10 +395,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       {"optimizer_states", pred.optimizer_states, mem.component("optimizer_states")},
       {"activations", pred.activations, mem.component("activations")},
       {"logits", pred.logits, mem.component("logits")},
-      // The engine tags its bucket buffers gradient_buckets and stage 3's arena and persistent tensors
-      // gathered_params (exec/zero/zero_engine.cpp); it stages no optimizer-offload copies on the GPU.
+      // The engine tags its bucket buffers gradient_buckets, stage 3's arena and persistent tensors
+      // gathered_params, and offload_param's staging buffers offload_buffers (exec/zero/zero_engine.cpp).
       {"buffers (buckets, gathered, offload)", pred.gradient_buckets + pred.gathered_params + pred.offload_buffers,
-       mem.component("gradient_buckets") + mem.component("gathered_params")},
+       mem.component("gradient_buckets") + mem.component("gathered_params") + mem.component("offload_buffers")},
       {"runtime_overhead (workspace + context)", pred.runtime_overhead, measured_runtime},
       {"total (device view)", pred.total, measured_total}};
   if (trainer->backend() == "cpu") {
@@ -403,7 +418,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                 "component, total = cudaMemGetInfo used at its peak)\n",
                 gib(mem.peak_total).c_str(), gib(mem.device_used_baseline).c_str());
   }
-  if (cfg.zero.offload_optimizer) {
+  if (cfg.zero.offload_optimizer || cfg.zero.offload_param) {
     // Offloaded states: every rank's host bytes (the plan counts the node: ranks per node x per rank).
     double host_all = static_cast<double>(mem.host_total());
     if (ranks_comm && world > 1) ranks_comm->all_reduce_host(&host_all, 1);
@@ -434,6 +449,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     std::printf("  offload (busy time, summed over the partition's pieces): gradients to host %.1f ms, CPU AdamW "
                 "%.1f ms (%d threads), parameters to device %.1f ms\n",
                 median(to_host_s) * 1e3, median(cpu_adamw_s) * 1e3, offload_threads, median(to_device_s) * 1e3);
+  if (cfg.zero.offload_param)
+    std::printf("  parameter offload (busy time): host to device before the all-gathers %.1f ms, updated parameters "
+                "device to host %.1f ms\n",
+                median(param_h2d_s) * 1e3, median(param_d2h_s) * 1e3);
   std::printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% (6N + 12*L*h*s per token, PaLM appendix B; peak = datasheet "
               "dense %s %.0f TFLOP/s of %s)\n",
               tps, tps * flops_per_token / 1e12, 100 * mfu, to_string(tr.precision).c_str(), peak / 1e12,
@@ -507,14 +526,21 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     for (int k = 0; k < exec::kCommKinds; ++k) cs[exec::to_string(static_cast<exec::CommKind>(k))] = median(comm_s[k]);
     m["comm_seconds_per_step"] = cs;
     m["exposed_comm_seconds"] = median(exposed_s);
-    if (cfg.zero.offload_optimizer) {
+    if (cfg.zero.offload_optimizer || cfg.zero.offload_param) {
       nlohmann::json host;
       for (const auto& [name, bytes] : mem.host_by_component) host[name] = bytes;
       m["host_bytes"] = host;  // rank 0's
-      m["offload_seconds"] = {{"to_host", median(to_host_s)},
-                              {"cpu_adamw", median(cpu_adamw_s)},
-                              {"to_device", median(to_device_s)},
-                              {"cpu_threads", offload_threads}};
+      nlohmann::json os;
+      if (cfg.zero.offload_optimizer)
+        os = {{"to_host", median(to_host_s)},
+              {"cpu_adamw", median(cpu_adamw_s)},
+              {"to_device", median(to_device_s)},
+              {"cpu_threads", offload_threads}};
+      if (cfg.zero.offload_param) {
+        os["param_to_device"] = median(param_h2d_s);
+        os["param_to_host"] = median(param_d2h_s);
+      }
+      m["offload_seconds"] = os;
     }
     nlohmann::json ranks = nlohmann::json::array();
     for (int r = 0; r < world; ++r) {

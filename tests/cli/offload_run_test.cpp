@@ -1,7 +1,8 @@
-// `zeroplan run` with the optimizer offloaded to the CPU (ZeRO-Offload, exec/zero/zero_engine.h) on the CPU
-// backend's MPI ranks: the run gives the losses of the same run without offload bit for bit (the CPU AdamW is the
-// CPU backend's AdamW), its checkpoints are those of the run without offload byte for byte and resume bit for
-// bit, and what the executor does not offload is refused in one line naming the flag.
+// `zeroplan run` with the optimizer offloaded to the CPU (ZeRO-Offload, exec/zero/zero_engine.h), and at stage 3
+// the parameters too (ZeRO-Infinity's offload_param cpu), on the CPU backend's MPI ranks: the run gives the
+// losses of the same run without offload bit for bit (the CPU AdamW is the CPU backend's AdamW), its checkpoints
+// are those of the run without offload byte for byte and resume bit for bit, and what the executor does not
+// offload is refused in one line naming the flag or field.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -99,8 +100,79 @@ TEST(OffloadRun, CheckpointsEqualTheRunWithoutOffloadAndResumeBitForBit) {
   }
 }
 
+TEST(OffloadRun, ParametersAndOptimizerOnTheCpuEqualTheRunWithoutAndResumeBitForBit) {
+  // Stage 3 on two ranks, the optimizer offloaded in both runs: with --offload-param cpu the losses and the
+  // checkpoints (byte for byte) are those of the run that keeps the parameter partition on the device, and a
+  // run resumed from step 3 continues it bit for bit.
+  const std::string param = " --offload-param cpu";
+  const fs::path plain = fresh("param-plain"), whole = fresh("param-whole"), parts = fresh("param-parts");
+  const fs::path r_plain = temp_dir() / "param-plain.json", r_whole = temp_dir() / "param-whole.json",
+                 r_parts = temp_dir() / "param-parts.json";
+  CommandResult p = run(run_args(2, 3, true) + " --steps 6 --save-dir " + plain.string() + " --report " +
+                        r_plain.string());
+  ASSERT_EQ(p.status, 0) << p.output << p.errors;
+  CommandResult a = run(run_args(2, 3, true) + param + " --steps 6 --save-dir " + whole.string() + " --report " +
+                        r_whole.string());
+  ASSERT_EQ(a.status, 0) << a.output << a.errors;
+  EXPECT_NE(a.output.find("param:cpu"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("parameter offload"), std::string::npos) << a.output;
+  CommandResult b = run(run_args(2, 3, true) + param + " --steps 3 --save-dir " + parts.string());
+  ASSERT_EQ(b.status, 0) << b.output << b.errors;
+  CommandResult c = run(run_args(2, 3, true) + param + " --steps 6 --resume " + parts.string() + " --save-dir " +
+                        parts.string() + " --report " + r_parts.string());
+  ASSERT_EQ(c.status, 0) << c.output << c.errors;
+  const nlohmann::json mp = measured(r_plain), ma = measured(r_whole);
+  EXPECT_EQ(ma.at("loss").get<std::vector<double>>(), mp.at("loss").get<std::vector<double>>());
+  const auto la = ma.at("loss").get<std::vector<double>>();
+  const auto lc = measured(r_parts).at("loss").get<std::vector<double>>();
+  ASSERT_EQ(la.size(), 6u);
+  ASSERT_EQ(lc.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lc[i]) << "loss of step " << 4 + i;
+  // No parameter partition on the "device", staging buffers instead; the host master is the fp32 partition.
+  EXPECT_EQ(ma.at("gpu_bytes").value("params", std::int64_t{0}), 0);
+  EXPECT_GT(mp.at("gpu_bytes").at("params").get<std::int64_t>(), 0);
+  EXPECT_GT(ma.at("gpu_bytes").at("offload_buffers").get<std::int64_t>(), 0);
+  EXPECT_GT(ma.at("offload_seconds").at("param_to_device").get<double>(), 0.0);
+  for (int r = 0; r < 2; ++r) {
+    char name[32];
+    std::snprintf(name, sizeof name, "rank-%05d.bin", r);
+    const std::string offloaded = bytes_of(whole / "step-00000006" / name);
+    EXPECT_FALSE(offloaded.empty()) << name;
+    EXPECT_EQ(offloaded, bytes_of(parts / "step-00000006" / name)) << name << ": resumed";
+    EXPECT_EQ(offloaded, bytes_of(plain / "step-00000006" / name)) << name << ": against no parameter offload";
+  }
+  for (const fs::path& d : {plain, whole, parts}) fs::remove_all(d);
+  for (const fs::path& f : {r_plain, r_whole, r_parts}) fs::remove(f);
+}
+
+TEST(OffloadRun, ParametersOnTheCpuWithTheDeviceOptimizerEqualTheRunWithout) {
+  const fs::path with = temp_dir() / "param-only.json", without = temp_dir() / "param-none.json";
+  CommandResult a = run(run_args(1, 3, false) + " --offload-param cpu --steps 4 --report " + with.string());
+  ASSERT_EQ(a.status, 0) << a.output << a.errors;
+  CommandResult b = run(run_args(1, 3, false) + " --steps 4 --report " + without.string());
+  ASSERT_EQ(b.status, 0) << b.output << b.errors;
+  const nlohmann::json ma = measured(with), mb = measured(without);
+  EXPECT_EQ(ma.at("loss").get<std::vector<double>>(), mb.at("loss").get<std::vector<double>>());
+  EXPECT_EQ(ma.at("host_bytes").at("offload_params").get<std::int64_t>(),
+            mb.at("gpu_bytes").at("params").get<std::int64_t>());
+  EXPECT_GT(ma.at("offload_seconds").at("param_to_host").get<double>(), 0.0);
+  fs::remove(with);
+  fs::remove(without);
+}
+
 TEST(OffloadRun, WhatTheExecutorDoesNotOffloadIsRefusedByFlag) {
-  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-param cpu"), {"--offload-param"});
+  expect_one_line_error(run(run_args(1, 2, false) + " --steps 2 --offload-param cpu"), {"--offload-param", "stage"});
+  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-param nvme"), {"--offload-param", "nvme"});
+  const fs::path no_path = write_temp(
+      "run_param_nvme_no_path.json",
+      R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})");
+  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --ds-config " + no_path.string()),
+                        {"zero_optimization.offload_param.nvme_path"});
+  const fs::path small = write_temp(
+      "run_param_small_buffers.json",
+      R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_size": 10}}})");
+  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --ds-config " + small.string()),
+                        {"zero_optimization.offload_param.buffer_size", "largest partition chunk"});
   expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-optimizer nvme"), {"--offload-optimizer", "nvme"});
   expect_one_line_error(run(run_args(1, 0, true) + " --steps 2"), {"--offload-optimizer", "stage"});
 }
