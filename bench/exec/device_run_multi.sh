@@ -17,6 +17,9 @@
 #                torchrun on the same N GPUs
 #   offload      the same model at stage 2 and 3 with the optimizer on the CPU, and stage 3 with optimizer and
 #                parameters on the CPU, beside their plans
+#   largest      the largest GPT-2-family models the planner fits on 2x H200 (bench/exec/models/): gpt2-h6144-l36
+#                (16.6B) at stage 3, which does not fit at stage 2 (issue 11), and gpt2-h6144-l37 (17.1B) at stage 3
+#                with optimizer and parameters on the CPU, host-bound (issue 12); 10 steps each beside their plans
 #   calibrate    zeroplan calibrate over the N GPUs (NCCL busbw per collective 1 MiB-1 GiB, GEMMs, PCIe, CPU AdamW,
 #                disk): $OUT/h200xN.json comes back, to ship in configs/clusters/
 # Issue 15 (4 and 8 GPUs), per kind: "tests equivalence", "checkpoint faults", "speed", "offload calibrate".
@@ -162,6 +165,14 @@ if has offload; then
       > "$OUT/off_$name.log" 2>&1
     summary+=("offload stage $st $flags: $(tokens "$OUT/off_$name.log") | $(grep -E 'step .* predicted' "$OUT/off_$name.log" | tr -s ' ')")
   done
+fi
+if has largest; then
+  L="--cluster h200x2 --micro-batch 1 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 10 --warmup-steps 3"
+  timeout 280 $RUN run --model bench/exec/models/gpt2-h6144-l36.json $L --report "$OUT/largest_s3.json" > "$OUT/largest_s3.log" 2>&1
+  summary+=("largest, stage 3 (16.6B) rc=$?: $(tokens "$OUT/largest_s3.log") | $(grep -E 'total \(device|step .* predicted' "$OUT/largest_s3.log" | tr -s ' ' | tr '\n' ' ')")
+  timeout 280 $RUN run --model bench/exec/models/gpt2-h6144-l37.json $L --offload-optimizer cpu --offload-param cpu \
+    --report "$OUT/largest_offload.json" > "$OUT/largest_offload.log" 2>&1
+  summary+=("largest, stage 3 + opt/param on CPU (17.1B) rc=$?: $(tokens "$OUT/largest_offload.log") | $(grep -E 'total \(device|pinned|step .* predicted' "$OUT/largest_offload.log" | tr -s ' ' | tr '\n' ' ')")
 fi
 if has calibrate; then
   mkdir -p /var/tmp/zeroplan-calibrate-disk
