@@ -53,7 +53,8 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   const std::int64_t states = stage == 0 ? n : part;
   std::vector<DeviceAllocation> a;
   // exec/zero/zero_engine.cpp (constructor, setup_stage3); CUDA kernels overwrite, so no micro-step gradients.
-  a.push_back({"params", e * (stage == 3 ? part : n)});
+  // offload_param (stage 3): the partition in host memory, staging buffers on the device instead.
+  if (!c.zero.offload_param) a.push_back({"params", e * (stage == 3 ? part : n)});
   a.push_back({"grads", e * (stage >= 2 ? part : n)});
   if (!c.zero.offload_optimizer) {
     if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states});
@@ -64,6 +65,8 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   if (buffers.accumulation_scratch > 0) a.push_back({"gradient_buckets", e * buffers.accumulation_scratch});
   if (stage == 3 && buffers.persistent_elements > 0) a.push_back({"gathered_params", e * buffers.persistent_elements});
   if (stage == 3 && buffers.arena_elements > 0) a.push_back({"gathered_params", e * buffers.arena_elements});
+  for (int i = 0; i < buffers.param_staging_buffers; ++i)
+    a.push_back({"offload_buffers", e * buffers.param_staging_elements});
   // exec/cuda/cuda_zero_device.cu (constructor): the gradient-norm slots and partials.
   a.push_back({"workspace", 4 * kNormSlots});
   a.push_back({"workspace", 4 * (kNormPartials + 1)});

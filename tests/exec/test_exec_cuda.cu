@@ -617,6 +617,70 @@ TEST(CudaTrainer, OptimizerOffloadMatchesTheDeviceOptimizer) {
     }
 }
 
+// ZeRO-Infinity parameter offload (offload_param cpu, stage 3) on one GPU, every precision: the parameter
+// partition in host memory, each chunk copied host-to-device into a staging buffer before its all-gather. With
+// the device AdamW (results copied back to the host) against the same run without parameter offload, and with
+// the optimizer offloaded too (the CPU AdamW writing the host partition) against optimizer offload alone. The
+// staged chunks are the bytes the device partition would hold and the same AdamW computes the update, so with
+// --deterministic (the ordered reductions) the runs are equal: tolerance 0 on losses, parameters and states.
+// buffer_count 2 makes the staging buffers rotate inside a unit; one case uses pageable memory (pin_memory
+// false).
+TEST(CudaTrainer, ParameterOffloadEqualsTheDevicePartition) {
+  REQUIRE_GPU();
+  for (ExecPrecision precision : {ExecPrecision::fp32, ExecPrecision::bf16, ExecPrecision::fp16})
+    for (bool optimizer : {false, true}) {
+      const std::string what = to_string(precision) + (optimizer ? ", optimizer offloaded too" : ", device AdamW");
+      ExecConfig c = small_model(precision);
+      c.grad_accum = 2;
+      c.zero.stage = 3;
+      c.zero.reduce_bucket_elements = 40000;
+      c.zero.param_persistence_threshold = 1000;
+      c.zero.deterministic = true;
+      c.zero.offload_optimizer = optimizer;
+      c.zero.cpu_optimizer_threads = 4;
+      c.optimizer.grad_clip = 0.5;
+      ExecConfig o = c;
+      o.zero.offload_param = true;
+      o.zero.param_buffer_count = 2;
+      o.zero.offload_pin_memory = !(optimizer && precision == ExecPrecision::bf16);
+      auto dev = make_cuda_trainer(c);
+      auto off = make_cuda_trainer(o);
+      EXPECT_EQ(off->params(), dev->params()) << what << ": initialization";
+      auto src = TokenSource::synthetic(c.shape.vocab, 12);
+      for (int s = 0; s < 4; ++s) {
+        const auto b = src.next_batch(c.micro_batch * c.grad_accum, c.seq_len);
+        const auto rd = dev->step(b.inputs, b.targets);
+        const auto ro = off->step(b.inputs, b.targets);
+        EXPECT_EQ(ro.skipped, rd.skipped) << what << ", step " << s;
+        EXPECT_EQ(ro.loss, rd.loss) << what << ", step " << s;
+        EXPECT_EQ(ro.grad_norm, rd.grad_norm) << what << ", step " << s;
+        EXPECT_GT(ro.times.offload.param_to_device_s, 0) << what;
+        if (optimizer) EXPECT_EQ(ro.times.offload.param_to_host_s, 0) << what;
+        else EXPECT_GT(ro.times.offload.param_to_host_s, 0) << what;
+      }
+      const std::vector<float> pd = dev->params();
+      EXPECT_EQ(off->params(), pd) << what;
+      std::vector<float> md, mo, m1, m2, v1, v2;
+      dev->read_owned_state(md, m1, v1);
+      off->read_owned_state(mo, m2, v2);
+      EXPECT_EQ(mo, md) << what << ": master";
+      EXPECT_EQ(m2, m1) << what << ": AdamW momentum";
+      EXPECT_EQ(v2, v1) << what << ": AdamW variance";
+      // The partition on the host (fp32 with the optimizer offloaded: the host master is the partition), staging
+      // buffers on the GPU instead.
+      const MemoryReport mem = off->memory();
+      EXPECT_EQ(mem.component("params"), 0) << what;
+      EXPECT_GT(mem.component("offload_buffers"), 0) << what;
+      const std::int64_t part = static_cast<std::int64_t>(mo.size());
+      const std::int64_t e = element_bytes(precision);
+      // With the optimizer offloaded the 16-bit copy the CPU AdamW writes is the partition: no byte more.
+      EXPECT_EQ(mem.host_total() - dev->memory().host_total(), optimizer ? 0 : part * e) << what;
+      // set_params writes the host partition through the device's rounding.
+      off->set_params(pd);
+      EXPECT_EQ(off->params(), pd) << what << ": set_params";
+    }
+}
+
 // fp16 under offload: the overflow is decided from the agreed norm before any update, so the skipped step leaves
 // the parameters (on the GPU and the host master) as they were.
 TEST(CudaTrainer, OffloadedFp16OverflowSkipsTheStep) {
