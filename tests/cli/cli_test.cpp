@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -231,6 +232,22 @@ TEST(RunCommand, BadInputIsOneLine) {
   expect_one_line_error(run("run --model " + kTinyModel + " --backend tpu --steps 1"), {"--backend"});
   expect_one_line_error(run("run --model " + kTinyModel + " --backend cpu --steps 1 --data /no/such/file.bin"),
                         {"/no/such/file.bin"});
+  // DeepSpeed dtype fields the executor does not honour are refused by name, not accepted and ignored; the
+  // model precision itself is accepted.
+  for (const auto& [field, json_field] : {std::pair<std::string, std::string>{"communication_data_type",
+                                                                              R"("communication_data_type": "fp32")"},
+                                          {"data_types.grad_accum_dtype", R"("data_types": {"grad_accum_dtype": "fp32"})"}}) {
+    const std::filesystem::path config = write_temp(
+        "dtype.json", R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, )" +
+                          json_field + "}");
+    expect_one_line_error(run("run --model " + kTinyModel + " --backend cpu --seq 32 --steps 1 --ds-config " + config.string()),
+                          {field, "fp32 is not implemented by the executor", "expected bf16"});
+  }
+  const std::filesystem::path same = write_temp(
+      "dtype_same.json",
+      R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}, "communication_data_type": "fp32"})");
+  const CommandResult fp32 = run("run --model " + kTinyModel + " --backend cpu --seq 32 --steps 1 --ds-config " + same.string());
+  EXPECT_EQ(fp32.status, 0) << fp32.errors;
 }
 
 // Issue 9: inputs that crashed or got a wrong answer end in one line naming the file or flag, exit status 2.
