@@ -25,38 +25,10 @@
 # Issue 15 (4 and 8 GPUs), per kind: "tests equivalence", "checkpoint faults", "speed", "offload calibrate".
 # Logs and reports go into $OUT/logs.tar.gz (a call brings back 8 files at most); the summary is printed last and
 # kept in $OUT/summary.txt.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PARTS="${*:-tests equivalence}"
-has() { [[ " $PARTS " == *" $1 "* ]]; }
-FINAL_OUT=${OUT:-/tmp/zeroplan-out}
-OUT=$(mktemp -d /tmp/zeroplan-logs.XXXX)
-mkdir -p "$FINAL_OUT"
-BUILD=build-dev
-[ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
-STEPS=${STEPS:-20}
-N=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "$N x $GPU_NAME, $(nproc) cores"
-t0=$(date +%s)
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
-  -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$OUT/build.log" 2>&1
-grep "zeroplan:" "$OUT/build.log"
-if ! ninja -C $BUILD -j"$(nproc)" zeroplan_exec_cuda_tests zeroplan >> "$OUT/build.log" 2>&1; then
-  grep -E "error|FAILED" "$OUT/build.log" | head -40; cp "$OUT/build.log" "$FINAL_OUT/"; exit 1
-fi
-echo "build: $(( $(date +%s) - t0 )) s"
-RUN=$BUILD/cli/zeroplan
-summary=()
-tokens() { grep -E '^  [0-9]+ tokens/s' "$1" | cut -c1-70; }
-BIG="--model gpt2-1.5b --cluster h200x4 --micro-batch 8 --seq 1024 --precision bf16 --checkpointing none"
-
-if has tests; then
-  timeout 240 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$OUT/gpu_tests.log" 2>&1; rc=$?
-  grep -E "FAILED|Failure|Expected|Which is|actual" "$OUT/gpu_tests.log" | head -30
-  summary+=("gpu tests rc=$rc ($(grep -c '\[       OK' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$OUT/gpu_tests.log") failed lines)")
-fi
+DEFAULT_PARTS="tests equivalence"
+source bench/exec/device_common.sh
+CLUSTER=h200x$N; [ -f configs/clusters/$CLUSTER.json ] || CLUSTER=h200x4  # the bundled description of this kind
+BIG="--model gpt2-1.5b --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 --checkpointing none"
 
 if has equivalence; then
   # N ranks against one rank at GPT-2 124M: the same global batch (N ranks x 8/N micro-steps against 1 x 8)
@@ -181,6 +153,4 @@ if has calibrate; then
     --name $name --out "$FINAL_OUT/$name.json" --force > "$OUT/calibrate.log" 2>&1
   summary+=("calibrate rc=$?: $(grep -E 'all-reduce|wrote' "$OUT/calibrate.log" | tail -2 | tr '\n' ' ' | cut -c1-200)")
 fi
-{ echo "================ summary ($PARTS, $N x $GPU_NAME) ================"
-  for s in "${summary[@]}"; do echo "$s"; done; } | tee "$FINAL_OUT/summary.txt"
-tar czf "$FINAL_OUT/logs.tar.gz" -C "$OUT" .
+finish

@@ -13,38 +13,10 @@
 #                peers eager and torch.compile
 # Carry bench/deps (bench/exec/carry_deps.sh). Logs and reports go into $OUT/logs.tar.gz (a call brings back 8
 # files at most); the summary is printed last and kept in $OUT/summary.txt.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PARTS="${*:-tests equivalence checkpoint faults}"
-has() { [[ " $PARTS " == *" $1 "* ]]; }
-FINAL_OUT=${OUT:-/tmp/zeroplan-out}
-OUT=$(mktemp -d /tmp/zeroplan-logs.XXXX)
-mkdir -p "$FINAL_OUT"
-BUILD=build-dev
-# liburing is not on the GPU machines: bench/exec/carry_deps.sh makes bench/deps/liburing, carried with the call
-[ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
-STEPS=${STEPS:-20}
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "$GPU_NAME"
-case "$GPU_NAME" in *H100*) CLUSTER=h100x8 ;; *) CLUSTER=h200x4 ;; esac
-t0=$(date +%s)
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
-  -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$OUT/build.log" 2>&1
-grep "zeroplan:" "$OUT/build.log"
-if ! ninja -C $BUILD -j16 zeroplan_exec_cuda_tests zeroplan >> "$OUT/build.log" 2>&1; then
-  grep -E "error|FAILED" "$OUT/build.log" | head -40; cp "$OUT/build.log" "$FINAL_OUT/"; exit 1
-fi
-echo "build: $(( $(date +%s) - t0 )) s"
-RUN=$BUILD/cli/zeroplan
-summary=()
-tokens() { grep -E '^  [0-9]+ tokens/s' "$1" | cut -c1-70; }
+DEFAULT_PARTS="tests equivalence checkpoint faults"
+source bench/exec/device_common.sh
+case "$GPU_NAME" in *H100*) CLUSTER=h100x1 ;; *) CLUSTER=h200x1 ;; esac  # calibrated there (zeroplan calibrate)
 
-if has tests; then
-  timeout 240 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$OUT/gpu_tests.log" 2>&1; rc=$?
-  grep -E "FAILED|Failure|Expected|Which is|actual|error" "$OUT/gpu_tests.log" | head -40
-  summary+=("gpu tests rc=$rc ($(grep -c '\[       OK' "$OUT/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$OUT/gpu_tests.log") failed lines)")
-fi
 if has equivalence; then
   # Stages 1-3 against stage 0 on one GPU, the same batch: the partitioned code paths at world 1.
   for prec in fp32 bf16; do
@@ -128,6 +100,4 @@ if has speed; then
     summary+=("peer ${peer:-eager}: $(python3 -c "import json;d=json.loads(open('$OUT/peer$peer.log').read().strip().splitlines()[-1]);print(f\"{d['tokens_per_second']:.0f} tokens/s, {d['step_seconds_median']*1e3:.1f} ms, peak alloc {d['peak_allocated_gib']:.2f} GiB\")" 2>&1)")
   done
 fi
-{ echo "================ summary ($PARTS, $GPU_NAME) ================"
-  for s in "${summary[@]}"; do echo "$s"; done; } | tee "$FINAL_OUT/summary.txt"
-tar czf "$FINAL_OUT/logs.tar.gz" -C "$OUT" .
+finish
