@@ -107,9 +107,14 @@ if has faults; then
   s=$(date +%s.%N)
   timeout 150 $RUN run $F > "$OUT/fault_kill9.log" 2>&1 &
   launcher=$!
-  for _ in $(seq 1 600); do grep -q '^step *3' "$OUT/fault_kill9.log" && break; sleep 0.2; done
-  zl=$(pgrep -P "$launcher" | head -1)            # timeout's child: zeroplan's launcher
-  victim=$(pgrep -P "${zl:-0}" | tail -1)          # the launcher's last rank process
+  for _ in $(seq 1 600); do
+    grep -q '^step *3' "$OUT/fault_kill9.log" && break
+    kill -0 "$launcher" 2> /dev/null || break  # the run ended on its own: nothing to kill
+    sleep 0.2
+  done
+  victim=
+  zl=$(pgrep -P "$launcher" | head -1)                  # timeout's child: zeroplan's launcher
+  [ -n "$zl" ] && victim=$(pgrep -P "$zl" | tail -1)    # the launcher's last rank process
   [ -n "$victim" ] && kill -9 "$victim"
   wait "$launcher"; rc=$?
   e=$(date +%s.%N); sleep 2
