@@ -136,6 +136,24 @@ TEST(FuzzFindings, CheckpointSegmentPastAnyTensorIsRefused) {
   }
 }
 
+// Found by the checkpoint_manifest target in a 10-minute run (scripts/fuzz.sh 600, 2026-11-23): pieces of wte at
+// [1, 17) and [16, 32) overlap, so read() of [0, 17) counted 17 elements covered and left element 0 unwritten.
+// Overlapping pieces are now refused when the manifest is read, naming the tensor and both files.
+TEST(FuzzFindings, OverlappingCheckpointPiecesAreRefused) {
+  const std::filesystem::path file =
+      std::filesystem::path(ZEROPLAN_FUZZ_REGRESSION_DIR) / "checkpoint_manifest" / "segments-overlap.json";
+  try {
+    parser_input("checkpoint_manifest").feed(read_bytes(file));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& error) {
+    const std::string what = error.what();
+    EXPECT_NE(what.find("manifest.json"), std::string::npos) << what;
+    EXPECT_NE(what.find("pieces of wte overlap: elements [1, 17) in rank-00000.bin and [16, 32) in rank-00001.bin"),
+              std::string::npos)
+        << what;
+  }
+}
+
 std::vector<std::string> parser_names() {
   std::vector<std::string> names;
   for (const auto& input : parser_inputs()) names.push_back(input.name);
