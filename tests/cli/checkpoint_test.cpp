@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTiny = std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/data/tiny-gpt2.json";
+const std::string& kTiny = kTinyGpt2;
 
 std::string run_args(int ranks, int stage, int grad_accum) {
   return "run --model " + kTiny + " --backend cpu --gpus " + std::to_string(ranks) + " --stage " +
@@ -32,17 +32,6 @@ std::string run_args(int ranks, int stage, int grad_accum) {
 std::vector<double> losses(const fs::path& report) {
   const nlohmann::json doc = nlohmann::json::parse(read_file(report));
   return doc.at("measured").at("loss").get<std::vector<double>>();
-}
-
-std::string bytes_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-fs::path fresh(const std::string& name) {
-  const fs::path p = temp_dir() / name;
-  fs::remove_all(p);
-  return p;
 }
 
 // name -> fp32 values of a safetensors file written with --dtype fp32.
@@ -85,8 +74,7 @@ TEST(Checkpoints, ResumeEqualsAnUninterruptedRunBitForBit) {
       for (int i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lc[i]) << "loss of step " << 4 + i;
       // Same world and stage: every rank's states are the same bytes.
       for (int r = 0; r < ranks; ++r) {
-        char name[32];
-        std::snprintf(name, sizeof name, "rank-%05d.bin", r);
+        const std::string name = rank_file(r);
         EXPECT_EQ(bytes_of(whole / "step-00000006" / name), bytes_of(parts / "step-00000006" / name)) << name;
       }
     }

@@ -200,7 +200,7 @@ TEST(Cli, BadFormatIsAnInputError) {
 
 namespace {
 
-const std::string kTinyModel = std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/data/tiny-gpt2.json";
+const std::string& kTinyModel = kTinyGpt2;
 const std::string kTextSample = std::string(ZEROPLAN_SOURCE_DIR) + "/data/sample_stories.txt";
 
 TEST(RunCommand, CpuBackendTrainsOnTextAndTheLossFalls) {

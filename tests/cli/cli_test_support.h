@@ -9,12 +9,29 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 namespace zeroplan_test {
+
+// The tiny GPT-2 description the CPU-backend runs train (tests/cli/data).
+inline const std::string kTinyGpt2 = std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/data/tiny-gpt2.json";
+
+// A file's whole contents ("" when it cannot be read).
+inline std::string bytes_of(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A rank's checkpoint file name, as run/checkpoint.cpp writes it.
+inline std::string rank_file(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.bin", rank);
+  return name;
+}
 
 struct CommandResult {
   int status = -1;
@@ -29,6 +46,13 @@ inline std::filesystem::path temp_dir() {
     return path;
   }();
   return dir;
+}
+
+// A path under temp_dir() with nothing at it yet.
+inline std::filesystem::path fresh(const std::string& name) {
+  const std::filesystem::path p = temp_dir() / name;
+  std::filesystem::remove_all(p);
+  return p;
 }
 
 inline std::string read_file(const std::filesystem::path& path) {

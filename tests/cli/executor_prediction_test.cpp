@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTiny = std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/data/tiny-gpt2.json";
+const std::string& kTiny = kTinyGpt2;
 
 // The engine's allocations, tagged as the planner names its components.
 const char* const kEngineComponents[] = {"params", "grads", "master_params", "optimizer_states", "gradient_buckets",

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTiny = std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/data/tiny-gpt2.json";
+const std::string& kTiny = kTinyGpt2;
 
 std::string run_args(int ranks, int stage, bool offload) {
   return "run --model " + kTiny + " --backend cpu --gpus " + std::to_string(ranks) + " --stage " +
@@ -27,19 +27,21 @@ std::string run_args(int ranks, int stage, bool offload) {
          (offload ? " --offload-optimizer cpu" : "");
 }
 
+// Both ranks' step-6 checkpoint files: the uninterrupted offloaded run's equal the resumed run's and the run
+// without (that) offload's, byte for byte.
+void expect_step6_rank_files_equal(const fs::path& whole, const fs::path& parts, const fs::path& plain,
+                                   const std::string& against) {
+  for (int r = 0; r < 2; ++r) {
+    const std::string name = rank_file(r);
+    const std::string offloaded = bytes_of(whole / "step-00000006" / name);
+    EXPECT_FALSE(offloaded.empty()) << name;
+    EXPECT_EQ(offloaded, bytes_of(parts / "step-00000006" / name)) << name << ": resumed";
+    EXPECT_EQ(offloaded, bytes_of(plain / "step-00000006" / name)) << name << ": " << against;
+  }
+}
+
 nlohmann::json measured(const fs::path& report) {
   return nlohmann::json::parse(read_file(report)).at("measured");
-}
-
-std::string bytes_of(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-fs::path fresh(const std::string& name) {
-  const fs::path p = temp_dir() / name;
-  fs::remove_all(p);
-  return p;
 }
 
 }  // namespace
@@ -86,14 +88,7 @@ TEST(OffloadRun, CheckpointsEqualTheRunWithoutOffloadAndResumeBitForBit) {
     ASSERT_EQ(la.size(), 6u);
     ASSERT_EQ(lc.size(), 3u);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lc[i]) << "loss of step " << 4 + i;
-    for (int r = 0; r < 2; ++r) {
-      char name[32];
-      std::snprintf(name, sizeof name, "rank-%05d.bin", r);
-      const std::string offloaded = bytes_of(whole / "step-00000006" / name);
-      EXPECT_FALSE(offloaded.empty()) << name;
-      EXPECT_EQ(offloaded, bytes_of(parts / "step-00000006" / name)) << name << ": resumed";
-      EXPECT_EQ(offloaded, bytes_of(plain / "step-00000006" / name)) << name << ": against no offload";
-    }
+    expect_step6_rank_files_equal(whole, parts, plain, "against no offload");
     for (const fs::path& d : {plain, whole, parts}) fs::remove_all(d);
     fs::remove(r_whole);
     fs::remove(r_parts);
@@ -133,14 +128,7 @@ TEST(OffloadRun, ParametersAndOptimizerOnTheCpuEqualTheRunWithoutAndResumeBitFor
   EXPECT_GT(mp.at("gpu_bytes").at("params").get<std::int64_t>(), 0);
   EXPECT_GT(ma.at("gpu_bytes").at("offload_buffers").get<std::int64_t>(), 0);
   EXPECT_GT(ma.at("offload_seconds").at("param_to_device").get<double>(), 0.0);
-  for (int r = 0; r < 2; ++r) {
-    char name[32];
-    std::snprintf(name, sizeof name, "rank-%05d.bin", r);
-    const std::string offloaded = bytes_of(whole / "step-00000006" / name);
-    EXPECT_FALSE(offloaded.empty()) << name;
-    EXPECT_EQ(offloaded, bytes_of(parts / "step-00000006" / name)) << name << ": resumed";
-    EXPECT_EQ(offloaded, bytes_of(plain / "step-00000006" / name)) << name << ": against no parameter offload";
-  }
+  expect_step6_rank_files_equal(whole, parts, plain, "against no parameter offload");
   for (const fs::path& d : {plain, whole, parts}) fs::remove_all(d);
   for (const fs::path& f : {r_plain, r_whole, r_parts}) fs::remove(f);
 }
