@@ -68,15 +68,6 @@ exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig
   return c;
 }
 
-std::vector<std::string> own_command_line() {
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> args;
-  std::string arg;
-  while (std::getline(f, arg, '\0')) args.push_back(arg);
-  if (args.empty()) throw std::runtime_error("cannot read this process's command line to start the ranks");
-  return args;
-}
-
 std::string fmt(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
@@ -179,7 +170,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     // A damaged checkpoint is one line here, before any rank starts.
     if (resume) resume->verify();
     // This process is the launcher: start the ranks, which print the plan and the run themselves.
-    if (o.argv.empty()) o.argv = own_command_line();
+    if (o.argv.empty()) o.argv = this_process_command_line();
     if (o.backend == "cpu") {
       if (!exec::mpi_available())
         throw InputError(kCli, "--gpus", "this zeroplan was built without MPI: the CPU backend runs one rank");
