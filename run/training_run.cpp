@@ -254,8 +254,11 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     }
   }();
 
-  std::unique_ptr<exec::Trainer> trainer;
+  // The communicators before the trainer, so that they outlive it: the trainer's destructor waits on the
+  // communicator's stream (a destroyed NCCL stream crashed every 2-GPU run at its end, and every rank that
+  // failed by an exception, on the first 2xH200 run).
   std::unique_ptr<exec::Communicator> mpi, comm;
+  std::unique_ptr<exec::Trainer> trainer;
   if (env.by_mpi || (o.backend == "cpu" && world > 1)) mpi = exec::make_mpi_communicator(guard->comm_watch());
   if (o.backend == "cpu") {
     trainer = exec::make_cpu_trainer(cfg, mpi.get());
