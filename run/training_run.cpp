@@ -283,7 +283,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   }
   // PaLM appendix B (zero-formulas.md sec. 6): 6N + 12 L h s per token, recompute not counted.
   const double flops_per_token = model_flops_per_token(in.model, tr);
-  const double peak = in.cluster.peak_flops(to_string(tr.precision));
+  const double peak = in.cluster.peak_flops(to_string(tr.precision));  // per GPU
+  // MFU of the job: the global batch's FLOPs over every rank's peak (PaLM appendix B); the first 2-GPU run
+  // divided by one GPU's peak and printed twice the true figure.
+  const double job_peak = peak * world;
   const std::int64_t tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
   if (resume) {
     // The checkpoint's states (resharded to this world and stage), optimizer step, loss scaler and data position.
@@ -349,7 +352,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     const exec::MemoryReport mem = trainer->memory();
     std::printf("step %4lld/%lld | loss %.4f | %8.1f ms | %10.0f tok/s | MFU %5.1f%% | mem %.2f GiB%s%s\n",
                 static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, r.times.step_s * 1e3, tps,
-                peak > 0 ? 100.0 * tps * flops_per_token / peak : 0.0, to_gib(mem.peak_total),
+                job_peak > 0 ? 100.0 * tps * flops_per_token / job_peak : 0.0, to_gib(mem.peak_total),
                 r.skipped ? " | overflow: step skipped" : "",
                 cfg.precision == exec::ExecPrecision::fp16 ? (" | scale " + fmt("%.0f", r.loss_scale)).c_str() : "");
     std::fflush(stdout);
@@ -360,7 +363,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   const exec::MemoryReport mem = trainer->memory();
   const double step_med = median(step_s);
   const double tps = tokens_per_step / step_med;
-  const double mfu = peak > 0 ? tps * flops_per_token / peak : 0.0;
+  const double mfu = job_peak > 0 ? tps * flops_per_token / job_peak : 0.0;
   // Measured runtime overhead: the executor's workspace (backward scratch, cuBLASLt workspace) plus what the
   // device reports beyond our allocations (CUDA context, libraries), i.e. the planner's runtime_overhead.
   const Bytes device_extra = mem.device_total > 0 ? std::max<Bytes>(0, mem.device_used_peak - mem.peak_total) : 0;
@@ -459,9 +462,9 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                 "device to host %.1f ms\n",
                 median(param_h2d_s) * 1e3, median(param_d2h_s) * 1e3);
   std::printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% (6N + 12*L*h*s per token, PaLM appendix B; peak = datasheet "
-              "dense %s %.0f TFLOP/s of %s)\n",
+              "dense %s %.0f TFLOP/s of %s x %d)\n",
               tps, tps * flops_per_token / 1e12, 100 * mfu, to_string(tr.precision).c_str(), peak / 1e12,
-              in.cluster.gpu_model.c_str());
+              in.cluster.gpu_model.c_str(), world);
   std::printf("  loss %.4f -> %.4f\n", losses.front(), losses.back());
   if (world > 1) {
     std::printf("\ncommunication per step and GPU (bytes of the full buffer per collective, nccl-tests' convention)\n");
