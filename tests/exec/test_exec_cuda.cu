@@ -90,6 +90,20 @@ struct Buf {
   }
 };
 
+// Where two runs' parameters part: how many elements differ, the first index and both values (the index
+// names the tensor through the trainer's ParamLayout); "equal" when none does.
+std::string differing_elements(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return "sizes " + std::to_string(got.size()) + " and " + std::to_string(ref.size());
+  std::size_t count = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 && count++ == 0) first = i;
+  if (count == 0) return "equal";
+  char text[160];
+  std::snprintf(text, sizeof text, "%zu of %zu elements differ, the first at %zu: %.9g against %.9g", count,
+                got.size(), first, got[first], ref[first]);
+  return text;
+}
+
 double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   double d = 0, r = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
@@ -645,7 +659,7 @@ TEST(CudaTrainer, ParameterOffloadEqualsTheDevicePartition) {
       o.zero.offload_pin_memory = !(optimizer && precision == ExecPrecision::bf16);
       auto dev = make_cuda_trainer(c);
       auto off = make_cuda_trainer(o);
-      EXPECT_EQ(off->params(), dev->params()) << what << ": initialization";
+      EXPECT_EQ(differing_elements(off->params(), dev->params()), "equal") << what << ": initialization";
       auto src = TokenSource::synthetic(c.shape.vocab, 12);
       for (int s = 0; s < 4; ++s) {
         const auto b = src.next_batch(c.micro_batch * c.grad_accum, c.seq_len);
@@ -659,13 +673,13 @@ TEST(CudaTrainer, ParameterOffloadEqualsTheDevicePartition) {
         else EXPECT_GT(ro.times.offload.param_to_host_s, 0) << what;
       }
       const std::vector<float> pd = dev->params();
-      EXPECT_EQ(off->params(), pd) << what;
+      EXPECT_EQ(differing_elements(off->params(), pd), "equal") << what;
       std::vector<float> md, mo, m1, m2, v1, v2;
       dev->read_owned_state(md, m1, v1);
       off->read_owned_state(mo, m2, v2);
-      EXPECT_EQ(mo, md) << what << ": master";
-      EXPECT_EQ(m2, m1) << what << ": AdamW momentum";
-      EXPECT_EQ(v2, v1) << what << ": AdamW variance";
+      EXPECT_EQ(differing_elements(mo, md), "equal") << what << ": master";
+      EXPECT_EQ(differing_elements(m2, m1), "equal") << what << ": AdamW momentum";
+      EXPECT_EQ(differing_elements(v2, v1), "equal") << what << ": AdamW variance";
       // The partition on the host (fp32 with the optimizer offloaded: the host master is the partition), staging
       // buffers on the GPU instead.
       const MemoryReport mem = off->memory();
