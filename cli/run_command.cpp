@@ -37,6 +37,9 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--resume", options->resume,
                   "Continue from a checkpoint: a step directory, or a save directory (its latest complete step); "
                   "any world size and stage (the partitions are resharded)");
+  cmd->add_option("--nvme-path", options->nvme_path,
+                  "With --offload-optimizer nvme: the directory on a local disk (NVMe) the optimizer states swap to "
+                  "(DeepSpeed's offload_optimizer.nvme_path)");
   cmd->add_option("--collective-timeout", options->collective_timeout_s,
                   "Seconds a collective may wait for the other ranks; past it the run stops, naming the rank that "
                   "never arrived")

@@ -84,6 +84,14 @@ struct ZeroSettings {
   bool offload_param = false;
   std::int64_t param_buffer_count = 5;            // offload_param.buffer_count (DeepSpeed default 5)
   std::int64_t param_buffer_elements = 100000000;  // offload_param.buffer_size (DeepSpeed default 1e8 elements)
+  // ZeRO-Infinity optimizer offload (offload_optimizer {"device": "nvme"}, with offload_optimizer): a non-empty
+  // nvme_path puts the fp32 master partition and AdamW moments in files under it, swapped through
+  // optimizer_buffer_count host buffers (exec/offload/optimizer_swapper.h); the update is that of offload to the
+  // CPU. nvme_path_source / nvme_path_field name where the path came from in its errors.
+  std::string nvme_path;
+  std::string nvme_path_source = "DeepSpeed config";
+  std::string nvme_path_field = "zero_optimization.offload_optimizer.nvme_path";
+  std::int64_t optimizer_buffer_count = 4;  // offload_optimizer.buffer_count (DeepSpeed default 4)
 };
 
 struct ExecConfig {

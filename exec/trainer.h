@@ -45,6 +45,8 @@ struct MemoryReport {
   std::int64_t device_used_peak = 0;     // total - free, the largest value sampled after each step
   // Host memory of offloaded states (ZeroDevice::allocate_host), per component ("offload_master_params", ...).
   std::vector<std::pair<std::string, std::int64_t>> host_by_component;
+  // offload_optimizer nvme: the bytes of the rank's swap files under nvme_path (ZeroEngine::nvme_bytes).
+  std::int64_t nvme_bytes = 0;
   std::int64_t host_total() const {
     std::int64_t sum = 0;
     for (const auto& [n, b] : host_by_component) sum += b;

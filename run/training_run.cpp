@@ -149,7 +149,8 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // ZeRO-Offload: the optimizer to the CPU at stages 1-3, the parameters to the CPU at stage 3
   // (exec/zero/zero_engine.h).
   if (tr.zero.offload_param == OffloadDevice::nvme)
-    throw InputError(kCli, "--offload-param", "nvme is not implemented by the executor yet; expected none or cpu");
+    throw InputError(kCli, "--offload-param", "nvme is not implemented by the executor (it swaps the optimizer states "
+                                              "to NVMe: --offload-optimizer nvme); expected none or cpu");
   if (tr.zero.offload_param == OffloadDevice::cpu && tr.zero.stage != 3)
     throw InputError(kCli, "--offload-param", "cpu needs --stage 3 (the partitioned parameters); got stage " +
                                                   std::to_string(tr.zero.stage));
@@ -162,10 +163,25 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                        std::to_string(tr.zero.param_buffer_size) + " elements is smaller than the largest partition "
                        "chunk, " + std::to_string(f->largest_chunk) + " elements; expected at least that");
   }
-  if (tr.zero.offload_optimizer == OffloadDevice::nvme)
-    throw InputError(kCli, "--offload-optimizer", "nvme is not implemented by the executor yet; expected none or cpu");
-  if (tr.zero.offload_optimizer == OffloadDevice::cpu && tr.zero.stage == 0)
-    throw InputError(kCli, "--offload-optimizer", "cpu needs --stage 1, 2 or 3 (the partitioned optimizer states)");
+  if (tr.zero.offload_optimizer != OffloadDevice::none && tr.zero.stage == 0)
+    throw InputError(kCli, "--offload-optimizer", to_string(tr.zero.offload_optimizer) +
+                                                      " needs --stage 1, 2 or 3 (the partitioned optimizer states)");
+  // ZeRO-Infinity's optimizer offload swaps the states to files under nvme_path (exec/offload/optimizer_swapper.h):
+  // --nvme-path, else the DeepSpeed config's (which must name one with device nvme: core/deepspeed_config.cpp).
+  std::string nvme_source = "--ds-config", nvme_field = "zero_optimization.offload_optimizer.nvme_path";
+  if (tr.zero.offload_optimizer == OffloadDevice::nvme) {
+    if (o.nvme_path) {
+      tr.zero.nvme_path = *o.nvme_path;
+      nvme_source = kCli;
+      nvme_field = "--nvme-path";
+    } else if (!o.ds_config) {
+      throw InputError(kCli, "--nvme-path", "missing: --offload-optimizer nvme swaps the optimizer states to files in "
+                                            "a directory on a local disk (NVMe); expected --nvme-path DIR");
+    }
+  } else if (o.nvme_path) {
+    throw InputError(kCli, "--nvme-path", "is read with --offload-optimizer nvme only (the optimizer offload here is " +
+                                              to_string(tr.zero.offload_optimizer) + ")");
+  }
   if (!env.launched && world > 1) {
     // A damaged checkpoint is one line here, before any rank starts.
     if (resume) resume->verify();
@@ -211,6 +227,12 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // `zeroplan plan --engine zeroplan` count the same gradient bucket buffers as the executor allocates.
   tr = apply_choice(tr, PlanChoice{tr.zero.stage, tr.zero.offload_optimizer, tr.zero.offload_param});
   cfg.zero = executor_zero_settings(tr, tr.zero.stage);
+  if (tr.zero.offload_optimizer == OffloadDevice::nvme) {
+    cfg.zero.nvme_path = tr.zero.nvme_path;
+    cfg.zero.nvme_path_source = nvme_source;
+    cfg.zero.nvme_path_field = nvme_field;
+    cfg.zero.optimizer_buffer_count = tr.zero.optimizer_buffer_count;
+  }
   if (!tr.zero.overlap_comm_given && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");
@@ -324,7 +346,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
             << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
 
   std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s;
-  std::vector<double> param_h2d_s, param_d2h_s;
+  std::vector<double> param_h2d_s, param_d2h_s, nvme_wait_s, nvme_read_bytes, nvme_write_bytes;
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   exec::CommCounters counters_before;
   for (std::int64_t s = first_step; s < o.steps; ++s) {
@@ -345,6 +367,9 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       to_host_s.push_back(r.times.offload.to_host_s);
       cpu_adamw_s.push_back(r.times.offload.cpu_adamw_s);
       to_device_s.push_back(r.times.offload.to_device_s);
+      nvme_wait_s.push_back(r.times.offload.nvme_wait_s);
+      nvme_read_bytes.push_back(static_cast<double>(r.times.offload.nvme_read_bytes));
+      nvme_write_bytes.push_back(static_cast<double>(r.times.offload.nvme_write_bytes));
       param_h2d_s.push_back(r.times.offload.param_to_device_s);
       param_d2h_s.push_back(r.times.offload.param_to_host_s);
     }
@@ -442,6 +467,15 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                   err_pct(static_cast<double>(ph.total), host_all).c_str());
     for (const auto& [name, bytes] : mem.host_by_component)
       std::printf("    rank %d %-30s %s bytes\n", env.rank, name.c_str(), format_integer(bytes).c_str());
+    if (!cfg.zero.nvme_path.empty()) {
+      // The swap files of every rank (the plan counts the node's ranks, like the host memory).
+      double nvme_all = static_cast<double>(mem.nvme_bytes);
+      if (ranks_comm && world > 1) ranks_comm->all_reduce_host(&nvme_all, 1);
+      std::printf("  %-38s %9s %10s %7s\n", "NVMe (swap files under nvme_path)", gib(plan.memory.nvme_bytes).c_str(),
+                  gib(static_cast<Bytes>(nvme_all)).c_str(),
+                  err_pct(static_cast<double>(plan.memory.nvme_bytes), nvme_all).c_str());
+      std::printf("    rank %d %-30s %s bytes\n", env.rank, "nvme swap files", format_integer(mem.nvme_bytes).c_str());
+    }
   }
   std::cout << "\nstep time (median of " << step_s.size() << " steps after " << *o.warmup_steps << " warm-up)\n";
   if (sim && trainer->backend() == "cpu")
@@ -457,6 +491,12 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     std::printf("  offload (busy time, summed over the partition's pieces): gradients to host %.1f ms, CPU AdamW "
                 "%.1f ms (%d threads), parameters to device %.1f ms\n",
                 median(to_host_s) * 1e3, median(cpu_adamw_s) * 1e3, offload_threads, median(to_device_s) * 1e3);
+  if (!cfg.zero.nvme_path.empty())
+    std::printf("  NVMe swapping (rank %d): %s bytes read, %s bytes written per step, the CPU waiting for it %.1f ms "
+                "(offload_optimizer.buffer_count %lld)\n",
+                env.rank, format_integer(static_cast<Bytes>(median(nvme_read_bytes))).c_str(),
+                format_integer(static_cast<Bytes>(median(nvme_write_bytes))).c_str(), median(nvme_wait_s) * 1e3,
+                static_cast<long long>(cfg.zero.optimizer_buffer_count));
   if (cfg.zero.offload_param)
     std::printf("  parameter offload (busy time): host to device before the all-gathers %.1f ms, updated parameters "
                 "device to host %.1f ms\n",
@@ -538,12 +578,18 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       nlohmann::json host;
       for (const auto& [name, bytes] : mem.host_by_component) host[name] = bytes;
       m["host_bytes"] = host;  // rank 0's
+      if (!cfg.zero.nvme_path.empty()) m["nvme_bytes"] = mem.nvme_bytes;  // rank 0's swap files
       nlohmann::json os;
       if (cfg.zero.offload_optimizer)
         os = {{"to_host", median(to_host_s)},
               {"cpu_adamw", median(cpu_adamw_s)},
               {"to_device", median(to_device_s)},
               {"cpu_threads", offload_threads}};
+      if (!cfg.zero.nvme_path.empty()) {
+        os["nvme_wait"] = median(nvme_wait_s);
+        os["nvme_read_bytes"] = median(nvme_read_bytes);
+        os["nvme_write_bytes"] = median(nvme_write_bytes);
+      }
       if (cfg.zero.offload_param) {
         os["param_to_device"] = median(param_h2d_s);
         os["param_to_host"] = median(param_d2h_s);

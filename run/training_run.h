@@ -35,6 +35,8 @@ struct RunOptions {
   std::optional<std::string> save_dir;
   std::int64_t save_every = 0;
   std::optional<std::string> resume;
+  // --nvme-path: where offload_optimizer nvme swaps (else the DeepSpeed config's offload_optimizer.nvme_path).
+  std::optional<std::string> nvme_path;
 };
 
 // Returns the exit status (0 trained, 1 the plan does not fit and --force was not given). Throws InputError.

@@ -50,7 +50,7 @@ exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int st
   s.param_persistence_threshold = z.param_persistence_threshold;
   s.max_live_parameters = z.max_live_parameters;
   s.max_reuse_distance = z.max_reuse_distance;
-  s.offload_optimizer = z.offload_optimizer == OffloadDevice::cpu;
+  s.offload_optimizer = z.offload_optimizer != OffloadDevice::none;  // cpu or nvme: the CPU AdamW either way
   s.offload_pin_memory = z.pin_memory;
   s.cpu_optimizer_threads = static_cast<int>(training.cpu_threads_per_rank);
   s.sub_group_elements = z.sub_group_size;

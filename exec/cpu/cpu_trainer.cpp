@@ -141,6 +141,7 @@ class CpuTrainer final : public Trainer {
     MemoryReport r;
     r.peak_by_component = device_->bytes_by_component();
     r.host_by_component = device_->host_bytes_by_component();
+    r.nvme_bytes = engine_->nvme_bytes();
     r.peak_by_component.emplace_back("activations", act);
     r.peak_by_component.emplace_back("logits", static_cast<std::int64_t>(logits_.size()) * 4);
     for (const auto& [name, b] : r.peak_by_component) r.peak_total += b;

@@ -260,6 +260,7 @@ class CudaTrainer final : public Trainer {
     r.device_used_baseline = alloc_->baseline_used();
     r.device_used_peak = alloc_->peak_used();
     r.host_by_component = zero_device_->host_bytes_by_component();
+    r.nvme_bytes = engine_->nvme_bytes();
     return r;
   }
 

@@ -68,8 +68,8 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   if (!offload_param_) {
     params_ = device_.allocate("params", stage == 3 ? "parameter partition" : "parameters", stage == 3 ? part : n, type_);
     device_.zero(params_, stage == 3 ? part : n, type_, Lane::compute);
-  } else if (!(offload_ && fp32)) {
-    // allocate_host memory is zeroed. With offload_optimizer in fp32 training the partition is the host master.
+  } else if (!(offload_ && fp32 && config_.zero.nvme_path.empty())) {
+    // allocate_host memory is zeroed. With offload_optimizer cpu in fp32 training the partition is the host master.
     params_ = device_.allocate_host("offload_params", "parameter partition", part * comm_dtype_bytes(type_),
                                     config_.zero.offload_pin_memory);
   }
@@ -157,6 +157,7 @@ void ZeroEngine::begin_step() {
   param_h2d_marks_.clear();
   param_d2h_marks_.clear();
   cpu_adamw_s_ = 0;
+  swap_times_ = offload::SwapTimes{};
   const int a = device_.mark(Lane::compute);
   device_.lane_waits_for(Lane::compute, Lane::comm);
   wait_marks_.emplace_back(a, device_.mark(Lane::compute));
@@ -407,9 +408,10 @@ void ZeroEngine::set_params(const std::vector<float>& flat) {
     for (const GradientBucket& b : partition_.buckets())
       device_.upload_params(nullptr, master_ + b.partition_offset, flat.data() + b.chunk_begin(rank_), b.chunk);
   }
-  if (offload_)  // the host master partition
-    for (const GradientBucket& b : partition_.buckets())
-      std::memcpy(host_master_ + b.partition_offset, flat.data() + b.chunk_begin(rank_), b.chunk * sizeof(float));
+  if (offload_)  // the host (or swapped) master partition; the moments stay
+    for_each_offloaded_piece(offload::SwapAccess::update, [&](const Piece& p, float* master, float*, float*) {
+      std::memcpy(master, flat.data() + p.flat, p.n * sizeof(float));
+    });
   device_.synchronize();
 }
 
@@ -445,6 +447,18 @@ void ZeroEngine::read_owned_state(std::vector<float>& master, std::vector<float>
   m.assign(total, 0.0f);
   v.assign(total, 0.0f);
   const bool whole = config_.zero.stage == 0;  // stage 0 keeps every state whole: the chunk sits at its flat index
+  if (swapper_) {  // swapped in piece by piece; a bucket's chunk starts where the chunks before it end
+    const auto& buckets = partition_.buckets();
+    std::vector<std::int64_t> out_at(buckets.size(), 0);
+    for (std::size_t k = 1; k < buckets.size(); ++k) out_at[k] = out_at[k - 1] + buckets[k - 1].chunk;
+    for_each_offloaded_piece(offload::SwapAccess::read, [&](const Piece& p, float* pm, float* pv1, float* pv2) {
+      const std::int64_t o = out_at[p.bucket] + (p.part - buckets[p.bucket].partition_offset);
+      std::memcpy(master.data() + o, pm, p.n * sizeof(float));
+      std::memcpy(m.data() + o, pv1, p.n * sizeof(float));
+      std::memcpy(v.data() + o, pv2, p.n * sizeof(float));
+    });
+    return;
+  }
   std::int64_t at_out = 0;
   for (const GradientBucket& b : partition_.buckets()) {
     const std::int64_t flat = b.chunk_begin(rank_);
@@ -491,7 +505,9 @@ void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
         mp = nullptr;
       }
       if (pp || mp) device_.upload_params(pp, mp, master.data(), k);  // 16-bit params = the rounding of the master
-      if (offload_ && state_at >= 0) {  // host states
+      if (offload_ && state_at >= 0 && swapper_) {
+        // swapped states: written below, piece by piece
+      } else if (offload_ && state_at >= 0) {  // host states
         std::memcpy(host_master_ + state_at + done, master.data(), k * sizeof(float));
         if (moments) {
           std::memcpy(host_m_ + state_at + done, m.data(), k * sizeof(float));
@@ -525,6 +541,10 @@ void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
       }
     }
   }
+  if (swapper_)
+    for_each_offloaded_piece(offload::SwapAccess::write, [&](const Piece& p, float* pm, float* pv1, float* pv2) {
+      source(p.flat, p.n, pm, pv1, pv2);
+    });
   optimizer_step_ = optimizer_step;
   device_.synchronize();
 }
@@ -731,21 +751,26 @@ void ZeroEngine::setup_offload() {
   const std::int64_t part = partition_.partition_elements();
   const std::int64_t eb = comm_dtype_bytes(type_);
   const bool pinned = config_.zero.offload_pin_memory;
+  const bool nvme = !config_.zero.nvme_path.empty();
   // DeepSpeed keeps the fp32 partition (single_partition_of_fp32_groups), its gradient and the CPU Adam states
-  // on the host (stage_1_and_2.py with cpu_offload, stage3.py _setup_for_real_optimizer with offload_optimizer).
-  host_master_ = static_cast<float*>(device_.allocate_host("offload_master_params", "fp32 master partition",
-                                                          part * 4, pinned));
-  host_m_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW momentum", part * 4, pinned));
-  host_v_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW variance", part * 4, pinned));
+  // on the host (stage_1_and_2.py with cpu_offload, stage3.py _setup_for_real_optimizer with offload_optimizer);
+  // with nvme, stage3.py swaps the fp32 partition and the states (the gradient stays on the host).
+  if (!nvme) {
+    host_master_ = static_cast<float*>(device_.allocate_host("offload_master_params", "fp32 master partition",
+                                                            part * 4, pinned));
+    host_m_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW momentum", part * 4, pinned));
+    host_v_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW variance", part * 4, pinned));
+  }
   host_grads_ = device_.allocate_host("offload_grads", "reduced gradient partition", part * eb, pinned);
-  if (type_ != CommDtype::f32)
+  if (type_ != CommDtype::f32 || nvme)
     host_half_ = offload_param_ ? params_  // the CPU AdamW writes the offloaded partition directly
-                                : device_.allocate_host("offload_params", "16-bit copy of the updated partition",
+                                : device_.allocate_host("offload_params", "updated partition (device precision)",
                                                         part * eb, pinned);
   if (type_ != CommDtype::f32 && type_ != CommDtype::bf16 && type_ != CommDtype::f16)
     throw std::invalid_argument("ZeroEngine: the CPU AdamW takes fp32, bf16 or fp16 gradients");
-  for (const GradientBucket& b : partition_.buckets())
-    device_.init_host_master(host_master_ + b.partition_offset, b.chunk_begin(rank_), b.chunk);
+  if (!nvme)
+    for (const GradientBucket& b : partition_.buckets())
+      device_.init_host_master(host_master_ + b.partition_offset, b.chunk_begin(rank_), b.chunk);
   cpu_adamw_ = std::make_unique<offload::CpuAdamw>(config_.zero.cpu_optimizer_threads > 0
                                                        ? config_.zero.cpu_optimizer_threads
                                                        : offload::default_optimizer_threads(world_));
@@ -771,6 +796,41 @@ void ZeroEngine::setup_offload() {
   }
   // Named events after the bucket buffers' and stage 3's: one per piece, "its gradient is on the host".
   piece_event_base_ = static_cast<int>(slots_.size() + 2 * buffers_.units.size());
+  if (!nvme) return;
+  if (config_.zero.optimizer_buffer_count < 1 || config_.zero.optimizer_buffer_count > 1024)
+    throw std::invalid_argument("zero_optimization.offload_optimizer.buffer_count: " +
+                                std::to_string(config_.zero.optimizer_buffer_count) + "; expected 1 to 1024");
+  offload::NvmeStoreOptions options;
+  options.config_source = config_.zero.nvme_path_source;
+  options.config_field = config_.zero.nvme_path_field;
+  std::vector<std::int64_t> sizes;
+  for (const Piece& p : pieces_) sizes.push_back(p.n);
+  swapper_ = std::make_unique<offload::OptimizerSwapper>(
+      config_.zero.nvme_path, rank_, options, std::move(sizes), static_cast<int>(config_.zero.optimizer_buffer_count),
+      [&](std::int64_t bytes) {
+        return device_.allocate_host("offload_swap_buffers", "NVMe swap buffers", bytes, pinned);
+      });
+  // The initial states on disk (DeepSpeed's swapper initialize_parameters): the master as init_host_master
+  // computes it, whatever the pieces, and zero moments.
+  for_each_offloaded_piece(offload::SwapAccess::write, [&](const Piece& p, float* master, float* m, float* v) {
+    device_.init_host_master(master, p.flat, p.n);
+    std::fill(m, m + p.n, 0.0f);
+    std::fill(v, v + p.n, 0.0f);
+  });
+}
+
+void ZeroEngine::for_each_offloaded_piece(offload::SwapAccess access,
+                                          const std::function<void(const Piece&, float*, float*, float*)>& visit) {
+  if (!swapper_) {
+    for (const Piece& p : pieces_) visit(p, host_master_ + p.part, host_m_ + p.part, host_v_ + p.part);
+    return;
+  }
+  const offload::SwapTimes t = swapper_->for_each_piece(access, [&](int i, const offload::SwappedStates& s) {
+    visit(pieces_[i], s.master, s.exp_avg, s.exp_avg_sq);
+  });
+  swap_times_.read_bytes += t.read_bytes;
+  swap_times_.write_bytes += t.write_bytes;
+  swap_times_.wait_s += t.wait_s;
 }
 
 void ZeroEngine::copy_gradients_to_host(int k) {
@@ -793,38 +853,45 @@ void ZeroEngine::offloaded_update(float grad_scale) {
                                   static_cast<float>(o.beta2),         static_cast<float>(o.epsilon),
                                   static_cast<float>(o.weight_decay),  grad_scale,
                                   optimizer_step_};
-  const std::int64_t eb = comm_dtype_bytes(type_);
   // New parameter values may land only after their last readers: backward on the compute lane (and the
   // stage-3 gathers, which the compute lane has waited for).
   device_.lane_waits_for(Lane::to_device, Lane::compute);
-  for (std::size_t i = 0; i < pieces_.size(); ++i) {
-    const Piece& p = pieces_[i];
-    device_.host_wait_event(piece_event_base_ + static_cast<int>(i));  // this piece's gradient has arrived
-    offload::AdamwTensors t;
-    t.params = host_master_ + p.part;
-    const void* g = at(host_grads_, p.part, type_);
-    if (type_ == CommDtype::f32) t.grads = static_cast<const float*>(g);
-    else if (type_ == CommDtype::bf16) t.grads_bf16 = static_cast<const std::uint16_t*>(g);
-    else t.grads_fp16 = static_cast<const std::uint16_t*>(g);
-    t.exp_avg = host_m_ + p.part;
-    t.exp_avg_sq = host_v_ + p.part;
-    if (host_half_) {  // with offload_param: the host parameter partition itself
-      t.params_half = static_cast<std::uint16_t*>(at(host_half_, p.part, type_));
-      t.half_format = type_ == CommDtype::bf16 ? offload::HalfFormat::bf16 : offload::HalfFormat::fp16;
-    }
-    t.count = p.n;
-    t.flat_base = p.flat;
-    const auto t0 = std::chrono::steady_clock::now();
-    cpu_adamw_->update(t, hyper, decay_);
-    cpu_adamw_s_ += seconds_since(t0);
-    if (offload_param_) continue;  // the parameters are the host partition just written: nothing to copy
-    const void* updated = host_half_ ? static_cast<const void*>(t.params_half) : static_cast<const void*>(t.params);
-    const int a = device_.mark(Lane::to_device);
-    device_.copy_to_device(at(params_, p.param, type_), updated, p.n * eb);
-    to_device_marks_.emplace_back(a, device_.mark(Lane::to_device));
-  }
+  std::size_t i = 0;
+  for_each_offloaded_piece(offload::SwapAccess::update,
+                           [&](const Piece&, float* master, float* m, float* v) { update_piece(i++, hyper, master, m, v); });
   // The all-gather (comm lane, after compute) and the next forward read the new parameters.
   device_.lane_waits_for(Lane::compute, Lane::to_device);
+}
+
+void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, float* master, float* m, float* v) {
+  const Piece& p = pieces_[i];
+  const std::int64_t eb = comm_dtype_bytes(type_);
+  device_.host_wait_event(piece_event_base_ + static_cast<int>(i));  // this piece's gradient has arrived
+  offload::AdamwTensors t;
+  t.params = master;
+  const void* g = at(host_grads_, p.part, type_);
+  if (type_ == CommDtype::f32) t.grads = static_cast<const float*>(g);
+  else if (type_ == CommDtype::bf16) t.grads_bf16 = static_cast<const std::uint16_t*>(g);
+  else t.grads_fp16 = static_cast<const std::uint16_t*>(g);
+  t.exp_avg = m;
+  t.exp_avg_sq = v;
+  void* updated = host_half_ ? at(host_half_, p.part, type_) : static_cast<void*>(master);
+  if (host_half_ && type_ != CommDtype::f32) {  // with offload_param: the host parameter partition itself
+    t.params_half = static_cast<std::uint16_t*>(updated);
+    t.half_format = type_ == CommDtype::bf16 ? offload::HalfFormat::bf16 : offload::HalfFormat::fp16;
+  }
+  t.count = p.n;
+  t.flat_base = p.flat;
+  const auto t0 = std::chrono::steady_clock::now();
+  cpu_adamw_->update(t, hyper, decay_);
+  // fp32 with nvme: the parameters are the master, which is in a swap buffer reused before a copy from it
+  // would have finished.
+  if (type_ == CommDtype::f32 && updated != master) std::memcpy(updated, master, static_cast<std::size_t>(p.n) * 4);
+  cpu_adamw_s_ += seconds_since(t0);
+  if (offload_param_) return;  // the parameters are the host partition just written: nothing to copy
+  const int a = device_.mark(Lane::to_device);
+  device_.copy_to_device(at(params_, p.param, type_), updated, p.n * eb);
+  to_device_marks_.emplace_back(a, device_.mark(Lane::to_device));
 }
 
 void ZeroEngine::collect_offload_times() {
@@ -836,6 +903,9 @@ void ZeroEngine::collect_offload_times() {
   for (const auto& [a, b] : to_device_marks_) offload_times_.to_device_s += device_.seconds_between(a, b);
   offload_times_.cpu_adamw_s = cpu_adamw_s_;
   offload_times_.pieces = static_cast<int>(pieces_.size());
+  offload_times_.nvme_read_bytes = swap_times_.read_bytes;
+  offload_times_.nvme_write_bytes = swap_times_.write_bytes;
+  offload_times_.nvme_wait_s = swap_times_.wait_s;
 }
 
 }  // namespace zeroplan::exec

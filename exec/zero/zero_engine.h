@@ -45,6 +45,13 @@
 // device-to-host (stage3.py _reassign_or_swap_out_partitioned_parameters: the fp32 partition copied into the
 // offloaded 16-bit one). Persistent tensors stay whole on the device.
 //
+// ZeRO-Infinity optimizer offload (offload_optimizer nvme, stages 1-3; DeepSpeed zero/stage3.py with
+// swap_tensor/pipelined_optimizer_swapper.py): as ZeRO-Offload, but the fp32 master partition and the moments
+// live in files under nvme_path; the pieces are swapped into a few host buffers (exec/offload/optimizer_swapper.h),
+// updated by the same CPU AdamW and written back, the next pieces read and the previous one written while a piece
+// is updated. The updated parameters go to the device through the host copy of the partition (in fp32 training
+// too: the swap buffer is reused before the copy would have finished).
+//
 // Better than DeepSpeed here: no fp32 copy of the gradients (AdamW reads the 16-bit reduced gradients and
 // unscales/clips them in registers), reduce-scatter straight into the partition (no copy into a separate
 // partition buffer), one collective per bucket (not one reduce per owning rank).
@@ -60,6 +67,7 @@
 #include "exec/comm/communicator.h"
 #include "exec/exec_config.h"
 #include "exec/offload/cpu_adamw.h"
+#include "exec/offload/optimizer_swapper.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_device.h"
 #include "exec/zero/zero_buffer_layout.h"
@@ -85,6 +93,10 @@ struct OffloadTimes {
   // device AdamW's updated chunks copied device-to-host (to_host lane; none with offload_optimizer).
   double param_to_device_s = 0;
   double param_to_host_s = 0;
+  // offload_optimizer nvme: the states swapped in and out this step, and the time the host waited for them.
+  std::int64_t nvme_read_bytes = 0;
+  std::int64_t nvme_write_bytes = 0;
+  double nvme_wait_s = 0;
 };
 
 class ZeroEngine {
@@ -135,6 +147,8 @@ class ZeroEngine {
   const OffloadTimes& last_offload_times() const { return offload_times_; }
   bool offloads_optimizer() const { return offload_; }
   bool offloads_params() const { return offload_param_; }
+  // offload_optimizer nvme: the swap files' bytes (0 without).
+  std::int64_t nvme_bytes() const { return swapper_ ? swapper_->nvme_bytes() : 0; }
 
   // Checkpoints. Every rank owns chunk `rank` of every bucket (at every stage, so that the ranks write
   // disjoint pieces in parallel): its (flat begin, elements) ranges, bucket after bucket.
@@ -235,11 +249,16 @@ class ZeroEngine {
     std::int64_t param;  // element offset of its parameters in params_
     std::int64_t n;
   };
+  void update_piece(std::size_t i, const offload::AdamwHyper& hyper, float* master, float* m, float* v);
+  // Runs `visit` on every piece's states (in host memory or swapped in from NVMe), in piece order.
+  void for_each_offloaded_piece(offload::SwapAccess access,
+                                const std::function<void(const Piece&, float* master, float* m, float* v)>& visit);
   bool offload_ = false;
-  float* host_master_ = nullptr;  // fp32 master (the parameters themselves in fp32 training)
+  float* host_master_ = nullptr;  // fp32 master (the parameters themselves in fp32 training); null with nvme
   float *host_m_ = nullptr, *host_v_ = nullptr;
+  std::unique_ptr<offload::OptimizerSwapper> swapper_;  // offload_optimizer nvme: the states' files
   void* host_grads_ = nullptr;    // reduced gradient partition (element type)
-  void* host_half_ = nullptr;     // 16-bit copy of the updated master, copied to the device (not in fp32)
+  void* host_half_ = nullptr;     // 16-bit copy of the updated master, copied to the device (fp32 too with nvme)
   std::unique_ptr<offload::CpuAdamw> cpu_adamw_;
   offload::DecayGeometry decay_;
   std::vector<Piece> pieces_;
@@ -247,6 +266,7 @@ class ZeroEngine {
   int piece_event_base_ = 0;
   std::vector<std::pair<int, int>> to_host_marks_, to_device_marks_;
   double cpu_adamw_s_ = 0;
+  offload::SwapTimes swap_times_;  // this step's swapping (offload_optimizer nvme)
   OffloadTimes offload_times_;
 
   // offload_param: params_ is host memory (the fp32 host master itself in fp32 training with offload_optimizer).

@@ -1,9 +1,14 @@
-// `zeroplan run` with the optimizer offloaded to the CPU (ZeRO-Offload, exec/zero/zero_engine.h), and at stage 3
-// the parameters too (ZeRO-Infinity's offload_param cpu), on the CPU backend's MPI ranks: the run gives the
+// `zeroplan run` with the optimizer offloaded to the CPU (ZeRO-Offload, exec/zero/zero_engine.h) or swapped to NVMe
+// (ZeRO-Infinity's offload_optimizer nvme), and at stage 3 the parameters too (offload_param cpu), on the CPU
+// backend's MPI ranks: the run gives the
 // losses of the same run without offload bit for bit (the CPU AdamW is the CPU backend's AdamW), its checkpoints
 // are those of the run without offload byte for byte and resume bit for bit, and what the executor does not
 // offload is refused in one line naming the flag or field.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -161,6 +166,115 @@ TEST(OffloadRun, WhatTheExecutorDoesNotOffloadIsRefusedByFlag) {
       R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_size": 10}}})");
   expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --ds-config " + small.string()),
                         {"zero_optimization.offload_param.buffer_size", "largest partition chunk"});
-  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-optimizer nvme"), {"--offload-optimizer", "nvme"});
   expect_one_line_error(run(run_args(1, 0, true) + " --steps 2"), {"--offload-optimizer", "stage"});
+}
+
+namespace {
+
+// A directory for NVMe offload's swap files on the build directory's disk (/tmp may be a tmpfs without direct
+// I/O), or "" when that disk takes no direct I/O either (the tests then skip, saying why).
+std::string nvme_dir(const std::string& name) {
+  const fs::path dir = fs::path(ZEROPLAN_TEST_SCRATCH_DIR) / ("nvme_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string probe = (dir / "probe").string();
+  const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_DIRECT, 0600);
+  if (fd < 0) return "";
+  void* block = nullptr;
+  bool ok = ::posix_memalign(&block, 4096, 4096) == 0;
+  if (ok) ok = ::write(fd, block, 4096) == 4096;
+  std::free(block);
+  ::close(fd);
+  fs::remove(probe);
+  return ok ? dir.string() : "";
+}
+
+std::string with_nvme(const std::string& dir) { return " --offload-optimizer nvme --nvme-path " + dir; }
+
+}  // namespace
+
+TEST(NvmeOffloadRun, OneRankEqualsCpuOffloadAndReportsTheSwapFiles) {
+  // Stage 3 (DeepSpeed's ZeRO-Infinity; stages 1-2 swap nothing there and are refused, below).
+  const std::string dir = nvme_dir("one_rank");
+  if (dir.empty()) GTEST_SKIP() << "no direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
+  const fs::path cpu = temp_dir() / "nvme-cpu.json", nvme = temp_dir() / "nvme-nvme.json";
+  CommandResult a = run(run_args(1, 3, true) + " --steps 4 --report " + cpu.string());
+  ASSERT_EQ(a.status, 0) << a.output << a.errors;
+  CommandResult b = run(run_args(1, 3, false) + with_nvme(dir) + " --steps 4 --report " + nvme.string());
+  ASSERT_EQ(b.status, 0) << b.output << b.errors;
+  EXPECT_NE(b.output.find("stage 3 + opt:nvme"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("NVMe (swap files under nvme_path)"), std::string::npos) << b.output;
+  const nlohmann::json ma = measured(cpu), mb = measured(nvme);
+  EXPECT_EQ(mb.at("loss").get<std::vector<double>>(), ma.at("loss").get<std::vector<double>>());
+  // The states in files, swapped in and out whole every step; the host keeps swap buffers instead of them.
+  const std::int64_t files = mb.at("nvme_bytes").get<std::int64_t>();
+  EXPECT_GE(files, ma.at("host_bytes").at("offload_master_params").get<std::int64_t>() +
+                       ma.at("host_bytes").at("offload_optimizer_states").get<std::int64_t>());
+  EXPECT_EQ(mb.at("offload_seconds").at("nvme_read_bytes").get<double>(), static_cast<double>(files));
+  EXPECT_EQ(mb.at("offload_seconds").at("nvme_write_bytes").get<double>(), static_cast<double>(files));
+  EXPECT_FALSE(mb.at("host_bytes").contains("offload_master_params"));
+  EXPECT_GT(mb.at("host_bytes").at("offload_swap_buffers").get<std::int64_t>(), 0);
+  // The store removes its files and the rank's directory at the end of the run.
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+  fs::remove_all(dir);
+  fs::remove(cpu);
+  fs::remove(nvme);
+}
+
+TEST(NvmeOffloadRun, TwoRanksCheckpointsEqualCpuOffloadAndResumeBitForBit) {
+  const std::string dir = nvme_dir("two_ranks");
+  if (dir.empty()) GTEST_SKIP() << "no direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
+  const fs::path plain = fresh("nvme-cpu"), whole = fresh("nvme-whole"), parts = fresh("nvme-parts");
+  const fs::path r_plain = temp_dir() / "nvme-cpu.json", r_whole = temp_dir() / "nvme-whole.json",
+                 r_parts = temp_dir() / "nvme-parts.json";
+  CommandResult p = run(run_args(2, 3, true) + " --steps 6 --save-dir " + plain.string() + " --report " +
+                        r_plain.string());
+  ASSERT_EQ(p.status, 0) << p.output << p.errors;
+  CommandResult a = run(run_args(2, 3, false) + with_nvme(dir) + " --steps 6 --save-dir " + whole.string() +
+                        " --report " + r_whole.string());
+  ASSERT_EQ(a.status, 0) << a.output << a.errors;
+  CommandResult b = run(run_args(2, 3, false) + with_nvme(dir) + " --steps 3 --save-dir " + parts.string());
+  ASSERT_EQ(b.status, 0) << b.output << b.errors;
+  CommandResult c = run(run_args(2, 3, false) + with_nvme(dir) + " --steps 6 --resume " + parts.string() +
+                        " --save-dir " + parts.string() + " --report " + r_parts.string());
+  ASSERT_EQ(c.status, 0) << c.output << c.errors;
+  const auto la = measured(r_whole).at("loss").get<std::vector<double>>();
+  const auto lc = measured(r_parts).at("loss").get<std::vector<double>>();
+  EXPECT_EQ(la, measured(r_plain).at("loss").get<std::vector<double>>());
+  ASSERT_EQ(la.size(), 6u);
+  ASSERT_EQ(lc.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(la[3 + i], lc[i]) << "loss of step " << 4 + i;
+  expect_step6_rank_files_equal(whole, parts, plain, "against cpu offload");
+  for (const fs::path& d : {plain, whole, parts}) fs::remove_all(d);
+  for (const fs::path& f : {r_plain, r_whole, r_parts}) fs::remove(f);
+  fs::remove_all(dir);
+}
+
+TEST(NvmeOffloadRun, AMissingOrUnusablePathIsRefusedNamingTheFlagOrField) {
+  const std::string args = run_args(1, 3, false) + " --steps 2";
+  expect_one_line_error(run(args + " --offload-optimizer nvme"), {"--nvme-path", "missing"});
+  const fs::path missing = temp_dir() / "no_such_nvme_dir";
+  expect_one_line_error(run(args + with_nvme(missing.string())), {"--nvme-path", "does not exist"});
+  const fs::path file = write_temp("nvme_path_is_a_file", "x");
+  expect_one_line_error(run(args + with_nvme(file.string())), {"--nvme-path", "not a directory"});
+  if (geteuid() != 0) {  // root writes to read-only directories
+    const fs::path read_only = fresh("nvme_read_only");
+    fs::create_directories(read_only);
+    fs::permissions(read_only, fs::perms::owner_read | fs::perms::owner_exec);
+    expect_one_line_error(run(args + with_nvme(read_only.string())), {"--nvme-path", "not writable"});
+    fs::permissions(read_only, fs::perms::owner_all);
+  }
+  const fs::path ds = write_temp(
+      "run_optimizer_nvme_missing_dir.json",
+      R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": ")" +
+          missing.string() + R"("}}})");
+  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --ds-config " + ds.string()),
+                        {"zero_optimization.offload_optimizer.nvme_path", "does not exist"});
+  expect_one_line_error(run(run_args(1, 3, true) + " --steps 2 --nvme-path " + temp_dir().string()),
+                        {"--nvme-path", "--offload-optimizer nvme"});
+  // DeepSpeed's ZeRO-Infinity is stage 3: below it the optimizer offloads to cpu (core/plan_inputs.cpp).
+  expect_one_line_error(run(run_args(1, 2, false) + " --steps 2" + with_nvme(temp_dir().string())),
+                        {"--offload-optimizer", "stage 3"});
+  expect_one_line_error(run(run_args(1, 0, false) + " --steps 2" + with_nvme(temp_dir().string())),
+                        {"--offload-optimizer", "stage"});
 }

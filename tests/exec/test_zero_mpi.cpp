@@ -6,11 +6,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "core/input_error.h"
 #include "exec/comm/mpi_communicator.h"
+#include "exec/offload/nvme_io.h"
 #include "exec/data_shard.h"
 #include "exec/trainer.h"
 #include "exec/zero/zero_partition.h"
@@ -213,6 +216,44 @@ std::int64_t host_component(const MemoryReport& m, const std::string& name) {
   return 0;
 }
 
+// set_params and restore_state (what a checkpoint's resume calls) from b's parameters and owned states: c then
+// continues exactly as b.
+void expect_restored_continues(Trainer& b, Trainer& c, const ExecConfig& config) {
+  Communicator& comm = *world_comm;
+  const auto pb = b.params();
+  std::vector<float> mb, m2, v2;
+  b.read_owned_state(mb, m2, v2);
+  c.set_params(pb);
+  EXPECT_EQ(c.params(), pb) << "set_params";
+  const auto ranges = b.owned_ranges();
+  c.restore_state(
+      [&](std::int64_t flat, std::int64_t n, float* master, float* m, float* v) {
+        std::int64_t at = 0;
+        for (const auto& [begin, count] : ranges) {
+          if (flat >= begin && flat + n <= begin + count) {
+            const std::int64_t i = at + (flat - begin);
+            std::copy(mb.begin() + i, mb.begin() + i + n, master);
+            if (m) std::copy(m2.begin() + i, m2.begin() + i + n, m);
+            if (v) std::copy(v2.begin() + i, v2.begin() + i + n, v);
+            return;
+          }
+          at += count;
+        }
+        // persistent tensors, whole: their values from the gathered parameters
+        std::copy(pb.begin() + flat, pb.begin() + flat + n, master);
+      },
+      b.optimizer_step(), b.loss_scaler_state());
+  TokenSource data_b = TokenSource::synthetic(257, 6);
+  for (int step = 0; step < 2; ++step) {
+    const TokenBatch bb = next_rank_share(data_b, config.micro_batch, config.seq_len, config.grad_accum, comm.world(),
+                                          comm.rank());
+    const StepResult rb = b.step(bb.inputs, bb.targets);
+    const StepResult rc = c.step(bb.inputs, bb.targets);
+    ASSERT_EQ(rb.loss, rc.loss) << "restored, step " << step;
+  }
+  EXPECT_EQ(b.params(), c.params()) << "restored";
+}
+
 // ZeRO-Infinity parameter offload (offload_param cpu, stage 3) against stage 3 without it, at the same world
 // size: the host partition holds the values the device partition would (each chunk copied to a staging buffer
 // and all-gathered from there), and AdamW (device or CPU) computes the same update, so losses, norms,
@@ -240,9 +281,6 @@ void expect_param_offload_equals_no_offload(std::int64_t grad_accum, std::int64_
   // The device AdamW's results are copied back; the CPU AdamW writes the host partition itself.
   if (offload_optimizer) EXPECT_EQ(d2h, 0.0);
   else EXPECT_GT(d2h, 0);
-  const auto pb = b->params();
-  std::vector<float> mb, m2, v2;
-  b->read_owned_state(mb, m2, v2);
   // No parameter partition on the "device": staging buffers instead; the partition in host memory (in fp32
   // training with the optimizer offloaded too, the host master is the partition).
   const MemoryReport mem = b->memory();
@@ -250,41 +288,97 @@ void expect_param_offload_equals_no_offload(std::int64_t grad_accum, std::int64_
   EXPECT_GT(a->memory().component("params"), 0);
   EXPECT_GT(mem.component("offload_buffers"), 0);
   EXPECT_EQ(host_component(mem, "offload_params") > 0, !offload_optimizer);
-  // set_params and checkpoints' restore_state write the host partition: a second trainer set from the first's
-  // parameters and states continues exactly as the first.
+  // set_params and checkpoints' restore_state write the host partition.
   auto c = make_cpu_trainer(offloaded, &comm);
-  c->set_params(pb);
-  EXPECT_EQ(c->params(), pb) << "set_params";
-  const auto ranges = b->owned_ranges();
-  c->restore_state(
-      [&](std::int64_t flat, std::int64_t n, float* master, float* m, float* v) {
-        std::int64_t at = 0;
-        for (const auto& [begin, count] : ranges) {
-          if (flat >= begin && flat + n <= begin + count) {
-            const std::int64_t i = at + (flat - begin);
-            std::copy(mb.begin() + i, mb.begin() + i + n, master);
-            if (m) std::copy(m2.begin() + i, m2.begin() + i + n, m);
-            if (v) std::copy(v2.begin() + i, v2.begin() + i + n, v);
-            return;
-          }
-          at += count;
-        }
-        // persistent tensors, whole: their values from the gathered parameters
-        std::copy(pb.begin() + flat, pb.begin() + flat + n, master);
-      },
-      b->optimizer_step(), b->loss_scaler_state());
-  TokenSource data_b = TokenSource::synthetic(257, 6);
-  for (int step = 0; step < 2; ++step) {
-    const TokenBatch bb = next_rank_share(data_b, plain.micro_batch, plain.seq_len, plain.grad_accum, comm.world(),
-                                          comm.rank());
-    const StepResult rb = b->step(bb.inputs, bb.targets);
-    const StepResult rc = c->step(bb.inputs, bb.targets);
-    ASSERT_EQ(rb.loss, rc.loss) << "restored, step " << step;
-  }
-  EXPECT_EQ(b->params(), c->params()) << "restored";
+  expect_restored_continues(*b, *c, plain);
 }
 
 }  // namespace
+
+namespace {
+
+// A directory for the NVMe swap files of this test and world size (every rank's files go in its own
+// zeroplan_rank<r> below it), on the build directory's disk: /tmp may be a tmpfs without direct I/O. Empty when
+// that disk has no direct I/O either (the store says so): the caller skips.
+std::string nvme_dir(const std::string& test) {
+  const std::string dir = std::string(ZEROPLAN_TEST_SCRATCH_DIR) + "/nvme_" + test + "_world" +
+                          std::to_string(world_comm->world());
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  try {
+    zeroplan::exec::offload::NvmeStore probe(dir, world_comm->rank());
+  } catch (const zeroplan::InputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return "";
+  }
+  return dir;
+}
+
+// ZeRO-Infinity's optimizer offload (offload_optimizer nvme) against offload to the CPU at the same world size:
+// the same CPU AdamW on the same pieces, the states only swapped through files in between, so losses, norms,
+// parameters and states must be equal, not close. sub_group: the pieces (several per bucket); buffer_count: the
+// swap buffers (1: no overlap, each piece read after the previous one is written back).
+void expect_nvme_equals_cpu_offload(int stage, std::int64_t grad_accum, std::int64_t sub_group,
+                                    std::int64_t buffer_count, const std::string& test) {
+  const std::string dir = nvme_dir(test);
+  if (dir.empty()) GTEST_SKIP() << "no directory with direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
+  Communicator& comm = *world_comm;
+  ExecConfig cpu = small_config(stage, grad_accum, 5000);
+  cpu.zero.offload_optimizer = true;
+  cpu.zero.sub_group_elements = sub_group;
+  ExecConfig nvme = cpu;
+  nvme.zero.nvme_path = dir;
+  nvme.zero.optimizer_buffer_count = buffer_count;
+  auto a = make_cpu_trainer(cpu, &comm);
+  auto b = make_cpu_trainer(nvme, &comm);
+  const std::int64_t files = b->memory().nvme_bytes;
+  EXPECT_GT(files, 0);
+  expect_equal_runs(*a, *b, cpu, [&](const StepResult& ra, const StepResult& rb) {
+    EXPECT_EQ(ra.times.offload.pieces, rb.times.offload.pieces);
+    EXPECT_EQ(ra.times.offload.nvme_read_bytes, 0);
+    // Every piece swapped in and out once per step.
+    EXPECT_EQ(rb.times.offload.nvme_read_bytes, files);
+    EXPECT_EQ(rb.times.offload.nvme_write_bytes, files);
+  });
+  // The states are on disk: the host keeps the gradient partition, the updated parameters and the swap buffers.
+  const MemoryReport mem = b->memory();
+  EXPECT_EQ(host_component(mem, "offload_master_params"), 0);
+  EXPECT_EQ(host_component(mem, "offload_optimizer_states"), 0);
+  EXPECT_GT(host_component(mem, "offload_swap_buffers"), 0);
+  EXPECT_EQ(a->memory().nvme_bytes, 0);
+  // The files hold at least the three fp32 states of the partition (each piece's padded to 4096 bytes).
+  std::int64_t owned = 0;
+  for (const auto& r : b->owned_ranges()) owned += r.second;
+  EXPECT_GE(files, 12 * owned);
+  auto c = make_cpu_trainer(nvme, &comm);
+  expect_restored_continues(*b, *c, cpu);
+}
+
+}  // namespace
+
+TEST(ZeroNvmeOffloadOverMpi, Stage1EqualsCpuOffload) { expect_nvme_equals_cpu_offload(1, 1, 999, 4, "s1"); }
+TEST(ZeroNvmeOffloadOverMpi, Stage2WithAccumulationEqualsCpuOffload) {
+  expect_nvme_equals_cpu_offload(2, 3, 999, 4, "s2");
+}
+TEST(ZeroNvmeOffloadOverMpi, Stage3EqualsCpuOffload) { expect_nvme_equals_cpu_offload(3, 2, 1000, 4, "s3"); }
+TEST(ZeroNvmeOffloadOverMpi, OneSwapBuffer) { expect_nvme_equals_cpu_offload(3, 1, 999, 1, "b1"); }
+TEST(ZeroNvmeOffloadOverMpi, TwoSwapBuffersWholeBuckets) { expect_nvme_equals_cpu_offload(2, 1, 1000000000, 2, "b2"); }
+
+TEST(ZeroNvmeOffloadOverMpi, UnusablePathIsAnInputErrorNamingTheField) {
+  ExecConfig c = small_config(3, 1, 20000);
+  c.zero.offload_optimizer = true;
+  c.zero.nvme_path = std::string(ZEROPLAN_TEST_SCRATCH_DIR) + "/no_such_directory";
+  try {
+    make_cpu_trainer(c, world_comm);
+    ADD_FAILURE() << "a missing nvme_path was accepted";
+  } catch (const zeroplan::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.offload_optimizer.nvme_path"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
+  c.zero.nvme_path = ZEROPLAN_TEST_SCRATCH_DIR;
+  c.zero.optimizer_buffer_count = 0;
+  EXPECT_THROW(make_cpu_trainer(c, world_comm), std::invalid_argument);
+}
 
 TEST(ZeroParamOffloadOverMpi, Stage3EqualsNoOffload) { expect_param_offload_equals_no_offload(1, 20000, false, 5); }
 TEST(ZeroParamOffloadOverMpi, WithAccumulationAndOneStagingBuffer) {
