@@ -94,6 +94,13 @@ struct ZeroSettings {
   std::int64_t optimizer_buffer_count = 4;  // offload_optimizer.buffer_count (DeepSpeed default 4)
 };
 
+// The offload pipeline's unit (exec/zero/zero_engine.cpp; the planner sizes NVMe swap buffers by it): the CPU
+// AdamW starts on a piece as soon as it has arrived, and its copy to the device overlaps the next piece's update.
+// 2^24 elements (64 MiB of fp32 master, 32 MiB of 16-bit gradients) keep the pipeline's fill and drain (one
+// piece's copy each way, ~1-2 ms over PCIe 4/5) small beside the update of a GPT-2 1.5B partition, while a
+// piece's CPU update (~30 ms at 5e8 elements/s) dwarfs its thread-pool wake-up.
+constexpr std::int64_t kOffloadPieceElements = std::int64_t{1} << 24;
+
 struct ExecConfig {
   Gpt2Shape shape;
   std::int64_t micro_batch = 1;  // B

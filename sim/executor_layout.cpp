@@ -79,6 +79,11 @@ std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescript
   f.gathers = buffers.train_plan.gathers;
   f.param_staging_elements = buffers.param_staging_total();
   f.largest_chunk = buffers.largest_chunk;
+  const std::int64_t piece = std::min(exec::kOffloadPieceElements, std::max<std::int64_t>(1, zero.sub_group_elements));
+  for (const exec::GradientBucket& b : partition.buckets()) {
+    f.offload_pieces += (b.chunk + piece - 1) / piece;
+    f.largest_offload_piece = std::max(f.largest_offload_piece, std::min(piece, b.chunk));
+  }
   return f;
 }
 

@@ -34,6 +34,10 @@ struct ExecutorLayoutFigures {
   std::int64_t gathers = 0;                 // stage 3: unit gathers per micro-step
   std::int64_t param_staging_elements = 0;  // stage 3 with offload_param cpu: device staging buffers, all of them
   std::int64_t largest_chunk = 0;           // stage 3: the largest partition chunk (offload_param.buffer_size)
+  // offload_optimizer: rank 0's pieces (each bucket's chunk cut at min(kOffloadPieceElements, sub_group_size),
+  // exec/zero/zero_engine.cpp setup_offload) and the largest (the NVMe swap buffers hold one each).
+  std::int64_t offload_pieces = 0;
+  std::int64_t largest_offload_piece = 0;
 };
 
 // For a model the executor trains, its figures at `world` ranks and `stage`; nullopt otherwise.

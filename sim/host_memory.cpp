@@ -73,7 +73,19 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
                      sat_mul(s.host_optimizer, in.ranks_per_node),
                      "(4 + " + K + " + 4) * " + part + " * ranks per node = " + num(s.host_optimizer) + " * " + ranks,
                      "ZeRO-Offload (arXiv 2101.06840); zero-formulas.md sec. 3"});
-  if (in.offload_optimizer == OffloadDevice::nvme) {
+  if (in.offload_optimizer == OffloadDevice::nvme && in.engine == TrainingEngine::zeroplan) {
+    const std::string pb = num(in.param_bytes);
+    const bool copy = in.offload_param == OffloadDevice::none;
+    terms.push_back({"host", "reduced gradients" + std::string(copy ? " + updated partition" : "") + where,
+                     sat_mul(s.host_optimizer, in.ranks_per_node),
+                     "(" + pb + (copy ? " + " + pb : "") + ") * " + part + " * ranks per node = " +
+                         num(s.host_optimizer) + " * " + ranks,
+                     "exec/zero/zero_engine.cpp (setup_offload)"});
+    terms.push_back({"nvme", "fp32 master params + AdamW moments in the swap files",
+                     sat_mul(s.nvme_optimizer, in.ranks_per_node),
+                     "(4 + " + K + ") * " + part + " * ranks per node = " + num(s.nvme_optimizer) + " * " + ranks,
+                     "exec/offload/optimizer_swapper.h"});
+  } else if (in.offload_optimizer == OffloadDevice::nvme) {
     terms.push_back({"host", "fp32 gradient partition" + where, sat_mul(s.host_optimizer, in.ranks_per_node),
                      "4 * " + part + " * ranks per node = " + num(s.host_optimizer) + " * " + ranks,
                      "ZeRO-Infinity (arXiv 2104.07857)"});
@@ -93,7 +105,11 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
     std::string formula;
     if (in.stage <= 2 && in.offload_optimizer != OffloadDevice::none)
       formula += num(in.param_bytes) + " * largest parameter " + num(in.largest_module_params);
-    if (in.offload_optimizer == OffloadDevice::nvme)
+    if (in.offload_optimizer == OffloadDevice::nvme && in.executor_exact)
+      formula += std::string(formula.empty() ? "" : " + ") + "min(buffer_count " + num(zero.optimizer_buffer_count) +
+                 ", pieces " + num(in.executor_offload_pieces) + ") * 3 states * 4 * largest piece " +
+                 num(in.executor_largest_piece) + " (each state to 4096 B) + 4096";
+    else if (in.offload_optimizer == OffloadDevice::nvme)
       formula += std::string(formula.empty() ? "" : " + ") + num(zero.optimizer_buffer_count) +
                  " * min(sub_group_size " + num(zero.sub_group_size) + ", partition " +
                  num(in.stage == 0 ? in.params : in.partition_params) + ") * 4";

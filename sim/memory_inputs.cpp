@@ -62,6 +62,8 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
       in.executor_gathers_per_micro = f->gathers;
       in.executor_persistent_buckets = f->persistent_buckets;
       in.executor_param_staging = f->param_staging_elements;
+      in.executor_offload_pieces = f->offload_pieces;
+      in.executor_largest_piece = f->largest_offload_piece;
     }
   }
   return in;

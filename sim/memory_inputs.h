@@ -43,6 +43,8 @@ struct MemoryInputs {
   std::int64_t executor_gathers_per_micro = 0;
   std::int64_t executor_persistent_buckets = 0;
   std::int64_t executor_param_staging = 0;        // elements: stage 3 offload_param's device staging buffers
+  std::int64_t executor_offload_pieces = 0;       // offload_optimizer: the partition's pieces, and the largest
+  std::int64_t executor_largest_piece = 0;
 };
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,

@@ -13,11 +13,11 @@ constexpr const char* kZeroOffload = "ZeRO-Offload (arXiv 2101.06840) sec. 4; ze
 [[maybe_unused]] constexpr const char* kZeroInfinity = "ZeRO-Infinity (arXiv 2104.07857) sec. 5; zero-formulas.md sec. 3";
 
 bool optimizer_offloaded(const MemoryInputs& in) { return in.offload_optimizer != OffloadDevice::none; }
-// zeroplan's executor under ZeRO-Offload (exec/zero/zero_engine.cpp setup_offload): the reduced gradient
-// partition stays on the GPU (the reduce-scatter's target and the micro-steps' accumulator) and is copied to the
-// host at the boundary.
+// zeroplan's executor under ZeRO-Offload, to the CPU or swapped to NVMe (exec/zero/zero_engine.cpp
+// setup_offload): the reduced gradient partition stays on the GPU (the reduce-scatter's target and the
+// micro-steps' accumulator) and is copied to the host at the boundary.
 bool executor_offload(const MemoryInputs& in) {
-  return in.engine == TrainingEngine::zeroplan && in.offload_optimizer == OffloadDevice::cpu;
+  return in.engine == TrainingEngine::zeroplan && in.offload_optimizer != OffloadDevice::none;
 }
 constexpr const char* kExecutorOffload = "exec/zero/zero_engine.cpp (setup_offload)";
 }  // namespace
@@ -45,7 +45,8 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
     b.params = sat_mul(pb, Pp);
   } else if (in.offload_param == OffloadDevice::cpu) {
     // zeroplan's executor with offload_optimizer in fp32 training: the host master is the partition.
-    if (!(executor_offload(in) && !in.mixed_precision)) b.host_params = sat_mul(pb, Pp);
+    if (!(executor_offload(in) && in.offload_optimizer == OffloadDevice::cpu && !in.mixed_precision))
+      b.host_params = sat_mul(pb, Pp);
   } else {
     b.nvme_params = sat_mul(pb, Pp);
   }
@@ -77,6 +78,15 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
     b.master_params = master;
     b.optimizer_states = states;
     b.grad_fp32_partition = grad_fp32;
+  } else if (executor_offload(in) && in.offload_optimizer == OffloadDevice::nvme) {
+    // zeroplan's executor swapping to NVMe: the fp32 master (the parameters in fp32 training) and the moments in
+    // the swap files (exec/offload/optimizer_swapper.h; each piece's states padded to 4096 bytes there, not
+    // counted); the host keeps the reduced gradients and the updated partition in the training precision (fp32
+    // too: the swap buffer is reused before a copy from it would finish), which goes to the device; with
+    // offload_param that copy is the offloaded partition (host_params).
+    b.nvme_optimizer = sat_add(sat_mul(4, optimizer_params), states);
+    b.host_optimizer = sat_mul(pb, optimizer_params);
+    if (in.offload_param == OffloadDevice::none) b.host_optimizer = sat_add(b.host_optimizer, sat_mul(pb, optimizer_params));
   } else if (executor_offload(in)) {
     // zeroplan's executor: the fp32 master and the AdamW moments of the partition, its reduced gradients in the
     // training precision (the CPU AdamW reads 16-bit gradients), and the 16-bit copy the CPU AdamW writes for

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "exec/exec_config.h"
 #include "sim/memory_model.h"
 #include "sim/saturating.h"
 #include "sim/term_format.h"
@@ -63,7 +64,15 @@ ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero
   // all-gather (exec/zero/zero_buffer_layout.h: min(buffer_count, buckets) x the largest chunk).
   if (in.executor_exact && in.stage == 3 && in.offload_param == OffloadDevice::cpu)
     b.gpu_offload_staging = sat_mul(pb, in.executor_param_staging);
-  if (in.offload_optimizer == OffloadDevice::nvme) {
+  if (in.offload_optimizer == OffloadDevice::nvme && in.executor_exact) {
+    // zeroplan's executor (exec/offload/optimizer_swapper.h): min(buffer_count, pieces) buffers, each the three
+    // fp32 states (master, exp_avg, exp_avg_sq) of the largest piece, each state rounded up to the direct-I/O
+    // block (4096 B), and one block more to align them.
+    constexpr std::int64_t kBlock = 4096;
+    const std::int64_t state = ceil_div(sat_mul(in.executor_largest_piece, 4), kBlock) * kBlock;
+    const std::int64_t buffers = std::min(zero.optimizer_buffer_count, in.executor_offload_pieces);
+    b.host_pinned_staging = sat_add(b.host_pinned_staging, sat_add(sat_mul(buffers, 3, state), kBlock));
+  } else if (in.offload_optimizer == OffloadDevice::nvme) {
     // Optimizer swap buffers: buffer_count x the largest sub-group x 4 B (fp32).
     const std::int64_t sub_group = std::min(zero.sub_group_size, in.stage == 0 ? in.params : in.partition_params);
     b.host_pinned_staging = sat_add(b.host_pinned_staging, sat_mul(zero.optimizer_buffer_count, sub_group, 4));

@@ -17,13 +17,6 @@ void* at(void* base, std::int64_t elements, CommDtype type) {
   return static_cast<char*>(base) + elements * comm_dtype_bytes(type);
 }
 
-// The offload pipeline's unit: the CPU AdamW starts on a piece as soon as it has arrived, and its copy to the
-// device overlaps the next piece's update. 2^24 elements (64 MiB of fp32 master, 32 MiB of 16-bit gradients)
-// keep the pipeline's fill and drain (one piece's copy each way, ~1-2 ms over PCIe 4/5) small beside the
-// update of a GPT-2 1.5B partition, while a piece's CPU update (~30 ms at 5e8 elements/s) dwarfs its
-// thread-pool wake-up.
-constexpr std::int64_t kOffloadPieceElements = std::int64_t{1} << 24;
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
