@@ -28,7 +28,8 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--seed", options->seed, "Seed of the parameter initialization and synthetic data")
       ->capture_default_str();
   cmd->add_flag("--deterministic", options->deterministic,
-               "Fixed-order reductions: repeated runs give bit-identical losses and parameters");
+               "Fixed-order reductions and cuBLASLt's first-ranked GEMM algorithm (not the fastest timed): repeated "
+               "runs give bit-identical losses and parameters");
   cmd->add_option("--lr", options->learning_rate, "AdamW learning rate (default: the training configuration's)");
   cmd->add_option("--save-dir", options->save_dir,
                   "Write checkpoints here (SAVE_DIR/step-N: each rank's partition and a manifest; see --save-every)");

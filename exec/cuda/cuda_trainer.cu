@@ -147,7 +147,8 @@ class CudaTrainer final : public Trainer {
                                                       static_cast<cudaStream_t>(comm_->comm_stream()));
       engine_ = std::make_unique<ZeroEngine>(config_, layout_, *zero_device_, *comm_);
       allocate();
-      matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes));
+      matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes),
+                                               /*tune=*/!config_.zero.deterministic);
     } catch (...) {
       // the members release everything created so far; first let queued work finish with the buffers
       if (stream_.get()) cudaStreamSynchronize(stream_);

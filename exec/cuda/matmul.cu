@@ -31,7 +31,8 @@ struct GemmDescriptors {
 };
 }  // namespace
 
-Matmul::Matmul(void* workspace, std::size_t workspace_bytes) : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+Matmul::Matmul(void* workspace, std::size_t workspace_bytes, bool tune)
+    : workspace_(workspace), workspace_bytes_(workspace_bytes), tune_(tune) {
   try {
     CUBLAS_CHECK(cublasLtCreate(&handle_));
     CUDA_CHECK(cudaEventCreate(&tune_start_));
@@ -98,7 +99,7 @@ bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, 
     if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
       int best = 0;
       const bool rerun_safe = !(C == D && beta != 0);  // re-running must not change the result
-      if (rerun_safe && found > 1) {
+      if (tune_ && rerun_safe && found > 1) {
         float best_ms = 1e30f;
         for (int i = 0; i < found; ++i) {
           // one warm-up run, then three timed

@@ -19,7 +19,11 @@ using i64 = std::int64_t;
 
 class Matmul {
  public:
-  Matmul(void* workspace, std::size_t workspace_bytes);
+  // tune: time cuBLASLt's top candidates per GEMM configuration and keep the fastest; false (--deterministic)
+  // takes the heuristic's first candidate, the same on every run and every rank. Timing picks by noise, and the
+  // candidates (split-K or not, other tilings) round differently: two fp32 trainers with equal parameters gave
+  // losses 2e-8 apart on the first step on an H200.
+  Matmul(void* workspace, std::size_t workspace_bytes, bool tune = true);
   ~Matmul();
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
@@ -57,6 +61,7 @@ class Matmul {
   cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
   void* workspace_;
   std::size_t workspace_bytes_;
+  bool tune_;
 };
 
 // dbias (N) (+)= column sums of dout (M, N) into `sums` (cuda_common.cuh: column_sum_scratch_floats(M, N,
