@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "run/launcher.h"
+#include "run/process_memory.h"
 #include "run/rank_guard.h"
 #include "core/input_error.h"
 #include "core/units.h"
@@ -403,7 +404,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // Every rank's figures, gathered on every rank (a sum of one-hot rows: each rank fills its own).
   const std::vector<std::string> rank_fields = {"params", "grads", "master_params", "optimizer_states", "gathered_params", "activations",
                                                 "logits", "gradient_buckets", "workspace"};
-  const int F = static_cast<int>(rank_fields.size()) + 6;
+  const int F = static_cast<int>(rank_fields.size()) + 7;
   std::vector<double> per_rank(static_cast<std::size_t>(world) * F, 0.0);
   {
     double* mine = per_rank.data() + static_cast<std::size_t>(env.rank) * F;
@@ -413,6 +414,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     mine[base + 1] = static_cast<double>(mem.peak_total);
     mine[base + 2] = step_med;
     for (int k = 0; k < exec::kCommKinds; ++k) mine[base + 3 + k] = static_cast<double>(measured_comm[k]);
+    mine[base + 3 + exec::kCommKinds] = static_cast<double>(read_process_memory().resident_peak_bytes);
     if (ranks_comm && world > 1)
       for (std::size_t at = 0; at < per_rank.size(); at += 64)
         ranks_comm->all_reduce_host(per_rank.data() + at, static_cast<int>(std::min<std::size_t>(64, per_rank.size() - at)));
@@ -467,6 +469,12 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                   err_pct(static_cast<double>(ph.total), host_all).c_str());
     for (const auto& [name, bytes] : mem.host_by_component)
       std::printf("    rank %d %-30s %s bytes\n", env.rank, name.c_str(), format_integer(bytes).c_str());
+    // What the kernel charges the ranks: the states above plus each process's own (runtime, libraries, batch).
+    double resident_all = 0;
+    for (int r = 0; r < world; ++r)
+      resident_all += per_rank[static_cast<std::size_t>(r) * F + rank_fields.size() + 3 + exec::kCommKinds];
+    std::printf("  %-38s %9s %10s  (the states and each rank's process; not in the plan's column)\n",
+                "resident peak (VmHWM), all ranks", "", gib(static_cast<Bytes>(resident_all)).c_str());
     if (!cfg.zero.nvme_path.empty()) {
       // The swap files of every rank (the plan counts the node's ranks, like the host memory).
       double nvme_all = static_cast<double>(mem.nvme_bytes);
@@ -524,12 +532,13 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     if (trainer->backend() == "cpu" && cfg.precision != exec::ExecPrecision::fp32)
       std::printf("  (the CPU backend moves fp32 elements; the plan counts %s, so the two columns differ by design)\n",
                   to_string(tr.precision).c_str());
-    std::printf("\nper rank                device used peak   allocator peak   step ms\n");
+    std::printf("\nper rank                device used peak   allocator peak   step ms   host resident peak (VmHWM)\n");
     const int base = static_cast<int>(rank_fields.size());
     for (int r = 0; r < world; ++r) {
       const double* row = per_rank.data() + static_cast<std::size_t>(r) * F;
-      std::printf("  rank %-3d %22s GiB %12s GiB %9.1f\n", r, gib(static_cast<Bytes>(row[base])).c_str(),
-                  gib(static_cast<Bytes>(row[base + 1])).c_str(), row[base + 2] * 1e3);
+      std::printf("  rank %-3d %22s GiB %12s GiB %9.1f %18s GiB\n", r, gib(static_cast<Bytes>(row[base])).c_str(),
+                  gib(static_cast<Bytes>(row[base + 1])).c_str(), row[base + 2] * 1e3,
+                  gib(static_cast<Bytes>(row[base + 3 + exec::kCommKinds])).c_str());
     }
   }
 
@@ -610,6 +619,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       rj["allocator_peak_bytes"] = static_cast<Bytes>(row[base + 1]);
       rj["step_seconds"] = row[base + 2];
       rj["comm_bytes_per_step"] = rc;
+      rj["host_resident_peak_bytes"] = static_cast<Bytes>(row[base + 3 + exec::kCommKinds]);
       ranks.push_back(rj);
     }
     m["ranks"] = ranks;

@@ -63,6 +63,9 @@ TEST(ExecutorPrediction, RunPredictsWhatTheEngineAllocatesAndPlanAgrees) {
           for (const auto& [tag, bytes] : measured.at("host_bytes").items()) host += bytes.get<std::int64_t>();
           EXPECT_GT(host, 0);
           EXPECT_EQ(doc.at("plans")[0].at("host_bytes").get<std::int64_t>(), ranks * host);
+          // What the kernel charged each rank holds the rank's share of those states and the process besides.
+          for (const nlohmann::json& rank : measured.at("ranks"))
+            EXPECT_GT(rank.at("host_resident_peak_bytes").get<std::int64_t>(), host) << "rank " << rank.at("rank");
         }
         // The standalone plan of the same inputs: the same figures, component by component.
         const CommandResult p = run("plan --engine zeroplan " + shared_args(ranks, stage, offload) + " --format json");

@@ -1,0 +1,65 @@
+// run/process_memory: the fields of proc(5)'s status file, read from files written here (the kernel's format:
+// "Name:<tab><spaces>value kB"), and this process's own resident peak after it touched a known amount of memory.
+#include "run/process_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <unistd.h>
+
+namespace zeroplan {
+namespace {
+
+std::string write_status(const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("zeroplan_status_" + std::to_string(::getpid()));
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(ProcessMemory, ReadsThePeakAndTheResidentSetInBytes) {
+  const std::string path = write_status("Name:\tzeroplan\nVmPeak:\t 9999999 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  "
+                                        "102400 kB\nThreads:\t4\n");
+  const ProcessMemory m = read_process_memory(path);
+  EXPECT_EQ(m.resident_peak_bytes, std::int64_t{204800} * 1024);
+  EXPECT_EQ(m.resident_bytes, std::int64_t{102400} * 1024);
+  std::filesystem::remove(path);
+}
+
+TEST(ProcessMemory, FieldsMissingOrMalformedStayZero) {
+  const std::string path = write_status("VmHWM:\tlots kB\nVmRSS:\t 12 MB\nVmHWMX:\t 5 kB\n");
+  const ProcessMemory m = read_process_memory(path);
+  EXPECT_EQ(m.resident_peak_bytes, 0);
+  EXPECT_EQ(m.resident_bytes, 0);
+  std::filesystem::remove(path);
+}
+
+TEST(ProcessMemory, AMissingFileIsAnErrorNamingIt) {
+  try {
+    read_process_memory("/nonexistent/zeroplan/status");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/zeroplan/status"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProcessMemory, ThisProcessPeakCoversMemoryItTouched) {
+  constexpr std::size_t kBytes = std::size_t{256} << 20;
+  const std::int64_t before = read_process_memory().resident_peak_bytes;
+  ASSERT_GT(before, 0);
+  std::unique_ptr<char[]> block(new char[kBytes]);
+  std::memset(block.get(), 1, kBytes);  // resident only once written
+  const ProcessMemory after = read_process_memory();
+  EXPECT_GE(after.resident_peak_bytes, static_cast<std::int64_t>(kBytes)) << "peak " << after.resident_peak_bytes;
+  EXPECT_GE(after.resident_peak_bytes, after.resident_bytes);
+  EXPECT_EQ(block[kBytes - 1], 1);
+}
+
+}  // namespace
+}  // namespace zeroplan
