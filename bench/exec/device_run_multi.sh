@@ -52,7 +52,12 @@ for prec in ("fp32", "bf16"):
         try:
             l = json.load(open(f"{out}/eq_{prec}_s{st}.json"))["measured"]["loss"]
             rel = max(abs(a - b) / abs(b) for a, b in zip(l, ref))
-            print(f"{prec} stage {st} {n} ranks vs 1 rank: max relative loss difference over {len(l)} steps {rel:.3g}")
+            # issue 10: fp32 within 1e-6; bf16 within 1e-4 (8 mantissa bits: another summation order of the same
+            # gradients moves a loss by a few 1e-5, as across stages on one GPU: 6.5e-6 to 7.2e-5)
+            tol = 1e-6 if prec == "fp32" else 1e-4
+            verdict = "within" if rel <= tol else "OUTSIDE"
+            print(f"{prec} stage {st} {n} ranks vs 1 rank: max relative loss difference over {len(l)} steps {rel:.3g} "
+                  f"({verdict} {tol:g})")
         except Exception as e:
             print(f"{prec} stage {st}: no result ({e})")
 PY
