@@ -1,5 +1,7 @@
 #include "exec/zero/zero_engine.h"
 
+#include "exec/zero/zero_engine_detail.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,17 +13,8 @@
 
 namespace zeroplan::exec {
 
-namespace {
-
-void* at(void* base, std::int64_t elements, CommDtype type) {
-  return static_cast<char*>(base) + elements * comm_dtype_bytes(type);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
+using detail::at;
+using detail::seconds_since;
 
 ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm)
     : config_(config),
@@ -694,211 +687,6 @@ void ZeroEngine::gather_buckets(const std::vector<int>& ks, const std::function<
     for (int s : used) device_.record_event(staging_event_base_ + s, Lane::comm);
     i = end;
   }
-}
-
-void ZeroEngine::write_host_params(std::int64_t part, const float* values, std::int64_t n, float* master) {
-  const std::int64_t piece = buffers_.param_staging_elements;
-  device_.synchronize();  // the staging buffer is idle
-  for (std::int64_t done = 0; done < n; done += piece) {
-    const std::int64_t k = std::min(piece, n - done);
-    device_.upload_params(staging_[0], master ? master + done : nullptr, values + done, k);
-    device_.lane_waits_for(Lane::to_host, Lane::compute);
-    device_.copy_to_host(at(params_, part + done, type_), staging_[0], k * comm_dtype_bytes(type_));
-    device_.synchronize();
-  }
-}
-
-void ZeroEngine::update_offloaded_params(const std::function<void(const AdamwRange&)>& update) {
-  // Bucket by bucket through the staging buffers in turn: the fp32 parameters (fp32 training: they are the
-  // master AdamW updates) copied in, AdamW writing the new parameters there, copied out to the host partition
-  // while the next bucket updates.
-  const std::int64_t eb = comm_dtype_bytes(type_);
-  const bool fp32 = master_ == nullptr;
-  for (const GradientBucket& b : partition_.buckets()) {
-    const int s = static_cast<int>(next_staging_++ % staging_.size());
-    void* host = at(params_, b.partition_offset, type_);
-    if (fp32) {
-      device_.wait_event(staging_event_base_ + s, Lane::to_device);
-      const int a = device_.mark(Lane::to_device);
-      device_.copy_to_device(staging_[s], host, b.chunk * eb);
-      param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
-      device_.lane_waits_for(Lane::compute, Lane::to_device);
-    } else {
-      device_.wait_event(staging_event_base_ + s, Lane::compute);
-    }
-    update(AdamwRange{staging_[s], master_ ? master_ + b.partition_offset : nullptr, at(grads_, b.partition_offset, type_),
-                      m_ + b.partition_offset, v_ + b.partition_offset, b.chunk, b.chunk_begin(rank_)});
-    device_.lane_waits_for(Lane::to_host, Lane::compute);
-    const int a = device_.mark(Lane::to_host);
-    device_.copy_to_host(host, staging_[s], b.chunk * eb);
-    param_d2h_marks_.emplace_back(a, device_.mark(Lane::to_host));
-    device_.record_event(staging_event_base_ + s, Lane::to_host);
-  }
-  // The next copies in (the persistent tensors' gather, the next step's units) read what these wrote.
-  device_.lane_waits_for(Lane::to_device, Lane::to_host);
-}
-
-// ---- ZeRO-Offload ----
-
-void ZeroEngine::setup_offload() {
-  const std::int64_t part = partition_.partition_elements();
-  const std::int64_t eb = comm_dtype_bytes(type_);
-  const bool pinned = config_.zero.offload_pin_memory;
-  const bool nvme = !config_.zero.nvme_path.empty();
-  // DeepSpeed keeps the fp32 partition (single_partition_of_fp32_groups), its gradient and the CPU Adam states
-  // on the host (stage_1_and_2.py with cpu_offload, stage3.py _setup_for_real_optimizer with offload_optimizer);
-  // with nvme, stage3.py swaps the fp32 partition and the states (the gradient stays on the host).
-  if (!nvme) {
-    host_master_ = static_cast<float*>(device_.allocate_host("offload_master_params", "fp32 master partition",
-                                                            part * 4, pinned));
-    host_m_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW momentum", part * 4, pinned));
-    host_v_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW variance", part * 4, pinned));
-  }
-  host_grads_ = device_.allocate_host("offload_grads", "reduced gradient partition", part * eb, pinned);
-  if (type_ != CommDtype::f32 || nvme)
-    host_half_ = offload_param_ ? params_  // the CPU AdamW writes the offloaded partition directly
-                                : device_.allocate_host("offload_params", "updated partition (device precision)",
-                                                        part * eb, pinned);
-  if (type_ != CommDtype::f32 && type_ != CommDtype::bf16 && type_ != CommDtype::f16)
-    throw std::invalid_argument("ZeroEngine: the CPU AdamW takes fp32, bf16 or fp16 gradients");
-  if (!nvme)
-    for (const GradientBucket& b : partition_.buckets())
-      device_.init_host_master(host_master_ + b.partition_offset, b.chunk_begin(rank_), b.chunk);
-  cpu_adamw_ = std::make_unique<offload::CpuAdamw>(config_.zero.cpu_optimizer_threads > 0
-                                                       ? config_.zero.cpu_optimizer_threads
-                                                       : offload::default_optimizer_threads(world_));
-  decay_ = offload::DecayGeometry{layout_.blocks_begin(), layout_.block_stride(), layout_.block_decay_elements(),
-                                  layout_.blocks_end()};
-  const int stage = config_.zero.stage;
-  const auto& buckets = partition_.buckets();
-  bucket_pieces_.assign(buckets.size(), {});
-  if (config_.zero.sub_group_elements < 1)
-    throw std::invalid_argument("zero_optimization.sub_group_size: " + std::to_string(config_.zero.sub_group_elements) +
-                                "; expected at least 1");
-  const std::int64_t piece = std::min(kOffloadPieceElements, config_.zero.sub_group_elements);
-  for (std::size_t k = 0; k < buckets.size(); ++k) {
-    const GradientBucket& b = buckets[k];
-    const std::int64_t cb = b.chunk_begin(rank_);
-    for (std::int64_t sub = 0; sub < b.chunk; sub += piece) {
-      const std::int64_t n = std::min(piece, b.chunk - sub);
-      bucket_pieces_[k].push_back(static_cast<int>(pieces_.size()));
-      pieces_.push_back(Piece{static_cast<int>(k), b.partition_offset + sub, cb + sub,
-                              (stage == 1 ? cb : b.partition_offset) + sub, (stage == 3 ? b.partition_offset : cb) + sub,
-                              n});
-    }
-  }
-  // Named events after the bucket buffers' and stage 3's: one per piece, "its gradient is on the host".
-  piece_event_base_ = static_cast<int>(slots_.size() + 2 * buffers_.units.size());
-  if (!nvme) return;
-  if (config_.zero.optimizer_buffer_count < 1 || config_.zero.optimizer_buffer_count > 1024)
-    throw std::invalid_argument("zero_optimization.offload_optimizer.buffer_count: " +
-                                std::to_string(config_.zero.optimizer_buffer_count) + "; expected 1 to 1024");
-  offload::NvmeStoreOptions options;
-  options.config_source = config_.zero.nvme_path_source;
-  options.config_field = config_.zero.nvme_path_field;
-  std::vector<std::int64_t> sizes;
-  for (const Piece& p : pieces_) sizes.push_back(p.n);
-  swapper_ = std::make_unique<offload::OptimizerSwapper>(
-      config_.zero.nvme_path, rank_, options, std::move(sizes), static_cast<int>(config_.zero.optimizer_buffer_count),
-      [&](std::int64_t bytes) {
-        return device_.allocate_host("offload_swap_buffers", "NVMe swap buffers", bytes, pinned);
-      });
-  // The initial states on disk (DeepSpeed's swapper initialize_parameters): the master as init_host_master
-  // computes it, whatever the pieces, and zero moments.
-  for_each_offloaded_piece(offload::SwapAccess::write, [&](const Piece& p, float* master, float* m, float* v) {
-    device_.init_host_master(master, p.flat, p.n);
-    std::fill(m, m + p.n, 0.0f);
-    std::fill(v, v + p.n, 0.0f);
-  });
-}
-
-void ZeroEngine::for_each_offloaded_piece(offload::SwapAccess access,
-                                          const std::function<void(const Piece&, float*, float*, float*)>& visit) {
-  if (!swapper_) {
-    for (const Piece& p : pieces_) visit(p, host_master_ + p.part, host_m_ + p.part, host_v_ + p.part);
-    return;
-  }
-  const offload::SwapTimes t = swapper_->for_each_piece(access, [&](int i, const offload::SwappedStates& s) {
-    visit(pieces_[i], s.master, s.exp_avg, s.exp_avg_sq);
-  });
-  swap_times_.read_bytes += t.read_bytes;
-  swap_times_.write_bytes += t.write_bytes;
-  swap_times_.wait_s += t.wait_s;
-}
-
-void ZeroEngine::copy_gradients_to_host(int k) {
-  // The bucket's chunk is final once its reduction (comm lane) is; one rank at stage 1 reduces nothing, and
-  // backward (compute lane) wrote it.
-  const bool reduced_on_comm = !(world_ == 1 && config_.zero.stage < 2);
-  device_.lane_waits_for(Lane::to_host, reduced_on_comm ? Lane::comm : Lane::compute);
-  for (int i : bucket_pieces_[k]) {
-    const Piece& p = pieces_[i];
-    const int a = device_.mark(Lane::to_host);
-    device_.copy_to_host(at(host_grads_, p.part, type_), at(grads_, p.grad, type_), p.n * comm_dtype_bytes(type_));
-    to_host_marks_.emplace_back(a, device_.mark(Lane::to_host));
-    device_.record_event(piece_event_base_ + i, Lane::to_host);
-  }
-}
-
-void ZeroEngine::offloaded_update(float grad_scale) {
-  const auto& o = config_.optimizer;
-  const offload::AdamwHyper hyper{static_cast<float>(o.learning_rate), static_cast<float>(o.beta1),
-                                  static_cast<float>(o.beta2),         static_cast<float>(o.epsilon),
-                                  static_cast<float>(o.weight_decay),  grad_scale,
-                                  optimizer_step_};
-  // New parameter values may land only after their last readers: backward on the compute lane (and the
-  // stage-3 gathers, which the compute lane has waited for).
-  device_.lane_waits_for(Lane::to_device, Lane::compute);
-  std::size_t i = 0;
-  for_each_offloaded_piece(offload::SwapAccess::update,
-                           [&](const Piece&, float* master, float* m, float* v) { update_piece(i++, hyper, master, m, v); });
-  // The all-gather (comm lane, after compute) and the next forward read the new parameters.
-  device_.lane_waits_for(Lane::compute, Lane::to_device);
-}
-
-void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, float* master, float* m, float* v) {
-  const Piece& p = pieces_[i];
-  const std::int64_t eb = comm_dtype_bytes(type_);
-  device_.host_wait_event(piece_event_base_ + static_cast<int>(i));  // this piece's gradient has arrived
-  offload::AdamwTensors t;
-  t.params = master;
-  const void* g = at(host_grads_, p.part, type_);
-  if (type_ == CommDtype::f32) t.grads = static_cast<const float*>(g);
-  else if (type_ == CommDtype::bf16) t.grads_bf16 = static_cast<const std::uint16_t*>(g);
-  else t.grads_fp16 = static_cast<const std::uint16_t*>(g);
-  t.exp_avg = m;
-  t.exp_avg_sq = v;
-  void* updated = host_half_ ? at(host_half_, p.part, type_) : static_cast<void*>(master);
-  if (host_half_ && type_ != CommDtype::f32) {  // with offload_param: the host parameter partition itself
-    t.params_half = static_cast<std::uint16_t*>(updated);
-    t.half_format = type_ == CommDtype::bf16 ? offload::HalfFormat::bf16 : offload::HalfFormat::fp16;
-  }
-  t.count = p.n;
-  t.flat_base = p.flat;
-  const auto t0 = std::chrono::steady_clock::now();
-  cpu_adamw_->update(t, hyper, decay_);
-  // fp32 with nvme: the parameters are the master, which is in a swap buffer reused before a copy from it
-  // would have finished.
-  if (type_ == CommDtype::f32 && updated != master) std::memcpy(updated, master, static_cast<std::size_t>(p.n) * 4);
-  cpu_adamw_s_ += seconds_since(t0);
-  if (offload_param_) return;  // the parameters are the host partition just written: nothing to copy
-  const int a = device_.mark(Lane::to_device);
-  device_.copy_to_device(at(params_, p.param, type_), updated, p.n * eb);
-  to_device_marks_.emplace_back(a, device_.mark(Lane::to_device));
-}
-
-void ZeroEngine::collect_offload_times() {
-  offload_times_ = OffloadTimes{};
-  for (const auto& [a, b] : param_h2d_marks_) offload_times_.param_to_device_s += device_.seconds_between(a, b);
-  for (const auto& [a, b] : param_d2h_marks_) offload_times_.param_to_host_s += device_.seconds_between(a, b);
-  if (!offload_) return;
-  for (const auto& [a, b] : to_host_marks_) offload_times_.to_host_s += device_.seconds_between(a, b);
-  for (const auto& [a, b] : to_device_marks_) offload_times_.to_device_s += device_.seconds_between(a, b);
-  offload_times_.cpu_adamw_s = cpu_adamw_s_;
-  offload_times_.pieces = static_cast<int>(pieces_.size());
-  offload_times_.nvme_read_bytes = swap_times_.read_bytes;
-  offload_times_.nvme_write_bytes = swap_times_.write_bytes;
-  offload_times_.nvme_wait_s = swap_times_.wait_s;
 }
 
 }  // namespace zeroplan::exec
