@@ -17,6 +17,9 @@
 #                torchrun on the same N GPUs
 #   offload      the same model at stage 2 and 3 with the optimizer on the CPU, and stage 3 with optimizer and
 #                parameters on the CPU, beside their plans
+#   nvme         ZeRO-Infinity's optimizer offload to the machine's disk (--offload-optimizer nvme, stage 3) at GPT-2
+#                124M and 355M, beside the same runs with the optimizer on the CPU (--deterministic: equal losses
+#                expected) and their plans; the disk's raw rates (dd) beside
 #   largest      the largest GPT-2-family models the planner fits on 2x H200 (bench/exec/models/): gpt2-h6144-l36
 #                (16.6B) at stage 3, which does not fit at stage 2 (issue 11), and the same model at stage 3 with
 #                optimizer and parameters on the CPU, host-bound (issue 12); 10 steps each beside their plans
@@ -146,7 +149,27 @@ if has offload; then
     timeout 150 $RUN run $BIG --gpus $N --stage $st $flags --steps 10 --warmup-steps 3 --report "$OUT/off_$name.json" \
       > "$OUT/off_$name.log" 2>&1
     summary+=("offload stage $st $flags: $(tokens "$OUT/off_$name.log") | $(grep -E 'step .* predicted' "$OUT/off_$name.log" | tr -s ' ')")
+    summary+=("  host: $(grep -E '^  pinned' "$OUT/off_$name.log" | tr -s ' ') | VmHWM per rank: $(grep -E '^  rank [0-9]' "$OUT/off_$name.log" | awk '{print $(NF-1)}' | tr '\n' ' ')")
   done
+fi
+if has nvme; then
+  NV=${NVME_DIR:-/var/tmp/zeroplan-nvme}
+  mkdir -p "$NV"
+  dd if=/dev/zero of=$NV/dd.bin bs=16M count=128 oflag=direct conv=fsync 2> "$OUT/nvme_dd_write.log"
+  dd if=$NV/dd.bin of=/dev/null bs=16M iflag=direct 2> "$OUT/nvme_dd_read.log"
+  rm -f $NV/dd.bin
+  summary+=("disk raw (dd 2 GiB, direct): write $(tail -1 "$OUT/nvme_dd_write.log" | awk -F, '{print $NF}') read $(tail -1 "$OUT/nvme_dd_read.log" | awk -F, '{print $NF}')")
+  for m in gpt2-124m gpt2-355m; do
+    S="--model $m --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 6 --warmup-steps 2 --deterministic"
+    rm -rf "$NV"; mkdir -p "$NV"
+    timeout 200 $RUN run $S --offload-optimizer nvme --nvme-path "$NV" --report "$OUT/nvme_$m.json" > "$OUT/nvme_$m.log" 2>&1
+    rc=$?
+    timeout 100 $RUN run $S --offload-optimizer cpu --report "$OUT/nvme_cpu_$m.json" > "$OUT/nvme_cpu_$m.log" 2>&1
+    summary+=("nvme $m stage 3 rc=$rc: $(tokens "$OUT/nvme_$m.log") | $(grep -E 'step .* predicted' "$OUT/nvme_$m.log" | tr -s ' ')")
+    summary+=("  $(grep -iE 'nvme' "$OUT/nvme_$m.log" | grep -v '^run' | tail -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-220)")
+    summary+=("  against --offload-optimizer cpu: $(python3 -c "import json; a=json.load(open('$OUT/nvme_$m.json'))['measured']['loss']; b=json.load(open('$OUT/nvme_cpu_$m.json'))['measured']['loss']; print('losses bit-identical' if a==b else f'DIFFER {a} {b}')" 2>&1 | cut -c1-200) | cpu: $(tokens "$OUT/nvme_cpu_$m.log")")
+  done
+  rm -rf "$NV"
 fi
 if has largest; then
   L="--cluster h200x2 --micro-batch 1 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 10 --warmup-steps 3"
