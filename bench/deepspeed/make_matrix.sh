@@ -24,7 +24,12 @@ emit() {  # part name model planner_model gpus precision micro accumulation stag
   local config="bench/deepspeed/matrix/$name.json"
   local seq=()
   [ "$model" != resnet101 ] && seq=(--seq 1024)
-  "$zeroplan" plan --model "$planner" --cluster h200x2 --gpus "$gpus" --ds-config "$here/base_torch_adam.json" \
+  # Without offload the GPU steps with torch's AdamW, as issue 13's rows did; with the optimizer offloaded,
+  # DeepSpeedCPUAdam, as issue 12's rows did: with torch_adam true DeepSpeed would step the host partition with
+  # torch.optim.AdamW on CPU tensors instead (engine.py _configure_basic_optimizer), 2.6-3.9x slower.
+  local base="$here/base_torch_adam.json"
+  [ "$opt" != none ] && base="$here/base_cpu_adam.json"
+  "$zeroplan" plan --model "$planner" --cluster h200x2 --gpus "$gpus" --ds-config "$base" \
     "${seq[@]}" --precision "$precision" --micro-batch "$micro" --grad-accum "$accumulation" --stage "$stage" \
     --offload-optimizer "$opt" --offload-param "$param" --emit-ds-config "$repo/$config" --overwrite \
     --format json > /dev/null || true  # the exit status says whether the plan fits; the config is written anyway
