@@ -15,39 +15,44 @@ out="${OUT:?set by the device tool: the folder whose files come back}"
 part="${1:?PART: which part of bench/deepspeed/matrix.txt to run}"
 budget="${2:-540}"
 start=$(date +%s)
-site="$repo/bench/deepspeed/.site"
-wheels="$repo/bench/deepspeed/wheels"
+source "$repo/bench/deepspeed/install_wheels.sh"
 
 { nvidia-smi; nproc; free -g; python3 --version; } > "$out/machine.txt" 2>&1
-if ! PYTHONPATH="$site" python3 -c "import deepspeed" 2>/dev/null; then
-  [ -d "$wheels" ] || { echo "no wheels: run bench/deepspeed/build_wheels.sh here and carry bench/deepspeed/wheels"; exit 1; }
-  packages=()
-  for wheel in "$wheels"/*.whl; do
-    # Keep the machine's numpy (its torch was built against it) when it has one.
-    case $(basename "$wheel") in numpy-*) python3 -c "import numpy" 2>/dev/null && continue ;; esac
-    packages+=("$wheel")
-  done
-  python3 -m pip install --no-index --no-deps --target "$site" "${packages[@]}" > "$out/install.log" 2>&1 ||
-    { echo "installing the wheels failed:"; tail -20 "$out/install.log"; exit 1; }
-fi
-export PYTHONPATH="$site:$repo/bench/exec"
+ds_install_wheels "$out" || exit 1
+export PYTHONPATH="$PYTHONPATH:$repo/bench/exec"
 python3 -c "import deepspeed, torch; print('DeepSpeed', deepspeed.__version__, 'torch', torch.__version__)" |
   tee "$out/versions.txt"
 
+# The rows are planned on h200x2 (its GEMM curve was measured through PyTorch, whose GEMMs DeepSpeed runs) on the
+# H200 kinds; a call for an H200 kind may be given an H100, and then its rows are planned on h100x1.
+cluster=h200x2
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && cluster=h100x1
+gpus_here=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 summary="$out/summary.txt"
 : > "$summary"
 while read -r line_part name model planner_model gpus config threads; do
   [[ "$line_part" == "#"* || -z "$line_part" ]] && continue
   [ "$line_part" != "$part" ] && continue
+  if [ "$gpus" -gt "$gpus_here" ]; then
+    echo "$name: skipped, it needs $gpus GPUs and this machine has $gpus_here" >> "$summary"
+    continue
+  fi
   left=$((budget - ($(date +%s) - start)))
   if [ "$left" -lt 90 ]; then
     echo "budget spent: $name and the rest of part $part not run" | tee -a "$summary"
     break
   fi
+  # The matrix's thread counts are the x2 host's (32 cores): on a host with fewer cores per rank the row runs with
+  # what there is (cores / ranks), and ds_peer.py records the threads it ran with (cpu_threads_per_rank).
+  cores_per_rank=$(( $(nproc) / gpus ))
+  if [ "$threads" -gt "$cores_per_rank" ]; then
+    echo "$name: $threads threads per rank asked, $cores_per_rank run ($(nproc) cores, $gpus ranks)" >> "$summary"
+    threads=$cores_per_rank
+  fi
   t0=$(date +%s)
   OMP_NUM_THREADS="$threads" timeout "$left" torchrun --standalone --nproc_per_node="$gpus" \
     "$repo/bench/deepspeed/ds_peer.py" --model "$repo/$model" --planner-model "$planner_model" \
-    --ds-config "$repo/$config" --cluster h200x2 --name "$name" --out "$out/$name.json" \
+    --ds-config "$repo/$config" --cluster "$cluster" --name "$name" --out "$out/$name.json" \
     > "$out/$name.log" 2>&1
   status=$?
   if [ $status -eq 0 ] && [ -f "$out/$name.json" ]; then

@@ -18,7 +18,7 @@ N=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "$N x $GPU_NAME, $(nproc) cores"
 t0=$(date +%s)
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=ON \
   -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$OUT/build.log" 2>&1
 grep "zeroplan:" "$OUT/build.log"
 if ! ninja -C $BUILD -j"$(nproc)" zeroplan_exec_cuda_tests zeroplan >> "$OUT/build.log" 2>&1; then

@@ -30,7 +30,9 @@
 # kept in $OUT/summary.txt.
 DEFAULT_PARTS="tests equivalence"
 source bench/exec/device_common.sh
-CLUSTER=h200x$N; [ -f configs/clusters/$CLUSTER.json ] || CLUSTER=h200x4  # the bundled description of this kind
+# The bundled description of this kind (a call for an H200 kind may be given H100s: then theirs).
+case "$GPU_NAME" in *H100*) CLUSTER=h100x$N; FALLBACK=h100x8 ;; *) CLUSTER=h200x$N; FALLBACK=h200x4 ;; esac
+[ -f configs/clusters/$CLUSTER.json ] || CLUSTER=$FALLBACK
 BIG="--model gpt2-1.5b --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 --checkpointing none"
 
 if has equivalence; then

@@ -9,6 +9,10 @@
 #                against 6 uninterrupted steps; the disk's raw write rate (dd, direct I/O) beside the save rate
 #   faults       the one rank failing (CUDA error, out of memory, kill -9); at world 1 there is no launcher and no
 #                peer, so hangs are the multi-GPU script's to test
+#   cpu_adam     the CPU AdamW (bench/cpu_adam_benchmark, fp32 gradients, without and with the bf16 copy) beside
+#                DeepSpeedCPUAdam (bench/deepspeed/cpu_adam_peer.py) at 1e8 and 4e8 parameters, all of the host's
+#                cores (CPU_ADAM_THREADS to change), the host's CPU, NUMA and memory facts beside; carry
+#                bench/deepspeed/wheels as well
 #   speed        GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages 0-3 beside their plans, then the PyTorch
 #                peers eager and torch.compile
 # Carry bench/deps (bench/exec/carry_deps.sh). Logs and reports go into $OUT/logs.tar.gz (a call brings back 8
@@ -86,6 +90,29 @@ if has faults; then
     left=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader | wc -l)
     summary+=("fault $fault: rc=$rc, $(python3 -c "print(f'{$e-$s:.1f}')") s, GPU processes left $left: $(grep -iE 'rank 0|failed|error' "$OUT/fault_${fault%%:*}.log" | tail -2 | tr '\n' ' ' | cut -c1-220)")
   done
+fi
+
+if has cpu_adam; then
+  { lscpu; echo; grep -E 'MemTotal|MemFree|MemAvailable|^Cached|Shmem:' /proc/meminfo; } > "$OUT/host.txt" 2>&1
+  summary+=("host: $(grep -E '^Model name|^Socket|^Core|^Thread|^NUMA node\(s\)' "$OUT/host.txt" | tr -s ' ' | tr '\n' ';')")
+  summary+=("  $(grep -E 'MemTotal|MemAvailable' "$OUT/host.txt" | tr -s ' ' | tr '\n' ';')")
+  T=${CPU_ADAM_THREADS:-$(nproc)}
+  if ninja -C $BUILD cpu_adam_benchmark >> "$OUT/build.log" 2>&1; then
+    for copy in none bf16; do
+      $BUILD/bench/cpu_adam_benchmark --sizes 1e8,4e8 --threads $T --grads fp32 --copy $copy --no-scalar-baseline \
+        > "$OUT/cpu_adam_ours_$copy.jsonl" 2> "$OUT/cpu_adam_ours_$copy.err"
+      while read -r line; do summary+=("ours, copy $copy: $line"); done < "$OUT/cpu_adam_ours_$copy.jsonl"
+    done
+  else
+    summary+=("cpu_adam_benchmark did not build: $(grep -m3 -E 'error|FAILED' "$OUT/build.log")")
+  fi
+  # In a subshell: the wheels' PYTHONPATH stays out of the other parts. DeepSpeed's CPU Adam builds itself with
+  # ninja on first use (a minute or two), outside the timed steps.
+  (repo=$PWD; source bench/deepspeed/install_wheels.sh && ds_install_wheels "$OUT" &&
+    OMP_NUM_THREADS=$T timeout 400 python3 bench/deepspeed/cpu_adam_peer.py --sizes 1e8,4e8 --threads $T) \
+    > "$OUT/cpu_adam_deepspeed.log" 2>&1
+  while read -r line; do summary+=("DeepSpeed: $line"); done < <(grep '^{' "$OUT/cpu_adam_deepspeed.log")
+  grep -q '^{' "$OUT/cpu_adam_deepspeed.log" || summary+=("DeepSpeed failed: $(tail -3 "$OUT/cpu_adam_deepspeed.log")")
 fi
 
 if has speed; then
