@@ -384,7 +384,7 @@ void measure_cpu_device(const Sweep& sweep, const std::optional<ModelDescription
   f.gpu_model = "CPU backend rank on " + f.host.cpu_model;
   f.gpu_memory_bytes = f.host.memory_bytes / world;
   f.gpu_memory_source = "the CPU backend keeps a rank's tensors in host memory: " + std::to_string(f.host.memory_bytes) +
-                        " bytes of physical memory (sysconf) shared by " + std::to_string(world) + " rank(s)";
+                        " bytes of available host memory (MemAvailable) shared by " + std::to_string(world) + " rank(s)";
   f.gemm = sweep_gemms(sweep, model, sweep.cpu_model_tokens, "fp32",
                        [&](std::int64_t m, std::int64_t k, std::int64_t n, bool training) {
                          return cpu_gemm_seconds(m, k, n, training, sweep.repeats);
@@ -658,7 +658,9 @@ nlohmann::json describe(const CalibrationOptions& o, const LocalFigures& f, cons
   host.erase("memory_gib");
   host["memory_bytes"] = f.host.memory_bytes;
   host["cores"] = f.host.logical_cores;
-  provenance["host"] = f.host.cpu_model + ": physical memory (sysconf) and logical cores (hardware_concurrency)";
+  provenance["host"] = f.host.cpu_model + ": memory a run can use (/proc/meminfo MemAvailable at calibration; " +
+                       std::to_string(f.host.physical_memory_bytes) +
+                       " bytes physical, sysconf) and logical cores (hardware_concurrency)";
   host["pcie_bandwidth"] = f.pcie_bandwidth;
   provenance["host.pcie_bandwidth"] = f.pcie_source;
   // The node's rate is at least one thread's (a single-core host measures the same thing twice).

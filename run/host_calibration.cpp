@@ -1,5 +1,7 @@
 #include "run/host_calibration.h"
 
+#include "run/process_memory.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,8 +53,12 @@ HostFacts host_facts() {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_bytes = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page_bytes <= 0 ||
-      __builtin_mul_overflow(static_cast<std::int64_t>(pages), static_cast<std::int64_t>(page_bytes), &facts.memory_bytes))
+      __builtin_mul_overflow(static_cast<std::int64_t>(pages), static_cast<std::int64_t>(page_bytes),
+                             &facts.physical_memory_bytes))
     throw std::runtime_error("cannot read this host's physical memory size (sysconf _SC_PHYS_PAGES)");
+  // A plan that fills the physical size is ended by the OOM killer (2x H200, 2026-11-23): the kernel and the
+  // system's processes hold the rest.
+  facts.memory_bytes = read_available_host_memory();
   facts.logical_cores = static_cast<int>(std::thread::hardware_concurrency());
   if (facts.logical_cores < 1) throw std::runtime_error("cannot read this host's core count (hardware_concurrency is 0)");
   facts.cpu_model = "unknown CPU";

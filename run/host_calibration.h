@@ -10,7 +10,8 @@
 namespace zeroplan {
 
 struct HostFacts {
-  std::int64_t memory_bytes = 0;  // physical memory (sysconf _SC_PHYS_PAGES x _SC_PAGE_SIZE)
+  std::int64_t memory_bytes = 0;           // what a run can use: MemAvailable (run/process_memory.h)
+  std::int64_t physical_memory_bytes = 0;  // sysconf _SC_PHYS_PAGES x _SC_PAGE_SIZE
   int logical_cores = 0;          // std::thread::hardware_concurrency
   std::string cpu_model;          // /proc/cpuinfo "model name", or "unknown CPU"
 };

@@ -32,4 +32,13 @@ ProcessMemory read_process_memory(const std::string& status_path) {
   return m;
 }
 
+std::int64_t read_available_host_memory(const std::string& meminfo_path) {
+  std::ifstream meminfo(meminfo_path);
+  if (!meminfo) throw std::runtime_error("cannot read " + meminfo_path + " (the host's available memory)");
+  std::int64_t bytes = 0;
+  for (std::string line; std::getline(meminfo, line);)
+    if (field_bytes(line, "MemAvailable", bytes) && bytes > 0) return bytes;
+  throw std::runtime_error(meminfo_path + " has no MemAvailable line in kB (needs Linux 3.14 or later)");
+}
+
 }  // namespace zeroplan

@@ -19,4 +19,10 @@ struct ProcessMemory {
 // when it cannot be opened.
 ProcessMemory read_process_memory(const std::string& status_path = "/proc/self/status");
 
+// The host memory a new process can use without the system swapping (MemAvailable of `meminfo_path`, default
+// /proc/meminfo; proc(5)): what `zeroplan calibrate` writes as the node's host memory, below the physical size by
+// what the kernel and other processes hold (0.80 GiB on a fresh 125.9 GiB H100 host, 2026-11-25). std::runtime_error
+// naming the file when it cannot be read or has no MemAvailable line (kernels before 3.14).
+std::int64_t read_available_host_memory(const std::string& meminfo_path = "/proc/meminfo");
+
 }  // namespace zeroplan

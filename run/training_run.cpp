@@ -458,23 +458,31 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     double host_all = static_cast<double>(mem.host_total());
     if (ranks_comm && world > 1) ranks_comm->all_reduce_host(&host_all, 1);
     const HostMemoryBreakdown& ph = plan.memory.host;
+    const Bytes states_predicted = ph.pinned + ph.pageable;
     std::printf("\nhost memory of the offloaded states, all %d rank(s)     predicted   measured   error\n", world);
     if (trainer->backend() == "cpu" && cfg.precision != exec::ExecPrecision::fp32)
       std::printf("  %-38s %9s %10s  (the CPU backend keeps fp32 gradients; not compared)\n",
-                  cfg.zero.offload_pin_memory ? "pinned" : "pageable", gib(ph.total).c_str(),
+                  cfg.zero.offload_pin_memory ? "pinned" : "pageable", gib(states_predicted).c_str(),
                   gib(static_cast<Bytes>(host_all)).c_str());
     else
-      std::printf("  %-38s %9s %10s %7s\n", cfg.zero.offload_pin_memory ? "pinned" : "pageable", gib(ph.total).c_str(),
-                  gib(static_cast<Bytes>(host_all)).c_str(),
-                  err_pct(static_cast<double>(ph.total), host_all).c_str());
+      std::printf("  %-38s %9s %10s %7s\n", cfg.zero.offload_pin_memory ? "pinned" : "pageable",
+                  gib(states_predicted).c_str(), gib(static_cast<Bytes>(host_all)).c_str(),
+                  err_pct(static_cast<double>(states_predicted), host_all).c_str());
     for (const auto& [name, bytes] : mem.host_by_component)
       std::printf("    rank %d %-30s %s bytes\n", env.rank, name.c_str(), format_integer(bytes).c_str());
     // What the kernel charges the ranks: the states above plus each process's own (runtime, libraries, batch).
     double resident_all = 0;
     for (int r = 0; r < world; ++r)
       resident_all += per_rank[static_cast<std::size_t>(r) * F + rank_fields.size() + 3 + exec::kCommKinds];
-    std::printf("  %-38s %9s %10s  (the states and each rank's process; not in the plan's column)\n",
-                "resident peak (VmHWM), all ranks", "", gib(static_cast<Bytes>(resident_all)).c_str());
+    // The plan's host total is the states plus each rank's process (sim/host_memory.h executor_process_host_bytes);
+    // on the CPU backend the process is not the CUDA executor's, so it is printed without a prediction.
+    if (trainer->backend() == "cpu")
+      std::printf("  %-38s %9s %10s  (the states and each rank's process)\n", "resident peak (VmHWM), all ranks", "",
+                  gib(static_cast<Bytes>(resident_all)).c_str());
+    else
+      std::printf("  %-38s %9s %10s %7s  (the states and each rank's process)\n", "resident peak (VmHWM), all ranks",
+                  gib(ph.total).c_str(), gib(static_cast<Bytes>(resident_all)).c_str(),
+                  err_pct(static_cast<double>(ph.total), resident_all).c_str());
     if (!cfg.zero.nvme_path.empty()) {
       // The swap files of every rank (the plan counts the node's ranks, like the host memory).
       double nvme_all = static_cast<double>(mem.nvme_bytes);

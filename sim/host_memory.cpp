@@ -1,6 +1,7 @@
 #include "sim/host_memory.h"
 
 #include "sim/memory_model.h"
+#include "sim/runtime_overhead_memory.h"
 #include "sim/saturating.h"
 #include "sim/term_format.h"
 
@@ -32,6 +33,29 @@ HostAndNvmeBytes host_and_nvme_bytes(const MemoryInputs& in, const ZeroConfig& z
   if (in.stage == 3 && !zero.zero_init)
     h.init_peak_gpu = sat_add(sat_mul(in.param_bytes, in.params), runtime_fixed_bytes);
   return h;
+}
+
+Bytes executor_process_host_bytes(std::int64_t world_size) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return static_cast<Bytes>((world_size > 1 ? 0.746 : 0.380) * kGiB);
+}
+
+void explain_executor_process_host(const MemoryInputs& in, Bytes pinned_per_rank, std::vector<MemoryTerm>& terms) {
+  const Bytes per_rank = executor_process_host_bytes(in.world_size);
+  terms.push_back({"host",
+                   "each rank's process (CUDA runtime and libraries" +
+                       std::string(in.world_size > 1 ? ", NCCL's host side)" : ")"),
+                   sat_mul(per_rank, in.ranks_per_node),
+                   num(per_rank) + " * ranks per node " + num(in.ranks_per_node),
+                   "measured: resident peak (VmHWM) less the pinned states, " +
+                       std::string(in.world_size > 1 ? "0.723-0.746 GiB per rank on 2x H200 (2026-11-24)"
+                                                     : "0.380 GiB on one H100 (2026-11-25)") +
+                       "; bench/exec/results/"});
+  if (pinned_per_rank > 0)
+    terms.push_back({"host", "the kernel's page tables of each rank's pinned states",
+                     sat_mul(pinned_page_table_bytes(pinned_per_rank), in.ranks_per_node),
+                     "ceil(" + num(pinned_per_rank) + " / 4096) * 8 * ranks per node " + num(in.ranks_per_node),
+                     "x86-64 4-level paging: 8-byte entries for 4 KiB pages (Intel SDM vol. 3A sec. 4.5)"});
 }
 
 void explain_init_peaks(const MemoryInputs& in, const ZeroConfig& zero, const HostAndNvmeBytes& h,

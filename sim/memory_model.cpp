@@ -148,7 +148,16 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
 
   estimate.host.pinned = host.pinned;
   estimate.host.pageable = host.pageable;
-  estimate.host.total = sat_add(host.pinned, host.pageable);
+  // Our executor's ranks also hold their own processes (sim/host_memory.h executor_process_host_bytes); without it
+  // the plan filled a 2x H200 host to 247.7 of 251.8 GiB and the kernel's OOM killer ended the run in start-up.
+  // The kernel's page tables of each rank's pinned mapping are host memory outside VmHWM: one 8-byte entry per
+  // 4 KiB page (x86-64 4-level paging, Intel SDM vol. 3A sec. 4.5), the same count as the GPU's mapping of them.
+  const Bytes processes =
+      in.engine == TrainingEngine::zeroplan
+          ? sat_mul(sat_add(executor_process_host_bytes(in.world_size), pinned_page_table_bytes(pinned_per_rank)),
+                    in.ranks_per_node)
+          : 0;
+  estimate.host.total = sat_add(sat_add(host.pinned, host.pageable), processes);
   estimate.nvme_bytes = host.nvme;
   estimate.init_peak_gpu_bytes = host.init_peak_gpu;
   estimate.init_peak_host_bytes = host.init_peak_host;
@@ -160,6 +169,7 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
     explain_runtime_overhead(runtime_description, in.world_size, reserve_basis, runtime, *terms);
     explain_executor_runtime(pinned_per_rank, runtime, *terms);
     explain_host_and_nvme(in, training.zero, states, buffers, host, *terms);
+    if (in.engine == TrainingEngine::zeroplan) explain_executor_process_host(in, pinned_per_rank, *terms);
   }
   return estimate;
 }

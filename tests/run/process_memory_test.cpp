@@ -32,6 +32,17 @@ TEST(ProcessMemory, ReadsThePeakAndTheResidentSetInBytes) {
   std::filesystem::remove(path);
 }
 
+TEST(ProcessMemory, ReadsTheAvailableHostMemoryAndRefusesAFileWithout) {
+  // The lines of a real /proc/meminfo (the H100 host of 2026-11-25), MemAvailable below MemTotal.
+  const std::string path = write_status("MemTotal:       131981020 kB\nMemFree:        129002144 kB\n"
+                                        "MemAvailable:   131138996 kB\nBuffers:            4096 kB\n");
+  EXPECT_EQ(read_available_host_memory(path), std::int64_t{131138996} * 1024);
+  std::ofstream(path) << "MemTotal:       131981020 kB\nMemFree:        129002144 kB\n";
+  EXPECT_THROW(read_available_host_memory(path), std::runtime_error);
+  std::filesystem::remove(path);
+  EXPECT_THROW(read_available_host_memory(path), std::runtime_error);
+}
+
 TEST(ProcessMemory, FieldsMissingOrMalformedStayZero) {
   const std::string path = write_status("VmHWM:\tlots kB\nVmRSS:\t 12 MB\nVmHWMX:\t 5 kB\n");
   const ProcessMemory m = read_process_memory(path);
