@@ -108,7 +108,8 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "cpu_optimizer_params_per_second",
                                             "cpu_adam_params_per_second_per_thread",
                                             "deepspeed_module_hook_seconds",
-                                            "deepspeed_gradient_hook_seconds"};
+                                            "deepspeed_gradient_hook_seconds",
+                                            "deepspeed_offload_gradient_hook_seconds"};
 const std::vector<std::string> kNvmeKeys = {"capacity_bytes", "capacity_gib", "capacity_gb", "read_bandwidth",
                                             "write_bandwidth"};
 const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_context_mib",
@@ -343,6 +344,8 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
          "node's rate whatever its thread count");
   cluster.deepspeed_module_hook_seconds = host.non_negative_number_or("deepspeed_module_hook_seconds", 0.0);
   cluster.deepspeed_gradient_hook_seconds = host.non_negative_number_or("deepspeed_gradient_hook_seconds", 0.0);
+  cluster.deepspeed_offload_gradient_hook_seconds =
+      host.non_negative_number_or("deepspeed_offload_gradient_hook_seconds", 0.0);
   if (!host.has("deepspeed_module_hook_seconds"))
     note("host.deepspeed_module_hook_seconds: not given; DeepSpeed's stage-3 hooks cost the host nothing in the "
          "step-time model");
@@ -444,7 +447,8 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"cpu_optimizer_params_per_second", cluster.cpu_optimizer_params_per_second},
         {"cpu_adam_params_per_second_per_thread", cluster.cpu_adam_params_per_second_per_thread},
         {"deepspeed_module_hook_seconds", cluster.deepspeed_module_hook_seconds},
-        {"deepspeed_gradient_hook_seconds", cluster.deepspeed_gradient_hook_seconds}}},
+        {"deepspeed_gradient_hook_seconds", cluster.deepspeed_gradient_hook_seconds},
+        {"deepspeed_offload_gradient_hook_seconds", cluster.deepspeed_offload_gradient_hook_seconds}}},
       {"nvme",
        {{"capacity_bytes", cluster.nvme_capacity_bytes},
         {"read_bandwidth", cluster.nvme_read_bandwidth},

@@ -104,6 +104,10 @@ struct ClusterDescription {
   // tensor of stages 1-2 (stage_1_and_2.py grad_handling_hook). 0: not given.
   double deepspeed_module_hook_seconds = 0.0;
   double deepspeed_gradient_hook_seconds = 0.0;
+  // The same hook's host cost when the optimizer is offloaded (stage_1_and_2.py copy_grads_in_partition and the
+  // per-parameter norm and overflow checks of the CPU-offload path, each read back to the host), beside the fp32
+  // gradient copy it waits for, which the model times at pcie_bandwidth. 0: not given.
+  double deepspeed_offload_gradient_hook_seconds = 0.0;
 
   // NVMe (per node)
   Bytes nvme_capacity_bytes = 0;

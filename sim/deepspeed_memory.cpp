@@ -297,6 +297,16 @@ Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig&
   return sat_add(process_bytes, std::max(built, sat_add(host.pinned, host.pageable)));
 }
 
+namespace {
+// The smallest power of two at least `bytes` (0 for 0).
+Bytes power_of_two_ceil(Bytes bytes) {
+  if (bytes <= 1) return bytes;
+  Bytes rounded = 1;
+  while (rounded < bytes) rounded = sat_mul(rounded, 2);
+  return rounded;
+}
+}  // namespace
+
 DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingConfig& training,
                                         const DeepSpeedEnginePath& path) {
   DeepSpeedHostBytes h;
@@ -312,16 +322,31 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
     // fp32 master partition and its fp32 gradient, pinned with pin_memory (stage_1_and_2.py __init__ and
     // initialize_optimizer_states; stage3.py _create_fp32_partitions); DeepSpeedCPUAdam creates its states with
     // torch.zeros_like on the CPU: pageable (deepspeed/ops/adam/cpu_adam.py step).
-    host(sat_mul(4, Pp), zero.pin_memory);
-    host(sat_mul(4, Pp), zero.pin_memory);
-    host(states, false);
     if (path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2) {
+      // Stages 1-2 pin each buffer whole with tensor.pin_memory(), which takes its pages from torch's
+      // CachingHostAllocator: every allocation rounded up to a power of two (aten/src/ATen/core/
+      // CachingHostAllocator.h, PowerOf2Ceil), so the pinned bytes are the rounded sizes, one flat buffer per
+      // parameter group (the whole partition: one group, as bench/deepspeed/ds_peer.py passes the model). GPT-2
+      // 1.5B on one H100 (2026-11-25): 8 + 8 + 4 + 0.25 GiB = 20.25 GiB pinned, as measured.
+      const auto pinned_buffer = [&](Bytes bytes) {
+        host(zero.pin_memory ? power_of_two_ceil(bytes) : bytes, zero.pin_memory);
+      };
+      pinned_buffer(sat_mul(4, Pp));  // single_partition_of_fp32_groups
+      pinned_buffer(sat_mul(4, Pp));  // its .grad (single_grad_partition)
+      host(states, false);
       // param_buffer_of_bit16_for_cpu_offload_groups and temp_grad_buffer_for_cpu_offload (largest parameter);
       // with accumulation, accumulated_grads_in_cpu holds the partition's 16-bit gradients between micro-steps.
-      host(sat_mul(e, Pp), zero.pin_memory);
-      host(sat_mul(e, in.largest_module_params), zero.pin_memory);
-      if (training.grad_accum > 1) host(sat_mul(e, Pp), zero.pin_memory);
+      pinned_buffer(sat_mul(e, Pp));
+      pinned_buffer(sat_mul(e, in.largest_module_params));
+      if (training.grad_accum > 1) pinned_buffer(sat_mul(e, Pp));
+      // The step's bit16_partitions[partition_id].data.copy_(fp32_partition.data) converts on the host first
+      // (ATen copy_ across devices with a dtype change makes the converted tensor on the source device): a
+      // pageable 16-bit copy of the partition at the step, in the resident peak.
+      host(sat_mul(e, Pp), false);
     } else {
+      host(sat_mul(4, Pp), zero.pin_memory);
+      host(sat_mul(4, Pp), zero.pin_memory);
+      host(states, false);
       // stage3.py: the gradient partitions live on the host in the accumulation dtype.
       host(sat_mul(path.accumulation_bytes, Pp), zero.pin_memory);
     }

@@ -237,6 +237,7 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
     inputs.kernel_overhead_seconds = cluster.kernel_overhead_seconds;
     inputs.module_hook_seconds = cluster.deepspeed_module_hook_seconds;
     inputs.gradient_hook_seconds = cluster.deepspeed_gradient_hook_seconds;
+    inputs.offload_gradient_hook_seconds = cluster.deepspeed_offload_gradient_hook_seconds;
     inputs.tensors_per_layer.reserve(model.layers.size());
     for (const LayerDescription& layer : model.layers) inputs.tensors_per_layer.push_back(parameter_tensors(model, layer));
   }

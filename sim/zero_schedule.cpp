@@ -244,7 +244,7 @@ class StepBuilder {
       const auto index = static_cast<std::size_t>(layer);
       const LayerCompute& work = compute_[index];
       // DeepSpeed: the layer's hooks run on the host first; they issue its fetch and its kernels.
-      const TaskId hooks = ds_ ? host_hooks(forward, layer, micro, position == 0) : kNoTask;
+      const TaskId hooks = ds_ ? host_hooks(forward, layer, micro, position == 0, previous_compute) : kNoTask;
 
       // Stage 3: fetch the layer on demand (when the previous layer's compute is done) unless prefetched, or (in
       // backward) still gathered since its forward.
@@ -433,16 +433,32 @@ class StepBuilder {
   // (parameter_offload.py pre/post forward and backward hooks, one per module and one for the layer's own
   // module), the gradient hooks per parameter tensor in backward (stage_1_and_2.py grad_handling_hook). The host
   // runs ahead of the GPU within a micro-step and waits for it between micro-steps (the loss is read back).
-  TaskId host_hooks(bool forward, std::int32_t layer, std::int32_t micro, bool first_of_pass) {
+  // With the optimizer on the CPU at stages 1-2 the gradient hook copies the tensor's partition to the host in
+  // fp32 (copy_grads_in_partition: .float(), then copy_ into the pinned fp32 gradient partition) and checks its
+  // norm and overflow, reading each back (.item(), a device synchronisation per check): the host waits for the
+  // GPU at every tensor, so the hooks follow the previous layer's compute and its own copies. Measured on one H100
+  // (bench/deepspeed/results-pending/, ds_peer.py --profile): backward 463.8 ms against 130.0 without offload, of
+  // which 117.2 ms device-to-host copies; 580 AccumulateGrad hooks.
+  TaskId host_hooks(bool forward, std::int32_t layer, std::int32_t micro, bool first_of_pass,
+                    TaskId previous_compute) {
     const auto index = static_cast<std::size_t>(layer);
     double seconds = 0.0;
     if (zero_.stage == 3) seconds += static_cast<double>(layers_[index].module_count + 1) * in_.module_hook_seconds;
+    const bool offload_hooks = !forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
+                               zero_.offload_optimizer == OffloadDevice::cpu && boundary_;
     if (!forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
         index < in_.tensors_per_layer.size()) {
-      seconds += static_cast<double>(in_.tensors_per_layer[index]) * in_.gradient_hook_seconds;
+      const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
+      seconds += tensors * in_.gradient_hook_seconds;
+      if (offload_hooks) {
+        const double fp32_grad_bytes = 4.0 * static_cast<double>(ceil_div(layers_[index].params, n_));
+        seconds += tensors * in_.offload_gradient_hook_seconds + fp32_grad_bytes / in_.pcie_bandwidth;
+      }
     }
     if (seconds <= 0.0) return kNoTask;
-    const Dependency sync = forward && first_of_pass ? after(last_compute_) : Dependency{};
+    const Dependency sync = (forward && first_of_pass) || offload_hooks
+                                ? after(offload_hooks ? previous_compute : last_compute_)
+                                : Dependency{};
     return timeline_.add(Resource::host_python, TaskKind::engine_hooks, seconds, {sync}, layer, micro);
   }
 
@@ -645,6 +661,16 @@ class StepBuilder {
       // parameters up over H2D (stage 1/2, stage 3 without param offload) or kept on the host / NVMe.
       const double state_bytes_per_param = 4.0 + optimizer_state_bytes_per_param(training_.optimizer);
       const bool params_stay_on_host = zero_.stage == 3 && zero_.offload_param != OffloadDevice::none;
+      // DeepSpeed stages 1-2 (stage_1_and_2.py step, cpu_offload): unscale_and_clip_grads multiplies the fp32
+      // gradient partition on the CPU whatever the scale (grad.data.mul_(1 / combined_scale): 4 bytes read and 4
+      // written per element), and bit16_partitions[partition_id].data.copy_(fp32_partition.data) casts the updated
+      // fp32 partition to 16 bits on the host (4 read, 2 written) before its host-to-device copy, serially. Both
+      // stream memory as the CPU Adam does, which reaches the host's bandwidth (bench/cpu_adam_benchmark:
+      // bandwidth_fraction 1.0-1.18 on the H100 host of 2026-11-25) at 30 bytes per parameter: their rate is that
+      // bandwidth, this rank's share. Profiled on that host (ds_peer.py --profile, GPT-2 1.5B, one GPU): mul_
+      // 102.6 ms, DeepSpeedCPUAdam.step 376.6 ms, host-to-device 57.7 ms in one copy.
+      const bool deepspeed_host_passes = ds_ && zero_.stage <= 2 && zero_.offload_optimizer == OffloadDevice::cpu;
+      const double host_bytes_per_second = 30.0 * in_.cpu_optimizer_params_per_second;
       const std::int64_t sub_group = std::max<std::int64_t>(1, zero_.sub_group_size);
       for (std::int64_t first = 0; first < partition; first += sub_group) {
         const std::int64_t elements = std::min(sub_group, partition - first);
@@ -656,10 +682,19 @@ class StepBuilder {
                                             {after(last_download_)}, -1, micro, bytes);
           ready = after(read);
         }
-        const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
-                                          static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
-                                          {ready, after(last_reduction_), after(last_gradient_)}, -1, micro);
+        if (deepspeed_host_passes) {
+          const TaskId unscale = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                                               8.0 * static_cast<double>(elements) / host_bytes_per_second,
+                                               {ready, after(last_reduction_), after(last_gradient_)}, -1, micro);
+          ready = after(unscale);
+        }
+        TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                                    static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
+                                    {ready, after(last_reduction_), after(last_gradient_)}, -1, micro);
         if (ds_ && first == 0) step_buffers(step);
+        if (deepspeed_host_passes)
+          step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                               6.0 * static_cast<double>(elements) / host_bytes_per_second, {after(step)}, -1, micro);
         updated = step;
         if (zero_.offload_optimizer == OffloadDevice::nvme) {
           const auto bytes = static_cast<Bytes>(static_cast<double>(elements) * state_bytes_per_param);

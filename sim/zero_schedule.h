@@ -94,6 +94,7 @@ struct StepScheduleInputs {
   double kernel_overhead_seconds = 0.0;   // per kernel launched
   double module_hook_seconds = 0.0;       // stage 3: fetch/release/prefetch hooks per module per pass (host)
   double gradient_hook_seconds = 0.0;     // per parameter tensor's gradient hook in backward (host)
+  double offload_gradient_hook_seconds = 0.0;  // the same with the optimizer on the CPU (stages 1-2), less its copy
   std::vector<std::int64_t> tensors_per_layer;  // parameter tensors of each layer (hooks, per-tensor kernels)
 };
 

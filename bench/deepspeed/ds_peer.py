@@ -75,6 +75,55 @@ def build_model(args, config, dtype):
     return model, shape
 
 
+def micro_step_parts(engine, shape, micro, seq, device, dtype, generator):
+    """The micro-step of main() split in its three engine calls, for profile_phases."""
+    def forward():
+        if shape is None:
+            images = torch.randn(micro, 3, 32, 32, device=device, dtype=dtype, generator=generator)
+            labels = torch.randint(0, 10, (micro,), device=device, generator=generator)
+            return F.cross_entropy(engine(images).float(), labels)
+        tokens = torch.randint(0, shape["vocab_size"], (micro, seq + 1), device=device, generator=generator)
+        return engine(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    return forward, engine.backward, engine.step
+
+
+def profile_phases(path, engine, parts, accumulation, rank):
+    """Where a step's time goes (not part of the measured steps: synchronising between phases serialises them)."""
+    forward, backward, step = parts
+    phases = {"forward": [], "backward": [], "step": []}
+    for _ in range(3):
+        for _ in range(accumulation):
+            for name, call in (("forward", forward), ("backward", None), ("step", step)):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                if name == "forward":
+                    loss = call()
+                elif name == "backward":
+                    backward(loss)
+                else:
+                    call()
+                torch.cuda.synchronize()
+                phases[name].append(time.perf_counter() - start)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(accumulation):
+            loss = forward()
+            backward(loss)
+            step()
+        torch.cuda.synchronize()
+    if rank != 0:
+        return
+    with open(path, "w") as f:
+        f.write("phases, synchronised, median of 3 steps (ms): " +
+                ", ".join(f"{k} {1e3 * statistics.median(v):.1f}" for k, v in phases.items()) + "\n\n")
+        averages = prof.key_averages()
+        f.write(averages.table(sort_by="self_cpu_time_total", row_limit=45) + "\n")
+        try:  # torch 2.4 and later name the GPU's time "device"
+            f.write(averages.table(sort_by="self_device_time_total", row_limit=45) + "\n")
+        except (KeyError, AttributeError, ValueError):
+            f.write(averages.table(sort_by="self_cuda_time_total", row_limit=45) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, help="zeroplan model description (gpt2 family) or 'resnet101'")
@@ -86,6 +135,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--profile", help="after the measured steps, write where DeepSpeed's step spends its time to "
+                    "this file: forward, backward and step of 3 more steps, each phase synchronised (median), then "
+                    "one step under torch.profiler (CPU and CUDA, the 45 largest operators by self time of each)")
     args = ap.parse_args()
 
     deepspeed.init_distributed()
@@ -133,6 +185,10 @@ def main():
             times.append(time.perf_counter() - start)
         free, total = torch.cuda.mem_get_info()
         device_used_peak = max(device_used_peak, total - free)
+
+    if args.profile:
+        profile_phases(args.profile, engine, micro_step_parts(engine, shape, micro, args.seq, device, dtype, generator),
+                       accumulation, rank)
 
     gib = 2.0**30
     pinned = pinned_host_bytes()
