@@ -21,8 +21,10 @@
 #                124M and 355M, beside the same runs with the optimizer on the CPU (--deterministic: equal losses
 #                expected) and their plans; the disk's raw rates (dd) beside
 #   largest      the largest GPT-2-family models the planner fits on 2x H200 (bench/exec/models/): gpt2-h6144-l36
-#                (16.6B) at stage 3, which does not fit at stage 2 (issue 11), and the same model at stage 3 with
-#                optimizer and parameters on the CPU, host-bound (issue 12); 10 steps each beside their plans
+#                (16.6B) at stage 3, which does not fit at stage 2 (issue 11), and, host-bound (issue 12), the
+#                largest layer count of that width the planner fits at stage 3 with optimizer and parameters on the
+#                CPU given the host memory available then (bench/exec/largest_offload_model.py); 10 steps each
+#                beside their plans
 #   calibrate    zeroplan calibrate over the N GPUs (NCCL busbw per collective 1 MiB-1 GiB, GEMMs, PCIe, CPU AdamW,
 #                disk): $OUT/h200xN.json comes back, to ship in configs/clusters/
 # Issue 15 (4 and 8 GPUs), per kind: "tests equivalence", "checkpoint faults", "speed", "offload calibrate".
@@ -177,13 +179,18 @@ if has largest; then
   L="--cluster h200x2 --micro-batch 1 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 10 --warmup-steps 3"
   timeout 280 $RUN run --model bench/exec/models/gpt2-h6144-l36.json $L --report "$OUT/largest_s3.json" > "$OUT/largest_s3.log" 2>&1
   summary+=("largest, stage 3 (16.6B) rc=$?: $(tokens "$OUT/largest_s3.log") | $(grep -E 'total \(device|step .* predicted' "$OUT/largest_s3.log" | tr -s ' ' | tr '\n' ' ')")
-  # offload_param.buffer_size must hold the largest partition chunk (226,492,416 elements here; DeepSpeed's default
-  # 1e8 is refused), hence the DeepSpeed config. With the host memory calibrate measured (251.8 GiB, not 256) the
-  # planner fits gpt2-h6144-l36 at 247.7 GiB; on 2026-11-23 the kernel's OOM killer ended that run in start-up.
-  timeout 280 $RUN run --model bench/exec/models/gpt2-h6144-l36.json $L --offload-optimizer cpu --offload-param cpu \
-    --ds-config bench/exec/models/ds-stage3-offload-largest.json --report "$OUT/largest_offload.json" \
-    > "$OUT/largest_offload.log" 2>&1
-  summary+=("largest, stage 3 + opt/param on CPU (16.6B) rc=$?: $(tokens "$OUT/largest_offload.log") | $(grep -E 'total \(device|pinned|step .* predicted' "$OUT/largest_offload.log" | tr -s ' ' | tr '\n' ' ')")
+  # Stage 3 with optimizer and parameters on the CPU: the largest layer count the planner fits with the host memory
+  # available now (bench/exec/largest_offload_model.py; on 2026-11-23 a plan that filled the physical size was
+  # ended by the OOM killer). offload_param.buffer_size must hold the largest partition chunk (226,492,416
+  # elements at 36 layers; DeepSpeed's default 1e8 is refused), hence the DeepSpeed config.
+  python3 bench/exec/largest_offload_model.py $RUN h200x$N $N "$OUT/largest_cluster.json" "$OUT/largest_model.json" \
+    > "$OUT/largest_choice.log" 2>&1
+  summary+=("largest offload choice: $(tail -3 "$OUT/largest_choice.log" | tr '\n' ' ')")
+  timeout 290 $RUN run --model "$OUT/largest_model.json" --cluster "$OUT/largest_cluster.json" \
+    --micro-batch 1 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 10 --warmup-steps 3 \
+    --offload-optimizer cpu --offload-param cpu --ds-config bench/exec/models/ds-stage3-offload-largest.json \
+    --report "$OUT/largest_offload.json" > "$OUT/largest_offload.log" 2>&1
+  summary+=("largest, stage 3 + opt/param on CPU rc=$?: $(tokens "$OUT/largest_offload.log") | $(grep -E 'total \(device|pinned|resident|step .* predicted' "$OUT/largest_offload.log" | tr -s ' ' | tr '\n' ' ')")
 fi
 if has calibrate; then
   mkdir -p /var/tmp/zeroplan-calibrate-disk
