@@ -438,7 +438,9 @@ class StepBuilder {
   // norm and overflow, reading each back (.item(), a device synchronisation per check): the host waits for the
   // GPU at every tensor, so the hooks follow the previous layer's compute and its own copies. Measured on one H100
   // (bench/deepspeed/results-pending/, ds_peer.py --profile): backward 463.8 ms against 130.0 without offload, of
-  // which 117.2 ms device-to-host copies; 580 AccumulateGrad hooks.
+  // which 117.2 ms device-to-host copies; 580 AccumulateGrad hooks. Micro-steps before the accumulation boundary
+  // take another path (async_accumulate_grad_in_cpu_via_gpu, a copy each way per tensor) that is not modelled:
+  // they are timed without these hooks.
   TaskId host_hooks(bool forward, std::int32_t layer, std::int32_t micro, bool first_of_pass,
                     TaskId previous_compute) {
     const auto index = static_cast<std::size_t>(layer);
