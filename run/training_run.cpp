@@ -474,8 +474,9 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     double resident_all = 0;
     for (int r = 0; r < world; ++r)
       resident_all += per_rank[static_cast<std::size_t>(r) * F + rank_fields.size() + 3 + exec::kCommKinds];
-    // The plan's host total is the states plus each rank's process (sim/host_memory.h executor_process_host_bytes);
-    // on the CPU backend the process is not the CUDA executor's, so it is printed without a prediction.
+    // The plan's host total is the states plus each rank's process (sim/host_memory.h executor_process_host_bytes)
+    // and the page tables of its pinned states (1/512 of them), which VmHWM leaves out; on the CPU backend the
+    // process is not the CUDA executor's, so it is printed without a prediction.
     if (trainer->backend() == "cpu")
       std::printf("  %-38s %9s %10s  (the states and each rank's process)\n", "resident peak (VmHWM), all ranks", "",
                   gib(static_cast<Bytes>(resident_all)).c_str());
