@@ -72,7 +72,8 @@ std::vector<MeasuredRun> stored_runs() {
 }
 
 struct Prediction {
-  double device_used_gib = 0.0, peak_allocated_gib = 0.0, host_gib_per_rank = 0.0, step_seconds = 0.0;
+  double device_used_gib = 0.0, peak_allocated_gib = 0.0, host_gib_per_rank = 0.0, host_pinned_gib_per_rank = 0.0,
+         step_seconds = 0.0;
   ResolvedPlanInputs resolved;
   PlanChoice choice;
 };
@@ -100,6 +101,7 @@ Prediction predict(const MeasuredRun& run) {
   p.peak_allocated_gib = to_gib(s.peak_gpu_bytes - outside_allocator);
   const int ranks_per_node = std::min(p.resolved.cluster.gpus_per_node, p.resolved.cluster.total_gpus());
   p.host_gib_per_rank = to_gib(timed.plan.memory.host.total) / ranks_per_node;
+  p.host_pinned_gib_per_rank = to_gib(timed.plan.memory.host.pinned) / ranks_per_node;
   p.step_seconds = s.step_seconds;
   return p;
 }
@@ -127,6 +129,12 @@ TEST(DeepSpeedMeasurements, EveryStoredRunWithinTheIssuesTolerances) {
     expect_within(p.step_seconds, m.at("step_seconds").get<double>(), kStepTolerance, "step s");
     if (m.contains("host_gib_per_rank") && !m.at("host_gib_per_rank").is_null())
       expect_within(p.host_gib_per_rank, m.at("host_gib_per_rank").get<double>(), kHostTolerance, "host GiB/rank");
+    // The page-locked part where the run pinned any (torch's host allocator statistics, ds_peer.py): DeepSpeed's
+    // offload buffers as torch's allocator rounds them (sim/deepspeed_memory.cpp deepspeed_host_bytes).
+    if (m.contains("host_pinned_gib") && m.at("host_pinned_gib").is_number() &&
+        m.at("host_pinned_gib").get<double>() > 0.01)
+      expect_within(p.host_pinned_gib_per_rank, m.at("host_pinned_gib").get<double>(), kHostTolerance,
+                    "host pinned GiB");
   }
   // The verdict's default margin is the measured error of the memory model: it must cover every stored run.
   EXPECT_GE(default_memory_margin(TrainingEngine::deepspeed).fraction, largest_device_error);
