@@ -69,6 +69,8 @@ QColor task_color(TaskKind kind) {
     case TaskKind::cpu_optimizer_step: return QColor(0xbc, 0xbd, 0x22);
     case TaskKind::nvme_read: return QColor(0x17, 0xbe, 0xcf);
     case TaskKind::nvme_write: return QColor(0x0e, 0x7c, 0x86);
+    case TaskKind::engine_hooks: return QColor(0xb0, 0xb0, 0xb0);   // host time, not GPU work: grey
+    case TaskKind::gradient_copy: return QColor(0xff, 0xbb, 0x78);  // the backward's orange, lighter
   }
   return QColor(0x40, 0x40, 0x40);
 }

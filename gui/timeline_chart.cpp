@@ -33,6 +33,7 @@ QString resource_name(Resource resource) {
     case Resource::device_to_host: return QObject::tr("copy GPU→host");
     case Resource::host_cpu: return QObject::tr("host CPU");
     case Resource::nvme: return QObject::tr("NVMe");
+    case Resource::host_python: return QObject::tr("host (DeepSpeed hooks)");
   }
   return QString::fromStdString(to_string(resource));
 }
