@@ -33,6 +33,8 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   const std::int64_t block = 16 * e * sbh + 16 * sb + 4 * a * sb;
   if (c.recompute == ExecRecompute::none) {
     m.activations = L * block + 2 * e * sbh + 8 * sb;
+  } else if (c.recompute == ExecRecompute::selective) {
+    m.activations = L * (block - 6 * e * sbh) + 2 * e * sbh + 8 * sb;
   } else {
     m.activations = (L + 1) * e * sbh + (block - e * sbh) + e * sbh + 8 * sb;
   }
@@ -72,10 +74,13 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   a.push_back({"workspace", 4 * (kNormPartials + 1)});
   // exec/cuda/cuda_trainer.cu allocate(), in its order.
   const std::int64_t B = c.micro_batch, T = c.seq_len, C = c.shape.hidden, L = c.shape.layers, H = c.shape.heads;
-  const std::int64_t bt = B * T, nb = c.recompute == ExecRecompute::none ? L : 1;
+  const std::int64_t bt = B * T, nb = c.recompute == ExecRecompute::full ? 1 : L;
   a.push_back({"activations", e * (L + 1) * bt * C});  // block inputs (residual stream)
-  for (std::int64_t width : {C, 3 * C, C, C, C, 4 * C, 4 * C})  // LN1, QKV, attention, LN2 input, LN2, FC, GELU
-    a.push_back({"activations", e * nb * bt * width});
+  // LN1, QKV, attention, LN2 input, LN2, FC, GELU; selective keeps no LN1, LN2 or GELU outputs
+  const bool selective = c.recompute == ExecRecompute::selective;
+  for (auto [width, recomputed] : {std::pair{C, true}, {3 * C, false}, {C, false}, {C, false}, {C, true},
+                                   {4 * C, false}, {4 * C, true}})
+    if (!(selective && recomputed)) a.push_back({"activations", e * nb * bt * width});
   a.push_back({"activations", 4 * nb * 4 * bt});  // LayerNorm mean/rstd
   a.push_back({"activations", 4 * nb * bt * H});  // attention logsumexp
   a.push_back({"activations", e * bt * C});       // final LN output

@@ -16,6 +16,8 @@
 //                     + LN1/LN2 mean and rstd, fp32                                   = 16*sb
 //                     + flash-attention logsumexp, fp32 (replaces the 5as^2b softmax)  = 4*a*s*b
 //                   plus the output layer: final-LN input and output 2e*sbh and its mean/rstd 8*sb;
+//                   selective recompute: per layer the list above less LN1 output, LN2 output and GELU output
+//                   (6e*sbh), rebuilt in backward inside the backward working set below;
 //                   full recompute: every block's input (L+1)*e*sbh (the last is the final-LN input), plus one
 //                   block's recompute buffers (the list above less the LN1 input: 15e*sbh + 16sb + 4asb), plus the
 //                   final-LN output and stats e*sbh + 8sb;

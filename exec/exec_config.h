@@ -9,9 +9,14 @@
 namespace zeroplan::exec {
 
 enum class ExecPrecision { fp32, fp16, bf16 };
-// selective recompute (Korthikanti et al. 2022) recomputes the attention core; the flash attention kernel
-// never stores the s x s matrix, so "selective" stores the same tensors as "none" here.
-enum class ExecRecompute { none, full };
+// What backward recomputes instead of keeping from forward.
+// - selective: Korthikanti et al. 2022 (arXiv 2205.05198, sec. 5) recompute the attention core, which the flash
+//   attention kernel never stores; the executor recomputes instead what is cheap to rebuild and large to keep: the
+//   LN1 and LN2 outputs (a LayerNorm over the kept block input / LN2 input) and the GELU output (from the kept
+//   pre-GELU FC output), 6 of the 16 e*sbh saved per layer, as llm.c does with its `-r 2` (train_gpt2.cu,
+//   recompute: 1 GELU, 2 GELU and LayerNorm). They are rebuilt in the backward working set, so no buffer is added.
+// - full: only each block's input is kept; backward reruns the block's forward first.
+enum class ExecRecompute { none, selective, full };
 
 std::string to_string(ExecPrecision precision);
 int element_bytes(ExecPrecision precision);  // bytes of a parameter / activation / gradient element

@@ -217,9 +217,6 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                        " is not implemented by the executor; the run and its plan use dropout 0");
     in.model.transformer->dropout = 0;
   }
-  if (tr.checkpointing == Checkpointing::selective)
-    tr.notes.push_back("run: selective checkpointing recomputes the attention core, which the flash kernel never "
-                       "stores: the executor keeps the same tensors as with checkpointing none");
   // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
   use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
   exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);

@@ -20,8 +20,12 @@ int norm_statistics_per_norm(NormKind norm) { return norm == NormKind::layer_nor
 // inner tensors (2 or 3 of f) plus the residual-stream gradient in and out (2h). Attention: dQ, dK, dV,
 // the incoming and outgoing residual gradients; unfused adds dP and dS (2 a s e), fused flash backward
 // keeps the fp32 row sums D = rowsum(dO * O) (4 a).
+// zeroplan's executor (exec/cuda/cuda_trainer.cu allocate) reuses three buffers for every layer instead: the
+// residual gradient, the norm-input gradient (h each) and one FC / QKV gradient of max(f, h + 2kv), with the fp32
+// row sums of its flash backward (4a).
 Bytes backward_working_set_per_token(const TransformerShape& shape, const TrainingConfig& training, int e) {
   const std::int64_t h = shape.hidden, f = shape.ffn_hidden, kv = shape.kv_dim(), a = shape.heads;
+  if (training.engine == TrainingEngine::zeroplan) return (std::max(f, h + 2 * kv) + 2 * h) * e + 4 * a;
   const Bytes mlp = (mlp_tensors(shape.activation) * f + 2 * h) * e;
   const Bytes attention =
       (h + 2 * kv + 2 * h) * e + (training.fused_attention ? 4 * a : sat_mul(2 * a * e, training.seq_len));
@@ -33,6 +37,15 @@ Bytes logits_per_token(const TransformerShape& shape, const TrainingConfig& trai
   // logits and their gradient, plus an fp32 copy and its gradient when the loss is computed in fp32.
   if (training.fused_cross_entropy) return shape.vocab_size * e;
   return shape.vocab_size * (2 * e + (training.fp32_loss ? 2 * 4 : 0));
+}
+// Bytes per token of one block that selective recompute does not keep. Megatron's (Korthikanti sec. 5), which
+// DeepSpeed and the ideal engine follow: the attention core. zeroplan's executor (exec/exec_config.h
+// ExecRecompute::selective, after llm.c's recompute 2): the two norm outputs and the activation function's
+// output (GELU; silu(gate)*up for SwiGLU), rebuilt in backward inside the backward working set.
+Bytes selective_recomputed_per_token(const TransformerShape& shape, const TrainingConfig& training, int e,
+                                     const BlockActivationTerms& terms) {
+  if (training.engine == TrainingEngine::zeroplan) return (2 * shape.hidden + shape.ffn_hidden) * e;
+  return terms.attention_core;
 }
 }  // namespace
 
@@ -72,8 +85,8 @@ ActivationBytes activation_bytes(const ModelDescription& model, const TrainingCo
       case Checkpointing::none:
         out.block_saved = sat_mul(full_block, T);
         break;
-      case Checkpointing::selective:  // attention core recomputed (Korthikanti sec. 5): sbh*34 at e = 2
-        out.block_saved = sat_mul(full_block - out.block_terms.attention_core, T);
+      case Checkpointing::selective:
+        out.block_saved = sat_mul(full_block - selective_recomputed_per_token(shape, training, e, out.block_terms), T);
         break;
       case Checkpointing::full:  // only the block input kept (2sbh at e = 2)
         out.block_saved = sat_mul(shape.hidden * e, T);
@@ -135,12 +148,17 @@ void explain_activations(const ModelDescription& model, const TrainingConfig& tr
                            " * " + T,
                        kKorthikanti});
       break;
-    case Checkpointing::selective:
-      terms.push_back({"activations", "saved activations, " + L + " blocks (selective recompute)", b.saved_layers,
-                       "L * (" + per_block_list + " - attention core) B/token * " + sb + " = " + L + " * " +
-                           num(t.total() - t.attention_core) + " * " + T,
-                       kKorthikantiRecompute});
+    case Checkpointing::selective: {
+      const bool ours = training.engine == TrainingEngine::zeroplan;
+      terms.push_back(
+          {"activations", "saved activations, " + L + " blocks (selective recompute)", b.saved_layers,
+           "L * (" + per_block_list + (ours ? " - norm outputs 2he - activation output f e" : " - attention core") +
+               ") B/token * " + sb + " = " + L + " * " + num(b.tokens == 0 ? 0 : b.block_saved / b.tokens) +
+               " * " + T,
+           ours ? "exec/exec_config.h ExecRecompute::selective (llm.c train_gpt2.cu recompute 2)"
+                : kKorthikantiRecompute});
       break;
+    }
     case Checkpointing::full:
       terms.push_back({"activations", "checkpointed block inputs, " + L + " blocks (full recompute)", b.saved_layers,
                        "L * h * e * s*b = " + L + " * " + h + " * " + e + " * " + T, kKorthikantiRecompute});
@@ -148,12 +166,17 @@ void explain_activations(const ModelDescription& model, const TrainingConfig& tr
                        "(" + per_block_list + " - h*e) B/token * " + T, kKorthikantiRecompute});
       break;
   }
-  terms.push_back({"activations", "backward working set of one block (gradient temporaries)",
-                   b.backward_working_set,
-                   "max(MLP: (" + num(mlp_tensors(shape.activation)) + "f + 2h) e, attention: (3h + 2kv) e + " +
-                       (training.fused_attention ? "4a" : "2 a s e") + ") * s*b = " +
-                       num(b.tokens == 0 ? 0 : b.backward_working_set / b.tokens) + " * " + T,
-                   "zeroplan (largest per-layer gradient temporaries)"});
+  const std::string per_token = num(b.tokens == 0 ? 0 : b.backward_working_set / b.tokens);
+  if (training.engine == TrainingEngine::zeroplan)
+    terms.push_back({"activations", "backward working set (gradient buffers reused by every layer)",
+                     b.backward_working_set, "((max(f, h + 2kv) + 2h) e + 4a) * s*b = " + per_token + " * " + T,
+                     "exec/cuda/cuda_trainer.cu allocate (residual, norm-input and FC/QKV gradients, row sums)"});
+  else
+    terms.push_back({"activations", "backward working set of one block (gradient temporaries)",
+                     b.backward_working_set,
+                     "max(MLP: (" + num(mlp_tensors(shape.activation)) + "f + 2h) e, attention: (3h + 2kv) e + " +
+                         (training.fused_attention ? "4a" : "2 a s e") + ") * s*b = " + per_token + " * " + T,
+                     "zeroplan (largest per-layer gradient temporaries)"});
   if (b.embedding_dropout_mask > 0)
     terms.push_back({"activations", "embedding dropout mask", b.embedding_dropout_mask, "h * s*b = " + h + " * " + T,
                      kOutputLayer});

@@ -207,9 +207,16 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
   switch (training.checkpointing) {
     case Checkpointing::none:
       break;
-    case Checkpointing::selective:  // Korthikanti et al. 2022: only the attention core is recomputed
-      layer.recompute_seconds = attention_forward;
-      layer.recompute_flops = attention_flops;
+    case Checkpointing::selective:
+      if (training.engine == TrainingEngine::zeroplan) {
+        // zeroplan's executor rebuilds the two norm outputs and the activation function's output
+        // (exec/exec_config.h ExecRecompute::selective): two norm forwards and one activation forward, as above.
+        layer.recompute_seconds = 2.0 * timer.reduction_seconds(2.0 * tokens * h * r, 1.0) +
+                                  timer.streaming_seconds((swiglu ? 3.0 : 2.0) * tokens * ffn * e, 1.0);
+      } else {  // Korthikanti et al. 2022: only the attention core is recomputed
+        layer.recompute_seconds = attention_forward;
+        layer.recompute_flops = attention_flops;
+      }
       break;
     case Checkpointing::full:  // the whole block's forward again (zero-formulas.md section 6: +1 forward)
       layer.recompute_seconds = layer.forward_seconds;

@@ -14,7 +14,9 @@ exec::ExecConfig executor_exec_config(const ModelDescription& model, const Train
   c.precision = training.precision == Precision::fp32   ? exec::ExecPrecision::fp32
                 : training.precision == Precision::fp16 ? exec::ExecPrecision::fp16
                                                         : exec::ExecPrecision::bf16;
-  c.recompute = training.checkpointing == Checkpointing::full ? exec::ExecRecompute::full : exec::ExecRecompute::none;
+  c.recompute = training.checkpointing == Checkpointing::full        ? exec::ExecRecompute::full
+                : training.checkpointing == Checkpointing::selective ? exec::ExecRecompute::selective
+                                                                     : exec::ExecRecompute::none;
   c.zero = executor_zero_settings(training, stage);
   return c;
 }

@@ -15,6 +15,8 @@
 #                bench/deepspeed/wheels as well
 #   speed        GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages 0-3 beside their plans, then the PyTorch
 #                peers eager and torch.compile
+#   recompute    GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages $RC_STAGES (default "0 3") with checkpointing
+#                none and selective (LayerNorm and GELU outputs rebuilt in backward): measured beside the plan
 # Carry bench/deps (bench/exec/carry_deps.sh). Logs and reports go into $OUT/logs.tar.gz (a call brings back 8
 # files at most); the summary is printed last and kept in $OUT/summary.txt.
 DEFAULT_PARTS="tests equivalence checkpoint faults"
@@ -125,6 +127,20 @@ if has speed; then
   for peer in "" "--compile"; do
     PYTHONUNBUFFERED=1 timeout 200 python3 bench/exec/pytorch_peer.py --steps $STEPS $peer > "$OUT/peer$peer.log" 2>&1
     summary+=("peer ${peer:-eager}: $(python3 -c "import json;d=json.loads(open('$OUT/peer$peer.log').read().strip().splitlines()[-1]);print(f\"{d['tokens_per_second']:.0f} tokens/s, {d['step_seconds_median']*1e3:.1f} ms, peak alloc {d['peak_allocated_gib']:.2f} GiB\")" 2>&1)")
+  done
+fi
+if has recompute; then
+  for st in ${RC_STAGES:-0 3}; do
+    for ck in none selective; do
+      timeout 100 $RUN run --model gpt2-1.5b --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 \
+        --checkpointing $ck --steps $STEPS --warmup-steps 5 --gpus 1 --stage $st --report "$OUT/rc_s${st}_$ck.json" \
+        > "$OUT/rc_s${st}_$ck.log" 2>&1
+      echo "recompute stage $st $ck rc=$?"
+      summary+=("stage $st, checkpointing $ck: $(tokens "$OUT/rc_s${st}_$ck.log")")
+      summary+=("  $(grep -E '^ *activations ' "$OUT/rc_s${st}_$ck.log" | head -1 | tr -s ' ')")
+      summary+=("  $(grep -E 'total \(device|allocator peak' "$OUT/rc_s${st}_$ck.log" | tr -s ' ' | cut -c1-140 | tr '\n' ';')")
+      summary+=("  $(grep -E '^  (step .*predicted|forward )' "$OUT/rc_s${st}_$ck.log" | tr -s ' ' | tr '\n' ';')")
+    done
   done
 fi
 finish

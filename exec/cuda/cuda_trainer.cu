@@ -1,6 +1,7 @@
 // The GPU training step, read top to bottom: forward (embedding, blocks, final LayerNorm, logits, fused loss),
-// backward (the same in reverse, recomputing each block first under full checkpointing), then the gradient norm,
-// the fp16 overflow check and AdamW. Kernels live one layer per file beside their launchers (exec/cuda/*.cu).
+// backward (the same in reverse, recomputing each block first under full checkpointing, or its LayerNorm and GELU
+// outputs under selective), then the gradient norm, the fp16 overflow check and AdamW. Kernels live one layer per
+// file beside their launchers (exec/cuda/*.cu).
 #include "exec/cuda/cuda_trainer.h"
 
 #include <algorithm>
@@ -294,29 +295,25 @@ class CudaTrainer final : public Trainer {
   void allocate() {
     const auto& s = config_.shape;
     const i64 n = layout_.total(), C = s.hidden, L = s.layers, bt = BT();
-    const i64 nb = config_.recompute == ExecRecompute::none ? L : 1;  // blocks whose tensors are kept
+    const i64 nb = config_.recompute == ExecRecompute::full ? 1 : L;  // blocks whose tensors are kept
+    // selective: no LN1, LN2 or GELU outputs are kept; forward writes them into the backward working set (free
+    // until backward) and backward rebuilds each there just before the weight gradient that reads it.
+    const bool selective = config_.recompute == ExecRecompute::selective;
     (void)n;  // params, grads, master params and AdamW moments belong to the ZeRO engine
     residual_ = alloc_->allocate_n<T>("activations", "block inputs (residual stream)", (L + 1) * bt * C);
     // with full recompute the one set of block buffers also holds layer 0's LN1 input (it is residual_[0])
     blocks_.resize(L);
     auto A = [&](const char* what, i64 count) { return alloc_->allocate_n<T>("activations", what, count); };
     auto F = [&](const char* what, i64 count) { return alloc_->allocate_n<float>("activations", what, count); };
-    T* ln1 = A("LN1 outputs", nb * bt * C);
+    T* ln1 = selective ? nullptr : A("LN1 outputs", nb * bt * C);
     T* qkv = A("QKV outputs", nb * bt * 3 * C);
     T* att = A("attention outputs", nb * bt * C);
     T* res2 = A("LN2 inputs", nb * bt * C);
-    T* ln2 = A("LN2 outputs", nb * bt * C);
+    T* ln2 = selective ? nullptr : A("LN2 outputs", nb * bt * C);
     T* fc = A("FC outputs (pre-GELU)", nb * bt * 4 * C);
-    T* gelu = A("GELU outputs", nb * bt * 4 * C);
+    T* gelu = selective ? nullptr : A("GELU outputs", nb * bt * 4 * C);
     float* stats = F("LayerNorm mean/rstd", nb * 4 * bt);
     float* lse = F("attention logsumexp", nb * bt * s.heads);
-    for (i64 l = 0; l < L; ++l) {
-      const i64 k = nb == L ? l : 0;
-      blocks_[l] = BlockBuffers<T>{ln1 + k * bt * C, qkv + k * bt * 3 * C, att + k * bt * C, res2 + k * bt * C,
-                                   ln2 + k * bt * C, fc + k * bt * 4 * C, gelu + k * bt * 4 * C,
-                                   stats + (k * 4 + 0) * bt, stats + (k * 4 + 1) * bt, stats + (k * 4 + 2) * bt,
-                                   stats + (k * 4 + 3) * bt, lse + k * bt * s.heads};
-    }
     lnf_ = A("final LN output", bt * C);
     lnf_stats_ = F("final LN mean/rstd", 2 * bt);
     logits_ = alloc_->allocate_n<T>("logits", "logits / dlogits (in place)", bt * s.padded_vocab);
@@ -326,6 +323,14 @@ class CudaTrainer final : public Trainer {
     dln_ = alloc_->allocate_n<T>("activations", "LayerNorm-input gradient", bt * C);
     d4_ = alloc_->allocate_n<T>("activations", "FC / QKV gradient", bt * 4 * C);
     d_rowsum_ = alloc_->allocate_n<float>("activations", "attention rowsum(dO*O)", bt * s.heads);
+    for (i64 l = 0; l < L; ++l) {
+      const i64 k = nb == L ? l : 0;
+      blocks_[l] = BlockBuffers<T>{selective ? dln_ : ln1 + k * bt * C, qkv + k * bt * 3 * C, att + k * bt * C,
+                                   res2 + k * bt * C, selective ? dln_ : ln2 + k * bt * C, fc + k * bt * 4 * C,
+                                   selective ? d4_ : gelu + k * bt * 4 * C,
+                                   stats + (k * 4 + 0) * bt, stats + (k * 4 + 1) * bt, stats + (k * 4 + 2) * bt,
+                                   stats + (k * 4 + 3) * bt, lse + k * bt * s.heads};
+    }
     // column-sum partials (4C floats) and their arrival counter; kept zeroed between reductions
     // --deterministic: one row of partials per 256 rows, added in order, and the ordered dwte's token positions.
     const bool det = config_.zero.deterministic;
@@ -417,12 +422,19 @@ class CudaTrainer final : public Trainer {
       if (config_.recompute == ExecRecompute::full) block_forward(l, true);
       const BlockBuffers<T>& a = blocks_[l];
       const T* x = residual_ + l * bt * C;
+      // Selective recompute rebuilds the LN2, GELU and LN1 outputs in the working set (a.ln1/a.ln2 are dln_,
+      // a.gelu is d4_): each weight gradient runs before the input gradient that overwrites its input there.
+      const bool rebuild = config_.recompute == ExecRecompute::selective;
       // y = res2 + gelu Wfcproj^T + b
-      matmul_->backward_input_dgelu<T>(d4_, dres_, P(W(l, kFcProjW)), a.fc, bt, 4 * C, C, stream_);
+      if (rebuild) cuda::gelu_forward<T>(a.gelu, a.fc, bt * 4 * C, stream_);
       matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
+      matmul_->backward_input_dgelu<T>(d4_, dres_, P(W(l, kFcProjW)), a.fc, bt, 4 * C, C, stream_);
       cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, sums_, bt, C, acc, stream_);
-      matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
+      if (rebuild)
+        cuda::layernorm_forward<T>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(W(l, kLn2W)), P(W(l, kLn2B)), bt, C,
+                                   stream_);
       matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
+      matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
       cuda::bias_backward<T>(G(W(l, kFcB)), d4_, sums_, bt, 4 * C, acc, stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), sums_, dln_, a.res2, P(W(l, kLn2W)),
                                   a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
@@ -431,8 +443,10 @@ class CudaTrainer final : public Trainer {
       matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
       cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, sums_, bt, C, acc, stream_);
       cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
-      matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
+      if (rebuild)
+        cuda::layernorm_forward<T>(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(W(l, kLn1W)), P(W(l, kLn1B)), bt, C, stream_);
       matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
+      matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
       cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, sums_, bt, 3 * C, acc, stream_);
       cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), sums_, dln_, x, P(W(l, kLn1W)),
                                   a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);

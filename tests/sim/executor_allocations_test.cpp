@@ -27,14 +27,14 @@ ExecConfig gpt2_config(ExecPrecision precision, ExecRecompute recompute, bool de
 
 TEST(ExecutorAllocations, SumPerComponentToTheExecutorsFormula) {
   for (ExecPrecision precision : {ExecPrecision::bf16, ExecPrecision::fp32})
-    for (ExecRecompute recompute : {ExecRecompute::none, ExecRecompute::full})
+    for (ExecRecompute recompute : {ExecRecompute::none, ExecRecompute::selective, ExecRecompute::full})
       for (bool deterministic : {false, true}) {
         const ExecConfig c = gpt2_config(precision, recompute, deterministic);
         std::map<std::string, std::int64_t> sums;
         for (const DeviceAllocation& a : device_allocations(c, 1)) sums[a.component] += a.bytes;
         for (const auto& [component, bytes] : expected_device_memory(c).components())
           EXPECT_EQ(sums[component], bytes) << component << " (" << to_string(precision) << ", recompute "
-                                            << (recompute == ExecRecompute::full) << ", deterministic "
+                                            << static_cast<int>(recompute) << ", deterministic "
                                             << deterministic << ")";
       }
 }

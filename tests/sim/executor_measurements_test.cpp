@@ -41,8 +41,10 @@ struct Planned {
 // What `zeroplan run` plans for these inputs (run/training_run.cpp): the executor's engine, dropout 0.
 Planned plan_like_the_run(const std::string& cluster_file, int stage, bool offload, int gpus = 1,
                           bool offload_param = false, const std::string& model = "gpt2-1.5b",
-                          OffloadDevice optimizer_device = OffloadDevice::cpu) {
+                          OffloadDevice optimizer_device = OffloadDevice::cpu,
+                          Checkpointing checkpointing = Checkpointing::none) {
   PlanInputs inputs;
+  inputs.checkpointing = checkpointing;
   inputs.model = model;
   inputs.cluster = (data_directory() / "configs" / "clusters" / cluster_file).string();
   inputs.gpus = gpus;
@@ -194,6 +196,23 @@ TEST(ExecutorMeasurements, OneH100HostResidentOfSmallerModels) {
       ASSERT_GT(resident, 0.0);
       const Planned p = plan_like_the_run("h100x1.json", 3, true, 1, false, model, device);
       expect_within(p.plan.memory.host.total, resident, kTotalTolerance, "host resident");
+    }
+}
+
+// Selective recompute (bench/exec/results/2026-11-25-recompute-h100/, its README gives the command): stages 0 and 3
+// on one H100 with checkpointing none and selective, memory per component, the device total and the step held.
+TEST(ExecutorMeasurements, OneH100SelectiveRecomputeWithinTolerances) {
+  for (int stage : {0, 3})
+    for (Checkpointing mode : {Checkpointing::none, Checkpointing::selective}) {
+      const std::string report = "rc_s" + std::to_string(stage) + "_" + to_string(mode) + ".json";
+      SCOPED_TRACE(report);
+      std::printf("one H100: %s\n", report.c_str());
+      const nlohmann::json doc = read_json_file(results("2026-11-25-recompute-h100") / report);
+      const nlohmann::json& m = doc.at("measured");
+      ASSERT_EQ(m.at("stage").get<int>(), stage);
+      const Planned p = plan_like_the_run("h100x1.json", stage, false, 1, false, "gpt2-1.5b", OffloadDevice::cpu, mode);
+      expect_memory_within(p, m, false);
+      expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     }
 }
 

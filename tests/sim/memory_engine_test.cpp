@@ -3,6 +3,8 @@
 // caching-allocator reserve. Everything else (params, master, optimizer states, activations) is shared.
 #include <gtest/gtest.h>
 
+#include "exec/activation_accounting.h"
+#include "sim/executor_device_memory.h"
 #include "sim/memory_model.h"
 #include "tests/sim/sim_test_fixtures.h"
 
@@ -42,7 +44,9 @@ TEST(ZeroplanEngine, KeepsSixteenBitGradientsOnlyAndNoBucketsOrReserve) {
   EXPECT_EQ(zeroplan.gpu.master_params, 4 * flat);
   EXPECT_EQ(zeroplan.gpu.optimizer_states, 8 * flat);
   EXPECT_EQ(deepspeed.gpu.optimizer_states, 8 * P);
-  EXPECT_EQ(zeroplan.gpu.activations, deepspeed.gpu.activations);
+  // The same saved tensors; the executor's backward working set is its three reused gradient buffers
+  // (12 h + 4 a B/token in bf16) against the largest PyTorch block's temporaries ((2f + 2h) e = 20 h).
+  EXPECT_EQ(deepspeed.gpu.activations - zeroplan.gpu.activations, 8192 * (20 * 1600 - (12 * 1600 + 4 * 25)));
   // Runtime: context, the executor's workspace (cuBLASLt's and a few small buffers) and its allocations' round-up
   // to 2 MiB device pages (one rank: no NCCL; exact-size allocations: no reserve): above context + cuBLASLt, and
   // by less than a page for each of its few dozen allocations and 1 MiB of small buffers.
@@ -66,6 +70,22 @@ TEST(ZeroplanEngine, ExplainGivesTheSameNumbers) {
     if (term.component == "gradient_buckets") buckets_in_terms = term.bytes;
   }
   EXPECT_EQ(buckets_in_terms, 0);
+}
+
+// The planner's activations for our engine are the executor's allocations (exec/activation_accounting.h, which a GPU
+// test holds to the CUDA allocator) under every checkpointing mode: selective is the executor's own (norm and GELU
+// outputs rebuilt), not Megatron's attention-core recompute.
+TEST(ZeroplanEngine, ActivationsAreTheExecutorsUnderEveryCheckpointingMode) {
+  const ModelDescription model = testing::gpt2_xl();
+  const ClusterDescription cluster = testing::test_cluster(1, 1);
+  const PlanChoice stage0{0, OffloadDevice::none, OffloadDevice::none};
+  for (Checkpointing mode : {Checkpointing::none, Checkpointing::selective, Checkpointing::full}) {
+    TrainingConfig training = training_for(TrainingEngine::zeroplan);
+    training.checkpointing = mode;
+    const MemoryEstimate planned = estimate_memory(model, cluster, training, stage0);
+    const exec::ExpectedMemory executor = exec::expected_device_memory(executor_exec_config(model, training, 0));
+    EXPECT_EQ(planned.gpu.activations, executor.activations) << to_string(mode);
+  }
 }
 
 }  // namespace
