@@ -19,8 +19,10 @@ constexpr float kLn2 = 0.6931471805599453f;
 // m16n8k16 fragment layouts; ldmatrix for shared-memory -> fragment loads).
 // ---------------------------------------------------------------------------------------------------------
 constexpr int kTile = 64;      // rows of Q (forward) or K (backward) per block, and of K/V (Q/dO) per step
-constexpr int kHead = 64;      // head size served by the tensor-core path
-constexpr int kLd = kHead + 8; // shared-memory row pitch (elements): +16 bytes so ldmatrix rows hit distinct banks
+// Head sizes HD served by the tensor-core path: 64 (GPT-2) and 128 (GPT-3 from 6.7B, Llama). Shared-memory tiles
+// are HD columns wide with a row pitch of HD + 8 elements (+16 bytes, so ldmatrix rows hit distinct banks).
+template <typename T, int HD>
+using TileRow = T[HD + 8];
 constexpr int kThreads = 128;  // 4 warps, 16 rows each (backward kernels)
 constexpr int kBwdStages = 3;
 
@@ -88,14 +90,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Copies a 64 x 64 tile (rows of a row-major matrix with pitch `stride` elements) into shared memory; rows at or
+// Copies a 64 x HD tile (rows of a row-major matrix with pitch `stride` elements) into shared memory; rows at or
 // past rows_valid are zero-filled. Each thread owns one 16-byte column chunk and every 16th row, so the addresses
 // are one multiply and then increments (the generic index loop cost ~20 integer instructions per copy; ncu counted
 // ~390 instructions per warp and tile beyond the math).
-template <typename T, int ROWS = kTile, int THREADS = kThreads>
-__device__ __forceinline__ void load_tile(T (*tile)[kLd], const T* base, i64 stride, int rows_valid) {
-  constexpr int kRowStep = THREADS / (kHead / 8);
-  const int row0 = threadIdx.x / (kHead / 8), col = (threadIdx.x % (kHead / 8)) * 8;
+template <typename T, int HD, int ROWS = kTile, int THREADS = kThreads>
+__device__ __forceinline__ void load_tile(TileRow<T, HD>* tile, const T* base, i64 stride, int rows_valid) {
+  constexpr int kRowStep = THREADS / (HD / 8);
+  const int row0 = threadIdx.x / (HD / 8), col = (threadIdx.x % (HD / 8)) * 8;
   const T* src = base + row0 * stride + col;
 #pragma unroll
   for (int i = 0; i < ROWS / kRowStep; ++i) {
@@ -106,22 +108,23 @@ __device__ __forceinline__ void load_tile(T (*tile)[kLd], const T* base, i64 str
   }
 }
 
-// A-operand fragments of a warp's 16 rows x 64 columns of a row-major shared tile (4 k-steps of 16).
-template <typename T>
-__device__ __forceinline__ void load_a_frags(std::uint32_t (&f)[4][4], const T (*tile)[kLd], int row0) {
+// A-operand fragments of a warp's 16 rows x HD columns of a row-major shared tile (HD / 16 k-steps of 16).
+template <typename T, int HD>
+__device__ __forceinline__ void load_a_frags(std::uint32_t (&f)[HD / 16][4], const TileRow<T, HD>* tile, int row0) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < HD / 16; ++kk)
     ldmatrix_x4(f[kk], &tile[row0 + (lane % 8) + ((lane / 8) % 2) * 8][kk * 16 + (lane / 16) * 8]);
 }
 
-// acc[16 x 64] += A (16 x 64, fragments) * tile^T, tile rows = the 64 output columns (S = Q K^T form).
-template <typename T>
-__device__ __forceinline__ void mma_a_tileT(float (&acc)[8][4], const std::uint32_t (&a)[4][4], const T (*tile)[kLd]) {
+// acc[16 x 64] += A (16 x HD, fragments) * tile^T, tile rows = the 64 output columns (S = Q K^T form).
+template <typename T, int HD>
+__device__ __forceinline__ void mma_a_tileT(float (&acc)[8][4], const std::uint32_t (&a)[HD / 16][4],
+                                            const TileRow<T, HD>* tile) {
   const int lane = threadIdx.x % 32;
   // all four B fragments of a k-step are loaded before its eight MMAs, so ldmatrix latency overlaps
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < HD / 16; ++kk) {
     std::uint32_t r[4][4];
 #pragma unroll
     for (int np = 0; np < 4; ++np)
@@ -134,9 +137,10 @@ __device__ __forceinline__ void mma_a_tileT(float (&acc)[8][4], const std::uint3
   }
 }
 
-// acc[16 x 64] += P (16 x 64 in C-fragment layout, fp32) * tile, tile rows = the 64 reduction indices (O = P V).
-template <typename T>
-__device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[8][4], const T (*tile)[kLd]) {
+// acc[16 x HD] += P (16 x 64 in C-fragment layout, fp32) * tile, tile rows = the 64 reduction indices (O = P V).
+template <typename T, int HD>
+__device__ __forceinline__ void mma_c_tile(float (&acc)[HD / 8][4], const float (&p)[8][4],
+                                           const TileRow<T, HD>* tile) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -144,12 +148,12 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
     const std::uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
                                 pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                 pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-    std::uint32_t r[4][4];
+    std::uint32_t r[HD / 16][4];
 #pragma unroll
-    for (int np = 0; np < 4; ++np)
+    for (int np = 0; np < HD / 16; ++np)
       ldmatrix_x4_trans(r[np], &tile[kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8][np * 16 + (lane / 16) * 8]);
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < HD / 16; ++np) {
       mma16816<T>(acc[2 * np], a, r[np][0], r[np][1]);
       mma16816<T>(acc[2 * np + 1], a, r[np][2], r[np][3]);
     }
@@ -157,17 +161,19 @@ __device__ __forceinline__ void mma_c_tile(float (&acc)[8][4], const float (&p)[
 }
 
 // 8 warps of 16 query rows each (128 queries, 2 blocks per SM at <= 128 registers: each K/V tile read from L2
-// serves twice the queries of a 4-warp block, which measured slower; bench/exec/NOTES.md v9).
+// serves twice the queries of a 4-warp block, which measured slower; bench/exec/NOTES.md v9). Head size 128 doubles
+// the output accumulator and the Q fragments (64 + 32 registers): one block per SM, up to 255 registers.
 constexpr int kFwdWarps = 8;
 constexpr int kFwdRows = 16 * kFwdWarps, kFwdThreads = 32 * kFwdWarps;
-constexpr int kFwdSmem = (kFwdRows + 4 * kTile) * kLd * 2;
+template <int HD>
+constexpr int kFwdSmem = (kFwdRows + 4 * kTile) * (HD + 8) * 2;
 
-template <typename T>
-__global__ void __launch_bounds__(kFwdThreads, 2) flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn,
-                                                                       int C, int NH, float scale_log2) {
+template <typename T, int HD>
+__global__ void __launch_bounds__(kFwdThreads, HD == 64 ? 2 : 1)
+    flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C, int NH, float scale_log2) {
   constexpr int kRows = kFwdRows, kThr = kFwdThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  using Row = T[kLd];
+  using Row = TileRow<T, HD>;
   Row* const sQ = reinterpret_cast<Row*>(smem_raw);  // [kRows]
   Row* const sK0 = sQ + kRows;                          // K stage s at sK0 + s * kTile
   Row* const sV0 = sK0 + 2 * kTile;                     // V stage s at sV0 + s * kTile
@@ -176,44 +182,44 @@ __global__ void __launch_bounds__(kFwdThreads, 2) flash_forward_kernel(T* out, f
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
   const i64 stride = 3ll * C;
-  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
+  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * HD;
   const T* kbase = qbase + C;
   const T* vbase = qbase + 2 * C;
   const int q0 = qb * kRows;
   const int last_kb = (min(q0 + kRows, Tn) - 1) / kTile;
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
 
-  load_tile<T, kRows, kThr>(sQ, qbase + static_cast<i64>(q0) * stride, stride, Tn - q0);
-  load_tile<T, kTile, kThr>(sK0, kbase, stride, Tn);
-  load_tile<T, kTile, kThr>(sV0, vbase, stride, Tn);
+  load_tile<T, HD, kRows, kThr>(sQ, qbase + static_cast<i64>(q0) * stride, stride, Tn - q0);
+  load_tile<T, HD, kTile, kThr>(sK0, kbase, stride, Tn);
+  load_tile<T, HD, kTile, kThr>(sV0, vbase, stride, Tn);
   cp_async_commit();
 
-  float o[8][4] = {};
+  float o[HD / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  std::uint32_t qf[4][4];
+  std::uint32_t qf[HD / 16][4];
   const int q_row[2] = {warp_first + g, warp_first + g + 8};
 
   for (int kb = 0; kb <= last_kb; ++kb) {
     const int stage = kb & 1;
     if (kb < last_kb) {
-      load_tile<T, kTile, kThr>(sK0 + (stage ^ 1) * kTile, kbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
-                                Tn - (kb + 1) * kTile);
-      load_tile<T, kTile, kThr>(sV0 + (stage ^ 1) * kTile, vbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
-                                Tn - (kb + 1) * kTile);
+      load_tile<T, HD, kTile, kThr>(sK0 + (stage ^ 1) * kTile, kbase + static_cast<i64>(kb + 1) * kTile * stride,
+                                    stride, Tn - (kb + 1) * kTile);
+      load_tile<T, HD, kTile, kThr>(sV0 + (stage ^ 1) * kTile, vbase + static_cast<i64>(kb + 1) * kTile * stride,
+                                    stride, Tn - (kb + 1) * kTile);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (kb == 0) load_a_frags<T>(qf, sQ, warp * 16);
+    if (kb == 0) load_a_frags<T, HD>(qf, sQ, warp * 16);
     // A tile whose every key lies in this warp's future adds nothing: the warp skips its math (the barriers
     // stay outside the branch, so every thread of the block meets them).
     if (kb * kTile <= warp_last) {
       const Row* sK = sK0 + stage * kTile;
       const Row* sV = sV0 + stage * kTile;
       float s[8][4] = {};
-      mma_a_tileT<T>(s, qf, sK);
+      mma_a_tileT<T, HD>(s, qf, sK);
       // Instruction diet (ncu: the kernel is issue-bound, IPC 2.4): mask only on the diagonal tile, take the row max
       // of the raw scores (scale > 0 keeps the order), and fold the scale into one FFMA before ex2.
       if ((kb + 1) * kTile > warp_first) {  // the tile reaches past this warp's first row (or past T)
@@ -255,13 +261,13 @@ __global__ void __launch_bounds__(kFwdThreads, 2) flash_forward_kernel(T* out, f
       for (int r = 0; r < 2; ++r)
         if (alpha[r] != 1.0f)  // the running max moved: rescale this row's accumulator
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
+          for (int j = 0; j < HD / 8; ++j) {
             o[j][2 * r] *= alpha[r];
             o[j][2 * r + 1] *= alpha[r];
           }
       l[0] = l[0] * alpha[0] + rs[0];
       l[1] = l[1] * alpha[1] + rs[1];
-      mma_c_tile<T>(o, s, sV);
+      mma_c_tile<T, HD>(o, s, sV);
     }
     __syncthreads();
   }
@@ -274,9 +280,9 @@ __global__ void __launch_bounds__(kFwdThreads, 2) flash_forward_kernel(T* out, f
   for (int r = 0; r < 2; ++r) {
     if (q_row[r] >= Tn) continue;
     const float inv = 1.0f / l[r];
-    T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * kHead;
+    T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * HD;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < HD / 8; ++j)
       *reinterpret_cast<std::uint32_t*>(orow + j * 8 + tig * 2) = pack2<T>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
     if (tig == 0) lse[(static_cast<i64>(b) * NH + h) * Tn + q_row[r]] = (m[r] + log2f(l[r])) * kLn2;
   }
@@ -305,15 +311,19 @@ __global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T*
 // dK and dV: a block owns 64 keys (4 warps of 16; 8 warps measured slower, bench/exec/NOTES.md v10) and walks
 // the query tiles from the diagonal on; flash_backward_dq_kernel computes dQ from its own recomputation, so
 // neither kernel needs atomics (a fused kernel accumulating dQ with fp32 atomics measured slower, NOTES v10).
-constexpr int kBwdSmem = (2 * kTile + 2 * kBwdStages * kTile) * kLd * 2 + 2 * kBwdStages * kTile * 4;
+// Head size 128: the K and V fragments (64 registers) are not kept across query tiles but read again from the
+// block's shared K and V before each use, which leaves the dK and dV accumulators (128 registers) room.
+template <int HD>
+constexpr int kBwdSmem = (2 * kTile + 2 * kBwdStages * kTile) * (HD + 8) * 2 + 2 * kBwdStages * kTile * 4;
 
-template <typename T>
+template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, const float* d_rowsum, const T* dout,
                                                                        const T* qkv, const float* lse, int Tn, int C,
                                                                        int NH, float scale) {
   constexpr int kKeys = kTile, kThr = kThreads;
+  constexpr bool kKeepFrags = HD == 64;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  using Row = T[kLd];
+  using Row = TileRow<T, HD>;
   Row* const sK = reinterpret_cast<Row*>(smem_raw);  // [kKeys]
   Row* const sV = sK + kKeys;                          // [kKeys]
   // Q/dO (and their logsumexp and D) in kBwdStages stages: the tile two steps ahead loads while one computes
@@ -327,8 +337,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
   const i64 stride = 3ll * C;
-  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
-  const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * kHead;
+  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * HD;
+  const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * HD;
   const float* lse_row = lse + (static_cast<i64>(b) * NH + h) * Tn;
   const float* d_row = d_rowsum + (static_cast<i64>(b) * NH + h) * Tn;
   const float scale_log2 = scale * kLog2e;
@@ -337,9 +347,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
   const int warp_first_key = k0 + warp * 16;
 
   auto load_q_stage = [&](int qb, int stage) {
-    load_tile<T, kTile, kThr>(sQ0 + stage * kTile, qbase + static_cast<i64>(qb) * kTile * stride, stride,
-                              Tn - qb * kTile);
-    load_tile<T, kTile, kThr>(sdO0 + stage * kTile, dobase + static_cast<i64>(qb) * kTile * C, C, Tn - qb * kTile);
+    load_tile<T, HD, kTile, kThr>(sQ0 + stage * kTile, qbase + static_cast<i64>(qb) * kTile * stride, stride,
+                                  Tn - qb * kTile);
+    load_tile<T, HD, kTile, kThr>(sdO0 + stage * kTile, dobase + static_cast<i64>(qb) * kTile * C, C,
+                                  Tn - qb * kTile);
     // asynchronous like the tiles: a plain load here stalled the loading threads on the critical path
     // (ncu: long-scoreboard stalls); rows past T are zero-filled
     for (int i = threadIdx.x; i < kTile; i += kThr) {
@@ -350,15 +361,15 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
     }
   };
 
-  load_tile<T, kKeys, kThr>(sK, qbase + C + static_cast<i64>(k0) * stride, stride, Tn - k0);
-  load_tile<T, kKeys, kThr>(sV, qbase + 2 * C + static_cast<i64>(k0) * stride, stride, Tn - k0);
+  load_tile<T, HD, kKeys, kThr>(sK, qbase + C + static_cast<i64>(k0) * stride, stride, Tn - k0);
+  load_tile<T, HD, kKeys, kThr>(sV, qbase + 2 * C + static_cast<i64>(k0) * stride, stride, Tn - k0);
   load_q_stage(qb_first, 0);
   cp_async_commit();
   if (qb_first + 1 < nqb) load_q_stage(qb_first + 1, 1);
   cp_async_commit();  // possibly empty: every iteration waits on the same group count
 
-  std::uint32_t kf[4][4], vf[4][4];
-  float dk[8][4] = {}, dv[8][4] = {};
+  std::uint32_t kf[HD / 16][4], vf[HD / 16][4];
+  float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
   const int key[2] = {warp_first_key + g, warp_first_key + g + 8};
 
   for (int qb = qb_first; qb < nqb; ++qb) {
@@ -367,9 +378,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
     cp_async_commit();
     cp_async_wait<2>();  // this iteration's group is complete; the two after it may be in flight
     __syncthreads();
-    if (qb == qb_first) {
-      load_a_frags<T>(kf, sK, warp * 16);
-      load_a_frags<T>(vf, sV, warp * 16);
+    if (kKeepFrags && qb == qb_first) {
+      load_a_frags<T, HD>(kf, sK, warp * 16);
+      load_a_frags<T, HD>(vf, sV, warp * 16);
     }
     const Row* sQ = sQ0 + stage * kTile;
     const Row* sdO = sdO0 + stage * kTile;
@@ -377,8 +388,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
     if (qb * kTile + kTile - 1 >= warp_first_key) {
       // S^T = K Q^T and dP^T = V dO^T: rows are this warp's 16 keys, columns the tile's 64 queries
       float p[8][4] = {}, ds[8][4] = {};
-      mma_a_tileT<T>(p, kf, sQ);
-      mma_a_tileT<T>(ds, vf, sdO);
+      if (!kKeepFrags) load_a_frags<T, HD>(kf, sK, warp * 16);
+      mma_a_tileT<T, HD>(p, kf, sQ);
+      if (!kKeepFrags) load_a_frags<T, HD>(vf, sV, warp * 16);
+      mma_a_tileT<T, HD>(ds, vf, sdO);
       // per-column (query) logsumexp (log2 units) and D, read once for both rows of each fragment
       const bool need_mask = qb * kTile < k0 + kKeys || (qb + 1) * kTile > Tn;  // diagonal region, or past T
 #pragma unroll
@@ -400,17 +413,17 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
             ds[j][e] = pv * scale * (ds[j][e] - dsum);  // dS * scale
           }
         }
-      mma_c_tile<T>(dv, p, sdO);  // dV += P^T dO
-      mma_c_tile<T>(dk, ds, sQ);  // dK += dS^T Q
+      mma_c_tile<T, HD>(dv, p, sdO);  // dV += P^T dO
+      mma_c_tile<T, HD>(dk, ds, sQ);  // dK += dS^T Q
     }  // warp has live keys
     __syncthreads();
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (key[r] >= Tn) continue;
-    T* row = dqkv + (static_cast<i64>(b) * Tn + key[r]) * stride + h * kHead;
+    T* row = dqkv + (static_cast<i64>(b) * Tn + key[r]) * stride + h * HD;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < HD / 8; ++j) {
       *reinterpret_cast<std::uint32_t*>(row + C + j * 8 + tig * 2) = pack2<T>(dk[j][2 * r], dk[j][2 * r + 1]);
       *reinterpret_cast<std::uint32_t*>(row + 2 * C + j * 8 + tig * 2) = pack2<T>(dv[j][2 * r], dv[j][2 * r + 1]);
     }
@@ -421,14 +434,15 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
 // fused attention): a block owns 64 queries (4 warps x 16 rows), walks the key tiles up to the diagonal and
 // recomputes S = Q K^T and dP = dO V^T; dS = P (dP - D) * scale stays in registers (its C layout is the A
 // layout of dQ += dS K), and dQ is written once, in the model precision.
-constexpr int kDqSmem = 6 * kTile * kLd * 2;
+template <int HD>
+constexpr int kDqSmem = 6 * kTile * (HD + 8) * 2;
 
-template <typename T>
+template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv, float* d_rowsum, const T* dout,
                                                                         const T* qkv, const T* out, const float* lse,
                                                                         int Tn, int C, int NH, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  using Row = T[kLd];
+  using Row = TileRow<T, HD>;
   Row* const sQ = reinterpret_cast<Row*>(smem_raw);
   Row* const sdO = sQ + kTile;
   Row* const sK0 = sdO + kTile;     // K stage s at sK0 + s * kTile
@@ -438,33 +452,33 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
   const i64 stride = 3ll * C;
-  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * kHead;
+  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * HD;
   const T* kbase = qbase + C;
   const T* vbase = qbase + 2 * C;
-  const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * kHead;
+  const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * HD;
   const int q0 = qb * kTile;
   const float scale_log2 = scale * kLog2e;
 
-  load_tile<T>(sQ, qbase + static_cast<i64>(q0) * stride, stride, Tn - q0);
-  load_tile<T>(sdO, dobase + static_cast<i64>(q0) * C, C, Tn - q0);
-  load_tile<T>(sK0, kbase, stride, Tn);
-  load_tile<T>(sV0, vbase, stride, Tn);
+  load_tile<T, HD>(sQ, qbase + static_cast<i64>(q0) * stride, stride, Tn - q0);
+  load_tile<T, HD>(sdO, dobase + static_cast<i64>(q0) * C, C, Tn - q0);
+  load_tile<T, HD>(sK0, kbase, stride, Tn);
+  load_tile<T, HD>(sV0, vbase, stride, Tn);
   cp_async_commit();
 
   const int q_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   float lse2[2], dsum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) lse2[r] = lse[(static_cast<i64>(b) * NH + h) * Tn + min(q_row[r], Tn - 1)] * kLog2e;
-  std::uint32_t qf[4][4], dof[4][4];
-  float dq[8][4] = {};
+  std::uint32_t qf[HD / 16][4], dof[HD / 16][4];
+  float dq[HD / 8][4] = {};
 
   for (int kb = 0; kb <= qb; ++kb) {
     const int stage = kb & 1;
     if (kb < qb) {
-      load_tile<T>(sK0 + (stage ^ 1) * kTile, kbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
-                   Tn - (kb + 1) * kTile);
-      load_tile<T>(sV0 + (stage ^ 1) * kTile, vbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
-                   Tn - (kb + 1) * kTile);
+      load_tile<T, HD>(sK0 + (stage ^ 1) * kTile, kbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
+                       Tn - (kb + 1) * kTile);
+      load_tile<T, HD>(sV0 + (stage ^ 1) * kTile, vbase + static_cast<i64>(kb + 1) * kTile * stride, stride,
+                       Tn - (kb + 1) * kTile);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -472,21 +486,23 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
     }
     __syncthreads();
     if (kb == 0) {
-      load_a_frags<T>(qf, sQ, warp * 16);
-      load_a_frags<T>(dof, sdO, warp * 16);
+      load_a_frags<T, HD>(qf, sQ, warp * 16);
+      load_a_frags<T, HD>(dof, sdO, warp * 16);
       // D = rowsum(dO * O) for this warp's rows (FlashAttention-2 Algorithm 2 line 4), computed here instead of in
-      // a separate kernel: each lane of a quad takes 16 of the 64 columns, the quad sums; the dK/dV kernel, which
-      // runs after this one, reads it from d_rowsum.
+      // a separate kernel: each lane of a quad takes a quarter of the HD columns, the quad sums; the dK/dV kernel,
+      // which runs after this one, reads it from d_rowsum.
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float acc = 0.0f;
         if (q_row[r] < Tn) {
-          const T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * kHead + tig * 16;
+          constexpr int kQuarter = HD / 4;
+          const T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * HD + tig * kQuarter;
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const Pack<T> po = Pack<T>::load(orow + half * 8);
+          for (int part = 0; part < kQuarter / 8; ++part) {
+            const Pack<T> po = Pack<T>::load(orow + part * 8);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc += to_f(po.v[e]) * to_f(sdO[warp * 16 + g + 8 * r][tig * 16 + half * 8 + e]);
+            for (int e = 0; e < 8; ++e)
+              acc += to_f(po.v[e]) * to_f(sdO[warp * 16 + g + 8 * r][tig * kQuarter + part * 8 + e]);
           }
         }
         acc += __shfl_xor_sync(0xffffffffu, acc, 1);
@@ -498,8 +514,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
     const Row* sK = sK0 + stage * kTile;
     const Row* sV = sV0 + stage * kTile;
     float sc[8][4] = {}, ds[8][4] = {};
-    mma_a_tileT<T>(sc, qf, sK);   // S = Q K^T
-    mma_a_tileT<T>(ds, dof, sV);  // dP = dO V^T
+    mma_a_tileT<T, HD>(sc, qf, sK);   // S = Q K^T
+    mma_a_tileT<T, HD>(ds, dof, sV);  // dP = dO V^T
     const bool diagonal = kb == qb;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
@@ -510,15 +526,15 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
         if (diagonal && kb * kTile + j * 8 + tig * 2 + (e & 1) > q_row[r]) pv = 0.0f;  // causal; keys >= T too
         ds[j][e] = pv * scale * (ds[j][e] - dsum[r]);
       }
-    mma_c_tile<T>(dq, ds, sK);  // dQ += dS K
+    mma_c_tile<T, HD>(dq, ds, sK);  // dQ += dS K
     __syncthreads();
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (q_row[r] >= Tn) continue;
-    T* row = dqkv + (static_cast<i64>(b) * Tn + q_row[r]) * stride + h * kHead;
+    T* row = dqkv + (static_cast<i64>(b) * Tn + q_row[r]) * stride + h * HD;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < HD / 8; ++j)
       *reinterpret_cast<std::uint32_t*>(row + j * 8 + tig * 2) = pack2<T>(dq[j][2 * r], dq[j][2 * r + 1]);
   }
 }
@@ -694,11 +710,47 @@ class PerDeviceOnce {
   std::vector<bool> done_;
 };
 
+// The tensor-core kernels of one head size: each launcher configures its kernels once per device (a table per
+// type and head size).
+template <typename T, int HD>
+void flash_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, float scale, cudaStream_t stream) {
+  static PerDeviceOnce configured;
+  configured([] {
+    CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kFwdSmem<HD>));
+    CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  });
+  dim3 grid((Tn + kFwdRows - 1) / kFwdRows, NH, B);
+  flash_forward_kernel<T, HD><<<grid, kFwdThreads, kFwdSmem<HD>, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int HD>
+void flash_backward(T* dqkv, float* d_rowsum, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                    int Tn, int C, int NH, float scale, cudaStream_t stream) {
+  static PerDeviceOnce configured;
+  configured([] {
+    CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kDqSmem<HD>));
+    CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dkdv_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kBwdSmem<HD>));
+  });
+  dim3 grid((Tn + kTile - 1) / kTile, NH, B);
+  // dQ first: it also computes D = rowsum(dO * O), which the dK/dV kernel reads (stream order)
+  flash_backward_dq_kernel<T, HD><<<grid, kThreads, kDqSmem<HD>, stream>>>(dqkv, d_rowsum, dout, qkv, out, lse, Tn, C,
+                                                                           NH, scale);
+  CUDA_CHECK_LAUNCH();
+  flash_backward_dkdv_kernel<T, HD><<<grid, kThreads, kBwdSmem<HD>, stream>>>(dqkv, d_rowsum, dout, qkv, lse, Tn, C,
+                                                                              NH, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 template <typename T>
 bool attention_uses_tensor_cores(int head_size) {
-  return !std::is_same_v<T, float> && head_size == kHead;
+  return !std::is_same_v<T, float> && (head_size == 64 || head_size == 128);
 }
 
 template <typename T>
@@ -706,19 +758,8 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, i
   const int HS = C / NH;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
-    if (HS == kHead) {
-      static PerDeviceOnce configured;
-      configured([] {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kFwdSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-      });
-      dim3 grid((Tn + kFwdRows - 1) / kFwdRows, NH, B);
-      flash_forward_kernel<T><<<grid, kFwdThreads, kFwdSmem, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
+    if (HS == 64) return flash_forward<T, 64>(out, lse, qkv, B, Tn, C, NH, scale, stream);
+    if (HS == 128) return flash_forward<T, 128>(out, lse, qkv, B, Tn, C, NH, scale, stream);
   }
   if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
   const i64 rows = static_cast<i64>(B) * NH * Tn;
@@ -732,24 +773,8 @@ void attention_backward(T* dqkv, float* d_rowsum, const T* dout, const T* qkv, c
   const int HS = C / NH;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
-    if (HS == kHead) {
-      static PerDeviceOnce configured;
-      configured([] {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kDqSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kBwdSmem));
-      });
-      dim3 grid((Tn + kTile - 1) / kTile, NH, B);
-      // dQ first: it also computes D = rowsum(dO * O), which the dK/dV kernel reads (stream order)
-      flash_backward_dq_kernel<T><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d_rowsum, dout, qkv, out, lse, Tn, C,
-                                                                        NH, scale);
-      CUDA_CHECK_LAUNCH();
-      flash_backward_dkdv_kernel<T><<<grid, kThreads, kBwdSmem, stream>>>(dqkv, d_rowsum, dout, qkv, lse, Tn, C, NH,
-                                                                           scale);
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
+    if (HS == 64) return flash_backward<T, 64>(dqkv, d_rowsum, dout, qkv, out, lse, B, Tn, C, NH, scale, stream);
+    if (HS == 128) return flash_backward<T, 128>(dqkv, d_rowsum, dout, qkv, out, lse, B, Tn, C, NH, scale, stream);
   }
   if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
   const i64 rows = static_cast<i64>(B) * NH * Tn;

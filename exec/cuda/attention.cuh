@@ -1,6 +1,6 @@
 // Causal self-attention that never stores the T x T score matrix (FlashAttention-2, Dao 2023, arXiv 2307.08691):
 // the forward saves only the output and the per-row logsumexp; the backward recomputes the probabilities tile by
-// tile. For 16-bit types and head size 64 the kernels run on the tensor cores (mma.sync m16n8k16, fp32
+// tile. For 16-bit types and head sizes 64 and 128 the kernels run on the tensor cores (mma.sync m16n8k16, fp32
 // accumulation, 64x64 tiles, K/V or Q/dO double-buffered with cp.async); other cases (fp32, other head sizes)
 // use a plain fp32-arithmetic kernel with the same inputs and outputs.
 // Layouts: qkv (B, T, 3C) with q, k, v at column offsets 0, C, 2C and head h at h*HS inside each; out (B, T, C);

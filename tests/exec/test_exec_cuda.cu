@@ -264,11 +264,12 @@ TYPED_TEST(KernelTest, GeluBackwardAndEncoder) {
   CUDA_CHECK(cudaFree(dtok));
 }
 
-// Attention on both paths: head size 64 (tensor cores for 16-bit) and 32 (plain path), T not a tile multiple.
+// Attention on both paths: head sizes 64 and 128 (tensor cores for 16-bit) and 32 (plain path), T not a tile
+// multiple.
 TYPED_TEST(KernelTest, AttentionForwardBackward) {
   REQUIRE_GPU();
   using T = TypeParam;
-  for (int HS : {64, 32}) {
+  for (int HS : {64, 128, 32}) {
     const int B = 2, Tn = 200, NH = 3, C = NH * HS;
     auto qkv = randn(B * Tn * 3 * C, 1 + HS), dout = randn(B * Tn * C, 2 + HS);
     Buf<T> QKV(qkv), O(B * Tn * C), DO(dout), DQKV(B * Tn * 3 * C);
@@ -294,9 +295,10 @@ TYPED_TEST(KernelTest, AttentionForwardBackward) {
     EXPECT_LT(rel_err(gk, rk), tol<T>(1e-4, 2e-2)) << "dK, HS " << HS;
     EXPECT_LT(rel_err(gv, rv), tol<T>(1e-4, 2e-2)) << "dV, HS " << HS;
   }
-  const bool tc = cuda::attention_uses_tensor_cores<T>(64);
   constexpr bool is_fp32 = std::is_same_v<T, float>;
-  EXPECT_EQ(tc, !is_fp32);
+  EXPECT_EQ(cuda::attention_uses_tensor_cores<T>(64), !is_fp32);
+  EXPECT_EQ(cuda::attention_uses_tensor_cores<T>(128), !is_fp32);
+  EXPECT_FALSE(cuda::attention_uses_tensor_cores<T>(32));
 }
 
 TYPED_TEST(KernelTest, CrossEntropyInPlace) {
@@ -428,6 +430,17 @@ TEST(CudaTrainer, Fp32StepMatchesCpuReference) {
 TEST(CudaTrainer, Bf16StepMatchesCpuReference) {
   REQUIRE_GPU();
   const auto r = compare_step(small_model(ExecPrecision::bf16));
+  EXPECT_NEAR(r.loss_gpu, r.loss_cpu, 2e-2);
+  EXPECT_LT(r.logits_err, 2e-2);
+  EXPECT_LT(r.worst_grad_err, 6e-2) << r.worst_grad;
+}
+
+// Head size 128 (the tensor-core attention's second instantiation) in a whole training step.
+TEST(CudaTrainer, Bf16StepWithHeadSize128MatchesCpuReference) {
+  REQUIRE_GPU();
+  ExecConfig c = small_model(ExecPrecision::bf16);
+  c.shape = make_shape(257, 256, 2, 2, 256);
+  const auto r = compare_step(c);
   EXPECT_NEAR(r.loss_gpu, r.loss_cpu, 2e-2);
   EXPECT_LT(r.logits_err, 2e-2);
   EXPECT_LT(r.worst_grad_err, 6e-2) << r.worst_grad;
