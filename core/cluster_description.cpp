@@ -108,8 +108,16 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "cpu_optimizer_params_per_second",
                                             "cpu_adam_params_per_second_per_thread",
                                             "deepspeed_module_hook_seconds",
+                                            "deepspeed_forward_module_function_seconds",
+                                            "deepspeed_stage3_gradient_hook_seconds",
+                                            "deepspeed_stage3_offload_gradient_hook_seconds",
+                                            "deepspeed_linear_forward_seconds",
+                                            "deepspeed_linear_backward_seconds",
+                                            "deepspeed_step_tensor_seconds",
                                             "deepspeed_gradient_hook_seconds",
-                                            "deepspeed_offload_gradient_hook_seconds"};
+                                            "deepspeed_offload_gradient_hook_seconds",
+                                            "pageable_pcie_bandwidth",
+                                            "fresh_pageable_write_bandwidth"};
 const std::vector<std::string> kNvmeKeys = {"capacity_bytes", "capacity_gib", "capacity_gb", "read_bandwidth",
                                             "write_bandwidth"};
 const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_context_mib",
@@ -343,6 +351,17 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
     note("host.cpu_adam_params_per_second_per_thread: not given; each rank's CPU optimizer gets its share of the "
          "node's rate whatever its thread count");
   cluster.deepspeed_module_hook_seconds = host.non_negative_number_or("deepspeed_module_hook_seconds", 0.0);
+  cluster.deepspeed_forward_module_function_seconds =
+      host.non_negative_number_or("deepspeed_forward_module_function_seconds", 0.0);
+  cluster.deepspeed_stage3_gradient_hook_seconds =
+      host.non_negative_number_or("deepspeed_stage3_gradient_hook_seconds", 0.0);
+  cluster.deepspeed_stage3_offload_gradient_hook_seconds =
+      host.non_negative_number_or("deepspeed_stage3_offload_gradient_hook_seconds", 0.0);
+  cluster.deepspeed_linear_forward_seconds = host.non_negative_number_or("deepspeed_linear_forward_seconds", 0.0);
+  cluster.deepspeed_linear_backward_seconds = host.non_negative_number_or("deepspeed_linear_backward_seconds", 0.0);
+  cluster.deepspeed_step_tensor_seconds = host.non_negative_number_or("deepspeed_step_tensor_seconds", 0.0);
+  cluster.pageable_pcie_bandwidth = host.non_negative_number_or("pageable_pcie_bandwidth", 0.0);
+  cluster.fresh_pageable_write_bandwidth = host.non_negative_number_or("fresh_pageable_write_bandwidth", 0.0);
   cluster.deepspeed_gradient_hook_seconds = host.non_negative_number_or("deepspeed_gradient_hook_seconds", 0.0);
   cluster.deepspeed_offload_gradient_hook_seconds =
       host.non_negative_number_or("deepspeed_offload_gradient_hook_seconds", 0.0);
@@ -447,8 +466,16 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"cpu_optimizer_params_per_second", cluster.cpu_optimizer_params_per_second},
         {"cpu_adam_params_per_second_per_thread", cluster.cpu_adam_params_per_second_per_thread},
         {"deepspeed_module_hook_seconds", cluster.deepspeed_module_hook_seconds},
+        {"deepspeed_forward_module_function_seconds", cluster.deepspeed_forward_module_function_seconds},
+        {"deepspeed_stage3_gradient_hook_seconds", cluster.deepspeed_stage3_gradient_hook_seconds},
+        {"deepspeed_stage3_offload_gradient_hook_seconds", cluster.deepspeed_stage3_offload_gradient_hook_seconds},
+        {"deepspeed_linear_forward_seconds", cluster.deepspeed_linear_forward_seconds},
+        {"deepspeed_linear_backward_seconds", cluster.deepspeed_linear_backward_seconds},
+        {"deepspeed_step_tensor_seconds", cluster.deepspeed_step_tensor_seconds},
         {"deepspeed_gradient_hook_seconds", cluster.deepspeed_gradient_hook_seconds},
-        {"deepspeed_offload_gradient_hook_seconds", cluster.deepspeed_offload_gradient_hook_seconds}}},
+        {"deepspeed_offload_gradient_hook_seconds", cluster.deepspeed_offload_gradient_hook_seconds},
+        {"pageable_pcie_bandwidth", cluster.pageable_pcie_bandwidth},
+        {"fresh_pageable_write_bandwidth", cluster.fresh_pageable_write_bandwidth}}},
       {"nvme",
        {{"capacity_bytes", cluster.nvme_capacity_bytes},
         {"read_bandwidth", cluster.nvme_read_bandwidth},

@@ -99,15 +99,43 @@ struct ClusterDescription {
   // One CPU Adam thread's rate (DeepSpeedCPUAdam, OpenMP): a rank with t threads steps at min(t x this, the node's
   // rate / its ranks). 0: not given (each rank gets its share of the node's rate).
   double cpu_adam_params_per_second_per_thread = 0.0;
-  // DeepSpeed's Python on this host (seconds): stage 3's fetch/release/prefetch hooks per module per pass
-  // (partitioned_param_coordinator.py fetch_sub_module / release_sub_module), and the gradient hook per parameter
-  // tensor of stages 1-2 (stage_1_and_2.py grad_handling_hook). 0: not given.
+  // DeepSpeed's Python on this host (seconds per call; 0: not given, the call costs the host nothing in the
+  // step-time model). Stage 3 (sim/zero_schedule.cpp host_hooks):
+  // - module_hook: per module and pass, the parameter coordinator's fetch and release
+  //   (partitioned_param_coordinator.py fetch_sub_module and release_sub_module, which parameter_offload.py's
+  //   pre/post forward hooks and its PreBackwardFunctionForModule / PostBackwardFunctionModule call);
+  // - forward_module_function: per module in forward, applying those two autograd Functions to its inputs and
+  //   outputs (parameter_offload.py _pre_backward_module_hook and _post_backward_module_hook);
+  // - stage3_gradient_hook: per parameter tensor in backward, its AccumulateGrad with the post-accumulate hook
+  //   (stage3.py reduce_partition_and_remove_grads -> __add_grad_to_ipg_bucket);
+  // - stage3_offload_gradient_hook: the same hook's extra host work with the optimizer offloaded
+  //   (stage3.py partition_grads: the copy of each gradient partition to the host buffer and back, its norm and
+  //   its fp32 copy, _offload_grad_partition_at_boundary), launched asynchronously;
+  // - linear_forward / linear_backward: per linear call under zero.Init, which replaces F.linear by
+  //   zero/linear.py LinearFunctionForZeroStage3 (a Python autograd Function), its GEMM launches included;
+  // - step_tensor: per parameter tensor at the optimizer step, the two small device operations the host issues
+  //   for the gradient norm (stage3.py get_grad_norm_direct: cast to fp32 and norm; with the optimizer offloaded,
+  //   complete_grad_norm_calculation_for_cpu_offload: square and add).
+  // Stages 1-2: the gradient hook per parameter tensor (stage_1_and_2.py grad_handling_hook), and its extra host
+  // cost with the optimizer offloaded (copy_grads_in_partition and the per-parameter norm and overflow checks of
+  // the CPU-offload path, each read back to the host), beside the fp32 gradient copy it waits for, which the model
+  // times at pcie_bandwidth.
   double deepspeed_module_hook_seconds = 0.0;
+  double deepspeed_forward_module_function_seconds = 0.0;
+  double deepspeed_stage3_gradient_hook_seconds = 0.0;
+  double deepspeed_stage3_offload_gradient_hook_seconds = 0.0;
+  double deepspeed_linear_forward_seconds = 0.0;
+  double deepspeed_linear_backward_seconds = 0.0;
+  double deepspeed_step_tensor_seconds = 0.0;
   double deepspeed_gradient_hook_seconds = 0.0;
-  // The same hook's host cost when the optimizer is offloaded (stage_1_and_2.py copy_grads_in_partition and the
-  // per-parameter norm and overflow checks of the CPU-offload path, each read back to the host), beside the fp32
-  // gradient copy it waits for, which the model times at pcie_bandwidth. 0: not given.
   double deepspeed_offload_gradient_hook_seconds = 0.0;
+  // Host-to-device copies from pageable (not page-locked) memory, bytes/s: the driver stages them through its own
+  // pinned buffers and the calling thread waits. 0: not given (pcie_bandwidth).
+  double pageable_pcie_bandwidth = 0.0;
+  // Bytes/s at which the host writes a freshly allocated pageable buffer (each first-touched page faulted in and
+  // zeroed by the kernel, then written: a cast into a new tensor of the result's size). 0: not given (the
+  // streaming rate of the CPU passes, 30 bytes per CPU Adam parameter update).
+  double fresh_pageable_write_bandwidth = 0.0;
 
   // NVMe (per node)
   Bytes nvme_capacity_bytes = 0;

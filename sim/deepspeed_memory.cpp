@@ -1,6 +1,9 @@
 #include "sim/deepspeed_memory.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
 #include <limits>
 
 #include "sim/memory_model.h"
@@ -130,8 +133,11 @@ DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConf
       t.reduction_copy = sat_mul(c, reduced);
       if (c != a) t.reduction_copy = sat_add(t.reduction_copy, sat_mul(a, ceil_div(reduced, in.world_size)));
       if (!offload) {
+        // stage3.py _prepare_fp32_grad_for_sub_group: the sub-group's gradient partitions flattened (torch.cat, in
+        // the accumulation dtype) and converted to fp32 (a no-op when already fp32): both exist during the
+        // conversion; the fp32 gradient lives to the end of the sub-group's step.
         const std::int64_t sub_group = std::min(zero.sub_group_size, Pp);
-        t.step_grads = a == 4 ? 0 : sat_mul(4, sub_group);  // the sub-group's fp32 gradient at the step
+        t.step_grads = a == 4 ? sat_mul(4, sub_group) : sat_mul(a + 4, sub_group);
         t.step_temporaries = adam_temporaries(in, path, sub_group);
       }
       return b;
@@ -160,46 +166,111 @@ namespace {
 // c10/cuda/CUDACachingAllocator.cpp: a large allocation (over kMinLargeAlloc, 10 MiB) is rounded to kRoundLarge.
 constexpr Bytes kRoundLarge = 2 * 1024 * 1024;
 
-// The caching allocator's cached segments for the flat buffers: best fit among free segments of the stream
-// (get_free_block: the smallest block at least the size), else a new segment (alloc_block). Buffers that fit in
-// a block the freed activations left are carved from those (get_free_block splits them) and create nothing here.
+// The caching allocator's cached segments for the flat buffers (c10/cuda/CUDACachingAllocator.cpp): a request
+// is served by the smallest free block at least its size (get_free_block, best fit), which is split when more than
+// kSmallSize would be left over (should_split; the rest stays a free block of the same segment); with none large
+// enough, cudaMalloc makes a segment of the request's size rounded to kRoundLarge (alloc_block). A freed block merges
+// with its free neighbours in the segment (free_block -> try_merge_blocks). Buffers that fit in a block the freed
+// activations left are carved from those (get_free_block splits them) and create nothing here. Fixed storage, no
+// allocation: the planner's fast path runs this for every configuration it evaluates.
 class CachedSegments {
  public:
   explicit CachedSegments(Bytes activation_block) : activation_block_(activation_block) {}
 
   // Returns a handle for release(); -1 for a buffer served from the activations' blocks.
-  int allocate(Bytes bytes) {
-    if (bytes <= activation_block_) return -1;
+  int allocate(Bytes request) {
+    if (request <= 0 || request <= activation_block_) return -1;
+    const Bytes bytes = sat_mul(ceil_div(request, kMinBlockSize), kMinBlockSize);  // round_size
     int best = -1;
-    for (std::size_t i = 0; i < segments_.size(); ++i)
-      if (!segments_[i].used && segments_[i].bytes >= bytes &&
-          (best < 0 || segments_[i].bytes < segments_[static_cast<std::size_t>(best)].bytes))
-        best = static_cast<int>(i);
-    if (best < 0) {
-      segments_.push_back({sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge), false});
-      best = static_cast<int>(segments_.size() - 1);
+    for (int i = 0; i < count_; ++i) {
+      const Block& block = blocks_[static_cast<std::size_t>(i)];
+      if (!block.alive || block.used || block.bytes < bytes) continue;
+      if (best < 0 || block.bytes < blocks_[static_cast<std::size_t>(best)].bytes) best = i;
     }
-    segments_[static_cast<std::size_t>(best)].used = true;
+    if (best < 0) {
+      if (count_ == kCapacity) return -1;  // beyond any step DeepSpeed runs (each sub-group reuses the last's)
+      best = count_++;
+      blocks_[static_cast<std::size_t>(best)] = {segments_++, 0, sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge),
+                                                 false, true};
+    }
+    Block& block = blocks_[static_cast<std::size_t>(best)];
+    if (block.bytes - bytes > kSmallSize && count_ < kCapacity) {
+      blocks_[static_cast<std::size_t>(count_++)] = {block.segment, block.offset + bytes, block.bytes - bytes, false,
+                                                     true};
+      block.bytes = bytes;
+    }
+    block.used = true;
     return best;
   }
   void release(int handle) {
-    if (handle >= 0) segments_[static_cast<std::size_t>(handle)].used = false;
+    if (handle < 0) return;
+    Block& block = blocks_[static_cast<std::size_t>(handle)];
+    block.used = false;
+    // Merge with the free neighbours of its segment (the block that ends where it starts, the one that starts
+    // where it ends).
+    for (int i = 0; i < count_; ++i) {
+      Block& other = blocks_[static_cast<std::size_t>(i)];
+      if (i == handle || !other.alive || other.used || other.segment != block.segment) continue;
+      if (other.offset + other.bytes == block.offset) {
+        block.offset = other.offset;
+        block.bytes += other.bytes;
+        other.alive = false;
+      } else if (block.offset + block.bytes == other.offset) {
+        block.bytes += other.bytes;
+        other.alive = false;
+      }
+    }
   }
-  // Bytes in segments, less those still in use (the optimizer states the first step created, held from then on).
+  // Bytes cached and not allocated: the free blocks of every segment (the optimizer states the first step created
+  // are held from then on).
   Bytes idle_bytes() const {
     Bytes idle = 0;
-    for (const Segment& segment : segments_)
-      if (!segment.used) idle = sat_add(idle, segment.bytes);
+    for (int i = 0; i < count_; ++i) {
+      const Block& block = blocks_[static_cast<std::size_t>(i)];
+      if (block.alive && !block.used) idle = sat_add(idle, block.bytes);
+    }
     return idle;
+  }
+  // The free blocks' sizes, sorted: two states with the same are served alike by every later request.
+  struct FreeSizes {
+    std::array<Bytes, 48> sizes;  // [0, count) in use
+    int count = 0;
+    bool operator==(const FreeSizes& other) const {
+      if (count != other.count) return false;
+      for (int i = 0; i < count; ++i)
+        if (sizes[static_cast<std::size_t>(i)] != other.sizes[static_cast<std::size_t>(i)]) return false;
+      return true;
+    }
+  };
+  FreeSizes free_sizes() const {
+    FreeSizes f;
+    for (int i = 0; i < count_ && f.count < static_cast<int>(f.sizes.size()); ++i) {
+      const Block& block = blocks_[static_cast<std::size_t>(i)];
+      if (block.alive && !block.used) f.sizes[static_cast<std::size_t>(f.count++)] = block.bytes;
+    }
+    for (int i = 1; i < f.count; ++i)  // insertion sort: a handful of blocks
+      for (int j = i; j > 0 && f.sizes[static_cast<std::size_t>(j - 1)] > f.sizes[static_cast<std::size_t>(j)]; --j)
+        std::swap(f.sizes[static_cast<std::size_t>(j - 1)], f.sizes[static_cast<std::size_t>(j)]);
+    return f;
   }
 
  private:
-  struct Segment {
+  // CUDACachingAllocator.cpp: requests rounded to kMinBlockSize (512 B); a block is split when the remainder
+  // exceeds kSmallSize (1 MiB) in the large pool.
+  static constexpr Bytes kMinBlockSize = 512;
+  static constexpr Bytes kSmallSize = 1024 * 1024;
+  static constexpr int kCapacity = 48;
+  struct Block {
+    int segment;
+    Bytes offset;
     Bytes bytes;
     bool used;
+    bool alive;  // false once merged into a neighbour
   };
   Bytes activation_block_;
-  std::vector<Segment> segments_;
+  std::array<Block, kCapacity> blocks_;  // [0, count_) in use
+  int count_ = 0;
+  int segments_ = 0;
 };
 
 // torch.optim's Adam/AdamW (and DeepSpeed's FusedAdam) create their states lazily, at the first step, with
@@ -272,15 +343,35 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
       }
       case DeepSpeedOptimizerWrapper::zero_3: {
         if (offload) return;
-        // stage3.py step: sub-group by sub-group, its fp32 gradient, the optimizer step, then both freed.
-        const std::int64_t sub_group = std::min(zero.sub_group_size, Pp);
-        for (std::int64_t done = 0; done < Pp; done += sub_group) {
-          const int grad = cache.allocate(t.step_grads);
-          if (first) create_states(cache, in, std::min(sub_group, Pp - done));
-          const int temporary = cache.allocate(t.step_temporaries);
+        // stage3.py step, sub-group by sub-group (_prepare_sub_group .. _release_sub_group): the flattened
+        // gradient partitions (torch.cat in the accumulation dtype) and their fp32 conversion, the flat copy freed
+        // once converted; the optimizer step (the first creates the states) with torch AdamW's temporary; the fp32
+        // gradient freed at the end. The last sub-group holds the remainder.
+        // Full sub-groups are alike: once one leaves the free blocks as the one before it did, every later full
+        // one does the same (its states, held, take the blocks the same way), so the replay skips to the remainder.
+        const std::int64_t sub_group = std::max<std::int64_t>(1, std::min(zero.sub_group_size, Pp));
+        const int a = path.accumulation_bytes;
+        const auto replay = [&](std::int64_t n) {
+          const int flat = cache.allocate(sat_mul(a, n));
+          const int grad = a == 4 ? flat : cache.allocate(sat_mul(4, n));
+          if (grad != flat) cache.release(flat);
+          if (first) create_states(cache, in, n);
+          const int temporary = cache.allocate(adam_temporaries(in, path, n));
           cache.release(temporary);
           cache.release(grad);
+        };
+        const std::int64_t full = Pp / sub_group;
+        if (full > 0) replay(sub_group);
+        if (full > 1) {
+          CachedSegments::FreeSizes before = cache.free_sizes();
+          for (std::int64_t i = 1; i < full; ++i) {
+            replay(sub_group);
+            const CachedSegments::FreeSizes after = cache.free_sizes();
+            if (after == before) break;
+            before = after;
+          }
         }
+        if (Pp % sub_group != 0) replay(Pp % sub_group);
         return;
       }
     }
@@ -290,20 +381,33 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   return cache.idle_bytes();
 }
 
+namespace {
+
+// The host bytes of a rank before deepspeed.initialize returns, beyond its process: the model the user's script
+// builds in fp32 on the CPU (stages 0-2, or stage 3 without zero.Init); under zero.Init nothing (its tensor
+// overrides create every parameter on the GPU: partition_parameters.py _add_tensor_creation_wrappers, device and
+// dtype overridden by default) but, with the parameters left on the GPU, stage3.py
+// _create_fp16_partitions_with_defragmentation -> zero/utils.py defragment, which copies the 16-bit partition
+// into one pageable host tensor and back to the GPU (freed after).
+Bytes deepspeed_host_init_bytes(const MemoryInputs& in, const TrainingConfig& training) {
+  if (in.stage < 3 || !training.zero.zero_init) return sat_mul(4, in.params);
+  return in.offload_param == OffloadDevice::none ? sat_mul(in.param_bytes, in.partition_params) : 0;
+}
+
+}  // namespace
+
 Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig& training,
                                    const DeepSpeedHostBytes& host, Bytes process_bytes) {
-  const bool built_whole = in.stage < 3 || !training.zero.zero_init;
-  const Bytes built = sat_mul(4, built_whole ? in.params : in.largest_module_params);
-  return sat_add(process_bytes, std::max(built, sat_add(host.pinned, host.pageable)));
+  return sat_add(process_bytes, std::max(deepspeed_host_init_bytes(in, training), sat_add(host.pinned, host.pageable)));
 }
 
 namespace {
 // The smallest power of two at least `bytes` (0 for 0).
 Bytes power_of_two_ceil(Bytes bytes) {
   if (bytes <= 1) return bytes;
-  Bytes rounded = 1;
-  while (rounded < bytes) rounded = sat_mul(rounded, 2);
-  return rounded;
+  const std::uint64_t rounded = std::bit_ceil(static_cast<std::uint64_t>(bytes));
+  return rounded > static_cast<std::uint64_t>(std::numeric_limits<Bytes>::max()) ? std::numeric_limits<Bytes>::max()
+                                                                                 : static_cast<Bytes>(rounded);
 }
 }  // namespace
 
@@ -344,11 +448,32 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
       // pageable 16-bit copy of the partition at the step, in the resident peak.
       host(sat_mul(e, Pp), false);
     } else {
-      host(sat_mul(4, Pp), zero.pin_memory);
-      host(sat_mul(4, Pp), zero.pin_memory);
+      // Stage 3 (stage3.py), pinned buffers rounded as above:
+      // - _create_fp32_partitions: the fp32 master partition of each sub-group, converted.clone().detach() on the
+      //   CPU: pageable;
+      // - initialize_optimizer_states: each sub-group's fp32 gradient, torch.zeros then pin_memory: one pinned
+      //   buffer per sub-group (sub_group_size elements, the last the remainder);
+      // - _setup_for_real_optimizer: grad_partitions_flat_buffer, the partition's gradients in the accumulation
+      //   dtype, pinned whole;
+      // - the step: with the parameters on the GPU, _reassign_or_swap_out_partitioned_parameters copies each updated
+      //   fp32 sub-group into the 16-bit GPU partition, which ATen converts on the CPU first into a new pageable
+      //   tensor (copy_ across devices with a dtype change): the largest sub-group's 16-bit copy, in the resident
+      //   peak.
+      const auto pinned_buffer = [&](Bytes bytes) {
+        host(zero.pin_memory ? power_of_two_ceil(bytes) : bytes, zero.pin_memory);
+      };
+      host(sat_mul(4, Pp), false);
       host(states, false);
-      // stage3.py: the gradient partitions live on the host in the accumulation dtype.
-      host(sat_mul(path.accumulation_bytes, Pp), zero.pin_memory);
+      const std::int64_t sub_group = std::max<std::int64_t>(1, std::min(zero.sub_group_size, Pp));
+      const std::int64_t full = Pp / sub_group;
+      if (zero.pin_memory) {
+        h.pinned = sat_add(h.pinned, sat_mul(full, power_of_two_ceil(sat_mul(4, sub_group))));
+        if (Pp % sub_group != 0) pinned_buffer(sat_mul(4, Pp % sub_group));
+      } else {
+        pinned_buffer(sat_mul(4, Pp));
+      }
+      pinned_buffer(sat_mul(path.accumulation_bytes, Pp));
+      if (in.offload_param == OffloadDevice::none) host(sat_mul(e, sub_group), false);
     }
   } else if (in.offload_optimizer == OffloadDevice::nvme) {
     // ZeRO-Infinity: fp32 master and states on NVMe, the fp32 gradient partition on the host.
@@ -356,7 +481,17 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
     host(sat_mul(4, Pp), zero.pin_memory);
     host(sat_mul(path.accumulation_bytes, Pp), zero.pin_memory);
   }
-  if (in.offload_param == OffloadDevice::cpu) host(sat_mul(e, Pp), zero.pin_memory);
+  if (in.offload_param == OffloadDevice::cpu) {
+    if (path.wrapper == DeepSpeedOptimizerWrapper::zero_3 && zero.pin_memory) {
+      // stage3.py _create_param_groups_fp16_flat_cpu_memory: the 16-bit partition in one pinned flat buffer per
+      // parameter group (rounded as above), and the per-parameter pinned partitions zero.Init made before it, which
+      // torch's host allocator keeps cached (memory_inputs.h deepspeed_pinned_param_partitions).
+      host(power_of_two_ceil(sat_mul(e, Pp)), true);
+      host(in.deepspeed_pinned_param_partitions, true);
+    } else {
+      host(sat_mul(e, Pp), zero.pin_memory);
+    }
+  }
   if (in.offload_param == OffloadDevice::nvme) h.nvme = sat_add(h.nvme, sat_mul(e, Pp));
   return h;
 }
@@ -368,8 +503,11 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
     terms.push_back({"runtime_overhead",
                      "caching-allocator segments of flat buffers larger than any freed activation block (reserved, "
                      "idle at the activation peak)",
-                     flat_segments, "sum of segments after two steps' best-fit replay, rounded to 2 MiB",
-                     "PyTorch c10/cuda/CUDACachingAllocator.cpp (get_free_block best fit, alloc_block, kRoundLarge); "
+                     flat_segments,
+                     "free blocks of the segments after two steps' best-fit replay (split and merged as the allocator "
+                     "does; segments rounded to 2 MiB)",
+                     "PyTorch c10/cuda/CUDACachingAllocator.cpp (get_free_block best fit, should_split, alloc_block, "
+                     "kRoundLarge, try_merge_blocks); "
                      "DeepSpeed zero/stage_1_and_2.py step, zero/stage3.py step, bf16_optimizer.py, "
                      "fp16/fused_optimizer.py"});
   const std::string ranks = num(in.ranks_per_node);
@@ -377,17 +515,28 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
                    sat_mul(process_bytes, in.ranks_per_node), num(process_bytes) + " * " + ranks,
                    "cluster description runtime.host_process_bytes"});
   const bool built_whole = in.stage < 3 || !training.zero.zero_init;
-  const Bytes built = sat_mul(4, built_whole ? in.params : in.largest_module_params);
+  const Bytes built = deepspeed_host_init_bytes(in, training);
   const Bytes kept = sat_add(steady.pinned, steady.pageable);
-  if (built > kept)
-    terms.push_back({"host",
-                     std::string("model built on the host in fp32 before deepspeed.initialize moves it") +
-                         (built_whole ? "" : " (zero.Init: the largest layer)") +
-                         (kept > 0 ? ", beyond the offload buffers" : "") + " x ranks per node",
-                     sat_mul(built - kept, in.ranks_per_node),
-                     "(4 * " + num(built_whole ? in.params : in.largest_module_params) + " - " + num(kept) + ") * " + ranks,
-                     "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
-                     "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
+  if (built > kept) {
+    const std::string beyond = kept > 0 ? ", beyond the offload buffers" : "";
+    if (built_whole)
+      terms.push_back({"host",
+                       "model built on the host in fp32 before deepspeed.initialize moves it" + beyond +
+                           " x ranks per node",
+                       sat_mul(built - kept, in.ranks_per_node),
+                       "(4 * " + num(in.params) + " - " + num(kept) + ") * " + ranks,
+                       "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
+                       "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
+    else
+      terms.push_back({"host",
+                       "16-bit partition copied to the host once while it is defragmented at initialization" + beyond +
+                           " x ranks per node",
+                       sat_mul(built - kept, in.ranks_per_node),
+                       num(in.param_bytes) + " * " + num(in.partition_params) + " - " + num(kept) + ", x " + ranks,
+                       "DeepSpeed zero/stage3.py _create_fp16_partitions_with_defragmentation -> zero/utils.py "
+                       "defragment (zero.Init builds the parameters on the GPU: partition_parameters.py "
+                       "_add_tensor_creation_wrappers)"});
+  }
 }
 
 void explain_deepspeed_memory(const MemoryInputs& in, const TrainingConfig& training, const DeepSpeedEnginePath& path,

@@ -61,8 +61,9 @@ Bytes largest_activation_block(const ModelDescription& model, const TrainingConf
 // every block the freed activations left cannot be carved from them (a block is split, never merged across
 // segments), so cudaMalloc gives it a segment of its own, rounded to kRoundLarge (2 MiB). Freed, the segment stays
 // cached; the next forward pass finds its activations' own blocks by best fit and leaves it idle, so at the
-// activation peak it is reserved and not allocated. Later steps reuse these segments (best fit), so their sum after
-// two steps is the reserve; the first step's lazily created optimizer states, held ever after, are not counted.
+// activation peak it is reserved and not allocated. Later steps reuse these segments (best fit, splitting a larger
+// free block and leaving its rest free, as stage 3's sub-groups of unequal size do), so their free blocks after two
+// steps are the reserve; the first step's lazily created optimizer states, held ever after, are not counted.
 Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
                                      const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
                                      Bytes activation_block);

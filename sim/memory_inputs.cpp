@@ -1,12 +1,80 @@
 #include "sim/memory_inputs.h"
 
 #include <algorithm>
+#include <bit>
+#include <climits>
+#include <cstdint>
 
 #include "sim/executor_layout.h"
 #include "sim/saturating.h"
 #include "sim/zero_schedule.h"
 
 namespace zeroplan {
+
+namespace {
+
+// The smallest power of two at least `bytes` (0 for 0).
+std::int64_t power_of_two_ceil(std::int64_t bytes) {
+  if (bytes <= 1) return bytes;
+  const std::uint64_t rounded = std::bit_ceil(static_cast<std::uint64_t>(bytes));
+  return rounded > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(rounded);
+}
+
+// Calls `tensor(numel)` for each parameter tensor of a layer: a transformer's from its shape (the tensors
+// parameter_tensors in sim/simulator.cpp counts); a layer list names no tensors, so each module counts as one
+// tensor of an equal share of the layer's parameters.
+template <typename Tensor>
+void for_each_parameter_tensor(const ModelDescription& model, const LayerDescription& layer, Tensor&& tensor) {
+  if (layer.params <= 0) return;
+  if (!model.transformer) {
+    const std::int64_t modules = std::max<std::int64_t>(1, layer.module_count);
+    for (std::int64_t m = 0; m < modules; ++m) tensor(layer.params / modules + (m < layer.params % modules ? 1 : 0));
+    return;
+  }
+  const TransformerShape& s = *model.transformer;
+  const std::int64_t h = s.hidden;
+  const auto norm = [&] {
+    tensor(h);
+    if (s.norm == NormKind::layer_norm) tensor(h);
+  };
+  if (layer.kind == "embedding") {
+    tensor(s.vocab_size * h);
+    if (s.learned_positions) tensor(s.max_seq * h);
+    if (s.embedding_norm) norm();
+  } else if (layer.kind == "transformer_block") {
+    norm();
+    norm();
+    const std::int64_t kv = s.kv_dim();
+    if (s.family == ModelFamily::gpt2) {
+      tensor(h * (h + 2 * kv));
+      if (s.attention_bias) tensor(h + 2 * kv);
+    } else {
+      tensor(h * h);
+      tensor(h * kv);
+      tensor(h * kv);
+      if (s.attention_bias) {
+        tensor(h);
+        tensor(kv);
+        tensor(kv);
+      }
+    }
+    tensor(h * h);
+    if (s.attention_bias && s.attention_output_bias) tensor(h);
+    const int up = s.activation == ActivationKind::swiglu ? 2 : 1;
+    for (int i = 0; i < up; ++i) {
+      tensor(h * s.ffn_hidden);
+      if (s.mlp_bias) tensor(s.ffn_hidden);
+    }
+    tensor(s.ffn_hidden * h);
+    if (s.mlp_bias) tensor(h);
+  } else if (layer.kind == "norm") {
+    norm();
+  } else {
+    tensor(layer.params);  // lm_head
+  }
+}
+
+}  // namespace
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,
                                   const TrainingConfig& training, const PlanChoice& choice) {
@@ -47,6 +115,36 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
   in.persistent_params = std::min(persistent, params);
   in.gathered_params_total = params - in.persistent_params;
   in.gathered_modules = gathered_modules;
+  if (in.engine == TrainingEngine::deepspeed && in.stage == 3 && in.offload_param == OffloadDevice::cpu &&
+      training.zero.pin_memory) {
+    // zero.Init with offload_param cpu (partition_parameters.py _partition_param): each parameter above the
+    // persistence threshold gets its own partition, torch.empty(partition_size) on the CPU then
+    // get_accelerator().pin_memory(...), which takes page-locked memory from torch's CachingHostAllocator (sizes
+    // rounded up to a power of two, PowerOf2Ceil). stage3.py _create_param_groups_fp16_flat_cpu_memory then moves
+    // every partition into one pinned flat buffer (_move_to_flat_buffer); the freed per-parameter blocks go back to
+    // the allocator's cache, which keeps them page-locked (nothing in stage 3 empties it).
+    const auto layer_pinned = [&](const LayerDescription& layer) {
+      std::int64_t bytes = 0;
+      for_each_parameter_tensor(model, layer, [&](std::int64_t numel) {
+        if (threshold > 0 && numel <= threshold) return;  // ds_persist: kept on the GPU
+        bytes = sat_add(bytes, power_of_two_ceil(sat_mul(in.param_bytes, ceil_div(numel, in.world_size))));
+      });
+      return bytes;
+    };
+    std::int64_t pinned = 0;
+    const std::vector<LayerDescription>& layers = model.layers;
+    const std::int64_t blocks = model.transformer ? model.transformer->layers : 0;
+    if (model.transformer && blocks > 0 && layers.size() >= static_cast<std::size_t>(blocks) + 2) {
+      // expand_transformer's layers: the embedding, the blocks (alike: one counted for all), the final norm and
+      // the untied head.
+      pinned = sat_add(layer_pinned(layers.front()), sat_mul(blocks, layer_pinned(layers[1])));
+      for (std::size_t i = static_cast<std::size_t>(blocks) + 1; i < layers.size(); ++i)
+        pinned = sat_add(pinned, layer_pinned(layers[i]));
+    } else {
+      for (const LayerDescription& layer : layers) pinned = sat_add(pinned, layer_pinned(layer));
+    }
+    in.deepspeed_pinned_param_partitions = pinned;
+  }
   if (in.engine == TrainingEngine::zeroplan) {
     // Not on the fast path: the DeepSpeed engine (the default, and what recommend searches) never gets here.
     if (const auto f = executor_layout_figures(model, training, static_cast<int>(in.world_size), in.stage)) {

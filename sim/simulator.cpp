@@ -123,6 +123,21 @@ std::int64_t parameter_tensors(const ModelDescription& model, const LayerDescrip
   return std::max<std::int64_t>(1, (3 * layer.module_count + 1) / 2);
 }
 
+std::int64_t linear_calls(const ModelDescription& model, std::size_t layer_index) {
+  if (!model.transformer || layer_index >= model.layers.size()) return 0;
+  const TransformerShape& s = *model.transformer;
+  const LayerDescription& layer = model.layers[layer_index];
+  std::int64_t calls = 0;
+  // A block: the attention projections (q/k/v fused for gpt2, apart for llama, and the output projection) and the
+  // MLP's (gate and up for SwiGLU, then down).
+  if (layer.kind == "transformer_block")
+    calls = (s.family == ModelFamily::gpt2 ? 2 : 4) + (s.activation == ActivationKind::swiglu ? 3 : 2);
+  if (layer.kind == "lm_head") calls = 1;
+  // Tied embeddings: the output projection is F.linear with the token embedding's weight, after the last layer.
+  if (s.tied_embeddings && layer_index + 1 == model.layers.size()) ++calls;
+  return calls;
+}
+
 double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfig& training, int ranks_in_node) {
   const double share = cluster.cpu_optimizer_params_per_second / std::max(1, ranks_in_node);
   if (!(cluster.cpu_adam_params_per_second_per_thread > 0.0)) return share;
@@ -236,10 +251,21 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
         cluster.optimizer_bandwidth > 0.0 ? cluster.optimizer_bandwidth : inputs.optimizer_bandwidth;
     inputs.kernel_overhead_seconds = cluster.kernel_overhead_seconds;
     inputs.module_hook_seconds = cluster.deepspeed_module_hook_seconds;
+    inputs.forward_module_function_seconds = cluster.deepspeed_forward_module_function_seconds;
+    inputs.stage3_gradient_hook_seconds = cluster.deepspeed_stage3_gradient_hook_seconds;
+    inputs.stage3_offload_gradient_hook_seconds = cluster.deepspeed_stage3_offload_gradient_hook_seconds;
+    inputs.linear_forward_seconds = cluster.deepspeed_linear_forward_seconds;
+    inputs.linear_backward_seconds = cluster.deepspeed_linear_backward_seconds;
+    inputs.step_tensor_seconds = cluster.deepspeed_step_tensor_seconds;
     inputs.gradient_hook_seconds = cluster.deepspeed_gradient_hook_seconds;
     inputs.offload_gradient_hook_seconds = cluster.deepspeed_offload_gradient_hook_seconds;
+    inputs.pageable_pcie_bandwidth =
+        cluster.pageable_pcie_bandwidth > 0.0 ? cluster.pageable_pcie_bandwidth : cluster.pcie_bandwidth;
+    inputs.fresh_pageable_write_bandwidth = cluster.fresh_pageable_write_bandwidth;
     inputs.tensors_per_layer.reserve(model.layers.size());
     for (const LayerDescription& layer : model.layers) inputs.tensors_per_layer.push_back(parameter_tensors(model, layer));
+    inputs.linear_calls_per_layer.reserve(model.layers.size());
+    for (std::size_t i = 0; i < model.layers.size(); ++i) inputs.linear_calls_per_layer.push_back(linear_calls(model, i));
   }
 
   // One workspace per thread: after the first step of a given size, building a step allocates nothing.

@@ -106,6 +106,12 @@ Bytes static_gpu_bytes(const ModelDescription& model, const TrainingConfig& trai
 // Parameter tensors of a layer (DeepSpeed's hooks and per-tensor kernels run once per tensor).
 std::int64_t parameter_tensors(const ModelDescription& model, const LayerDescription& layer);
 
+// torch.nn.functional.linear calls of a layer in one pass (a transformer block's projections, the output head;
+// the tied head runs with the last layer). Under zero.Init each goes through DeepSpeed's
+// LinearFunctionForZeroStage3 (zero/linear.py, installed by partition_parameters.py _enable_mem_efficient_linear).
+// A layer-list model names no linear modules: 0 (its convolutions do not go through F.linear).
+std::int64_t linear_calls(const ModelDescription& model, std::size_t layer_index);
+
 // One rank's CPU optimizer rate: its share of the node's rate, and with a per-thread rate in the cluster, at most
 // its threads (training.cpu_threads_per_rank, else the node's cores divided among its ranks) times that rate.
 double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfig& training, int ranks_in_node);

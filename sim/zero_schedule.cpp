@@ -88,15 +88,22 @@ double deepspeed_step_seconds(const DeepSpeedEnginePath& path, const TrainingCon
       per_tensor_kernels = 9.0;
       flat_kernels = 6.0;
       break;
-    case DeepSpeedOptimizerWrapper::zero_3:
-      // stage3.py step: per sub-group the fp32 gradient (a + 4 unless already fp32), norm (4), clip (8), the
-      // optimizer, the 16-bit partition copied from the fp32 one (4 + e).
-      // Per tensor (every parameter has a partition on every rank): stage3.py has_overflow_partitioned_grads_serial
-      // tests each partition and reads it back on the host (`if` on a device tensor): 10; the norm per sub-group.
-      bytes = (a == 4.0 ? 0.0 : a + 4.0) + 4.0 + clip + adam + (4.0 + e);
-      per_tensor_kernels = 10.0;
+    case DeepSpeedOptimizerWrapper::zero_3: {
+      // stage3.py step (every parameter has a partition on every rank, so the per-tensor work is the model's):
+      // - _get_norm_groups -> get_grad_norm_direct: each gradient partition cast to fp32 (a + 4, none when already
+      //   fp32) and its norm (4): two kernels per tensor; the norms stacked and summed (flat);
+      // - per sub-group, _prepare_fp32_grad_for_sub_group: flatten the partitions (torch.cat: 2a) and convert to
+      //   fp32 (a + 4); unscale_and_clip_grads multiplies the fp32 gradient whatever the clip (8); the optimizer;
+      //   _reassign_or_swap_out_partitioned_parameters copies the fp32 partition into the 16-bit one (4 + e);
+      // - fp16 only (_overflow_check_and_loss_scale_update -> has_overflow): isinf and isnan over the flat gradient
+      //   buffer (2a); bf16 and fp32 skip the check.
+      const double cast = a == 4.0 ? 0.0 : a + 4.0;
+      const double overflow = training.precision == Precision::fp16 ? 2.0 * a : 0.0;
+      bytes = cast + 4.0 + 2.0 * a + cast + 8.0 + adam + (4.0 + e) + overflow;
+      per_tensor_kernels = a == 4.0 ? 1.0 : 2.0;
       flat_kernels = 8.0;
       break;
+    }
   }
   const double kernels = per_tensor_kernels * static_cast<double>(tensors) + flat_kernels +
                          (path.adam == AdamImplementation::torch_foreach ? 8.0 : 1.0) *
@@ -441,11 +448,40 @@ class StepBuilder {
   // which 117.2 ms device-to-host copies; 580 AccumulateGrad hooks. Micro-steps before the accumulation boundary
   // take another path (async_accumulate_grad_in_cpu_via_gpu, a copy each way per tensor) that is not modelled:
   // they are timed without these hooks.
+  //
+  // Stage 3 (DeepSpeed 0.19.8, host costs per call from the cluster description): every module of the layer (and
+  // the layer's own module) runs the parameter coordinator's fetch before and its release after it, in both passes
+  // (parameter_offload.py _pre_forward_module_hook / _post_forward_module_hook call
+  // partitioned_param_coordinator.py fetch_sub_module / release_sub_module; in backward,
+  // PreBackwardFunctionForModule.backward and PostBackwardFunctionModule.backward call them again); in forward the
+  // hooks also apply those two autograd Functions to the module's inputs and outputs. Under zero.Init each
+  // F.linear call runs zero/linear.py LinearFunctionForZeroStage3, a Python autograd Function, forward and
+  // backward. In backward each parameter tensor's AccumulateGrad runs stage3.py reduce_partition_and_remove_grads
+  // (-> __add_grad_to_ipg_bucket: the copy into the bucket on the reduce stream; a full bucket reduced and
+  // partitioned by __reduce_and_partition_ipg_grads -> partition_grads inside the hook that fills it); with the
+  // optimizer offloaded partition_grads also copies each partition to the host buffer and back, takes its norm and
+  // copies it to the fp32 gradient (asynchronous copies, on the reduce stream). At the end of the backward pass
+  // independent_gradient_partition_epilogue waits for the reduce stream (reduce_and_partition_stream.synchronize),
+  // so the next micro-step's hooks start after the last reduction. The GPU is left waiting for the host whenever
+  // these cost more than the layer's kernels.
   TaskId host_hooks(bool forward, std::int32_t layer, std::int32_t micro, bool first_of_pass,
                     TaskId previous_compute) {
     const auto index = static_cast<std::size_t>(layer);
     double seconds = 0.0;
-    if (zero_.stage == 3) seconds += static_cast<double>(layers_[index].module_count + 1) * in_.module_hook_seconds;
+    const bool stage3 = in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_3;
+    if (zero_.stage == 3) {
+      const double modules = static_cast<double>(layers_[index].module_count + 1);
+      seconds += modules * in_.module_hook_seconds;
+      if (forward) seconds += modules * in_.forward_module_function_seconds;
+      if (zero_.zero_init && index < in_.linear_calls_per_layer.size())
+        seconds += static_cast<double>(in_.linear_calls_per_layer[index]) *
+                   (forward ? in_.linear_forward_seconds : in_.linear_backward_seconds);
+    }
+    if (!forward && stage3 && index < in_.tensors_per_layer.size()) {
+      const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
+      seconds += tensors * in_.stage3_gradient_hook_seconds;
+      if (zero_.offload_optimizer == OffloadDevice::cpu) seconds += tensors * in_.stage3_offload_gradient_hook_seconds;
+    }
     const bool offload_hooks = !forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
                                zero_.offload_optimizer == OffloadDevice::cpu && boundary_;
     if (!forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
@@ -461,7 +497,12 @@ class StepBuilder {
     const Dependency sync = (forward && first_of_pass) || offload_hooks
                                 ? after(offload_hooks ? previous_compute : last_compute_)
                                 : Dependency{};
-    return timeline_.add(Resource::host_python, TaskKind::engine_hooks, seconds, {sync}, layer, micro);
+    // Stage 3: the previous micro-step's backward ended waiting for its reductions (the epilogue's synchronize).
+    const bool after_epilogue = forward && first_of_pass && stage3;
+    return timeline_.add(Resource::host_python, TaskKind::engine_hooks, seconds,
+                         {sync, after(after_epilogue ? last_reduction_ : kNoTask),
+                          after(after_epilogue ? last_download_ : kNoTask)},
+                         layer, micro);
   }
 
   // Over a layer's backward: its .grad kept (first micro-step: later ones accumulate into the same tensors), and
@@ -568,11 +609,15 @@ class StepBuilder {
       timeline_.free_at_finish(reduced, copy, MemoryUse::gradient_buckets);
       compute_barrier_ = reduced;
     } else {
-      // overlap_comm: the reduction stream copies and reduces in order beside the backward pass.
+      // overlap_comm: the reduction stream copies and reduces in order beside the backward pass (stage 3 with the
+      // optimizer offloaded: after the previous bucket's copies to the host, on the same stream).
+      const bool stage3_offload = p.wrapper == DeepSpeedOptimizerWrapper::zero_3 &&
+                                  zero_.offload_optimizer == OffloadDevice::cpu;
       reduced = timeline_.add(Resource::nccl, n_ > 1 ? kind : TaskKind::gradient_copy,
                               collective + copy_seconds(count * (copies.before + copies.after),
                                                         launches_before + launches_after),
-                              {after(produced_by)}, layer, micro, n_ > 1 ? wire : 0);
+                              {after(produced_by), after(stage3_offload ? last_download_ : kNoTask)}, layer, micro,
+                              n_ > 1 ? wire : 0);
       timeline_.set_memory(reduced, copy, copy, MemoryUse::gradient_buckets);
     }
     if (p.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 && in_.transient.grad_partition > 0 &&
@@ -581,6 +626,10 @@ class StepBuilder {
       grad_partition_live_ = in_.transient.grad_partition;
     }
     last_reduction_ = reduced;
+    if (p.wrapper == DeepSpeedOptimizerWrapper::zero_3 && zero_.offload_optimizer == OffloadDevice::cpu) {
+      stage3_offload_copies(elements, layer, micro, reduced);
+      return;
+    }
     if (zero_.offload_optimizer != OffloadDevice::none) {
       // This rank's share of the reduced bucket goes to the host (stage_1_and_2.py
       // async_inplace_copy_grad_to_fp32_buffer_from_gpu; stage3.py partition_grads with offload).
@@ -589,6 +638,30 @@ class StepBuilder {
                                      static_cast<double>(partition_bytes) / in_.pcie_bandwidth, {after(reduced)},
                                      layer, micro, partition_bytes);
     }
+  }
+
+  // Stage 3 with the optimizer on the CPU (stage3.py partition_grads, on the reduce stream after the bucket's
+  // reduce-scatter): each gradient partition is copied into grad_partitions_flat_buffer, which lives in (pinned)
+  // host memory, and back to the device (grad_buffer.to(device): later micro-steps add the new partition there
+  // and copy the sum back to the host); at the accumulation boundary _offload_grad_partition_at_boundary takes
+  // its norm and copies it in fp32 into the sub-group's host gradient (fp32_partitioned_groups_flat[i].grad).
+  // All on one CUDA stream: the copies of a bucket follow each other and the next bucket's reduction.
+  void stage3_offload_copies(std::int64_t elements, std::int32_t layer, std::int32_t micro, TaskId reduced) {
+    const std::int64_t partition = ceil_div(elements, n_);
+    const Bytes grad_bytes = partition * in_.path.accumulation_bytes;
+    TaskId down = timeline_.add(Resource::device_to_host, TaskKind::grad_download,
+                                static_cast<double>(grad_bytes) / in_.pcie_bandwidth,
+                                {after(reduced), after(last_download_)}, layer, micro, grad_bytes);
+    TaskId last = timeline_.add(Resource::host_to_device, TaskKind::gradient_copy,
+                                static_cast<double>(grad_bytes) / in_.pcie_bandwidth, {after(down)}, layer, micro,
+                                grad_bytes);
+    if (boundary_) {
+      const Bytes fp32_bytes = partition * 4;
+      last = timeline_.add(Resource::device_to_host, TaskKind::grad_download,
+                           static_cast<double>(fp32_bytes) / in_.pcie_bandwidth, {after(last)}, layer, micro,
+                           fp32_bytes);
+    }
+    last_download_ = last;
   }
 
   // Stage 0, BF16_Optimizer and stage 1 without overlap_comm: every gradient reduced after the backward pass, in
@@ -640,8 +713,18 @@ class StepBuilder {
                                        whole || zero_.stage == 3 ? total_tensors() : ceil_div(total_tensors(), n_),
                                        in_.deepspeed_optimizer_bandwidth, in_.kernel_overhead_seconds)
               : static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.optimizer_bandwidth;
+      // DeepSpeed stage 3: the host issues each tensor's norm kernels (stage3.py get_grad_norm_direct) before the
+      // flat work of the sub-groups; the backward pass ended waiting for the reduce stream.
+      const TaskId host_norm =
+          ds_ && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_3 && in_.step_tensor_seconds > 0.0
+              ? timeline_.add(Resource::host_python, TaskKind::engine_hooks,
+                              static_cast<double>(total_tensors()) * in_.step_tensor_seconds,
+                              {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro)
+              : kNoTask;
       updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
-                              {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro);
+                              {after(last_reduction_), after(last_gradient_), after(compute_barrier_),
+                               after(host_norm)},
+                              -1, micro);
       if (ds_) step_buffers(updated);
       if (zero_.stage == 3 && zero_.offload_param != OffloadDevice::none) {
         // Parameters offloaded, optimizer on the GPU: the updated 16-bit partition goes back to the host (and on
@@ -658,6 +741,9 @@ class StepBuilder {
       }
     } else if (executor_ && zero_.offload_optimizer == OffloadDevice::cpu) {
       updated = executor_offloaded_update(partition, micro);
+    } else if (ds_ && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_3 &&
+               zero_.offload_optimizer == OffloadDevice::cpu) {
+      updated = deepspeed_stage3_offloaded_update(partition, micro);
     } else {
       // Host CPU, one sub-group at a time; NVMe states read before and written after each; updated 16-bit
       // parameters up over H2D (stage 1/2, stage 3 without param offload) or kept on the host / NVMe.
@@ -729,6 +815,51 @@ class StepBuilder {
                       bytes);
       }
     }
+  }
+
+  // DeepSpeed stage 3 with the optimizer on the CPU (stage3.py step), all on the training process's thread:
+  // - _get_norm_groups -> complete_grad_norm_calculation_for_cpu_offload: each tensor's norm squared and added up on
+  //   the device (two small operations the host issues per tensor), then total_norm.cpu(): the host waits for the
+  //   GPU, so for every gradient's copy to the host;
+  // - per sub-group (sub_group_size elements): unscale_and_clip_grads multiplies the fp32 gradient on the CPU (read
+  //   and write 4 bytes), DeepSpeedCPUAdam steps it, and _reassign_or_swap_out_partitioned_parameters copies the
+  //   updated fp32 partition into the 16-bit one: with the parameters on the GPU,
+  //   fp16_partitioned_groups_flat[i].data.copy_(fp32) converts on the CPU into a new pageable tensor (ATen's
+  //   copy_ across devices with a dtype change converts on the source device first) and copies that from pageable
+  //   memory, the thread waiting for it; with the parameters offloaded the 16-bit partition is host memory and the
+  //   cast is the whole copy. Nothing overlaps: the next sub-group starts when the copy returns.
+  // The CPU passes stream memory as the CPU Adam does (30 bytes per parameter update at its rate, as for stages
+  // 1-2 above); the pageable buffer fills at fresh_pageable_write_bandwidth where the cluster gives it.
+  TaskId deepspeed_stage3_offloaded_update(std::int64_t partition, std::int32_t micro) {
+    const double host_bytes_per_second = 30.0 * in_.cpu_optimizer_params_per_second;
+    const bool params_on_host = zero_.offload_param != OffloadDevice::none;
+    TaskId previous = timeline_.add(Resource::host_python, TaskKind::engine_hooks,
+                                    static_cast<double>(total_tensors()) * in_.step_tensor_seconds,
+                                    {after(last_download_), after(last_reduction_), after(last_gradient_)}, -1, micro);
+    const std::int64_t sub_group = std::max<std::int64_t>(1, zero_.sub_group_size);
+    for (std::int64_t first = 0; first < partition; first += sub_group) {
+      const auto elements = static_cast<double>(std::min(sub_group, partition - first));
+      const TaskId unscale = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                                           8.0 * elements / host_bytes_per_second, {after(previous)}, -1, micro);
+      const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                                        elements / in_.cpu_optimizer_params_per_second, {after(unscale)}, -1, micro);
+      if (first == 0) step_buffers(step);
+      const double e = static_cast<double>(e_);
+      const double cast_seconds =
+          !params_on_host && in_.fresh_pageable_write_bandwidth > 0.0
+              ? e * elements / in_.fresh_pageable_write_bandwidth
+              : (4.0 + e) * elements / host_bytes_per_second;
+      previous = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step, cast_seconds, {after(step)}, -1,
+                               micro);
+      if (!params_on_host) {
+        const auto bytes = static_cast<Bytes>(e * elements);
+        const double pageable = in_.pageable_pcie_bandwidth > 0.0 ? in_.pageable_pcie_bandwidth : in_.pcie_bandwidth;
+        previous = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
+                                 static_cast<double>(bytes) / pageable, {after(previous)}, -1, micro, bytes);
+      }
+    }
+    last_update_ = previous;
+    return previous;
   }
 
   // zeroplan's executor's ZeRO-Offload step (exec/zero/zero_engine.cpp finish_step and offloaded_update): the

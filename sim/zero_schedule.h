@@ -40,7 +40,12 @@
 //   (reduce_scatter_coalesced) on the reduce stream.
 // - The host: DeepSpeed's Python hooks (stage-3 fetch/release per module, per-parameter gradient hooks) issue each
 //   layer's GPU work, so a layer's kernels cannot start before its hooks ran (host_python); the host waits for the
-//   GPU once per micro-step.
+//   GPU once per micro-step. Stage 3 adds, per call, the forward's autograd Functions per module, zero.Init's
+//   LinearFunctionForZeroStage3 per F.linear call and the step's per-tensor gradient norm (zero_schedule.cpp
+//   host_hooks, optimizer_step).
+// - Stage 3 with the optimizer on the CPU (stage3.py partition_grads, step): each gradient partition goes to the
+//   host buffer and back, and in fp32 to the host gradient, on the reduce stream; the step runs on the host thread
+//   sub-group by sub-group (CPU unscale, CPU Adam, the cast into new pageable memory and its pageable copy up).
 // - The transient buffers of sim/deepspeed_memory.h: .grad built up over backward (freed after the reduction or at
 //   the step), stage 1-2 reduce buckets (first hook to end of reduction), one flat copy per reduction, the stage 1-2
 //   gradient partition (reduction to step), fp32 gradients and Adam temporaries during the step.
@@ -92,10 +97,20 @@ struct StepScheduleInputs {
   double streaming_bandwidth = 0.0;       // bytes/s of the gradient copies
   double deepspeed_optimizer_bandwidth = 0.0;  // bytes/s of the optimizer step's kernels
   double kernel_overhead_seconds = 0.0;   // per kernel launched
-  double module_hook_seconds = 0.0;       // stage 3: fetch/release/prefetch hooks per module per pass (host)
-  double gradient_hook_seconds = 0.0;     // per parameter tensor's gradient hook in backward (host)
+  // DeepSpeed's host costs per call (core/cluster_description.h says what each call runs).
+  double module_hook_seconds = 0.0;       // stage 3: fetch and release per module per pass (host)
+  double forward_module_function_seconds = 0.0;  // stage 3: the two autograd Functions per module in forward
+  double stage3_gradient_hook_seconds = 0.0;     // stage 3: per parameter tensor in backward
+  double stage3_offload_gradient_hook_seconds = 0.0;  // stage 3, optimizer offloaded: its extra per tensor
+  double linear_forward_seconds = 0.0;    // stage 3 under zero.Init: LinearFunctionForZeroStage3 per call
+  double linear_backward_seconds = 0.0;
+  double step_tensor_seconds = 0.0;       // stage 3: the step's host work per parameter tensor (gradient norm)
+  double gradient_hook_seconds = 0.0;     // stages 1-2: per parameter tensor's gradient hook in backward (host)
   double offload_gradient_hook_seconds = 0.0;  // the same with the optimizer on the CPU (stages 1-2), less its copy
+  double pageable_pcie_bandwidth = 0.0;   // bytes/s host-to-device from pageable memory (the host waits)
+  double fresh_pageable_write_bandwidth = 0.0;  // bytes/s the host fills a newly allocated pageable buffer at
   std::vector<std::int64_t> tensors_per_layer;  // parameter tensors of each layer (hooks, per-tensor kernels)
+  std::vector<std::int64_t> linear_calls_per_layer;  // F.linear calls of each layer per pass (zero.Init: stage 3)
 };
 
 // Micro-steps the builder did not put on the timeline because the accumulation had reached a steady state.
