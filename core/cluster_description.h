@@ -81,6 +81,11 @@ struct ClusterDescription {
   double attention_forward_flops = 0.0;   // FLOP/s of fused (flash) attention forward, counted on the work a
                                           //   causal kernel does (half of the s^2 products), 16-bit
   double attention_backward_flops = 0.0;  // the same for its backward (2.5x the forward's work)
+  // The same two rates of zeroplan's own executor kernels (exec/cuda/attention.cu), which `zeroplan calibrate
+  // --model` measures at the model's shape; the zeroplan engine's plans use them. 0: not measured (the rates
+  // above).
+  double executor_attention_forward_flops = 0.0;
+  double executor_attention_backward_flops = 0.0;
   double kernel_overhead_seconds = 0.0;   // fixed time per memory-bound kernel (launch and ramp)
   double optimizer_bandwidth = 0.0;       // bytes/s (read + write) the optimizer's multi-tensor kernels reach
                                           //   (torch fused AdamW measured); 0: streaming_bandwidth

@@ -312,6 +312,9 @@ struct LocalFigures {
   std::string gemm_source;
   double streaming_bandwidth = 0.0;
   std::string streaming_source;
+  // The executor's attention kernels at the model's shape (--model, GPU backend), FLOP/s on the causal work.
+  double executor_attention_forward = 0.0, executor_attention_backward = 0.0;
+  std::string executor_attention_source;
   double pcie_bandwidth = 0.0;
   std::string pcie_source;
   std::optional<Bytes> cuda_context_bytes;
@@ -470,6 +473,28 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
   f.gemm_source = "bf16 GEMMs through the executor's cuBLASLt matmul (exec/cuda/matmul.cuh, 32 MiB workspace, "
                   "fastest of its heuristic candidates), random operands, CUDA events, median of " +
                   std::to_string(sweep.gemm_repeats);
+  if (model && model->transformer) {
+    // The executor's causal attention over the model's tokens in sequences of up to 1024, counted as the planner
+    // counts it (sim/compute_time.cpp transformer_block): forward 2 s h FLOPs per token (half of Q K^T and P V),
+    // backward 2.5 times that.
+    const TransformerShape& s = *model->transformer;
+    const std::int64_t seq = std::min<std::int64_t>(1024, sweep.gpu_model_tokens);
+    const exec::cuda::AttentionShape shape{static_cast<int>(sweep.gpu_model_tokens / seq), static_cast<int>(seq),
+                                           static_cast<int>(s.hidden), static_cast<int>(s.heads)};
+    const exec::cuda::AttentionSeconds t = device.attention_seconds(shape, sweep.gemm_repeats);
+    const double causal_work = 2.0 * static_cast<double>(shape.batch) * static_cast<double>(seq) *
+                               static_cast<double>(seq) * static_cast<double>(s.hidden);
+    f.executor_attention_forward = causal_work / t.forward;
+    f.executor_attention_backward = 2.5 * causal_work / t.backward;
+    const std::string label = "bf16 attention " + std::to_string(shape.batch) + "x" + std::to_string(seq) + ", " +
+                              std::to_string(s.heads) + " heads of " + std::to_string(s.hidden / s.heads);
+    row(label, "forward", fmt("%.4g", f.executor_attention_forward / 1e12) + " TFLOP/s");
+    row(label, "backward", fmt("%.4g", f.executor_attention_backward / 1e12) + " TFLOP/s");
+    f.executor_attention_source =
+        "the executor's attention kernels (exec/cuda/attention.cu) at " + label + " (" + model->name +
+        "), random q, k, v and output gradient, CUDA events, median of " + std::to_string(sweep.gemm_repeats) +
+        "; FLOP/s on the causal work (forward 2 s^2 h per sequence, backward 2.5 times that)";
+  }
   f.streaming_bandwidth = device.device_copy_bandwidth(sweep.copy_bytes, sweep.repeats);
   f.streaming_source = "device-to-device cudaMemcpyAsync of " + size_label(sweep.copy_bytes) +
                        ", bytes read + written, median of " + std::to_string(sweep.repeats);
@@ -640,6 +665,14 @@ nlohmann::json describe(const CalibrationOptions& o, const LocalFigures& f, cons
   }
   gpu["streaming_bandwidth"] = f.streaming_bandwidth;
   provenance["gpu.streaming_bandwidth"] = f.streaming_source;
+  if (f.executor_attention_forward > 0.0) {
+    gpu["executor_attention_forward_flops"] = f.executor_attention_forward;
+    gpu["executor_attention_backward_flops"] = f.executor_attention_backward;
+    provenance["gpu.executor_attention_flops"] = f.executor_attention_source;
+  } else {
+    gpu.erase("executor_attention_forward_flops");  // a base's figures belong to another machine
+    gpu.erase("executor_attention_backward_flops");
+  }
 
   doc["topology"] = {{"gpus_per_node", world}, {"nodes", 1}};
   if (ranks) {

@@ -10,7 +10,7 @@
 
 namespace zeroplan {
 
-ComputeTimer::ComputeTimer(const ClusterDescription& cluster, Precision precision) {
+ComputeTimer::ComputeTimer(const ClusterDescription& cluster, Precision precision, TrainingEngine engine) {
   peak_flops_ = cluster.peak_flops(to_string(precision));
   if (!(peak_flops_ > 0.0)) {
     throw InputError(cluster.source, "peak_flops_" + to_string(precision),
@@ -32,6 +32,12 @@ ComputeTimer::ComputeTimer(const ClusterDescription& cluster, Precision precisio
   if (reduction_bandwidth_ == 0.0) reduction_bandwidth_ = cluster.hbm_bandwidth;
   attention_forward_flops_ = rate(cluster.attention_forward_flops, "attention_forward_flops");
   attention_backward_flops_ = rate(cluster.attention_backward_flops, "attention_backward_flops");
+  if (engine == TrainingEngine::zeroplan) {
+    const double forward = rate(cluster.executor_attention_forward_flops, "executor_attention_forward_flops");
+    const double backward = rate(cluster.executor_attention_backward_flops, "executor_attention_backward_flops");
+    if (forward > 0.0) attention_forward_flops_ = forward;
+    if (backward > 0.0) attention_backward_flops_ = backward;
+  }
   kernel_overhead_seconds_ = rate(cluster.kernel_overhead_seconds, "kernel_overhead_seconds");
   // The attention rates are measured on 16-bit tensor cores; fp32 training runs attention at the fp32 peak's
   // share of them.
@@ -156,10 +162,22 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
   const double r = training.autocast_fp32_params ? 4.0 : e;
   add_norm(timer, tokens, h, r, work);  // the attention norm
   add_norm(timer, tokens, h, r, work);  // the MLP norm
-  // Two residual adds: read the stream and the branch output, write the sum ((2 r + e) h each); backward adds
-  // each branch's input gradient into the residual stream's (3 r h each).
-  work.forward += timer.streaming_seconds(2.0 * (2.0 * r + e) * tokens * h, 2.0);
-  work.backward_input += timer.streaming_seconds(2.0 * 3.0 * tokens * h * r, 2.0);
+  // zeroplan's executor fuses the elementwise work around its GEMMs (exec/cuda/cuda_trainer.cu): the residual
+  // add and the GELU into the cuBLASLt epilogues of the projections (matmul.cuh forward's residual, forward_gelu),
+  // the GELU backward into the input-gradient GEMM's (backward_input_dgelu), and each branch's input gradient into
+  // the LayerNorm backward that writes the residual stream's (dinp +=). A fused op costs the bytes it adds to its
+  // host kernel, not a kernel of its own.
+  const bool fused = training.engine == TrainingEngine::zeroplan;
+  if (fused) {
+    // Epilogue: read the residual (e h) per add; LayerNorm backward: read the stream's gradient once more (e h).
+    work.forward += timer.streaming_seconds(2.0 * e * tokens * h, 0.0);
+    work.backward_input += timer.streaming_seconds(2.0 * e * tokens * h, 0.0);
+  } else {
+    // Two residual adds: read the stream and the branch output, write the sum ((2 r + e) h each); backward adds
+    // each branch's input gradient into the residual stream's (3 r h each).
+    work.forward += timer.streaming_seconds(2.0 * (2.0 * r + e) * tokens * h, 2.0);
+    work.backward_input += timer.streaming_seconds(2.0 * 3.0 * tokens * h * r, 2.0);
+  }
   // Autocast: the fp32 norm outputs are cast to 16-bit before the q/k/v and MLP GEMMs (read 4, write e), and
   // those GEMMs' input gradients cast back to fp32 for the norm backward.
   if (training.autocast_fp32_params) {
@@ -169,8 +187,14 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
   // Activation: GELU/ReLU reads and writes f (2 f e), backward reads dy and x and writes dx (3 f e). SwiGLU
   // reads gate and up and writes their product (3 f e), backward reads dy, gate, up and writes both gradients
   // (5 f e).
-  work.forward += timer.streaming_seconds((swiglu ? 3.0 : 2.0) * tokens * ffn * e, 1.0);
-  work.backward_input += timer.streaming_seconds((swiglu ? 5.0 : 3.0) * tokens * ffn * e, 1.0);
+  if (fused && !swiglu) {
+    // GELU epilogue: the pre-GELU output written beside the GELU output (f e); DGELU epilogue: it is read (f e).
+    work.forward += timer.streaming_seconds(tokens * ffn * e, 0.0);
+    work.backward_input += timer.streaming_seconds(tokens * ffn * e, 0.0);
+  } else {
+    work.forward += timer.streaming_seconds((swiglu ? 3.0 : 2.0) * tokens * ffn * e, 1.0);
+    work.backward_input += timer.streaming_seconds((swiglu ? 5.0 : 3.0) * tokens * ffn * e, 1.0);
+  }
   // Rotary embedding (llama) on q and k: read + write (h + kv) each way.
   if (shape.family == ModelFamily::llama) {
     work.forward += timer.streaming_seconds(2.0 * tokens * (h + kv) * e, 1.0);
@@ -264,7 +288,7 @@ void add_output_head(const ComputeTimer& timer, const TransformerShape& shape, c
 
 std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, const ClusterDescription& cluster,
                                               const TrainingConfig& training) {
-  const ComputeTimer timer(cluster, training.precision);
+  const ComputeTimer timer(cluster, training.precision, training.engine);
   std::vector<LayerCompute> times(model.layers.size());
   const double b = static_cast<double>(training.micro_batch);
   const double e = precision_bytes(training.precision);
@@ -371,6 +395,13 @@ double optimizer_step_bytes_per_param(const TrainingConfig& training) {
   // Mixed precision: the 16-bit gradient upcast into the fp32 gradient (read e, write 4); the step reads the fp32
   // master, states and gradient and writes the master, the states and the 16-bit copy of the parameter.
   return (e + 4.0) + (4.0 + states + 4.0) + (4.0 + states + e) + norm;
+}
+
+double executor_optimizer_step_bytes_per_param(const TrainingConfig& training) {
+  const double states = optimizer_state_bytes_per_param(training.optimizer);
+  const double e = precision_bytes(training.precision);
+  if (training.precision == Precision::fp32) return 4.0 + (4.0 + 4.0 + states) + (4.0 + states);
+  return e + (e + 4.0 + states) + (4.0 + states + e);
 }
 
 double model_flops_per_token(const ModelDescription& model, const TrainingConfig& training) {

@@ -44,7 +44,9 @@ class ComputeTimer {
   // peak = the cluster's dense peak for the precision; the rates from the cluster (see ClusterDescription; a
   // rate left at 0 falls back as the header of cluster_description.h says). Throws InputError when the cluster
   // has no peak for the precision or no HBM bandwidth.
-  ComputeTimer(const ClusterDescription& cluster, Precision precision);
+  // engine zeroplan: attention at the executor's own measured rates where the cluster has them.
+  ComputeTimer(const ClusterDescription& cluster, Precision precision,
+               TrainingEngine engine = TrainingEngine::deepspeed);
 
   double peak_flops() const { return peak_flops_; }
   // Achievable fraction of peak for one GEMM of `flops`, interpolated in log(flops), clamped at the ends.
@@ -85,6 +87,11 @@ std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, con
 //   16-bit copy (28 for AdamW) and the weights' cast to 16-bit in the next forward (4 + e).
 // AdamW bf16 with clipping: 6 + 30 + 4 + 8 = 48 bytes per parameter (autocast: 6 + 28 + 6 + 12 = 52).
 double optimizer_step_bytes_per_param(const TrainingConfig& training);
+// zeroplan's executor (exec/cuda/adamw.cu): no fp32 gradient copy and no clipping pass. The global norm reads the
+// model-precision gradient once (e; grad_norm_squared); one AdamW kernel reads gradient, fp32 master and states and
+// writes master, states and the 16-bit parameter, the unscale and clip folded into its gradient scale (e + 4 + s +
+// 4 + s + e). fp32: no master, the parameter read and written instead (4 + 4 + s + 4 + s). AdamW bf16: 2 + 28 = 30.
+double executor_optimizer_step_bytes_per_param(const TrainingConfig& training);
 
 // Model FLOPs per token (PaLM appendix B): 6N + 12 * L * h * s for a transformer (N all parameters, s the
 // training sequence length). A generic layer-list model has no tokens: its unit is the sample, and the figure is

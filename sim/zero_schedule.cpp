@@ -712,7 +712,10 @@ class StepBuilder {
           ds_ ? deepspeed_step_seconds(in_.path, training_, whole ? params : partition,
                                        whole || zero_.stage == 3 ? total_tensors() : ceil_div(total_tensors(), n_),
                                        in_.deepspeed_optimizer_bandwidth, in_.kernel_overhead_seconds)
-              : static_cast<double>(partition) * optimizer_step_bytes_per_param(training_) / in_.optimizer_bandwidth;
+              : static_cast<double>(partition) *
+                    (executor_ ? executor_optimizer_step_bytes_per_param(training_)
+                               : optimizer_step_bytes_per_param(training_)) /
+                    in_.optimizer_bandwidth;
       // DeepSpeed stage 3: the host issues each tensor's norm kernels (stage3.py get_grad_norm_direct) before the
       // flat work of the sub-groups; the backward pass ended waiting for the reduce stream.
       const TaskId host_norm =

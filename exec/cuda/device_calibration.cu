@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exec/activation_accounting.h"
+#include "exec/cuda/attention.cuh"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/matmul.cuh"
 
@@ -134,6 +135,33 @@ double DeviceCalibrator::gemm_seconds(const GemmShape& s, bool training_pass, in
       },
       repeats);
   return seconds;
+}
+
+AttentionSeconds DeviceCalibrator::attention_seconds(const AttentionShape& a, int repeats) {
+  if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.hidden < a.heads || a.hidden % a.heads != 0)
+    throw std::invalid_argument("attention_seconds: batch, seq and heads must be >= 1 and hidden a multiple of heads");
+  State& st = *state_;
+  using bf16 = __nv_bfloat16;
+  const std::int64_t tokens = checked_product(a.batch, a.seq);
+  const std::int64_t rows = checked_product(tokens, a.heads);
+  const auto qkv = st.random_bf16(tokens, 3ll * a.hidden, 6), dout = st.random_bf16(tokens, a.hidden, 7);
+  const auto out = st.random_bf16(tokens, a.hidden, 8), dqkv = st.random_bf16(tokens, 3ll * a.hidden, 9);
+  DeviceBuffer lse(checked_product(rows, 4)), d_rowsum(checked_product(rows, 4));
+  auto* o = static_cast<bf16*>(out->data());
+  const auto* q = static_cast<const bf16*>(qkv->data());
+  auto* l = static_cast<float*>(lse.data());
+  AttentionSeconds s;
+  s.forward = st.time([&] { attention_forward<bf16>(o, l, q, a.batch, a.seq, a.hidden, a.heads, st.stream); },
+                      repeats);
+  // The backward reads the forward's output and logsumexp as training does (the last forward above wrote them).
+  s.backward = st.time(
+      [&] {
+        attention_backward<bf16>(static_cast<bf16*>(dqkv->data()), static_cast<float*>(d_rowsum.data()),
+                                 static_cast<const bf16*>(dout->data()), q, o, l, a.batch, a.seq, a.hidden, a.heads,
+                                 st.stream);
+      },
+      repeats);
+  return s;
 }
 
 double DeviceCalibrator::device_copy_bandwidth(std::int64_t bytes, int repeats) {

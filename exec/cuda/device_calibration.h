@@ -1,6 +1,6 @@
 // What `zeroplan calibrate` measures on one GPU (run/calibration.h assembles the cluster description): the
 // device's identity and the memory a CUDA context takes, bf16 GEMM time through the executor's own cuBLASLt
-// matmul (exec/cuda/matmul.cuh), device-to-device copy bandwidth, pinned host<->device copy bandwidth, and the
+// matmul (exec/cuda/matmul.cuh), the executor's attention kernels, device-to-device copy bandwidth, pinned host<->device copy bandwidth, and the
 // device buffers and stream waits the collective sweep needs. Plain C++ header (no CUDA types), so run/ can call
 // it. Every CUDA call is checked (exec/cuda/cuda_check.h). Times come from CUDA events on the calibrator's own
 // stream, each figure the median of its repeats.
@@ -25,6 +25,17 @@ struct GemmShape {
   std::int64_t m = 0, k = 0, n = 0;
 };
 
+// One causal self-attention of the executor's layout (exec/cuda/attention.cuh): B sequences of T tokens, hidden C
+// split over NH heads.
+struct AttentionShape {
+  int batch = 0, seq = 0, hidden = 0, heads = 0;
+};
+
+struct AttentionSeconds {
+  double forward = 0.0;   // attention_forward
+  double backward = 0.0;  // attention_backward (dQ with D = rowsum(dO * O), then dK and dV)
+};
+
 struct PinnedCopyRates {
   double host_to_device = 0.0;  // bytes/s
   double device_to_host = 0.0;  // bytes/s
@@ -44,6 +55,9 @@ class DeviceCalibrator {
   // linear layer runs per training step: forward, input gradient (dinp = dout W) and weight gradient
   // (dW = dout^T inp), 3 x 2MKN FLOPs in all. Operands hold random bf16 values in [-1, 1).
   double gemm_seconds(const GemmShape& shape, bool training_pass, int repeats);
+  // Median seconds of the executor's bf16 attention forward and backward at `shape` (the flash kernels at head
+  // sizes 64 and 128, the plain kernel otherwise), on random q, k, v and output gradient.
+  AttentionSeconds attention_seconds(const AttentionShape& shape, int repeats);
   // Bytes read plus bytes written per second of a cudaMemcpyAsync device-to-device copy of `bytes`.
   double device_copy_bandwidth(std::int64_t bytes, int repeats);
   // cudaMemcpyAsync of `bytes` between cudaHostAlloc'd (pinned) host memory and the device, each direction

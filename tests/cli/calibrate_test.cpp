@@ -199,6 +199,11 @@ TEST(CalibrateGpu, OneGpuQuick) {
     EXPECT_GT(point["efficiency"].get<double>(), 0.0);
     EXPECT_LE(point["efficiency"].get<double>(), 1.0);
   }
+  // The executor's attention at gpt2-124m's shape (head size 64: the tensor-core kernels): a real rate, below peak.
+  for (const char* field : {"executor_attention_forward_flops", "executor_attention_backward_flops"}) {
+    EXPECT_GT(gpu[field].get<double>(), 1e12) << field;
+    EXPECT_LT(gpu[field].get<double>(), gpu["peak_flops_bf16"].get<double>()) << field;
+  }
   EXPECT_GT(doc["host"]["pcie_bandwidth"].get<double>(), 1e9);
   EXPECT_LT(doc["host"]["pcie_bandwidth"].get<double>(), 63e9);
   EXPECT_GT(doc["runtime"]["cuda_context_bytes"].get<std::int64_t>(), 0);

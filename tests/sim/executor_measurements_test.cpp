@@ -199,18 +199,21 @@ TEST(ExecutorMeasurements, OneH100HostResidentOfSmallerModels) {
     }
 }
 
-// Selective recompute (bench/exec/results/2026-11-25-recompute-h100/, its README gives the command): stages 0 and 3
-// on one H100 with checkpointing none and selective, memory per component, the device total and the step held.
-TEST(ExecutorMeasurements, OneH100SelectiveRecomputeWithinTolerances) {
+// Selective recompute (bench/exec/results/2026-11-25-recompute-h100/ and -h200/, the README gives the command):
+// stages 0 and 3 on one H100 and one H200 with checkpointing none and selective, memory per component, the device
+// total and the step held.
+TEST(ExecutorMeasurements, OneGpuSelectiveRecomputeWithinTolerances) {
+  for (const auto& [folder, cluster] : {std::pair{"2026-11-25-recompute-h100", "h100x1.json"},
+                                        std::pair{"2026-11-25-recompute-h200", "h200x1.json"}})
   for (int stage : {0, 3})
     for (Checkpointing mode : {Checkpointing::none, Checkpointing::selective}) {
       const std::string report = "rc_s" + std::to_string(stage) + "_" + to_string(mode) + ".json";
-      SCOPED_TRACE(report);
-      std::printf("one H100: %s\n", report.c_str());
-      const nlohmann::json doc = read_json_file(results("2026-11-25-recompute-h100") / report);
+      SCOPED_TRACE(std::string(folder) + "/" + report);
+      std::printf("%s: %s\n", cluster, report.c_str());
+      const nlohmann::json doc = read_json_file(results(folder) / report);
       const nlohmann::json& m = doc.at("measured");
       ASSERT_EQ(m.at("stage").get<int>(), stage);
-      const Planned p = plan_like_the_run("h100x1.json", stage, false, 1, false, "gpt2-1.5b", OffloadDevice::cpu, mode);
+      const Planned p = plan_like_the_run(cluster, stage, false, 1, false, "gpt2-1.5b", OffloadDevice::cpu, mode);
       expect_memory_within(p, m, false);
       expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     }
