@@ -117,6 +117,7 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "deepspeed_step_tensor_seconds",
                                             "deepspeed_gradient_hook_seconds",
                                             "deepspeed_offload_gradient_hook_seconds",
+                                            "deepspeed_tensor_op_seconds",
                                             "pageable_pcie_bandwidth",
                                             "fresh_pageable_write_bandwidth"};
 const std::vector<std::string> kNvmeKeys = {"capacity_bytes", "capacity_gib", "capacity_gb", "read_bandwidth",
@@ -125,6 +126,7 @@ const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_c
                                                "cublas_workspace_bytes", "cublas_workspace_mib",
                                                "nccl_buffer_bytes",      "nccl_buffer_mib",
                                                "host_process_bytes",     "host_process_mib",
+                                               "deepspeed_process_device_bytes", "deepspeed_process_device_mib",
                                                "allocator_fragmentation_of_activations",
                                                "allocator_reserve_of_activations", "allocator_reserve_fraction"};
 
@@ -372,6 +374,7 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   cluster.deepspeed_gradient_hook_seconds = host.non_negative_number_or("deepspeed_gradient_hook_seconds", 0.0);
   cluster.deepspeed_offload_gradient_hook_seconds =
       host.non_negative_number_or("deepspeed_offload_gradient_hook_seconds", 0.0);
+  cluster.deepspeed_tensor_op_seconds = host.non_negative_number_or("deepspeed_tensor_op_seconds", 0.0);
   if (!host.has("deepspeed_module_hook_seconds"))
     note("host.deepspeed_module_hook_seconds: not given; DeepSpeed's stage-3 hooks cost the host nothing in the "
          "step-time model");
@@ -406,6 +409,8 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
       runtime_bytes("cublas_workspace", kDefaultCublasWorkspaceBytes, kDefaultCublasWorkspaceSource);
   runtime.nccl_buffer_bytes = runtime_bytes("nccl_buffer", kDefaultNcclBufferBytes, kDefaultNcclBufferSource);
   runtime.host_process_bytes = runtime_bytes("host_process", kDefaultHostProcessBytes, kDefaultHostProcessSource);
+  if (const auto bytes = optional_bytes(runtime_fields, "deepspeed_process_device", /*allow_zero=*/true))
+    runtime.deepspeed_process_device_bytes = *bytes;
   for (const char* old_key : {"allocator_reserve_fraction", "allocator_reserve_of_activations"}) {
     if (runtime_fields.has(old_key)) {
       runtime_fields.fail(old_key,
@@ -483,6 +488,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"deepspeed_step_tensor_seconds", cluster.deepspeed_step_tensor_seconds},
         {"deepspeed_gradient_hook_seconds", cluster.deepspeed_gradient_hook_seconds},
         {"deepspeed_offload_gradient_hook_seconds", cluster.deepspeed_offload_gradient_hook_seconds},
+        {"deepspeed_tensor_op_seconds", cluster.deepspeed_tensor_op_seconds},
         {"pageable_pcie_bandwidth", cluster.pageable_pcie_bandwidth},
         {"fresh_pageable_write_bandwidth", cluster.fresh_pageable_write_bandwidth}}},
       {"nvme",
@@ -494,6 +500,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"cublas_workspace_bytes", cluster.runtime.cublas_workspace_bytes},
         {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
         {"host_process_bytes", cluster.runtime.host_process_bytes},
+        {"deepspeed_process_device_bytes", cluster.runtime.deepspeed_process_device_bytes},
         {"allocator_fragmentation_of_activations", cluster.runtime.allocator_reserve_fraction}}},
   };
   // A link is written only when there is one: a node of one GPU has no intra-node link (bus_bandwidth 0), and

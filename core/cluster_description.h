@@ -54,6 +54,13 @@ struct RuntimeOverhead {
   double allocator_reserve_fraction = 0.0;
   // A training process's own resident host memory (torch, the CUDA libraries) before it builds the model.
   Bytes host_process_bytes = 0;
+  // A DeepSpeed rank's device memory outside torch's caching allocator: the CUDA context with the kernel modules
+  // torch and its libraries load as they are used, their handles, and NCCL's communicator, which DeepSpeed
+  // creates at one rank too (deepspeed.init_distributed; its engine calls collectives whatever the world size).
+  // Measured as device used (cudaMemGetInfo) less torch.cuda.max_memory_reserved under DeepSpeed (JSON:
+  // deepspeed_process_device_bytes or _mib). The DeepSpeed engine counts it in place of cuda_context_bytes (NCCL's
+  // buffers of a communicator of more ranks on top, as before); 0: not given (cuda_context_bytes).
+  Bytes deepspeed_process_device_bytes = 0;
 };
 
 struct ClusterDescription {
@@ -134,6 +141,13 @@ struct ClusterDescription {
   double deepspeed_step_tensor_seconds = 0.0;
   double deepspeed_gradient_hook_seconds = 0.0;
   double deepspeed_offload_gradient_hook_seconds = 0.0;
+  // One small eager PyTorch operation that DeepSpeed's Python issues per parameter tensor outside autograd, at the
+  // accumulation boundary of stages 0-2 (sim/zero_schedule.cpp deepspeed_tensor_ops): the gradient reduction's
+  // copies back (engine.py allreduce_and_copy, stage_1_and_2.py allreduce_and_copy_with_multiple_ranks and
+  // copy_grads_in_partition) and the step's overflow test, norm, casts and copies (fp16/unfused_optimizer.py step,
+  // stage_1_and_2.py has_overflow_partitioned_grads_serial and get_grad_norm_direct). 0: not given (the GPU's
+  // kernel launches bound those loops).
+  double deepspeed_tensor_op_seconds = 0.0;
   // Host-to-device copies from pageable (not page-locked) memory, bytes/s: the driver stages them through its own
   // pinned buffers and the calling thread waits. 0: not given (pcie_bandwidth).
   double pageable_pcie_bandwidth = 0.0;

@@ -378,7 +378,7 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   };
   step(true);
   step(false);
-  return cache.idle_bytes();
+  return sat_add(cache.idle_bytes(), in.deepspeed_process_device_extra);
 }
 
 namespace {
@@ -499,11 +499,19 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
 void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
                                         const DeepSpeedHostBytes& steady, Bytes process_bytes,
                                         std::vector<MemoryTerm>& terms) {
-  if (flat_segments > 0)
+  const Bytes process = std::min(flat_segments, in.deepspeed_process_device_extra);
+  if (process > 0)
+    terms.push_back({"runtime_overhead",
+                     "DeepSpeed process's device memory outside the caching allocator beyond the CUDA context "
+                     "(torch's kernel modules and handles, NCCL's communicator at one rank too)",
+                     process, "runtime.deepspeed_process_device_bytes - runtime.cuda_context_bytes",
+                     "cluster description (device used less torch.cuda.max_memory_reserved under DeepSpeed); DeepSpeed "
+                     "comm/comm.py init_distributed"});
+  if (flat_segments > process)
     terms.push_back({"runtime_overhead",
                      "caching-allocator segments of flat buffers larger than any freed activation block (reserved, "
                      "idle at the activation peak)",
-                     flat_segments,
+                     flat_segments - process,
                      "free blocks of the segments after two steps' best-fit replay (split and merged as the allocator "
                      "does; segments rounded to 2 MiB)",
                      "PyTorch c10/cuda/CUDACachingAllocator.cpp (get_free_block best fit, should_split, alloc_block, "

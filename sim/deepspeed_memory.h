@@ -55,8 +55,14 @@ DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConf
 Bytes largest_activation_block(const ModelDescription& model, const TrainingConfig& training,
                                const ActivationBytes& activations);
 
-// The PyTorch caching allocator's segments that DeepSpeed's flat buffers leave reserved beyond the allocated peak
-// (c10/cuda/CUDACachingAllocator.cpp): a buffer allocated after the backward pass (the reductions' flat copies,
+// What a DeepSpeed rank holds on the device beyond its tensors and the cluster's generic runtime terms (CUDA
+// context, cuBLAS workspace, NCCL buffers of a communicator of several ranks, the fragmentation of the activations'
+// blocks), the memory model's DeepSpeed part of runtime_overhead:
+// - where the cluster measured it, the rest of the process's memory outside the caching allocator
+//   (MemoryInputs::deepspeed_process_device_extra: a torch process's context and libraries and the NCCL
+//   communicator DeepSpeed creates even at one rank, beyond cudaFree(0)'s context);
+// - the PyTorch caching allocator's segments that DeepSpeed's flat buffers leave reserved beyond the allocated
+// peak (c10/cuda/CUDACachingAllocator.cpp): a buffer allocated after the backward pass (the reductions' flat copies,
 // the stage 1-2 gradient partition, the step's flat fp32 gradient and torch AdamW's temporary) that is larger than
 // every block the freed activations left cannot be carved from them (a block is split, never merged across
 // segments), so cudaMalloc gives it a segment of its own, rounded to kRoundLarge (2 MiB). Freed, the segment stays
@@ -85,8 +91,9 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
 Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig& training,
                                    const DeepSpeedHostBytes& host, Bytes process_bytes);
 
-// The terms of the two above: the flat buffers' segments (runtime_overhead) and the host peak beyond DeepSpeed's
-// offload buffers (host: the process, and the fp32 model built on the host where it is larger).
+// The terms of the two above: the process's device memory beyond the CUDA context and the flat buffers' segments
+// (runtime_overhead; `flat_segments` is deepspeed_flat_buffer_segments' result, both together) and the host peak
+// beyond DeepSpeed's offload buffers (host: the process, and the fp32 model built on the host where it is larger).
 void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
                                         const DeepSpeedHostBytes& steady, Bytes process_bytes,
                                         std::vector<MemoryTerm>& terms);

@@ -145,6 +145,11 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
     }
     in.deepspeed_pinned_param_partitions = pinned;
   }
+  if (in.engine == TrainingEngine::deepspeed)
+    in.deepspeed_process_device_extra =
+        std::max<std::int64_t>(0, cluster.runtime.deepspeed_process_device_bytes > 0
+                                      ? cluster.runtime.deepspeed_process_device_bytes - cluster.runtime.cuda_context_bytes
+                                      : 0);
   if (in.engine == TrainingEngine::zeroplan) {
     // Not on the fast path: the DeepSpeed engine (the default, and what recommend searches) never gets here.
     if (const auto f = executor_layout_figures(model, training, static_cast<int>(in.world_size), in.stage)) {

@@ -35,6 +35,9 @@ struct MemoryInputs {
   // own host partition as zero.Init pins it, each rounded up to a power of two by torch's caching host allocator
   // (memory_inputs.cpp says why they stay allocated). 0 otherwise.
   std::int64_t deepspeed_pinned_param_partitions = 0;
+  // DeepSpeed: its rank's device memory outside the caching allocator beyond the cluster's CUDA context
+  // (RuntimeOverhead::deepspeed_process_device_bytes less cuda_context_bytes; 0 when the cluster gives none).
+  std::int64_t deepspeed_process_device_extra = 0;
 
   // `--engine zeroplan` on a model the executor trains: the executor's own figures (sim/executor_layout.h).
   // Then params is the executor's flat buffer (padded vocabulary, aligned tensors) and partition_params its

@@ -259,6 +259,7 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
     inputs.step_tensor_seconds = cluster.deepspeed_step_tensor_seconds;
     inputs.gradient_hook_seconds = cluster.deepspeed_gradient_hook_seconds;
     inputs.offload_gradient_hook_seconds = cluster.deepspeed_offload_gradient_hook_seconds;
+    inputs.tensor_op_seconds = cluster.deepspeed_tensor_op_seconds;
     inputs.pageable_pcie_bandwidth =
         cluster.pageable_pcie_bandwidth > 0.0 ? cluster.pageable_pcie_bandwidth : cluster.pcie_bandwidth;
     inputs.fresh_pageable_write_bandwidth = cluster.fresh_pageable_write_bandwidth;

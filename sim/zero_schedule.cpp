@@ -32,7 +32,8 @@ std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConf
 }
 
 double deepspeed_step_seconds(const DeepSpeedEnginePath& path, const TrainingConfig& training, std::int64_t params,
-                              std::int64_t tensors, double streaming_bandwidth, double kernel_overhead_seconds) {
+                              std::int64_t tensors, double streaming_bandwidth, double kernel_overhead_seconds,
+                              bool per_tensor_ops_on_host) {
   const double e = path.model_bytes;
   const double a = path.accumulation_bytes;
   // Adam: torch's foreach AdamW runs eight _foreach ops over fp32 tensors (weight decay mul, lerp of the first
@@ -105,10 +106,47 @@ double deepspeed_step_seconds(const DeepSpeedEnginePath& path, const TrainingCon
       break;
     }
   }
+  // The per-tensor kernels issued by the host's loop (deepspeed_tensor_ops) launch as fast as it issues them.
+  if (per_tensor_ops_on_host) per_tensor_kernels = 0.0;
   const double kernels = per_tensor_kernels * static_cast<double>(tensors) + flat_kernels +
                          (path.adam == AdamImplementation::torch_foreach ? 8.0 : 1.0) *
                              std::ceil(static_cast<double>(tensors) / 24.0);  // multi-tensor launches
   return static_cast<double>(params) * bytes / streaming_bandwidth + kernels * kernel_overhead_seconds;
+}
+
+DeepSpeedTensorOps deepspeed_tensor_ops(const DeepSpeedEnginePath& path, const TrainingConfig& training) {
+  DeepSpeedTensorOps ops;
+  const bool offload = training.zero.offload_optimizer != OffloadDevice::none;
+  switch (path.wrapper) {
+    case DeepSpeedOptimizerWrapper::plain:
+    case DeepSpeedOptimizerWrapper::fp16_fused:
+    case DeepSpeedOptimizerWrapper::bf16_optimizer:
+      // engine.py allreduce_and_copy: buf.copy_(synced) for each gradient of the bucket.
+      ops.reduction = 1.0;
+      break;
+    case DeepSpeedOptimizerWrapper::fp16_unfused:
+      ops.reduction = 1.0;
+      // has_overflow_serial: six operations and the read back; get_weight_norm: four; .to(fp32), mul_, copy_.
+      ops.step = 7.0 + 4.0 + 3.0;
+      break;
+    case DeepSpeedOptimizerWrapper::zero_1_2:
+      if (offload) {
+        // The reduction's per-tensor work is the offload gradient hook's (a cluster input, measured); the step
+        // reads each tensor's norm back (complete_grad_norm_calculation_for_cpu_offload).
+        ops.step = 1.0;
+        break;
+      }
+      // The copy back and copy_grads_in_partition; after the backward pass (reduce_gradients) also the copy into
+      // the bucket, which the hooks make otherwise.
+      ops.reduction = 2.0 + (path.reduces_after_backward ? 1.0 : 0.0);
+      // has_overflow_partitioned_grads_serial: has_inf_or_nan's six operations and the add; get_grad_norm_direct:
+      // the cast and vector_norm.
+      ops.step = 7.0 + 2.0;
+      break;
+    case DeepSpeedOptimizerWrapper::zero_3:
+      break;
+  }
+  return ops;
 }
 
 std::vector<bool> reuse_kept_layers(const ModelDescription& model, const ZeroConfig& zero) {
@@ -289,6 +327,20 @@ class StepBuilder {
         if (index + 1 == count) timeline_.free_at_finish(consumer, in_.logits_bytes, MemoryUse::logits);
         last_backward_ = consumer;
         if (ds_) backward_buffers(first, consumer, index, micro);
+        if (ds_ && micro > 0 && accumulates_in_grad()) {
+          // Stages 0-1 keep the gradients in .grad between micro-steps: from the second micro-step on, autograd's
+          // AccumulateGrad adds each new gradient into the one there (torch/csrc/autograd/functions/
+          // accumulate_grad.h: variable.grad += new_grad), a read of both and a write per parameter tensor.
+          const double tensors = index < in_.tensors_per_layer.size()
+                                     ? static_cast<double>(in_.tensors_per_layer[index])
+                                     : 1.0;
+          consumer = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy,
+                                   copy_seconds(3.0 * static_cast<double>(e_) *
+                                                    static_cast<double>(layers_[index].params),
+                                                tensors),
+                                   {after(consumer)}, layer, micro);
+          last_backward_ = consumer;
+        }
       }
 
       if (zero_.stage == 3) {
@@ -595,6 +647,16 @@ class StepBuilder {
     const double launches_after = tensors + 1.0;
     const double collective = n_ > 1 ? in_.collectives->seconds(p.gradient_collective, wire) : 0.0;
     last_gradient_ = produced_by;
+    // A reduction issued after the backward pass (engine.py allreduce_gradients, stage_1_and_2.py reduce_gradients
+    // or the epilogue's last bucket, layer -1): the host issues its per-tensor copies one call at a time once the
+    // backward pass is done (deepspeed_tensor_ops); the copies back wait for it. Those inside the backward hooks
+    // are issued while the GPU computes the backward pass.
+    const double host_ops = in_.tensor_op_seconds > 0.0 && (after_backward || layer < 0)
+                                ? tensors * deepspeed_tensor_ops(p, training_).reduction * in_.tensor_op_seconds
+                                : 0.0;
+    const TaskId issued = host_ops > 0.0 ? timeline_.add(Resource::host_python, TaskKind::engine_hooks, host_ops,
+                                                         {after(produced_by), after(compute_barrier_)}, layer, micro)
+                                         : kNoTask;
     TaskId reduced = kNoTask;
     if (after_backward || !zero_.overlap_comm) {
       const TaskId before = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy,
@@ -605,7 +667,7 @@ class StepBuilder {
       if (n_ > 1) last = timeline_.add(Resource::nccl, kind, collective, {after(before)}, layer, micro, wire);
       reduced = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy,
                               copy_seconds(count * copies.after, launches_after),
-                              {after(last)}, layer, micro);
+                              {after(last), after(issued)}, layer, micro);
       timeline_.free_at_finish(reduced, copy, MemoryUse::gradient_buckets);
       compute_barrier_ = reduced;
     } else {
@@ -616,8 +678,8 @@ class StepBuilder {
       reduced = timeline_.add(Resource::nccl, n_ > 1 ? kind : TaskKind::gradient_copy,
                               collective + copy_seconds(count * (copies.before + copies.after),
                                                         launches_before + launches_after),
-                              {after(produced_by), after(stage3_offload ? last_download_ : kNoTask)}, layer, micro,
-                              n_ > 1 ? wire : 0);
+                              {after(produced_by), after(stage3_offload ? last_download_ : kNoTask), after(issued)},
+                              layer, micro, n_ > 1 ? wire : 0);
       timeline_.set_memory(reduced, copy, copy, MemoryUse::gradient_buckets);
     }
     if (p.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 && in_.transient.grad_partition > 0 &&
@@ -699,6 +761,27 @@ class StepBuilder {
 
   std::int64_t total_tensors() const { return total_tensors_; }
 
+  // DeepSpeed paths whose gradients build up in the parameters' .grad over the micro-steps: stage 0's wrappers
+  // (fp16/unfused_optimizer.py, fused_optimizer.py: the engine reduces them at the boundary) and stage 1 in the
+  // model's dtype (stage_1_and_2.py reduces only at the boundary; with another accumulation dtype it adds into
+  // grad_accum instead, _fill_param_grad_accum_attribute). BF16_Optimizer moves them into its fp32 buffer every
+  // micro-step (backward_epilogue), stage 2 into its partition.
+  bool accumulates_in_grad() const {
+    const DeepSpeedEnginePath& p = in_.path;
+    switch (p.wrapper) {
+      case DeepSpeedOptimizerWrapper::plain:
+      case DeepSpeedOptimizerWrapper::fp16_fused:
+      case DeepSpeedOptimizerWrapper::fp16_unfused:
+        return true;
+      case DeepSpeedOptimizerWrapper::zero_1_2:
+        return zero_.stage == 1 && p.accumulation_bytes == p.model_bytes;
+      case DeepSpeedOptimizerWrapper::bf16_optimizer:
+      case DeepSpeedOptimizerWrapper::zero_3:
+        return false;
+    }
+    return false;
+  }
+
   // --- optimizer step and the parameter all-gather after it ----------------------------------------------
 
   void optimizer_step() {
@@ -708,10 +791,19 @@ class StepBuilder {
     TaskId updated = kNoTask;
     if (zero_.offload_optimizer == OffloadDevice::none) {
       const bool whole = ds_ && zero_.stage == 0;
+      const std::int64_t step_tensors =
+          whole || zero_.stage == 3 ? total_tensors() : ceil_div(total_tensors(), n_);
+      // DeepSpeed stages 0-2: the step's per-tensor loops on the host (deepspeed_tensor_ops), after the GPU has
+      // finished the backward pass and its reduction: fp16/unfused_optimizer.py reads every tensor's overflow test
+      // back, and stage_1_and_2.py step reads the overflow count back (has_overflow: overflow_gpu[0].item())
+      // before the norm loop. The host may have issued the overflow loop of stages 1-2 while the GPU was still
+      // finishing the backward pass; the model does not credit that overlap (it needs the host's lead over the
+      // GPU, which depends on PyTorch's own launch costs per operator, not modelled).
+      const double step_ops = ds_ ? deepspeed_tensor_ops(in_.path, training_).step : 0.0;
+      const bool host_loops = ds_ && in_.tensor_op_seconds > 0.0 && step_ops > 0.0;
       const double seconds =
-          ds_ ? deepspeed_step_seconds(in_.path, training_, whole ? params : partition,
-                                       whole || zero_.stage == 3 ? total_tensors() : ceil_div(total_tensors(), n_),
-                                       in_.deepspeed_optimizer_bandwidth, in_.kernel_overhead_seconds)
+          ds_ ? deepspeed_step_seconds(in_.path, training_, whole ? params : partition, step_tensors,
+                                       in_.deepspeed_optimizer_bandwidth, in_.kernel_overhead_seconds, host_loops)
               : static_cast<double>(partition) *
                     (executor_ ? executor_optimizer_step_bytes_per_param(training_)
                                : optimizer_step_bytes_per_param(training_)) /
@@ -724,9 +816,15 @@ class StepBuilder {
                               static_cast<double>(total_tensors()) * in_.step_tensor_seconds,
                               {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro)
               : kNoTask;
+      const TaskId host_loop =
+          host_loops ? timeline_.add(Resource::host_python, TaskKind::engine_hooks,
+                                     static_cast<double>(step_tensors) * step_ops * in_.tensor_op_seconds,
+                                     {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1,
+                                     micro)
+                     : kNoTask;
       updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
                               {after(last_reduction_), after(last_gradient_), after(compute_barrier_),
-                               after(host_norm)},
+                               after(host_norm), after(host_loop)},
                               -1, micro);
       if (ds_) step_buffers(updated);
       if (zero_.stage == 3 && zero_.offload_param != OffloadDevice::none) {
@@ -762,6 +860,15 @@ class StepBuilder {
       // 102.6 ms, DeepSpeedCPUAdam.step 376.6 ms, host-to-device 57.7 ms in one copy.
       const bool deepspeed_host_passes = ds_ && zero_.stage <= 2 && zero_.offload_optimizer == OffloadDevice::cpu;
       const double host_bytes_per_second = 30.0 * in_.cpu_optimizer_params_per_second;
+      // stage_1_and_2.py step -> scaled_global_norm -> complete_grad_norm_calculation_for_cpu_offload: each
+      // tensor's norm (taken in its gradient hook) read back to the host before the unscale (deepspeed_tensor_ops).
+      const double norm_reads = deepspeed_host_passes ? deepspeed_tensor_ops(in_.path, training_).step : 0.0;
+      const TaskId norm_read =
+          norm_reads > 0.0 && in_.tensor_op_seconds > 0.0
+              ? timeline_.add(Resource::host_python, TaskKind::engine_hooks,
+                              static_cast<double>(ceil_div(total_tensors(), n_)) * norm_reads * in_.tensor_op_seconds,
+                              {after(last_download_), after(last_reduction_), after(last_gradient_)}, -1, micro)
+              : kNoTask;
       const std::int64_t sub_group = std::max<std::int64_t>(1, zero_.sub_group_size);
       for (std::int64_t first = 0; first < partition; first += sub_group) {
         const std::int64_t elements = std::min(sub_group, partition - first);
@@ -776,7 +883,8 @@ class StepBuilder {
         if (deepspeed_host_passes) {
           const TaskId unscale = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
                                                8.0 * static_cast<double>(elements) / host_bytes_per_second,
-                                               {ready, after(last_reduction_), after(last_gradient_)}, -1, micro);
+                                               {ready, after(last_reduction_), after(last_gradient_), after(norm_read)},
+                                               -1, micro);
           ready = after(unscale);
         }
         TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
