@@ -52,9 +52,12 @@ while read -r line_part name model planner_model gpus config threads; do
     echo "$name: $threads threads per rank asked, $cores_per_rank run ($(nproc) cores, $gpus ranks)" >> "$summary"
     threads=$cores_per_rank
   fi
+  # A model is a description's path in the repo, or a name ds_peer.py builds itself (resnet101: torchvision).
+  model_arg="$model"
+  [ -f "$repo/$model" ] && model_arg="$repo/$model"
   t0=$(date +%s)
   OMP_NUM_THREADS="$threads" timeout "$left" torchrun --standalone --nproc_per_node="$gpus" \
-    "$repo/bench/deepspeed/ds_peer.py" --model "$repo/$model" --planner-model "$planner_model" \
+    "$repo/bench/deepspeed/ds_peer.py" --model "$model_arg" --planner-model "$planner_model" \
     --ds-config "$repo/$config" --cluster "$cluster" --name "$name" --out "$out/$name.json" \
     ${PROFILE:+--profile "$out/$name.profile.txt"} \
     > "$out/$name.log" 2>&1
