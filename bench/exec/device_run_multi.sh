@@ -12,9 +12,10 @@
 #   faults       one rank of N failing mid-run: kill -9 from outside, a hang (test-only switch), an injected CUDA
 #                error, out of memory; each: time until every process is gone, exit status, the message, GPU
 #                processes left
-#   speed        GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages 0-3 on N GPUs beside their plans, then the
-#                PyTorch peers (DDP, ZeroRedundancyOptimizer, FSDP SHARD_GRAD_OP, FSDP FULL_SHARD, FSDP2) under
-#                torchrun on the same N GPUs
+#   speed        GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages 0-3 (stage 3 also with selective recompute)
+#                on N GPUs beside their plans, and the PyTorch peers (DDP, ZeroRedundancyOptimizer, FSDP
+#                SHARD_GRAD_OP, FSDP FULL_SHARD, FSDP2) under torchrun on the same N GPUs, issue 11's rows first,
+#                within SPEED_BUDGET seconds of the call's start (default 900: split it over calls)
 #   offload      the same model at stage 2 and 3 with the optimizer on the CPU, and stage 3 with optimizer and
 #                parameters on the CPU, beside their plans
 #   nvme         ZeRO-Infinity's optimizer offload to the machine's disk (--offload-optimizer nvme, stage 3) at GPT-2
@@ -135,16 +136,24 @@ if has faults; then
 fi
 
 if has speed; then
-  for st in 0 1 2 3; do
-    timeout 100 $RUN run $BIG --gpus $N --stage $st --steps $STEPS --warmup-steps 5 --report "$OUT/run_s${st}.json" > "$OUT/run_s${st}.log" 2>&1
-    echo "stage $st rc=$?"; sed -n '/^memory per GPU/,$p' "$OUT/run_s${st}.log" | head -45
-    summary+=("stage $st, $N GPUs: $(tokens "$OUT/run_s${st}.log") | $(grep -E 'total \(device' "$OUT/run_s${st}.log" | tr -s ' ')")
-  done
-  for mode in ddp zero1 fsdp_grad_op fsdp_full fsdp2; do
-    (cd bench/exec && PYTHONUNBUFFERED=1 timeout 90 torchrun --nproc_per_node $N pytorch_peers_multi.py --mode $mode \
-      --steps $STEPS) > "$OUT/peer_$mode.log" 2>&1
-    summary+=("peer $mode: $(grep '^{' "$OUT/peer_$mode.log" | tail -1 | cut -c1-200)")
-  done
+  # Issue 11's rows first (stage 3 with and without selective recompute, FSDP FULL_SHARD, FSDP2), then issue 10's
+  # stage and its peer pairs; a row starts only while SPEED_BUDGET seconds (default 900) since the call's start allow.
+  speed_left() { [ $(( $(date +%s) - t0 )) -lt "${SPEED_BUDGET:-900}" ] || { summary+=("speed: budget spent before $1"); return 1; }; }
+  ours() {  # name, stage, checkpointing
+    speed_left "$1" || return 0
+    timeout 100 $RUN run ${BIG/--checkpointing none/--checkpointing $3} --gpus $N --stage $2 --steps $STEPS \
+      --warmup-steps 5 --report "$OUT/run_$1.json" > "$OUT/run_$1.log" 2>&1
+    echo "$1 rc=$?"; sed -n '/^memory per GPU/,$p' "$OUT/run_$1.log" | head -45
+    summary+=("stage $2 ($3), $N GPUs: $(tokens "$OUT/run_$1.log") | $(grep -E 'total \(device' "$OUT/run_$1.log" | tr -s ' ')")
+  }
+  peer() {
+    speed_left "peer $1" || return 0
+    (cd bench/exec && PYTHONUNBUFFERED=1 timeout 90 torchrun --nproc_per_node $N pytorch_peers_multi.py --mode $1 \
+      --steps $STEPS) > "$OUT/peer_$1.log" 2>&1
+    summary+=("peer $1: $(grep '^{' "$OUT/peer_$1.log" | tail -1 | cut -c1-200)")
+  }
+  ours s3 3 none; ours s3_selective 3 selective; peer fsdp_full; peer fsdp2
+  ours s0 0 none; peer ddp; ours s2 2 none; peer fsdp_grad_op; ours s1 1 none; peer zero1
 fi
 
 if has offload; then
