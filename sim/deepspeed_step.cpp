@@ -99,8 +99,11 @@ DeepSpeedTensorOps deepspeed_tensor_ops(const DeepSpeedEnginePath& path, const T
       break;
     case DeepSpeedOptimizerWrapper::fp16_unfused:
       ops.reduction = 1.0;
-      // has_overflow_serial: six operations and the read back; get_weight_norm: four; .to(fp32), mul_, copy_.
-      ops.step = 7.0 + 4.0 + 3.0;
+      // Before the wrapped optimizer: has_overflow_serial's six operations and the read back, get_weight_norm's
+      // four (float(), norm, the square, the sum), the .to(fp32) of each gradient and unscale_and_clip_grads' mul_.
+      // After it: the copy back to 16 bits.
+      ops.step = 7.0 + 4.0 + 2.0;
+      ops.after_step = 1.0;
       break;
     case DeepSpeedOptimizerWrapper::zero_1_2:
       if (offload) {

@@ -33,11 +33,16 @@ double deepspeed_step_seconds(const DeepSpeedEnginePath& path, const TrainingCon
 //   mul_; the copy back to 16 bits); stage_1_and_2.py step (has_overflow_partitioned_grads_serial: has_inf_or_nan
 //   and the add into the count; get_grad_norm_direct: the cast and vector_norm), or with the optimizer on the CPU
 //   complete_grad_norm_calculation_for_cpu_offload's read of each tensor's norm (param_norm.item()).
+// - after_step: issued after the wrapped optimizer's step (fp16/unfused_optimizer.py step: the copy of each updated
+//   fp32 parameter back into its 16-bit one, fp16_param.data.copy_(fp32_param.data)); everything in `step` comes
+//   before the wrapped optimizer can run (its inputs, the unscaled fp32 gradients, are made tensor by tensor), but
+//   this loop is issued while the GPU runs the optimizer's kernels and overlaps them.
 // Zero where the loops are not followed here (FP16_Optimizer's and BF16_Optimizer's steps; stage 3 has its own
 // per-call host costs).
 struct DeepSpeedTensorOps {
   double reduction = 0.0;
   double step = 0.0;
+  double after_step = 0.0;
 };
 DeepSpeedTensorOps deepspeed_tensor_ops(const DeepSpeedEnginePath& path, const TrainingConfig& training);
 

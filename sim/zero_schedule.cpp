@@ -414,7 +414,11 @@ class StepBuilder {
     if (!forward && stage3 && index < in_.tensors_per_layer.size()) {
       const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
       seconds += tensors * in_.stage3_gradient_hook_seconds;
-      if (zero_.offload_optimizer == OffloadDevice::cpu) seconds += tensors * in_.stage3_offload_gradient_hook_seconds;
+      // stage3.py partition_grads: the offloaded path's extra work per tensor (_offload_grad_partition_at_boundary:
+      // the partition's norm and its fp32 copy to the host gradient) runs at the accumulation boundary only; the
+      // micro-steps before it keep accumulating into the gradient partition buffer.
+      if (zero_.offload_optimizer == OffloadDevice::cpu && boundary_)
+        seconds += tensors * in_.stage3_offload_gradient_hook_seconds;
     }
     const bool offload_hooks = !forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
                                zero_.offload_optimizer == OffloadDevice::cpu && boundary_;
@@ -709,6 +713,14 @@ class StepBuilder {
                                after(host_norm), after(host_loop)},
                               -1, micro);
       if (ds_) step_buffers(updated);
+      // fp16/unfused_optimizer.py step: the copy back to 16 bits is a loop of its own after optimizer.step(),
+      // issued while the GPU runs the optimizer's kernels (its copies queue behind them, in the flat step's bytes):
+      // the step ends when both the GPU and this loop are done.
+      const double after_step_ops = host_loops ? deepspeed_tensor_ops(in_.path, training_).after_step : 0.0;
+      if (after_step_ops > 0.0)
+        timeline_.add(Resource::host_python, TaskKind::engine_hooks,
+                      static_cast<double>(step_tensors) * after_step_ops * in_.tensor_op_seconds,
+                      {after(host_loop)}, -1, micro);
       if (zero_.stage == 3 && zero_.offload_param != OffloadDevice::none) {
         // Parameters offloaded, optimizer on the GPU: the updated 16-bit partition goes back to the host (and on
         // to NVMe), where the next step's gathers fetch it.
