@@ -87,6 +87,7 @@ LayerDescription layer_from_modules(std::string name, std::string kind, const st
     layer.small_module_params = count.add(layer.small_module_params, module.vector);
     ++layer.module_count;
   }
+  layer.module_calls = layer.module_count + 1;
   return layer;
 }
 
@@ -215,7 +216,7 @@ const std::vector<std::string> kModelKeys = {"name",   "source", "reference", "n
                                              "input_elements_per_sample",       "layers"};
 
 const std::vector<std::string> kLayerKeys = {"name",          "kind",  "params", "largest_module_params",
-                                             "module_count",  "small_module_params",
+                                             "module_count",  "module_calls", "small_module_params",
                                              "activation_elements_per_sample", "forward_flops_per_sample"};
 
 void refuse_unknown_keys(const JsonFields& fields, const std::vector<std::string>& known, const std::string& where) {
@@ -287,6 +288,12 @@ LayerDescription layer_from_json(const JsonFields& fields) {
   }
   if (layer.params > 0 && layer.module_count < 1) {
     fields.fail("module_count", "is 0 but the layer has " + std::to_string(layer.params) + " params");
+  }
+  layer.module_calls = fields.non_negative_integer_or("module_calls", layer.module_count + 1);
+  if (layer.module_calls < layer.module_count) {
+    fields.fail("module_calls", "is " + std::to_string(layer.module_calls) + ", fewer than the layer's " +
+                                    std::to_string(layer.module_count) +
+                                    " modules owning parameters (module_count), each called at least once");
   }
   return layer;
 }
@@ -385,6 +392,7 @@ nlohmann::json model_to_json(const ModelDescription& model) {
                       {"params", layer.params},
                       {"largest_module_params", layer.largest_module_params},
                       {"module_count", layer.module_count},
+                      {"module_calls", layer.module_calls},
                       {"small_module_params", layer.small_module_params},
                       {"activation_elements_per_sample", layer.activation_elements_per_sample},
                       {"forward_flops_per_sample", layer.forward_flops_per_sample}});

@@ -58,6 +58,12 @@ struct LayerDescription {
   std::int64_t params = 0;                     // exact parameter count of the layer
   std::int64_t largest_module_params = 0;      // largest parameter count owned directly by one module in it
   std::int64_t module_count = 0;               // modules owning parameters (stage-3 gathers one per module)
+  // Module calls in one forward pass of the layer, counting what owns no parameters (an activation, a pooling, a
+  // container) and each call of a module used twice: DeepSpeed's stage-3 hooks run on every call
+  // (parameter_offload.py _register_deepspeed_module: forward pre/post hooks and the backward functions on every
+  // submodule, whatever it owns). Default: module_count + 1, the modules owning parameters and the layer itself,
+  // which is what a transformer block's calls are.
+  std::int64_t module_calls = 0;
   std::int64_t small_module_params = 0;        // params in modules whose size is < every persistence threshold
                                                //   we care about (norms, biases); see sim for its use
   // Generic form only (transformer layers derive these from the shape, the sequence and the micro-batch):

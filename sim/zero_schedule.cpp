@@ -404,7 +404,7 @@ class StepBuilder {
     double seconds = 0.0;
     const bool stage3 = in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_3;
     if (zero_.stage == 3) {
-      const double modules = static_cast<double>(layers_[index].module_count + 1);
+      const double modules = static_cast<double>(layers_[index].module_calls);
       seconds += modules * in_.module_hook_seconds;
       if (forward) seconds += modules * in_.forward_module_function_seconds;
       if (zero_.zero_init && index < in_.linear_calls_per_layer.size())

@@ -147,6 +147,31 @@ TEST(GenericModel, ResNet101Layers) {
   EXPECT_EQ(model.layers.back().params, 2048 * 10 + 10);
 }
 
+// DeepSpeed's stage-3 hooks run on every module call (parameterless modules and repeated calls included): the
+// profile of ResNet-101 under ZeRO-3 on one H100 counts 353 PreBackwardFunctionForModule calls per step
+// (bench/deepspeed/results-pending/resnet101_fp16_1gpu_a1_s3_t32_h100x1.profile.txt), where the 244 modules owning
+// parameters plus one per layer undercount torchvision's Bottleneck (one ReLU module called three times).
+TEST(GenericModel, ResNet101ModuleCallsAreTheHookCallsProfiled) {
+  const ModelDescription model = load_model("resnet101");
+  std::int64_t calls = 0;
+  for (const LayerDescription& layer : model.layers) {
+    EXPECT_GE(layer.module_calls, layer.module_count) << layer.name;
+    calls += layer.module_calls;
+  }
+  EXPECT_EQ(calls, 353);
+}
+
+TEST(GenericModel, ModuleCallsDefaultToTheModulesAndTheLayer) {
+  const ModelDescription gpt2 = load_model("gpt2-124m");
+  EXPECT_EQ(gpt2.layers[1].module_calls, 7);  // the block, ln_1, c_attn, c_proj, ln_2, c_fc, c_proj
+  nlohmann::json document = model_to_json(load_model("resnet101"));
+  document["layers"][1].erase("module_calls");
+  EXPECT_EQ(model_from_json(document, "edited.json").layers[1].module_calls, 8 + 1);
+  document["layers"][1]["module_calls"] = 3;
+  expect_input_error([&] { model_from_json(document, "edited.json"); },
+                     {"edited.json", "module_calls", "3", "fewer than the layer's 8"});
+}
+
 TEST(ModelJson, RoundTripKeepsEveryLayer) {
   for (const std::string name : {"gpt2-124m", "llama3-8b", "resnet101", "bloom-176b"}) {
     const ModelDescription model = load_model(name);
@@ -160,6 +185,7 @@ TEST(ModelJson, RoundTripKeepsEveryLayer) {
       EXPECT_EQ(again.layers[i].params, model.layers[i].params);
       EXPECT_EQ(again.layers[i].largest_module_params, model.layers[i].largest_module_params);
       EXPECT_EQ(again.layers[i].module_count, model.layers[i].module_count);
+      EXPECT_EQ(again.layers[i].module_calls, model.layers[i].module_calls);
       EXPECT_EQ(again.layers[i].small_module_params, model.layers[i].small_module_params);
       EXPECT_EQ(again.layers[i].activation_elements_per_sample, model.layers[i].activation_elements_per_sample);
     }

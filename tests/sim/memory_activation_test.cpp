@@ -170,6 +170,7 @@ TEST(LayerListActivations, SumOfElementsPerSampleTimesMicroBatchTimesBytes) {
     layer.params = 1000;
     layer.largest_module_params = 1000;
     layer.module_count = 1;
+    layer.module_calls = 2;  // the module and its layer
     layer.activation_elements_per_sample = elements;
     model.layers.push_back(layer);
   }

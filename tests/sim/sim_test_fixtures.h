@@ -60,6 +60,7 @@ inline ModelDescription params_only_model(std::int64_t params) {
   layer.params = params;
   layer.largest_module_params = params;
   layer.module_count = 1;
+  layer.module_calls = 2;  // the module and its layer
   m.layers.push_back(layer);
   return m;
 }
@@ -75,6 +76,7 @@ inline ModelDescription layered_model(std::int64_t params, int layers) {
     layer.params = params / layers + (i < params % layers ? 1 : 0);
     layer.largest_module_params = layer.params;
     layer.module_count = 1;
+    layer.module_calls = 2;  // the module and its layer
     m.layers.push_back(layer);
   }
   return m;

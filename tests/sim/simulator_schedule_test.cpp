@@ -56,6 +56,7 @@ ModelDescription dense_model(int layers, std::int64_t params, double flops) {
     layer.params = params;
     layer.largest_module_params = params;
     layer.module_count = 1;
+    layer.module_calls = 2;  // the module and its layer
     layer.activation_elements_per_sample = 1000;
     layer.forward_flops_per_sample = flops;
     model.layers.push_back(layer);
