@@ -422,10 +422,16 @@ class StepBuilder {
     }
     const bool offload_hooks = !forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
                                zero_.offload_optimizer == OffloadDevice::cpu && boundary_;
+    // Stages 1-2 register a gradient hook on every parameter (stage_1_and_2.py __init__ ->
+    // create_gradient_handling_hooks, with partition_gradients, overlap_comm, contiguous_gradients or a gradient
+    // accumulation dtype other than the model's) and run it every micro-step (grad_handling_hook ->
+    // process_gradients -> setup_buckets, and the reduction where it applies).
+    const bool gradient_hooks = zero_.stage == 2 || zero_.overlap_comm || zero_.contiguous_gradients ||
+                                in_.path.accumulation_bytes != in_.path.model_bytes;
     if (!forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
         index < in_.tensors_per_layer.size()) {
       const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
-      seconds += tensors * in_.gradient_hook_seconds;
+      if (gradient_hooks) seconds += tensors * in_.gradient_hook_seconds;
       if (offload_hooks) {
         const double fp32_grad_bytes = 4.0 * static_cast<double>(ceil_div(layers_[index].params, n_));
         seconds += tensors * in_.offload_gradient_hook_seconds + fp32_grad_bytes / in_.pcie_bandwidth;
