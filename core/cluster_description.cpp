@@ -55,6 +55,16 @@ constexpr const char* kDefaultHostProcessSource =
     "default 846 MiB: a DeepSpeed 0.19.8 / torch 2.11 (cu130) rank's peak resident set (VmHWM) less the fp32 model "
     "it builds on the host, 6.63 GiB - 5.80 GiB (4 bytes x 1.558e9 parameters), on one H200 (bench/deepspeed/results/"
     "gpt2-1.5b_bf16_1gpu_h200x1.json)";
+// A process that runs cuDNN's convolutions holds more than one that runs only GEMMs: torch dlopens cuDNN's engine
+// libraries (libcudnn_engines_precompiled and the rest of cuDNN 9's sub-libraries) at the first convolution and
+// the CUDA driver reads their kernels in. Measured, not derived: nothing in the planner sizes those libraries.
+constexpr Bytes kDefaultHostConvolutionProcessBytes = 1173786328;
+constexpr const char* kDefaultHostConvolutionProcessSource =
+    "default 1119.4 MiB: the peak resident set (VmHWM) of a DeepSpeed 0.19.8 / torch 2.11 (cu130) rank training "
+    "torchvision ResNet-101 (fp16, ZeRO stage 0, one H100 host, 2026-11-25: bench/deepspeed/results-pending/"
+    "resnet101_fp16_1gpu_h100x1.json a1_s0, 2,230,964,224 B) less its fp32 model built on the host (4 x 42,520,650 "
+    "B) less runtime.host_process_bytes (846 MiB, a GPT-2 rank's process): what cuDNN's libraries and kernels add to "
+    "a rank whose model has convolutions";
 
 // Default GEMM efficiency curve for a cluster without measured points: a fixed cost per GEMM plus throughput at
 // the best rate training shapes reach, t(F) = t_fixed + F / (e_max * peak), so efficiency(F) = F / (peak * t(F)).
@@ -126,6 +136,7 @@ const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_c
                                                "cublas_workspace_bytes", "cublas_workspace_mib",
                                                "nccl_buffer_bytes",      "nccl_buffer_mib",
                                                "host_process_bytes",     "host_process_mib",
+                                               "host_convolution_process_bytes", "host_convolution_process_mib",
                                                "deepspeed_process_device_bytes", "deepspeed_process_device_mib",
                                                "allocator_fragmentation_of_activations",
                                                "allocator_reserve_of_activations", "allocator_reserve_fraction"};
@@ -409,6 +420,8 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
       runtime_bytes("cublas_workspace", kDefaultCublasWorkspaceBytes, kDefaultCublasWorkspaceSource);
   runtime.nccl_buffer_bytes = runtime_bytes("nccl_buffer", kDefaultNcclBufferBytes, kDefaultNcclBufferSource);
   runtime.host_process_bytes = runtime_bytes("host_process", kDefaultHostProcessBytes, kDefaultHostProcessSource);
+  runtime.host_convolution_process_bytes = runtime_bytes("host_convolution_process", kDefaultHostConvolutionProcessBytes,
+                                                         kDefaultHostConvolutionProcessSource);
   if (const auto bytes = optional_bytes(runtime_fields, "deepspeed_process_device", /*allow_zero=*/true))
     runtime.deepspeed_process_device_bytes = *bytes;
   for (const char* old_key : {"allocator_reserve_fraction", "allocator_reserve_of_activations"}) {
@@ -500,6 +513,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"cublas_workspace_bytes", cluster.runtime.cublas_workspace_bytes},
         {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
         {"host_process_bytes", cluster.runtime.host_process_bytes},
+        {"host_convolution_process_bytes", cluster.runtime.host_convolution_process_bytes},
         {"deepspeed_process_device_bytes", cluster.runtime.deepspeed_process_device_bytes},
         {"allocator_fragmentation_of_activations", cluster.runtime.allocator_reserve_fraction}}},
   };

@@ -54,6 +54,10 @@ struct RuntimeOverhead {
   double allocator_reserve_fraction = 0.0;
   // A training process's own resident host memory (torch, the CUDA libraries) before it builds the model.
   Bytes host_process_bytes = 0;
+  // What a process that runs cuDNN convolutions holds on the host beyond host_process_bytes: cuDNN's libraries, which
+  // torch loads at the first convolution, and their kernels (JSON: host_convolution_process_bytes or _mib). Counted
+  // for models with convolutions (a layer list: the planner's ResNets), measured under DeepSpeed.
+  Bytes host_convolution_process_bytes = 0;
   // A DeepSpeed rank's device memory outside torch's caching allocator: the CUDA context with the kernel modules
   // torch and its libraries load as they are used, their handles, and NCCL's communicator, which DeepSpeed
   // creates at one rank too (deepspeed.init_distributed; its engine calls collectives whatever the world size).

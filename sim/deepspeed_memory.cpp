@@ -378,6 +378,16 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   };
   step(true);
   step(false);
+  // The step's peak is in the backward pass, with the activations still live: stage_1_and_2.py setup_buckets
+  // allocates the reduce buckets at the first gradient hook (torch.empty(reduce_bucket_size), released only at the
+  // epilogue), so at the peak the next step's buckets hold their blocks of the cached segments (best fit, as the
+  // allocator serves them) and only the rest is idle. A model smaller than the bucket leaves the bucket's segment
+  // idle after the step, not at the peak (ResNet-101 at stage 1: 1.63 GiB idle after the step, 0.70 GiB at the
+  // peak; 0.76 GiB measured as peak reserved less peak allocated).
+  if (t.backward_buckets > 0) {
+    const int bucket_count = zero.overlap_comm ? 2 : 1;
+    for (int i = 0; i < bucket_count; ++i) cache.allocate(t.backward_buckets / bucket_count);
+  }
   return sat_add(cache.idle_bytes(), in.deepspeed_process_device_extra);
 }
 
@@ -438,11 +448,18 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
       pinned_buffer(sat_mul(4, Pp));  // single_partition_of_fp32_groups
       pinned_buffer(sat_mul(4, Pp));  // its .grad (single_grad_partition)
       host(states, false);
-      // param_buffer_of_bit16_for_cpu_offload_groups and temp_grad_buffer_for_cpu_offload (largest parameter);
-      // with accumulation, accumulated_grads_in_cpu holds the partition's 16-bit gradients between micro-steps.
+      // param_buffer_of_bit16_for_cpu_offload_groups and temp_grad_buffer_for_cpu_offload (largest parameter).
       pinned_buffer(sat_mul(e, Pp));
       pinned_buffer(sat_mul(e, in.largest_module_params));
-      if (training.grad_accum > 1) pinned_buffer(sat_mul(e, Pp));
+      // With accumulation at stage 2, accumulated_grads_in_cpu holds each parameter's 16-bit gradient between
+      // micro-steps: one buffer per parameter tensor (async_accumulate_grad_in_cpu_via_gpu), each pinned and
+      // rounded on its own (memory_inputs.cpp). Stage 1 has none: it reduces at the accumulation boundary only
+      // (engine.py allreduce_gradients; its hooks reduce only with partition_gradients or overlap_comm), so
+      // _release_ipg_buffers runs once a step, setup_buckets' micro_step_id is still 0 at the boundary, and
+      // copy_grads_in_partition never takes the accumulation path: the gradients accumulate in .grad on the GPU.
+      // GPT-2 350M and ResNet-101 at accumulation 4 on one H100 (2026-11-25): stage 2 pins 0.737 and 0.110 GiB
+      // more than at accumulation 1 (754 and 112.8 MiB of rounded per-tensor buffers), stage 1 the same.
+      host(in.deepspeed_grad_accumulation_host_buffers, zero.pin_memory);
       // The step's bit16_partitions[partition_id].data.copy_(fp32_partition.data) converts on the host first
       // (ATen copy_ across devices with a dtype change makes the converted tensor on the source device): a
       // pageable 16-bit copy of the partition at the step, in the resident peak.
@@ -497,7 +514,7 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
 }
 
 void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
-                                        const DeepSpeedHostBytes& steady, Bytes process_bytes,
+                                        const DeepSpeedHostBytes& steady, Bytes process_bytes, Bytes convolution_bytes,
                                         std::vector<MemoryTerm>& terms) {
   const Bytes process = std::min(flat_segments, in.deepspeed_process_device_extra);
   if (process > 0)
@@ -522,6 +539,12 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
   terms.push_back({"host", "training process (torch, CUDA libraries) per rank x ranks per node",
                    sat_mul(process_bytes, in.ranks_per_node), num(process_bytes) + " * " + ranks,
                    "cluster description runtime.host_process_bytes"});
+  if (convolution_bytes > 0)
+    terms.push_back({"host", "cuDNN's libraries and kernels, loaded at the first convolution, per rank x ranks per node",
+                     sat_mul(convolution_bytes, in.ranks_per_node), num(convolution_bytes) + " * " + ranks,
+                     "cluster description runtime.host_convolution_process_bytes (a ResNet rank's resident set beyond "
+                     "runtime.host_process_bytes and its fp32 model); torch aten/src/ATen/native/cudnn (cuDNN's "
+                     "engine libraries, dlopened at first use)"});
   const bool built_whole = in.stage < 3 || !training.zero.zero_init;
   const Bytes built = deepspeed_host_init_bytes(in, training);
   const Bytes kept = sat_add(steady.pinned, steady.pageable);

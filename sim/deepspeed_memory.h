@@ -69,7 +69,9 @@ Bytes largest_activation_block(const ModelDescription& model, const TrainingConf
 // cached; the next forward pass finds its activations' own blocks by best fit and leaves it idle, so at the
 // activation peak it is reserved and not allocated. Later steps reuse these segments (best fit, splitting a larger
 // free block and leaving its rest free, as stage 3's sub-groups of unequal size do), so their free blocks after two
-// steps are the reserve; the first step's lazily created optimizer states, held ever after, are not counted.
+// steps are the reserve; the first step's lazily created optimizer states, held ever after, are not counted. The
+// stage 1-2 reduce buckets are taken out of the free blocks again: the step's peak is in the backward pass, after
+// setup_buckets has allocated them at the first gradient hook.
 Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
                                      const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
                                      Bytes activation_block);
@@ -85,7 +87,8 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
                                         const DeepSpeedEnginePath& path);
 
 // The host memory of a DeepSpeed rank's process at its peak, as a user's script has it: the process itself (torch
-// and the CUDA libraries, cluster runtime.host_process_bytes), plus the larger of the model built on the host in
+// and the CUDA libraries, cluster runtime.host_process_bytes, and runtime.host_convolution_process_bytes where the
+// model has convolutions: the caller passes their sum), plus the larger of the model built on the host in
 // fp32 before deepspeed.initialize moves it (4 bytes per parameter; under zero.Init at stage 3 only the largest
 // layer exists whole) and what DeepSpeed keeps on the host afterwards (offload buffers).
 Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig& training,
@@ -94,8 +97,10 @@ Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig&
 // The terms of the two above: the process's device memory beyond the CUDA context and the flat buffers' segments
 // (runtime_overhead; `flat_segments` is deepspeed_flat_buffer_segments' result, both together) and the host peak
 // beyond DeepSpeed's offload buffers (host: the process, and the fp32 model built on the host where it is larger).
+// `convolution_bytes`: what cuDNN's libraries add to the process where the model has convolutions (cluster
+// runtime.host_convolution_process_bytes; 0 for a transformer), on top of `process_bytes`.
 void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
-                                        const DeepSpeedHostBytes& steady, Bytes process_bytes,
+                                        const DeepSpeedHostBytes& steady, Bytes process_bytes, Bytes convolution_bytes,
                                         std::vector<MemoryTerm>& terms);
 
 void explain_deepspeed_memory(const MemoryInputs& in, const TrainingConfig& training, const DeepSpeedEnginePath& path,

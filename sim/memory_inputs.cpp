@@ -145,6 +145,33 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
     }
     in.deepspeed_pinned_param_partitions = pinned;
   }
+  if (in.engine == TrainingEngine::deepspeed && in.stage == 2 && in.offload_optimizer == OffloadDevice::cpu &&
+      training.grad_accum > 1) {
+    // stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu (from copy_grads_in_partition, which stage 2 runs at
+    // every micro-step): each parameter of the rank's partition gets its own host buffer, torch.zeros(param.numel())
+    // in the model's dtype, pinned with get_accelerator().pin_memory when pin_memory is set: one block of torch's
+    // CachingHostAllocator per parameter tensor, each rounded up to a power of two. The parameters of a partition
+    // are taken as a 1/N share of the model's tensors.
+    std::int64_t bytes = 0;
+    const auto layer_bytes = [&](const LayerDescription& layer) {
+      std::int64_t sum = 0;
+      for_each_parameter_tensor(model, layer, [&](std::int64_t numel) {
+        const std::int64_t buffer = sat_mul(in.param_bytes, numel);
+        sum = sat_add(sum, training.zero.pin_memory ? power_of_two_ceil(buffer) : buffer);
+      });
+      return sum;
+    };
+    const std::vector<LayerDescription>& layers = model.layers;
+    const std::int64_t blocks = model.transformer ? model.transformer->layers : 0;
+    if (model.transformer && blocks > 0 && layers.size() >= static_cast<std::size_t>(blocks) + 2) {
+      bytes = sat_add(layer_bytes(layers.front()), sat_mul(blocks, layer_bytes(layers[1])));
+      for (std::size_t i = static_cast<std::size_t>(blocks) + 1; i < layers.size(); ++i)
+        bytes = sat_add(bytes, layer_bytes(layers[i]));
+    } else {
+      for (const LayerDescription& layer : layers) bytes = sat_add(bytes, layer_bytes(layer));
+    }
+    in.deepspeed_grad_accumulation_host_buffers = ceil_div(bytes, in.world_size);
+  }
   if (in.engine == TrainingEngine::deepspeed)
     in.deepspeed_process_device_extra =
         std::max<std::int64_t>(0, cluster.runtime.deepspeed_process_device_bytes > 0

@@ -35,6 +35,10 @@ struct MemoryInputs {
   // own host partition as zero.Init pins it, each rounded up to a power of two by torch's caching host allocator
   // (memory_inputs.cpp says why they stay allocated). 0 otherwise.
   std::int64_t deepspeed_pinned_param_partitions = 0;
+  // DeepSpeed stage 2 with the optimizer on the CPU and gradient accumulation: the host buffers that hold each
+  // parameter's 16-bit gradient between micro-steps (accumulated_grads_in_cpu), one per parameter tensor, each
+  // rounded up to a power of two when pinned (memory_inputs.cpp says why). 0 otherwise.
+  std::int64_t deepspeed_grad_accumulation_host_buffers = 0;
   // DeepSpeed: its rank's device memory outside the caching allocator beyond the cluster's CUDA context
   // (RuntimeOverhead::deepspeed_process_device_bytes less cuda_context_bytes; 0 when the cluster gives none).
   std::int64_t deepspeed_process_device_extra = 0;
