@@ -294,7 +294,28 @@ class MainWindowTest : public QObject {
     QCOMPARE(lines.size(), static_cast<int>(plans.size()) + 1);
     const int total = lines.front().split(',').indexOf("gpu_total_bytes");
     QVERIFY(total >= 0);
-    QCOMPARE(lines[1].split(',')[total].toLongLong(), static_cast<qlonglong>(plans.front().memory.gpu.total));
+    // A cell with a comma is quoted ("fits, recommended"): split the row as CSV does.
+    const auto csv_fields = [](const QString& row) {
+      QStringList fields{QString()};
+      bool quoted = false;
+      for (qsizetype i = 0; i < row.size(); ++i) {
+        const QChar c = row[i];
+        if (quoted && c == '"' && i + 1 < row.size() && row[i + 1] == '"') {
+          fields.back() += c;
+          ++i;
+        } else if (c == '"') {
+          quoted = !quoted;
+        } else if (c == ',' && !quoted) {
+          fields << QString();
+        } else {
+          fields.back() += c;
+        }
+      }
+      return fields;
+    };
+    const QStringList first = csv_fields(lines[1]);
+    QCOMPARE(first.size(), lines.front().split(',').size());
+    QCOMPARE(first[total].toLongLong(), static_cast<qlonglong>(plans.front().memory.gpu.total));
 
     const QString png = dir_.filePath("window.png");
     write_screenshot(*window_, QSize(900, 640), png);
