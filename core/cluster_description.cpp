@@ -126,6 +126,7 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "deepspeed_linear_backward_seconds",
                                             "deepspeed_step_tensor_seconds",
                                             "deepspeed_gradient_hook_seconds",
+                                            "deepspeed_bookkeeping_gradient_hook_seconds",
                                             "deepspeed_offload_gradient_hook_seconds",
                                             "deepspeed_tensor_op_seconds",
                                             "pageable_pcie_bandwidth",
@@ -383,6 +384,8 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   cluster.pageable_pcie_bandwidth = host.non_negative_number_or("pageable_pcie_bandwidth", 0.0);
   cluster.fresh_pageable_write_bandwidth = host.non_negative_number_or("fresh_pageable_write_bandwidth", 0.0);
   cluster.deepspeed_gradient_hook_seconds = host.non_negative_number_or("deepspeed_gradient_hook_seconds", 0.0);
+  cluster.deepspeed_bookkeeping_gradient_hook_seconds =
+      host.non_negative_number_or("deepspeed_bookkeeping_gradient_hook_seconds", 0.0);
   cluster.deepspeed_offload_gradient_hook_seconds =
       host.non_negative_number_or("deepspeed_offload_gradient_hook_seconds", 0.0);
   cluster.deepspeed_tensor_op_seconds = host.non_negative_number_or("deepspeed_tensor_op_seconds", 0.0);
@@ -500,6 +503,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"deepspeed_linear_backward_seconds", cluster.deepspeed_linear_backward_seconds},
         {"deepspeed_step_tensor_seconds", cluster.deepspeed_step_tensor_seconds},
         {"deepspeed_gradient_hook_seconds", cluster.deepspeed_gradient_hook_seconds},
+        {"deepspeed_bookkeeping_gradient_hook_seconds", cluster.deepspeed_bookkeeping_gradient_hook_seconds},
         {"deepspeed_offload_gradient_hook_seconds", cluster.deepspeed_offload_gradient_hook_seconds},
         {"deepspeed_tensor_op_seconds", cluster.deepspeed_tensor_op_seconds},
         {"pageable_pcie_bandwidth", cluster.pageable_pcie_bandwidth},

@@ -143,7 +143,11 @@ struct ClusterDescription {
   double deepspeed_linear_forward_seconds = 0.0;
   double deepspeed_linear_backward_seconds = 0.0;
   double deepspeed_step_tensor_seconds = 0.0;
+  // Stages 1-2's gradient hook (stage_1_and_2.py grad_handling_hook) per parameter tensor and micro-step: where it
+  // copies the gradient into the reduce bucket (stage 2; stage 1 with overlap_comm at the boundary), and where it
+  // only keeps DeepSpeed's bookkeeping (stage 1 otherwise: process_gradients -> setup_buckets, no reduction).
   double deepspeed_gradient_hook_seconds = 0.0;
+  double deepspeed_bookkeeping_gradient_hook_seconds = 0.0;
   double deepspeed_offload_gradient_hook_seconds = 0.0;
   // One small eager PyTorch operation that DeepSpeed's Python issues per parameter tensor outside autograd, at the
   // accumulation boundary of stages 0-2 (sim/zero_schedule.cpp deepspeed_tensor_ops): the gradient reduction's

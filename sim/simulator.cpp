@@ -258,6 +258,7 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
     inputs.linear_backward_seconds = cluster.deepspeed_linear_backward_seconds;
     inputs.step_tensor_seconds = cluster.deepspeed_step_tensor_seconds;
     inputs.gradient_hook_seconds = cluster.deepspeed_gradient_hook_seconds;
+    inputs.bookkeeping_gradient_hook_seconds = cluster.deepspeed_bookkeeping_gradient_hook_seconds;
     inputs.offload_gradient_hook_seconds = cluster.deepspeed_offload_gradient_hook_seconds;
     inputs.tensor_op_seconds = cluster.deepspeed_tensor_op_seconds;
     inputs.pageable_pcie_bandwidth =

@@ -425,13 +425,17 @@ class StepBuilder {
     // Stages 1-2 register a gradient hook on every parameter (stage_1_and_2.py __init__ ->
     // create_gradient_handling_hooks, with partition_gradients, overlap_comm, contiguous_gradients or a gradient
     // accumulation dtype other than the model's) and run it every micro-step (grad_handling_hook ->
-    // process_gradients -> setup_buckets, and the reduction where it applies).
+    // process_gradients -> setup_buckets). It copies the gradient into the reduce bucket where
+    // reduce_ready_partitions_and_remove_grads reduces: always at stage 2 (partition_gradients), at the
+    // accumulation boundary with overlap_comm at stage 1; otherwise it only keeps the bookkeeping.
     const bool gradient_hooks = zero_.stage == 2 || zero_.overlap_comm || zero_.contiguous_gradients ||
                                 in_.path.accumulation_bytes != in_.path.model_bytes;
+    const bool hook_reduces = zero_.stage == 2 || (zero_.overlap_comm && boundary_);
     if (!forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
         index < in_.tensors_per_layer.size()) {
       const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
-      if (gradient_hooks) seconds += tensors * in_.gradient_hook_seconds;
+      if (gradient_hooks)
+        seconds += tensors * (hook_reduces ? in_.gradient_hook_seconds : in_.bookkeeping_gradient_hook_seconds);
       if (offload_hooks) {
         const double fp32_grad_bytes = 4.0 * static_cast<double>(ceil_div(layers_[index].params, n_));
         seconds += tensors * in_.offload_gradient_hook_seconds + fp32_grad_bytes / in_.pcie_bandwidth;

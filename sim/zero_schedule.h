@@ -113,6 +113,7 @@ struct StepScheduleInputs {
   double linear_backward_seconds = 0.0;
   double step_tensor_seconds = 0.0;       // stage 3: the step's host work per parameter tensor (gradient norm)
   double gradient_hook_seconds = 0.0;     // stages 1-2: per parameter tensor's gradient hook in backward (host)
+  double bookkeeping_gradient_hook_seconds = 0.0;  // the same hook where it reduces nothing (stage 1)
   double offload_gradient_hook_seconds = 0.0;  // the same with the optimizer on the CPU (stages 1-2), less its copy
   double tensor_op_seconds = 0.0;         // stages 0-2: one small eager op DeepSpeed's per-tensor loops issue (host)
   double pageable_pcie_bandwidth = 0.0;   // bytes/s host-to-device from pageable memory (the host waits)

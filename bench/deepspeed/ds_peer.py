@@ -171,7 +171,7 @@ def main():
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     device_used_peak = 0
-    times, losses = [], []
+    times, losses, skipped = [], [], []
     for step in range(args.warmup + args.steps):
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -181,6 +181,9 @@ def main():
         torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
+        # fp16's dynamic loss scaling skips the optimizer step on overflow (engine.py _take_model_step counts it in
+        # skipped_steps): such a step stops after the overflow test and is much shorter than one that updates.
+        skipped.append(getattr(engine, "skipped_steps", 0) > sum(skipped))
         free, total = torch.cuda.mem_get_info()
         device_used_peak = max(device_used_peak, total - free)
 
@@ -202,6 +205,8 @@ def main():
             "host_gib_per_rank": local[3].item() / gib,
             "host_pinned_gib": local[4].item() / gib if local[4].item() >= 0 else None,
             "step_seconds": step_seconds.item(),
+            "step_seconds_each": times,  # rank 0's, after the warm-up
+            "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
         }
         omp = os.environ.get("OMP_NUM_THREADS")
         run = {
