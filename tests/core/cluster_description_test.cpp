@@ -19,7 +19,7 @@ const std::string kData = ZEROPLAN_TEST_DATA_DIR;
 
 TEST(BundledClusters, AllLoad) {
   const auto names = bundled_cluster_names();
-  EXPECT_EQ(names, (std::vector<std::string>{"a100x8-multinode", "h100x1", "h100x8", "h200x1", "h200x2",
+  EXPECT_EQ(names, (std::vector<std::string>{"a100x8-multinode", "h100x1", "h100x2", "h100x8", "h200x1", "h200x2",
                                             "h200x2-calibrated", "h200x4", "rtx4090"}));
   for (const auto& name : names) {
     const ClusterDescription cluster = load_cluster(name);
