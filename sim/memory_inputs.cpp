@@ -74,6 +74,28 @@ void for_each_parameter_tensor(const ModelDescription& model, const LayerDescrip
   }
 }
 
+// The sum of `bytes(numel)` over every parameter tensor of the model. expand_transformer's layers are the embedding,
+// the blocks (alike: one is counted for all), the final norm and the untied head.
+template <typename TensorBytes>
+std::int64_t sum_over_parameter_tensors(const ModelDescription& model, TensorBytes&& bytes) {
+  const auto layer_sum = [&](const LayerDescription& layer) {
+    std::int64_t sum = 0;
+    for_each_parameter_tensor(model, layer, [&](std::int64_t numel) { sum = sat_add(sum, bytes(numel)); });
+    return sum;
+  };
+  const std::vector<LayerDescription>& layers = model.layers;
+  const std::int64_t blocks = model.transformer ? model.transformer->layers : 0;
+  std::int64_t total = 0;
+  if (model.transformer && blocks > 0 && layers.size() >= static_cast<std::size_t>(blocks) + 2) {
+    total = sat_add(layer_sum(layers.front()), sat_mul(blocks, layer_sum(layers[1])));
+    for (std::size_t i = static_cast<std::size_t>(blocks) + 1; i < layers.size(); ++i)
+      total = sat_add(total, layer_sum(layers[i]));
+  } else {
+    for (const LayerDescription& layer : layers) total = sat_add(total, layer_sum(layer));
+  }
+  return total;
+}
+
 }  // namespace
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,
@@ -123,26 +145,10 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
     // rounded up to a power of two, PowerOf2Ceil). stage3.py _create_param_groups_fp16_flat_cpu_memory then moves
     // every partition into one pinned flat buffer (_move_to_flat_buffer); the freed per-parameter blocks go back to
     // the allocator's cache, which keeps them page-locked (nothing in stage 3 empties it).
-    const auto layer_pinned = [&](const LayerDescription& layer) {
-      std::int64_t bytes = 0;
-      for_each_parameter_tensor(model, layer, [&](std::int64_t numel) {
-        if (threshold > 0 && numel <= threshold) return;  // ds_persist: kept on the GPU
-        bytes = sat_add(bytes, power_of_two_ceil(sat_mul(in.param_bytes, ceil_div(numel, in.world_size))));
-      });
-      return bytes;
-    };
-    std::int64_t pinned = 0;
-    const std::vector<LayerDescription>& layers = model.layers;
-    const std::int64_t blocks = model.transformer ? model.transformer->layers : 0;
-    if (model.transformer && blocks > 0 && layers.size() >= static_cast<std::size_t>(blocks) + 2) {
-      // expand_transformer's layers: the embedding, the blocks (alike: one counted for all), the final norm and
-      // the untied head.
-      pinned = sat_add(layer_pinned(layers.front()), sat_mul(blocks, layer_pinned(layers[1])));
-      for (std::size_t i = static_cast<std::size_t>(blocks) + 1; i < layers.size(); ++i)
-        pinned = sat_add(pinned, layer_pinned(layers[i]));
-    } else {
-      for (const LayerDescription& layer : layers) pinned = sat_add(pinned, layer_pinned(layer));
-    }
+    const std::int64_t pinned = sum_over_parameter_tensors(model, [&](std::int64_t numel) -> std::int64_t {
+      if (threshold > 0 && numel <= threshold) return 0;  // ds_persist: kept on the GPU
+      return power_of_two_ceil(sat_mul(in.param_bytes, ceil_div(numel, in.world_size)));
+    });
     in.deepspeed_pinned_param_partitions = pinned;
   }
   if (in.engine == TrainingEngine::deepspeed && in.stage == 2 && in.offload_optimizer == OffloadDevice::cpu &&
@@ -152,24 +158,10 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
     // in the model's dtype, pinned with get_accelerator().pin_memory when pin_memory is set: one block of torch's
     // CachingHostAllocator per parameter tensor, each rounded up to a power of two. The parameters of a partition
     // are taken as a 1/N share of the model's tensors.
-    std::int64_t bytes = 0;
-    const auto layer_bytes = [&](const LayerDescription& layer) {
-      std::int64_t sum = 0;
-      for_each_parameter_tensor(model, layer, [&](std::int64_t numel) {
-        const std::int64_t buffer = sat_mul(in.param_bytes, numel);
-        sum = sat_add(sum, training.zero.pin_memory ? power_of_two_ceil(buffer) : buffer);
-      });
-      return sum;
-    };
-    const std::vector<LayerDescription>& layers = model.layers;
-    const std::int64_t blocks = model.transformer ? model.transformer->layers : 0;
-    if (model.transformer && blocks > 0 && layers.size() >= static_cast<std::size_t>(blocks) + 2) {
-      bytes = sat_add(layer_bytes(layers.front()), sat_mul(blocks, layer_bytes(layers[1])));
-      for (std::size_t i = static_cast<std::size_t>(blocks) + 1; i < layers.size(); ++i)
-        bytes = sat_add(bytes, layer_bytes(layers[i]));
-    } else {
-      for (const LayerDescription& layer : layers) bytes = sat_add(bytes, layer_bytes(layer));
-    }
+    const std::int64_t bytes = sum_over_parameter_tensors(model, [&](std::int64_t numel) {
+      const std::int64_t buffer = sat_mul(in.param_bytes, numel);
+      return training.zero.pin_memory ? power_of_two_ceil(buffer) : buffer;
+    });
     in.deepspeed_grad_accumulation_host_buffers = ceil_div(bytes, in.world_size);
   }
   if (in.engine == TrainingEngine::deepspeed)
