@@ -56,6 +56,10 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
   command.add_option("--cpu-threads-per-rank", options.cpu_threads_per_rank,
                      "OpenMP threads each rank's CPU optimizer runs on (offload; default: the node's cores divided "
                      "among its ranks; torchrun's own default is 1)");
+  command.add_option("--zero-init", options.zero_init,
+                     "Stage 3: on (default) if the training script builds the model under deepspeed.zero.Init, as "
+                     "Hugging Face from_pretrained does; off if it builds it whole first")
+      ->type_name("on|off");
   command.add_option("--format,-f", options.format, "Output: table, json, csv or markdown")->capture_default_str();
 }
 
@@ -83,6 +87,12 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   if (options.offload_param) {
     given.offload_param = parse_offload_device(*options.offload_param, kCommandLine, "--offload-param");
   }
+  std::optional<bool> zero_init;
+  if (options.zero_init) {
+    if (*options.zero_init != "on" && *options.zero_init != "off")
+      throw InputError(kCommandLine, "--zero-init", "unknown value '" + *options.zero_init + "': expected on or off");
+    zero_init = *options.zero_init == "on";
+  }
   // The margin first: a bad one is refused before any file is read.
   std::optional<double> margin;
   if (options.margin) margin = parse_margin_percent(*options.margin);
@@ -103,6 +113,12 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     inputs.training.cpu_threads_per_rank = *options.cpu_threads_per_rank;
     inputs.training.notes.push_back("CPU optimizer threads per rank: " + std::to_string(*options.cpu_threads_per_rank) +
                                     " (--cpu-threads-per-rank)");
+  }
+  if (zero_init) {
+    inputs.training.zero.zero_init = *zero_init;
+    if (!*zero_init)
+      inputs.training.notes.push_back("stage 3 without deepspeed.zero.Init (--zero-init off): the model is built whole "
+                                      "first, in fp32 on the host");
   }
   return inputs;
 }

@@ -216,6 +216,8 @@ def main():
             "gpus": world,
             "ds_config": os.path.relpath(os.path.abspath(args.ds_config), os.path.join(HERE, "..", "..")),
             "cpu_threads_per_rank": int(omp) if omp else None,
+            # build_model: stage 3 builds the GPT-2 family under deepspeed.zero.Init, ResNet-101 whole (torchvision)
+            "zero_init": shape is not None and config.get("zero_optimization", {}).get("stage", 0) == 3,
             "measured": measured,
             "losses": losses,
         }

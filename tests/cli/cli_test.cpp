@@ -359,6 +359,23 @@ TEST(Margin, BadMarginsAreOneLineErrors) {
     expect_one_line_error(run(std::string("plan --model gpt2-124m --margin ") + bad), {"--margin"});
 }
 
+// A script that builds the model whole before deepspeed.initialize holds it in fp32 on the host (4 bytes per
+// parameter per rank); under deepspeed.zero.Init only the largest layer exists whole (DeepSpeed's
+// estimate_zero3_model_states_mem_needs cpu term).
+TEST(ZeroInit, BuildingTheModelWholeCostsTheHostItsFp32Copy) {
+  const auto host_bytes = [](const std::string& flag) {
+    const CommandResult result = run("plan --model gpt2-1.5b --stage 3 --gpus 2 --format json" + flag);
+    EXPECT_EQ(result.status, 0) << result.errors;
+    return nlohmann::json::parse(result.output).at("plans").at(0).at("host_bytes").get<double>();
+  };
+  const double zero_init = host_bytes(""), whole = host_bytes(" --zero-init off");
+  EXPECT_DOUBLE_EQ(host_bytes(" --zero-init on"), zero_init);
+  // Two ranks per node, each building GPT-2 1.5B (1.558e9 parameters) in fp32 first: at least 12.4 GB on the host.
+  EXPECT_GT(whole, 2 * 4 * 1.55e9);
+  EXPECT_LT(zero_init, whole);
+  expect_one_line_error(run("plan --model gpt2-1.5b --stage 3 --zero-init maybe"), {"--zero-init", "on or off"});
+}
+
 TEST(CpuThreads, ThreadsPerRankIsAnInput) {
   const CommandResult given = run("plan --model gpt2-124m --stage 2 --offload-optimizer cpu --cpu-threads-per-rank 4");
   EXPECT_EQ(given.status, 0) << given.errors;

@@ -65,6 +65,7 @@ std::vector<MeasuredRun> stored_runs() {
       r.measured = run.at("measured");
       if (run.contains("cpu_threads_per_rank") && !run.at("cpu_threads_per_rank").is_null())
         r.measured["cpu_threads_per_rank"] = run.at("cpu_threads_per_rank");
+      if (run.contains("zero_init")) r.measured["zero_init"] = run.at("zero_init");
       runs.push_back(std::move(r));
     }
   }
@@ -83,6 +84,8 @@ Prediction predict(const MeasuredRun& run) {
   p.resolved = resolve_plan_inputs(run.inputs);
   if (run.measured.contains("cpu_threads_per_rank"))
     p.resolved.training.cpu_threads_per_rank = run.measured.at("cpu_threads_per_rank").get<std::int64_t>();
+  // Whether the harness built the model under deepspeed.zero.Init (ds_peer.py records it; `--zero-init`).
+  if (run.measured.contains("zero_init")) p.resolved.training.zero.zero_init = run.measured.at("zero_init").get<bool>();
   const std::vector<PlanChoice> choices = enumerate_plan_choices(p.resolved.filter);
   EXPECT_EQ(choices.size(), 1u) << run.name << ": its DeepSpeed config names one plan";
   p.choice = choices.front();
