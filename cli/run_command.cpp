@@ -47,6 +47,12 @@ void add_run_command(CLI::App& app, int* status) {
       ->capture_default_str();
   cmd->callback([options, common, status]() {
     try {
+      // The executor builds each rank's partition only, whatever the flag says (zero.Init's behaviour at every
+      // stage): --zero-init describes a DeepSpeed training script to plan and simulate.
+      if (common->zero_init)
+        throw InputError("command line", "--zero-init",
+                         "describes how a DeepSpeed script builds its model (plan, simulate, recommend); zeroplan run "
+                         "always builds each rank's partition only");
       ResolvedInputs resolved = resolve_inputs(*common);
       options->inputs = ResolvedPlanInputs{std::move(resolved.model), std::move(resolved.cluster),
                                            std::move(resolved.training), resolved.filter};

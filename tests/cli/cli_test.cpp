@@ -374,6 +374,8 @@ TEST(ZeroInit, BuildingTheModelWholeCostsTheHostItsFp32Copy) {
   EXPECT_GT(whole, 2 * 4 * 1.55e9);
   EXPECT_LT(zero_init, whole);
   expect_one_line_error(run("plan --model gpt2-1.5b --stage 3 --zero-init maybe"), {"--zero-init", "on or off"});
+  expect_one_line_error(run("run --model gpt2-124m --backend cpu --steps 1 --zero-init off"),
+                        {"--zero-init", "zeroplan run"});
 }
 
 TEST(CpuThreads, ThreadsPerRankIsAnInput) {
