@@ -118,6 +118,7 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "pcie_bandwidth",
                                             "cpu_optimizer_params_per_second",
                                             "cpu_adam_params_per_second_per_thread",
+                                            "torch_cpu_adamw_params_per_second",
                                             "deepspeed_module_hook_seconds",
                                             "deepspeed_forward_module_function_seconds",
                                             "deepspeed_stage3_gradient_hook_seconds",
@@ -365,6 +366,7 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   cluster.pcie_bandwidth = host.positive_number("pcie_bandwidth");
   cluster.cpu_optimizer_params_per_second = host.positive_number("cpu_optimizer_params_per_second");
   cluster.cpu_adam_params_per_second_per_thread = host.non_negative_number_or("cpu_adam_params_per_second_per_thread", 0.0);
+  cluster.torch_cpu_adamw_params_per_second = host.non_negative_number_or("torch_cpu_adamw_params_per_second", 0.0);
   if (cluster.cpu_adam_params_per_second_per_thread > cluster.cpu_optimizer_params_per_second) {
     host.fail("cpu_adam_params_per_second_per_thread", "exceeds the node's cpu_optimizer_params_per_second");
   }
@@ -495,6 +497,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"pcie_bandwidth", cluster.pcie_bandwidth},
         {"cpu_optimizer_params_per_second", cluster.cpu_optimizer_params_per_second},
         {"cpu_adam_params_per_second_per_thread", cluster.cpu_adam_params_per_second_per_thread},
+        {"torch_cpu_adamw_params_per_second", cluster.torch_cpu_adamw_params_per_second},
         {"deepspeed_module_hook_seconds", cluster.deepspeed_module_hook_seconds},
         {"deepspeed_forward_module_function_seconds", cluster.deepspeed_forward_module_function_seconds},
         {"deepspeed_stage3_gradient_hook_seconds", cluster.deepspeed_stage3_gradient_hook_seconds},

@@ -115,6 +115,11 @@ struct ClusterDescription {
   // One CPU Adam thread's rate (DeepSpeedCPUAdam, OpenMP): a rank with t threads steps at min(t x this, the node's
   // rate / its ranks). 0: not given (each rank gets its share of the node's rate).
   double cpu_adam_params_per_second_per_thread = 0.0;
+  // torch.optim.AdamW stepping CPU tensors, the node's rate with all its cores: what DeepSpeed's ZeRO-Offload runs
+  // when the config asks for torch_adam (engine.py returns torch's AdamW before it looks at the CPU optimizer), in
+  // torch's default implementation for CPU tensors, the for-loop one (torch/optim/optimizer.py
+  // _default_to_fused_or_foreach picks foreach only for CUDA tensors). 0: not given.
+  double torch_cpu_adamw_params_per_second = 0.0;
   // DeepSpeed's Python on this host (seconds per call; 0: not given, the call costs the host nothing in the
   // step-time model). Stage 3 (sim/zero_schedule.cpp host_hooks):
   // - module_hook: per module and pass, the parameter coordinator's fetch and release

@@ -368,13 +368,15 @@ void read_optimizer(const Reader& reader, const JsonFields& top) {
     reader.note("optimizer.params.torch_adam: torch.optim.AdamW (" + std::string(fused ? "fused" : "foreach") +
                 "), not DeepSpeed's FusedAdam");
     // The same function returns torch's AdamW before it looks at zero_use_cpu_optimizer(), so ZeRO-Offload then
-    // steps the host partition with torch.optim.AdamW on CPU tensors, not DeepSpeedCPUAdam. The planner times the
-    // offload plans at the cluster's CPU-Adam rate: say so, with what was measured.
-    reader.note("optimizer.params.torch_adam with ZeRO-Offload (the plans with the optimizer on cpu or nvme): "
-                "DeepSpeed steps the offloaded partition with torch.optim.AdamW on CPU tensors, not "
-                "DeepSpeedCPUAdam (engine.py get_optimizer_configuration); their step times assume DeepSpeedCPUAdam's "
-                "rate, and on nvidia-h200-x2 (GPT-2 1.5B, DeepSpeed 0.19.8) the torch path took 2.2-3.4 s per step "
-                "against 0.86-1.30 s (bench/deepspeed/results-pending/README.md): drop torch_adam for offload");
+    // steps the host partition with torch.optim.AdamW on CPU tensors, not DeepSpeedCPUAdam. The planner times that
+    // at the cluster's torch CPU AdamW rate where it gives one (sim/simulator.cpp cpu_optimizer_rate).
+    if (!fused)
+      reader.note("optimizer.params.torch_adam with ZeRO-Offload (the plans with the optimizer on cpu or nvme): "
+                  "DeepSpeed steps the offloaded partition with torch.optim.AdamW on CPU tensors, not "
+                  "DeepSpeedCPUAdam (engine.py get_optimizer_configuration), timed at the cluster's "
+                  "host.torch_cpu_adamw_params_per_second where it has one (else at DeepSpeedCPUAdam's rate); on "
+                  "nvidia-h200-x2 (GPT-2 1.5B, DeepSpeed 0.19.8) the torch path took 2.2-3.4 s per step against "
+                  "0.86-1.30 s (bench/deepspeed/results-pending/README.md): drop torch_adam for offload");
   }
   number("lr", training.learning_rate, "learning rate");
   number("eps", training.adam_epsilon, "adam_epsilon");

@@ -460,6 +460,10 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
       // GPT-2 350M and ResNet-101 at accumulation 4 on one H100 (2026-11-25): stage 2 pins 0.737 and 0.110 GiB
       // more than at accumulation 1 (754 and 112.8 MiB of rounded per-tensor buffers), stage 1 the same.
       host(in.deepspeed_grad_accumulation_host_buffers, zero.pin_memory);
+      // torch_adam: torch.optim.AdamW's for-loop steps the flat partition (sim/simulator.cpp cpu_optimizer_rate)
+      // and makes two temporaries the partition's size at once (torch/optim/adamw.py _single_tensor_adamw: denom =
+      // (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)), fresh pageable memory at every step.
+      if (path.adam == AdamImplementation::torch_foreach) host(sat_mul(8, Pp), false);
       // The step's bit16_partitions[partition_id].data.copy_(fp32_partition.data) converts on the host first
       // (ATen copy_ across devices with a dtype change makes the converted tensor on the source device): a
       // pageable 16-bit copy of the partition at the step, in the resident peak.
@@ -491,6 +495,8 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
       }
       pinned_buffer(sat_mul(path.accumulation_bytes, Pp));
       if (in.offload_param == OffloadDevice::none) host(sat_mul(e, sub_group), false);
+      // torch_adam: the for-loop's two temporaries of a sub-group's size during its step (as at stages 1-2).
+      if (path.adam == AdamImplementation::torch_foreach) host(sat_mul(8, sub_group), false);
     }
   } else if (in.offload_optimizer == OffloadDevice::nvme) {
     // ZeRO-Infinity: fp32 master and states on NVMe, the fp32 gradient partition on the host.

@@ -139,6 +139,14 @@ std::int64_t linear_calls(const ModelDescription& model, std::size_t layer_index
 }
 
 double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfig& training, int ranks_in_node) {
+  // DeepSpeed with torch_adam (and not "fused") steps the offloaded partition with torch.optim.AdamW's for-loop on
+  // CPU tensors (engine.py get_optimizer_configuration, _configure_basic_optimizer): bound by the host's memory, the
+  // node's rate shared by its ranks, where the cluster gives it. torch's fused CPU AdamW runs at DeepSpeedCPUAdam's
+  // rate (device-and-peers.md: 5.90 / 6.08 against 6.29 / 6.06 Gparam/s on the x2 host).
+  if (training.engine == TrainingEngine::deepspeed &&
+      training.adam_implementation == AdamImplementation::torch_foreach &&
+      cluster.torch_cpu_adamw_params_per_second > 0.0)
+    return cluster.torch_cpu_adamw_params_per_second / std::max(1, ranks_in_node);
   const double share = cluster.cpu_optimizer_params_per_second / std::max(1, ranks_in_node);
   if (!(cluster.cpu_adam_params_per_second_per_thread > 0.0)) return share;
   const std::int64_t threads =
