@@ -695,8 +695,8 @@ class StepBuilder {
       // before the norm loop. The host may have issued the overflow loop of stages 1-2 while the GPU was still
       // finishing the backward pass; the model does not credit that overlap (it needs the host's lead over the
       // GPU, which depends on PyTorch's own launch costs per operator, not modelled).
-      const double step_ops = ds_ ? deepspeed_tensor_ops(in_.path, training_).step : 0.0;
-      const bool host_loops = ds_ && in_.tensor_op_seconds > 0.0 && step_ops > 0.0;
+      const DeepSpeedTensorOps tensor_ops = ds_ ? deepspeed_tensor_ops(in_.path, training_) : DeepSpeedTensorOps{};
+      const bool host_loops = ds_ && in_.tensor_op_seconds > 0.0 && tensor_ops.step > 0.0;
       const double seconds =
           ds_ ? deepspeed_step_seconds(in_.path, training_, whole ? params : partition, step_tensors,
                                        in_.deepspeed_optimizer_bandwidth, in_.kernel_overhead_seconds, host_loops)
@@ -714,7 +714,7 @@ class StepBuilder {
               : kNoTask;
       const TaskId host_loop =
           host_loops ? timeline_.add(Resource::host_python, TaskKind::engine_hooks,
-                                     static_cast<double>(step_tensors) * step_ops * in_.tensor_op_seconds,
+                                     static_cast<double>(step_tensors) * tensor_ops.step * in_.tensor_op_seconds,
                                      {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1,
                                      micro)
                      : kNoTask;
@@ -726,10 +726,9 @@ class StepBuilder {
       // fp16/unfused_optimizer.py step: the copy back to 16 bits is a loop of its own after optimizer.step(),
       // issued while the GPU runs the optimizer's kernels (its copies queue behind them, in the flat step's bytes):
       // the step ends when both the GPU and this loop are done.
-      const double after_step_ops = host_loops ? deepspeed_tensor_ops(in_.path, training_).after_step : 0.0;
-      if (after_step_ops > 0.0)
+      if (host_loops && tensor_ops.after_step > 0.0)
         timeline_.add(Resource::host_python, TaskKind::engine_hooks,
-                      static_cast<double>(step_tensors) * after_step_ops * in_.tensor_op_seconds,
+                      static_cast<double>(step_tensors) * tensor_ops.after_step * in_.tensor_op_seconds,
                       {after(host_loop)}, -1, micro);
       if (zero_.stage == 3 && zero_.offload_param != OffloadDevice::none) {
         // Parameters offloaded, optimizer on the GPU: the updated 16-bit partition goes back to the host (and on
