@@ -109,7 +109,8 @@ const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",   
                                            "executor_attention_forward_flops", "executor_attention_backward_flops",
                                            "kernel_overhead_seconds", "optimizer_bandwidth"};
 const std::vector<std::string> kTopologyKeys = {"gpus_per_node", "nodes"};
-const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured"};
+const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured",
+                                                    "bandwidth_fraction_beside_compute"};
 const std::vector<std::string> kPointKeys = {"collective", "ranks", "message_bytes", "bus_bandwidth"};
 const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "memory_mib",
@@ -195,6 +196,12 @@ InterconnectDescription interconnect_from_json(const JsonFields& fields, int max
   link.name = fields.string("name");
   link.bus_bandwidth = fields.positive_number("bus_bandwidth");
   link.latency_seconds = fields.non_negative_number("latency_seconds");
+  if (fields.has("bandwidth_fraction_beside_compute")) {
+    link.bandwidth_fraction_beside_compute = fields.positive_number("bandwidth_fraction_beside_compute");
+    if (link.bandwidth_fraction_beside_compute > 1.0)
+      fields.fail("bandwidth_fraction_beside_compute",
+                  "expected the fraction of the bus bandwidth kept beside compute, in (0, 1]");
+  }
   if (fields.has("measured")) {
     const nlohmann::json& points = fields.raw("measured");
     if (!points.is_array()) fields.fail("measured", "expected an array of measured points");
@@ -459,10 +466,13 @@ nlohmann::json interconnect_to_json(const InterconnectDescription& link) {
                         {"message_bytes", point.message_bytes},
                         {"bus_bandwidth", point.bus_bandwidth}});
   }
-  return {{"name", link.name},
-          {"bus_bandwidth", link.bus_bandwidth},
-          {"latency_seconds", link.latency_seconds},
-          {"measured", std::move(measured)}};
+  nlohmann::json out = {{"name", link.name},
+                        {"bus_bandwidth", link.bus_bandwidth},
+                        {"latency_seconds", link.latency_seconds},
+                        {"measured", std::move(measured)}};
+  if (link.bandwidth_fraction_beside_compute < 1.0)
+    out["bandwidth_fraction_beside_compute"] = link.bandwidth_fraction_beside_compute;
+  return out;
 }
 }  // namespace
 

@@ -32,6 +32,11 @@ struct InterconnectDescription {
   double bus_bandwidth = 0.0;           // bytes/s, large-message busbw
   double latency_seconds = 0.0;         // alpha per collective call
   std::vector<CollectiveBandwidthPoint> measured;  // may be empty
+  // The share of the bandwidth above that a collective keeps while compute kernels run on the same GPUs (NCCL's
+  // kernels and the GEMMs share the SMs and HBM): measured as the in-run rate of collectives overlapping the
+  // backward pass against the isolated rate at their size (JSON: bandwidth_fraction_beside_compute, in (0, 1];
+  // absent: 1, the isolated rate).
+  double bandwidth_fraction_beside_compute = 1.0;
 };
 
 // Achievable GEMM rate as a fraction of peak, by problem size (FLOPs of one GEMM): the simulator interpolates

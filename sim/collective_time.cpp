@@ -146,15 +146,22 @@ CollectiveTimer::CollectiveTimer(const ClusterDescription& cluster, int ranks) :
     nodes_ = (ranks + cluster.gpus_per_node - 1) / cluster.gpus_per_node;
   }
   intra_ = curves_for(cluster, cluster.intra_node, "intra_node", gpus_per_node_, 1.0);
+  intra_fraction_beside_compute_ = cluster.intra_node.bandwidth_fraction_beside_compute;
   if (nodes_ > 1) {
     inter_ = curves_for(cluster, cluster.inter_node, "inter_node", nodes_, 1.0 / static_cast<double>(gpus_per_node_));
   }
 }
 
-double CollectiveTimer::seconds(CollectiveKind kind, Bytes bytes) const {
+double CollectiveTimer::seconds(CollectiveKind kind, Bytes bytes) const { return timed(kind, bytes, 1.0); }
+
+double CollectiveTimer::seconds_beside_compute(CollectiveKind kind, Bytes bytes) const {
+  return timed(kind, bytes, intra_fraction_beside_compute_);
+}
+
+double CollectiveTimer::timed(CollectiveKind kind, Bytes bytes, double intra_fraction) const {
   if (ranks_ <= 1 || bytes <= 0) return 0.0;
   const double s = static_cast<double>(bytes);
-  const auto intra = [&](CollectiveKind k, double b) { return intra_[static_cast<int>(k)].seconds(b); };
+  const auto intra = [&](CollectiveKind k, double b) { return intra_[static_cast<int>(k)].seconds(b) / intra_fraction; };
   if (nodes_ == 1) return intra(kind, s);
   const auto inter = [&](CollectiveKind k, double b) { return inter_[static_cast<int>(k)].seconds(b); };
   // Each GPU carries its 1/g slice across nodes, at its 1/g share of the node's network (inter_ curves).

@@ -66,11 +66,16 @@ class CollectiveTimer {
   bool spans_nodes() const { return nodes_ > 1; }
   // Seconds for one call with a full buffer of `bytes` (nccl-tests' S). 0 for one rank or zero bytes.
   double seconds(CollectiveKind kind, Bytes bytes) const;
+  // The same call while compute kernels run on the group's GPUs: its intra-node stages at the link's
+  // bandwidth_fraction_beside_compute (core/cluster_description.h); the network stage is not slowed.
+  double seconds_beside_compute(CollectiveKind kind, Bytes bytes) const;
 
  private:
+  double timed(CollectiveKind kind, Bytes bytes, double intra_fraction) const;
   int ranks_ = 1;
   int gpus_per_node_ = 1;  // g: ranks of the group in one node
   int nodes_ = 1;          // m
+  double intra_fraction_beside_compute_ = 1.0;
   std::array<BandwidthCurve, 3> intra_;  // by CollectiveKind, group g
   std::array<BandwidthCurve, 3> inter_;  // by CollectiveKind, group m
 };

@@ -239,7 +239,11 @@ class StepBuilder {
           const std::int64_t elements = gather_elements_[next_index];
           ahead += elements;
           live += elements;
-          if (ahead > zero_.prefetch_bucket_size || live > zero_.max_live_parameters) break;
+          // Our executor prefetches the first unit ahead even when it is larger than the bucket
+          // (core/zero3_fetch_plan.h: a unit larger than the bucket would otherwise never overlap); DeepSpeed's
+          // per-module fetches (and the ZeRO paper's schedule) are modelled by the bucket alone.
+          const bool first_unit_ahead = executor_ && ahead == elements && zero_.prefetch_bucket_size > 0;
+          if ((ahead > zero_.prefetch_bucket_size && !first_unit_ahead) || live > zero_.max_live_parameters) break;
           if (next >= issued) {
             const std::int32_t next_layer = layer_at(forward, next);
             gather_task_[next_index] = fetch(next_layer, micro, with_start_of(first));
@@ -292,14 +296,19 @@ class StepBuilder {
     }
     TaskId done = allocating;
     if (n_ > 1) {
-      // One coalesced all-gather per module (gathered_module_count), the layer's bytes split evenly over them.
-      const std::int64_t modules = std::max<std::int64_t>(1, gathered_module_count(layers_[index], zero_));
+      // DeepSpeed (and the ZeRO paper's schedule): one coalesced all-gather per module (gathered_module_count),
+      // the layer's bytes split evenly over them. Our executor: one NCCL group per gather unit (exec/zero/zero_engine.cpp gather_unit), which
+      // NCCL runs as one collective of the unit's bytes.
+      const std::int64_t modules =
+          executor_ ? 1 : std::max<std::int64_t>(1, gathered_module_count(layers_[index], zero_));
       const Bytes per_module = full_bytes / modules;
       for (std::int64_t m = 0; m < modules; ++m) {
         const Bytes bytes = m + 1 == modules ? full_bytes - per_module * (modules - 1) : per_module;
-        done = timeline_.add(Resource::nccl, TaskKind::all_gather,
-                             in_.collectives->seconds(CollectiveKind::all_gather, bytes), {ready, issued}, layer,
-                             micro, bytes);
+        // Our executor's gathers run beside the passes' kernels (prefetch); DeepSpeed's measured stage-3 rows
+        // are matched with the isolated rate and its host hooks (sim/deepspeed_step.h).
+        const double seconds = ds_ ? in_.collectives->seconds(CollectiveKind::all_gather, bytes)
+                                   : in_.collectives->seconds_beside_compute(CollectiveKind::all_gather, bytes);
+        done = timeline_.add(Resource::nccl, TaskKind::all_gather, seconds, {ready, issued}, layer, micro, bytes);
         issued = {};
         if (allocating == kNoTask) allocating = done;
       }
@@ -337,9 +346,12 @@ class StepBuilder {
     if (n_ > 1) {
       // Stage 0 all-reduces (every rank keeps every gradient); stages 1-3 reduce-scatter to the owners.
       const CollectiveKind kind = zero_.stage == 0 ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+      // With overlap_comm it runs beside the backward kernels, at the link's rate beside compute.
+      const double seconds = zero_.overlap_comm ? in_.collectives->seconds_beside_compute(kind, bytes)
+                                                : in_.collectives->seconds(kind, bytes);
       reduced = timeline_.add(Resource::nccl,
                               kind == CollectiveKind::all_reduce ? TaskKind::all_reduce : TaskKind::reduce_scatter,
-                              in_.collectives->seconds(kind, bytes), {after(produced_by)}, layer, micro, bytes);
+                              seconds, {after(produced_by)}, layer, micro, bytes);
       last_reduction_ = reduced;
       // Without overlap_comm the reduction runs inside the backward hook: compute waits for it.
       if (!zero_.overlap_comm) compute_barrier_ = reduced;

@@ -139,6 +139,21 @@ TEST(ClusterJson, RoundTrip) {
   EXPECT_EQ(again.gemm_efficiency.size(), cluster.gemm_efficiency.size());
 }
 
+TEST(ClusterJson, CollectiveRateBesideComputeRoundTripsAndIsChecked) {
+  // Measured on h200x2 (its provenance); a link without it runs at the isolated rate.
+  const ClusterDescription h200x2 = load_cluster("h200x2");
+  EXPECT_DOUBLE_EQ(h200x2.intra_node.bandwidth_fraction_beside_compute, 0.76);
+  EXPECT_DOUBLE_EQ(cluster_from_json(cluster_to_json(h200x2), "roundtrip.json").intra_node.bandwidth_fraction_beside_compute,
+                   0.76);
+  EXPECT_DOUBLE_EQ(load_cluster("h100x8").intra_node.bandwidth_fraction_beside_compute, 1.0);
+  for (double bad : {0.0, 1.5, -0.2}) {
+    nlohmann::json document = read_json_file(bundled_clusters_directory() / "h200x2.json", true);
+    document["intra_node"]["bandwidth_fraction_beside_compute"] = bad;
+    expect_input_error([&] { cluster_from_json(document, "bad_fraction.json"); },
+                       {"bad_fraction.json", "intra_node.bandwidth_fraction_beside_compute"});
+  }
+}
+
 TEST(ClusterJson, RuntimeDefaultsAreRecordedInProvenance) {
   nlohmann::json document = read_json_file(bundled_clusters_directory() / "h200x4.json", true);
   document.erase("runtime");
