@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "run/process_memory.h"
 #include "run/rank_heartbeat.h"
 #include "run/rank_supervisor.h"
 
@@ -106,6 +107,12 @@ int launch_local_ranks(const std::vector<std::string>& argv, int world, const st
   HeartbeatListener heartbeats;
   RankSupervisor supervisor(world, collective_timeout_s, heartbeats);
   const pid_t launcher = ::getpid();
+  // The node before any rank allocated: the baseline of the ranks' host memory measurement (run/process_memory.h).
+  std::string available_at_launch;
+  try {
+    available_at_launch = std::to_string(read_available_host_memory());
+  } catch (const std::exception&) {
+  }  // no /proc/meminfo: each rank takes its own first reading instead
   for (int r = 0; r < world; ++r) {
     Pipes pipes;
     const pid_t pid = fork();
@@ -119,6 +126,7 @@ int launch_local_ranks(const std::vector<std::string>& argv, int world, const st
       setenv("ZEROPLAN_NCCL_ID", nccl_id_hex.c_str(), 1);
       setenv(kHeartbeatVariable, heartbeats.address().c_str(), 1);
       setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast stays off unless the user set it
+      if (!available_at_launch.empty()) setenv(kHostAvailableAtLaunchVariable, available_at_launch.c_str(), 1);
       exec_or_die(args);
     }
     pipes.keep_read_ends();

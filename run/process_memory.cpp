@@ -1,8 +1,11 @@
 #include "run/process_memory.h"
 
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace zeroplan {
 
@@ -39,6 +42,38 @@ std::int64_t read_available_host_memory(const std::string& meminfo_path) {
   for (std::string line; std::getline(meminfo, line);)
     if (field_bytes(line, "MemAvailable", bytes) && bytes > 0) return bytes;
   throw std::runtime_error(meminfo_path + " has no MemAvailable line in kB (needs Linux 3.14 or later)");
+}
+
+HostMemoryWatch::HostMemoryWatch(std::chrono::milliseconds period, std::string meminfo_path)
+    : path_(std::move(meminfo_path)) {
+  sample();
+  first_ = lowest_.load();
+  thread_ = std::jthread([this, period](std::stop_token stop) {
+    // Woken by the destructor's stop request at once, not after the period.
+    std::mutex m;
+    std::condition_variable_any wake;
+    std::unique_lock lock(m);
+    for (;;) {
+      wake.wait_for(lock, stop, period, [] { return false; });  // returns at the period or at the stop request
+      if (stop.stop_requested()) return;
+      sample();
+    }
+  });
+}
+
+HostMemoryWatch::~HostMemoryWatch() = default;  // the jthread asks its loop to stop and joins it
+
+void HostMemoryWatch::sample() {
+  std::int64_t now = 0;
+  try {
+    now = read_available_host_memory(path_);
+  } catch (const std::exception&) {
+    return;  // no /proc/meminfo: nothing to watch (the figures stay 0 and the report says so)
+  }
+  samples_.fetch_add(1);
+  std::int64_t seen = lowest_.load();
+  while ((seen == 0 || now < seen) && !lowest_.compare_exchange_weak(seen, now)) {
+  }
 }
 
 }  // namespace zeroplan

@@ -139,6 +139,10 @@ struct RankSupervisor::State {
   Clock::time_point next_stage_at;
   bool plan_does_not_fit = false;
   int mpirun_named = -1;  // the rank of mpirun's "Process name: [[job,1],rank]" line, until its "Exit code:" line
+  // The node's available host memory while the ranks run: a rank killed by SIGKILL that we did not send is most
+  // often the kernel's OOM killer's work, and the lowest figure says whether memory ran out. Started by run(),
+  // after the ranks are forked: a thread of ours running at fork() could hold a lock the child then needs.
+  std::optional<HostMemoryWatch> host_memory;
 
   State(int w, double t, HeartbeatListener& h)
       : world(w), timeout_s(t), deadlines(supervision_deadlines(t)), heartbeats(h), ranks(static_cast<std::size_t>(w)) {}
@@ -275,6 +279,12 @@ struct RankSupervisor::State {
     return blame(reporter, rep.fail_message);
   }
 
+  static std::string gib_text(std::int64_t bytes) {
+    char text[48];
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+    return text;
+  }
+
   static std::string seconds_text(double s) {
     char text[32];
     std::snprintf(text, sizeof text, "%.1f s", s);
@@ -290,6 +300,13 @@ struct RankSupervisor::State {
     const bool signaled = r.child ? WIFSIGNALED(r.status) : r.mpirun_says.rfind("exit status", 0) != 0;
     if (!r.fail_message.empty()) cause += ": " + r.fail_message;
     else if (!signaled && !r.last_error_line.empty()) cause += ": " + r.last_error_line;
+    const bool killed = r.child ? WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL
+                                : r.mpirun_says.rfind("killed by signal 9", 0) == 0;
+    if (killed && host_memory && host_memory->samples() > 0)
+      cause += "; the node's available host memory (MemAvailable) went from " + gib_text(host_memory->first_bytes()) +
+               " at launch to " + gib_text(host_memory->lowest_bytes()) +
+               " at its lowest (when that nears 0, the kernel's OOM killer ends a process with SIGKILL: see dmesg; "
+               "`zeroplan plan` shows the host memory a plan needs)";
     return cause;
   }
 
@@ -463,6 +480,7 @@ void RankSupervisor::add_mpirun(pid_t pid, int stdout_fd, int stderr_fd) {
 
 int RankSupervisor::run() {
   State& s = *state_;
+  s.host_memory.emplace(std::chrono::milliseconds(50));
   std::optional<Clock::time_point> gone_at;
   for (;;) {
     std::vector<pollfd> fds;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "run/process_memory.h"
 #include "run/rank_heartbeat.h"
 
 namespace zeroplan {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -210,6 +211,15 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   }
   // A rank: only rank 0 prints the run; the others speak on stderr when something goes wrong.
   guard.emplace(env.rank, world, o.steps, o.collective_timeout_s, o.backend);
+  // The node's available host memory from here to the report (start-up included: a plan's host peak may come
+  // while the offloaded states are allocated). The baseline is the launcher's reading before it started the ranks.
+  const HostMemoryWatch host_watch;
+  std::int64_t host_available_at_start = host_watch.first_bytes();
+  if (const char* at_launch = std::getenv(kHostAvailableAtLaunchVariable)) {
+    char* end = nullptr;
+    const long long v = std::strtoll(at_launch, &end, 10);
+    if (end != at_launch && *end == '\0' && v > 0) host_available_at_start = v;
+  }
   if (env.rank != 0 && !std::freopen("/dev/null", "w", stdout))
     throw std::runtime_error("cannot silence the standard output of rank " + std::to_string(env.rank));
   if (in.model.transformer && in.model.transformer->dropout > 0) {
@@ -401,7 +411,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // Every rank's figures, gathered on every rank (a sum of one-hot rows: each rank fills its own).
   const std::vector<std::string> rank_fields = {"params", "grads", "master_params", "optimizer_states", "gathered_params", "activations",
                                                 "logits", "gradient_buckets", "workspace"};
-  const int F = static_cast<int>(rank_fields.size()) + 7;
+  const int F = static_cast<int>(rank_fields.size()) + 6 + exec::kCommKinds;
   std::vector<double> per_rank(static_cast<std::size_t>(world) * F, 0.0);
   {
     double* mine = per_rank.data() + static_cast<std::size_t>(env.rank) * F;
@@ -412,9 +422,24 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     mine[base + 2] = step_med;
     for (int k = 0; k < exec::kCommKinds; ++k) mine[base + 3 + k] = static_cast<double>(measured_comm[k]);
     mine[base + 3 + exec::kCommKinds] = static_cast<double>(read_process_memory().resident_peak_bytes);
+    mine[base + 4 + exec::kCommKinds] = static_cast<double>(host_available_at_start);
+    mine[base + 5 + exec::kCommKinds] = static_cast<double>(host_watch.lowest_bytes());
     if (ranks_comm && world > 1)
       for (std::size_t at = 0; at < per_rank.size(); at += 64)
         ranks_comm->all_reduce_host(per_rank.data() + at, static_cast<int>(std::min<std::size_t>(64, per_rank.size() - at)));
+  }
+  // What the node used at its peak: the baseline (the launcher's reading) less the lowest reading of any rank's
+  // watch. All ranks share this node when our launcher started them (or there is one); under mpirun they may span
+  // nodes, and the figure is not formed.
+  Bytes node_host_used = -1;
+  if (!env.by_mpi || world == 1) {
+    std::int64_t baseline = 0, lowest = 0;
+    for (int r = 0; r < world; ++r) {
+      const double* row = per_rank.data() + static_cast<std::size_t>(r) * F + rank_fields.size() + 4 + exec::kCommKinds;
+      baseline = std::max(baseline, static_cast<std::int64_t>(row[0]));
+      if (row[1] > 0) lowest = lowest == 0 ? static_cast<std::int64_t>(row[1]) : std::min(lowest, static_cast<std::int64_t>(row[1]));
+    }
+    if (baseline > 0 && lowest > 0) node_host_used = std::max<std::int64_t>(0, baseline - lowest);
   }
   struct Row {
     std::string name;
@@ -481,6 +506,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       std::printf("  %-38s %9s %10s %7s  (the states and each rank's process)\n", "resident peak (VmHWM), all ranks",
                   gib(ph.total).c_str(), gib(static_cast<Bytes>(resident_all)).c_str(),
                   err_pct(static_cast<double>(ph.total), resident_all).c_str());
+    if (node_host_used >= 0 && trainer->backend() != "cpu")
+      std::printf("  %-38s %9s %10s %7s  (MemAvailable at launch less its lowest: the kernel's and the GPU "
+                  "driver's share too)\n", "node host memory used at its peak", gib(ph.total).c_str(),
+                  gib(node_host_used).c_str(), err_pct(static_cast<double>(ph.total), static_cast<double>(node_host_used)).c_str());
     if (!cfg.zero.nvme_path.empty()) {
       // The swap files of every rank (the plan counts the node's ranks, like the host memory).
       double nvme_all = static_cast<double>(mem.nvme_bytes);
@@ -626,9 +655,14 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
       rj["step_seconds"] = row[base + 2];
       rj["comm_bytes_per_step"] = rc;
       rj["host_resident_peak_bytes"] = static_cast<Bytes>(row[base + 3 + exec::kCommKinds]);
+      rj["host_available_at_start_bytes"] = static_cast<Bytes>(row[base + 4 + exec::kCommKinds]);
+      rj["host_available_lowest_bytes"] = static_cast<Bytes>(row[base + 5 + exec::kCommKinds]);
       ranks.push_back(rj);
     }
     m["ranks"] = ranks;
+    // The node's host memory at its peak (MemAvailable at launch less its lowest during the run); absent under
+    // mpirun, whose ranks may span nodes.
+    if (node_host_used >= 0) m["host_node_used_peak_bytes"] = node_host_used;
     if (sim) {
       m["predicted_step_seconds"] = sim->step_seconds;
       m["predicted_tokens_per_second"] = sim->tokens_per_second;

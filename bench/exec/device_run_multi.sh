@@ -21,11 +21,12 @@
 #   nvme         ZeRO-Infinity's optimizer offload to the machine's disk (--offload-optimizer nvme, stage 3) at GPT-2
 #                124M and 355M, beside the same runs with the optimizer on the CPU (--deterministic: equal losses
 #                expected) and their plans; the disk's raw rates (dd) beside
-#   largest      the largest GPT-2-family models the planner fits on 2x H200 (bench/exec/models/): gpt2-h6144-l36
-#                (16.6B) at stage 3, which does not fit at stage 2 (issue 11), and, host-bound (issue 12), the
-#                largest layer count of that width the planner fits at stage 3 with optimizer and parameters on the
-#                CPU given the host memory available then (bench/exec/largest_offload_model.py); 10 steps each
-#                beside their plans
+#   largest      the largest GPT-2-family model the planner fits on 2x H200 at stage 3 but not at stage 2
+#                (bench/exec/models/gpt2-h6144-l36.json, 16.6B; issue 11), 10 steps beside its plan
+#   largest_offload  host-bound (issue 12): the largest layer count of that width the planner fits at stage 3 with
+#                optimizer and parameters on the CPU given the host memory available then
+#                (bench/exec/largest_offload_model.py; LARGEST_LAYERS=K runs K layers instead), 10 steps beside
+#                its plan
 #   calibrate    zeroplan calibrate over the N GPUs (NCCL busbw per collective 1 MiB-1 GiB, GEMMs, PCIe, CPU AdamW,
 #                disk): $OUT/h200xN.json comes back, to ship in configs/clusters/
 # Issue 15 (4 and 8 GPUs), per kind: "tests equivalence", "checkpoint faults", "speed", "offload calibrate".
@@ -162,7 +163,7 @@ if has offload; then
     timeout 150 $RUN run $BIG --gpus $N --stage $st $flags --steps 10 --warmup-steps 3 --report "$OUT/off_$name.json" \
       > "$OUT/off_$name.log" 2>&1
     summary+=("offload stage $st $flags: $(tokens "$OUT/off_$name.log") | $(grep -E 'step .* predicted' "$OUT/off_$name.log" | tr -s ' ')")
-    summary+=("  host: $(grep -E '^  pinned' "$OUT/off_$name.log" | tr -s ' ') | VmHWM per rank: $(grep -E '^  rank [0-9]' "$OUT/off_$name.log" | awk '{print $(NF-1)}' | tr '\n' ' ')")
+    summary+=("  host: $(grep -E '^  (pinned|resident peak|node host)' "$OUT/off_$name.log" | tr -s ' ' | tr '\n' ' ') | VmHWM per rank: $(grep -E '^  rank [0-9]' "$OUT/off_$name.log" | awk '{print $(NF-1)}' | tr '\n' ' ')")
   done
 fi
 if has nvme; then
@@ -188,18 +189,21 @@ if has largest; then
   L="--cluster h200x2 --micro-batch 1 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 10 --warmup-steps 3"
   timeout 280 $RUN run --model bench/exec/models/gpt2-h6144-l36.json $L --report "$OUT/largest_s3.json" > "$OUT/largest_s3.log" 2>&1
   summary+=("largest, stage 3 (16.6B) rc=$?: $(tokens "$OUT/largest_s3.log") | $(grep -E 'total \(device|step .* predicted' "$OUT/largest_s3.log" | tr -s ' ' | tr '\n' ' ')")
+fi
+if has largest_offload; then
   # Stage 3 with optimizer and parameters on the CPU: the largest layer count the planner fits with the host memory
   # available now (bench/exec/largest_offload_model.py; on 2026-11-23 a plan that filled the physical size was
   # ended by the OOM killer). offload_param.buffer_size must hold the largest partition chunk (226,492,416
   # elements at 36 layers; DeepSpeed's default 1e8 is refused), hence the DeepSpeed config.
+  # LARGEST_LAYERS=K runs K layers instead of the planner's choice (a run well inside the host memory, to measure).
   python3 bench/exec/largest_offload_model.py $RUN h200x$N $N "$OUT/largest_cluster.json" "$OUT/largest_model.json" \
-    > "$OUT/largest_choice.log" 2>&1
+    ${LARGEST_LAYERS:-} > "$OUT/largest_choice.log" 2>&1
   summary+=("largest offload choice: $(tail -3 "$OUT/largest_choice.log" | tr '\n' ' ')")
   timeout 290 $RUN run --model "$OUT/largest_model.json" --cluster "$OUT/largest_cluster.json" \
     --micro-batch 1 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 10 --warmup-steps 3 \
     --offload-optimizer cpu --offload-param cpu --ds-config bench/exec/models/ds-stage3-offload-largest.json \
     --report "$OUT/largest_offload.json" > "$OUT/largest_offload.log" 2>&1
-  summary+=("largest, stage 3 + opt/param on CPU rc=$?: $(tokens "$OUT/largest_offload.log") | $(grep -E 'total \(device|pinned|resident|step .* predicted' "$OUT/largest_offload.log" | tr -s ' ' | tr '\n' ' ')")
+  summary+=("largest, stage 3 + opt/param on CPU rc=$?: $(tokens "$OUT/largest_offload.log") | $(grep -E 'total \(device|pinned|resident|node host|step .* predicted|failed' "$OUT/largest_offload.log" | tr -s ' ' | tr '\n' ' ')")
 fi
 if has calibrate; then
   mkdir -p /var/tmp/zeroplan-calibrate-disk

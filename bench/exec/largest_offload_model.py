@@ -7,7 +7,10 @@ is the physical size, which a plan filled on 2026-11-23 and the kernel's OOM kil
 Writes CLUSTER_OUT (the cluster description with host.memory_bytes = MemAvailable) and MODEL_OUT (the model with
 the layer count chosen), and prints the plan's line for each layer count tried.
 
-  python3 bench/exec/largest_offload_model.py ZEROPLAN CLUSTER GPUS CLUSTER_OUT MODEL_OUT
+  python3 bench/exec/largest_offload_model.py ZEROPLAN CLUSTER GPUS CLUSTER_OUT MODEL_OUT [LAYERS]
+
+LAYERS: that layer count instead of the largest that fits (a run inside the host memory, to measure it); its plan
+line is printed all the same.
 """
 import json
 import subprocess
@@ -18,6 +21,7 @@ HERE = "bench/exec/models/"
 
 def main():
     zeroplan, cluster, gpus, cluster_out, model_out = sys.argv[1:6]
+    forced = int(sys.argv[6]) if len(sys.argv) > 6 else None
     with open(f"configs/clusters/{cluster}.json") as f:
         description = json.load(f)
     with open("/proc/meminfo") as f:
@@ -35,7 +39,7 @@ def main():
     with open(HERE + "gpt2-h6144-l36.json") as f:
         base = json.load(f)
     chosen = None
-    for layers in range(44, 24, -1):
+    for layers in [forced] if forced else range(44, 24, -1):
         model = json.loads(json.dumps(base))
         model["name"] = f"gpt2-h6144-l{layers}"
         model["transformer"]["layers"] = layers
@@ -53,7 +57,7 @@ def main():
         p = json.loads(plan.stdout)["plans"][0]
         print(f"  {layers} layers: host {p['host_bytes'] / 2**30:.2f} of {p['host_capacity_bytes'] / 2**30:.2f} GiB, "
               f"GPU {p['timeline_peak_gpu_bytes'] / 2**30:.2f} GiB, fits {p['fits']}", flush=True)
-        if p["fits"]:
+        if p["fits"] or forced:
             chosen = layers
             break
     if chosen is None:

@@ -281,6 +281,8 @@ TEST_P(RankFailure, EveryRankIsGoneWithinSixtySecondsAndTheMessageNamesTheRankAn
     const std::string head = "zeroplan run: " + who + " of " + std::to_string(c.ranks) + " failed at step " +
                              (by_test ? "" : std::to_string(kFaultStep) + " ");
     EXPECT_EQ(line.rfind(head, 0), 0u) << line;
+    // A rank ended by SIGKILL: the node's available host memory beside it (the OOM killer's signal).
+    if (c.fault == Fault::kill9) why.push_back("available host memory (MemAvailable) went from");
     for (const std::string& w : why) EXPECT_NE(line.find(w), std::string::npos) << "no '" << w << "' in: " << line;
     EXPECT_NE(line.find("every rank was stopped"), std::string::npos) << line;
     EXPECT_EQ(e.err.substr(at).find('\n'), e.err.size() - at - 1) << "the launcher's line is the last";

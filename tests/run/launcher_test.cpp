@@ -191,7 +191,10 @@ TEST(LocalRanks, AnExitStatusIsNamedWithTheRanksLastErrorLine) {
 }
 
 TEST(LocalRanks, AKilledRankIsNamedWithItsSignal) {
-  expect_failure(launch("killed", 4), "zeroplan run: rank 1 of 4 failed at step 2", {"killed by signal 9 (Killed)"});
+  // With the node's available host memory beside it: the OOM killer's signal is SIGKILL.
+  expect_failure(launch("killed", 4), "zeroplan run: rank 1 of 4 failed at step 2",
+                 {"killed by signal 9 (Killed)", "available host memory (MemAvailable) went from",
+                  "GiB at launch to", "GiB at its lowest"});
 }
 
 TEST(LocalRanks, ARankReportingItsErrorIsNamedWithIt) {

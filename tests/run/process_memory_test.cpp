@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <unistd.h>
 
@@ -41,6 +43,45 @@ TEST(ProcessMemory, ReadsTheAvailableHostMemoryAndRefusesAFileWithout) {
   EXPECT_THROW(read_available_host_memory(path), std::runtime_error);
   std::filesystem::remove(path);
   EXPECT_THROW(read_available_host_memory(path), std::runtime_error);
+}
+
+// Replaces the file at once (rename), so that the watch never reads a half-written figure.
+void replace_meminfo(const std::string& path, std::int64_t available_kb) {
+  const std::string tmp = path + ".new";
+  std::ofstream(tmp) << "MemTotal:       131981020 kB\nMemAvailable:   " << available_kb << " kB\n";
+  std::filesystem::rename(tmp, path);
+}
+
+// Waits until the watch has read the file `more` times beyond `seen` (it reads every millisecond here).
+void wait_for_samples(const HostMemoryWatch& watch, std::int64_t seen, std::int64_t more) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (watch.samples() < seen + more && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(watch.samples(), seen + more) << "the watch stopped reading";
+}
+
+TEST(HostMemoryWatch, KeepsTheFirstAndTheLowestReading) {
+  const std::string path = write_status("");
+  replace_meminfo(path, 100000000);
+  {
+    const HostMemoryWatch watch(std::chrono::milliseconds(1), path);
+    EXPECT_EQ(watch.first_bytes(), std::int64_t{100000000} * 1024);
+    replace_meminfo(path, 60000000);  // the ranks allocate
+    wait_for_samples(watch, watch.samples(), 3);
+    replace_meminfo(path, 90000000);  // and free some
+    wait_for_samples(watch, watch.samples(), 3);
+    EXPECT_EQ(watch.first_bytes(), std::int64_t{100000000} * 1024);
+    EXPECT_EQ(watch.lowest_bytes(), std::int64_t{60000000} * 1024);
+  }  // stops at once on destruction
+  std::filesystem::remove(path);
+}
+
+TEST(HostMemoryWatch, WithoutTheFileItsFiguresStayZero) {
+  const HostMemoryWatch watch(std::chrono::milliseconds(1), "/nonexistent/meminfo");
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(watch.first_bytes(), 0);
+  EXPECT_EQ(watch.lowest_bytes(), 0);
+  EXPECT_EQ(watch.samples(), 0);
 }
 
 TEST(ProcessMemory, FieldsMissingOrMalformedStayZero) {
