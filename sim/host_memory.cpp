@@ -1,5 +1,7 @@
 #include "sim/host_memory.h"
 
+#include <cmath>
+
 #include "sim/memory_model.h"
 #include "sim/runtime_overhead_memory.h"
 #include "sim/saturating.h"
@@ -40,6 +42,11 @@ Bytes executor_process_host_bytes(std::int64_t world_size) {
   return static_cast<Bytes>((world_size > 1 ? 0.746 : 0.380) * kGiB);
 }
 
+Bytes pinned_kernel_share_bytes(Bytes pinned_per_rank) {
+  constexpr double kShare = 0.0184;  // measured, sim/host_memory.h
+  return static_cast<Bytes>(std::ceil(kShare * static_cast<double>(pinned_per_rank)));
+}
+
 void explain_executor_process_host(const MemoryInputs& in, Bytes pinned_per_rank, std::vector<MemoryTerm>& terms) {
   const Bytes per_rank = executor_process_host_bytes(in.world_size);
   terms.push_back({"host",
@@ -56,6 +63,12 @@ void explain_executor_process_host(const MemoryInputs& in, Bytes pinned_per_rank
                      sat_mul(pinned_page_table_bytes(pinned_per_rank), in.ranks_per_node),
                      "ceil(" + num(pinned_per_rank) + " / 4096) * 8 * ranks per node " + num(in.ranks_per_node),
                      "x86-64 4-level paging: 8-byte entries for 4 KiB pages (Intel SDM vol. 3A sec. 4.5)"});
+  if (pinned_per_rank > 0)
+    terms.push_back({"host", "the kernel's and the GPU driver's share of each rank's pinned states",
+                     sat_mul(pinned_kernel_share_bytes(pinned_per_rank), in.ranks_per_node),
+                     "0.0184 * " + num(pinned_per_rank) + " * ranks per node " + num(in.ranks_per_node),
+                     "measured: the node's MemAvailable drop beyond the states, processes and page tables, 4.30 GiB "
+                     "at 234.24 GiB pinned on 2x H200 (2026-11-26); bench/exec/results/2026-11-26-offload-h200/"});
 }
 
 void explain_init_peaks(const MemoryInputs& in, const ZeroConfig& zero, const HostAndNvmeBytes& h,

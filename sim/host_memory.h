@@ -34,7 +34,16 @@ HostAndNvmeBytes host_and_nvme_bytes(const MemoryInputs& in, const ZeroConfig& z
 // per rank at world size 2 (GPT-2 124M to 1.5B, two H200s, 2026-11-24, bench/exec/results/2026-11-23-two-gpu/);
 // the larger of each.
 Bytes executor_process_host_bytes(std::int64_t world_size);
-// That term, and the kernel's page tables of each rank's `pinned_per_rank` bytes (runtime_overhead_memory.h
+// What the kernel and the GPU driver hold for one rank's `pinned_per_rank` bytes of cudaHostAlloc'd memory beyond
+// the process's resident set and the page tables (the driver's records of the pages it pinned and mapped for the
+// GPUs): measured on a node, not derived, as the node's host memory at its peak (MemAvailable at launch less its
+// lowest, run/process_memory.h HostMemoryWatch) less the plan's states, processes and page tables. 2x H200,
+// 2026-11-26 (bench/exec/results/2026-11-26-offload-h200/): 4.30 GiB at 234.24 GiB pinned (gpt2-h6144-l34, stage 3,
+// optimizer and parameters on the CPU): 1.84% of the pinned bytes; at 23.21 GiB pinned (GPT-2 1.5B) it measured
+// -0.1 to 0.16 GiB, which the same 1.84% over-counts by 0.3 GiB (1.1% of that node's total). Without it a plan
+// filled that host to 249.7 of 251.1 GiB and the OOM killer ended the run in start-up.
+Bytes pinned_kernel_share_bytes(Bytes pinned_per_rank);
+// That term, the kernel's share above, and the kernel's page tables of each rank's `pinned_per_rank` bytes (runtime_overhead_memory.h
 // pinned_page_table_bytes), which the plan's host total adds beside it.
 void explain_executor_process_host(const MemoryInputs& in, Bytes pinned_per_rank, std::vector<MemoryTerm>& terms);
 

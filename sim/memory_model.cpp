@@ -156,9 +156,12 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   // the plan filled a 2x H200 host to 247.7 of 251.8 GiB and the kernel's OOM killer ended the run in start-up.
   // The kernel's page tables of each rank's pinned mapping are host memory outside VmHWM: one 8-byte entry per
   // 4 KiB page (x86-64 4-level paging, Intel SDM vol. 3A sec. 4.5), the same count as the GPU's mapping of them.
+  // Beyond both, what the kernel and the GPU driver hold for the pinned pages (sim/host_memory.h
+  // pinned_kernel_share_bytes, measured on the node).
   const Bytes processes =
       in.engine == TrainingEngine::zeroplan
-          ? sat_mul(sat_add(executor_process_host_bytes(in.world_size), pinned_page_table_bytes(pinned_per_rank)),
+          ? sat_mul(sat_add(sat_add(executor_process_host_bytes(in.world_size), pinned_page_table_bytes(pinned_per_rank)),
+                            pinned_kernel_share_bytes(pinned_per_rank)),
                     in.ranks_per_node)
           : 0;
   estimate.host.total = sat_add(sat_add(host.pinned, host.pageable), processes);
