@@ -100,6 +100,10 @@ void expect_memory_within(const Planned& p, const nlohmann::json& m, bool offloa
     double resident = 0;
     for (const nlohmann::json& rank : m.at("ranks")) resident += rank.value("host_resident_peak_bytes", 0.0);
     if (resident > 0) expect_within(h.total, resident, kTotalTolerance, "host resident");
+    // The node's use at its peak (MemAvailable at launch less its lowest, reports since 2026-11-26): the plan's host
+    // total with the kernel's and the driver's share of the pinned pages.
+    if (m.contains("host_node_used_peak_bytes"))
+      expect_within(h.total, m.at("host_node_used_peak_bytes").get<double>(), kTotalTolerance, "node host");
   }
 }
 
@@ -250,6 +254,66 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
     const Planned p = plan_like_the_run("h200x2.json", run.stage, false, 2, false, model, OffloadDevice::cpu,
                                         run.mode, run.micro_batch);
     expect_memory_within(p, m, false);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  }
+}
+
+// ZeRO-Offload's claim on 2x H200 (bench/exec/results/2026-11-26-offload-h200/, its README gives the commands): the
+// largest layer count of hidden 6144 the planner fits at stage 3 with optimizer and parameters on the CPU, planned on
+// the cluster with the host memory available then (35 layers, 17.1B parameters), and the 34-layer run that measured
+// the kernel's share of pinned memory. GPU memory per component, the device total, the host's resident peak and the
+// node's peak held; the steps (9.0% and 11.6% below measured: the CPU AdamW ran at 5.6-5.9 Gparam/s for the node
+// there against 6.2 at GPT-2 1.5B) printed, not held. The 1.5B rows of that folder are held too.
+TEST(ExecutorMeasurements, TwoH200LargestOffloadedModelWithinTolerances) {
+  const std::filesystem::path folder = results("2026-11-26-offload-h200");
+  for (int layers : {34, 35}) {
+    const std::string report = "largest_offload_l" + std::to_string(layers) + ".json";
+    SCOPED_TRACE(report);
+    std::printf("two H200: %s\n", report.c_str());
+    const nlohmann::json doc = read_json_file(folder / report);
+    const nlohmann::json& m = doc.at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), 3);
+    ASSERT_TRUE(m.contains("host_node_used_peak_bytes"));
+    // The run's model and cluster: gpt2-h6144-l36 with `layers` layers, h200x2 with MemAvailable as host memory.
+    nlohmann::json model = read_json_file(data_directory() / "bench/exec/models/gpt2-h6144-l36.json");
+    model["transformer"]["layers"] = layers;
+    model["name"] = "gpt2-h6144-l" + std::to_string(layers);
+    const auto model_file = std::filesystem::temp_directory_path() / ("zeroplan_" + model["name"].get<std::string>() + ".json");
+    std::ofstream(model_file) << model.dump();
+    PlanInputs inputs;
+    inputs.model = model_file.string();
+    inputs.cluster = (folder / "h200x2-available-l35.json").string();
+    inputs.ds_config = (data_directory() / "bench/exec/models/ds-stage3-offload-largest.json").string();
+    inputs.gpus = 2;
+    inputs.micro_batch = 1;
+    inputs.seq = 1024;
+    inputs.precision = Precision::bf16;
+    inputs.engine = TrainingEngine::zeroplan;
+    inputs.stage = 3;
+    inputs.offload_optimizer = OffloadDevice::cpu;
+    inputs.offload_param = OffloadDevice::cpu;
+    inputs.checkpointing = Checkpointing::none;
+    ResolvedPlanInputs in = resolve_plan_inputs(inputs);
+    in.model.transformer->dropout = 0;
+    const PlanChoice choice{3, OffloadDevice::cpu, OffloadDevice::cpu};
+    PlannerOptions options;
+    options.search_max_micro_batch = false;
+    const Planned p{evaluate_plan(in.model, in.cluster, in.training, choice, options),
+                    simulate_step(in.model, in.cluster, in.training, choice)};
+    std::filesystem::remove(model_file);
+    EXPECT_TRUE(p.plan.fits) << "the planner fits the model it chose";
+    expect_memory_within(p, m, true);
+    const double step_ms = m.at("step_seconds").get<double>() * 1e3;
+    std::printf("  %-18s predicted %16.1f measured %16.1f  %+6.2f%% (not held)\n", "step ms",
+                p.step.step_seconds * 1e3, step_ms, 100.0 * (p.step.step_seconds * 1e3 / step_ms - 1.0));
+  }
+  for (const char* report : {"off_s2optimizercpu.json", "off_s3optimizercpu.json", "off_s3optimizercpuparamcpu.json"}) {
+    SCOPED_TRACE(report);
+    std::printf("two H200: %s\n", report);
+    const nlohmann::json m = read_json_file(folder / report).at("measured");
+    const bool param = std::string(report).find("param") != std::string::npos;
+    const Planned p = plan_like_the_run("h200x2.json", m.at("stage").get<int>(), true, 2, param);
+    expect_memory_within(p, m, true);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
   }
 }
