@@ -697,6 +697,12 @@ class StepBuilder {
     const std::int64_t partition = zero_.stage == 0 ? params : ceil_div(params, n_);
     const std::int32_t micro = static_cast<std::int32_t>(training_.grad_accum - 1);
     TaskId updated = kNoTask;
+    // zeroplan's executor at stages 1-2 without offload, several ranks: AdamW group by group, each group's
+    // all-gather once that group's update is done (exec/zero/zero_engine.cpp finish_step); the update is added
+    // with the gathers below.
+    const bool interleaved =
+        executor_ && (zero_.stage == 1 || zero_.stage == 2) && n_ > 1 && zero_.offload_optimizer == OffloadDevice::none;
+    double interleaved_update_seconds = 0.0;
     if (zero_.offload_optimizer == OffloadDevice::none) {
       const bool whole = ds_ && zero_.stage == 0;
       const std::int64_t step_tensors =
@@ -730,10 +736,13 @@ class StepBuilder {
                                      {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1,
                                      micro)
                      : kNoTask;
-      updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
-                              {after(last_reduction_), after(last_gradient_), after(compute_barrier_),
-                               after(host_norm), after(host_loop)},
-                              -1, micro);
+      if (interleaved)
+        interleaved_update_seconds = seconds;
+      else
+        updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step, seconds,
+                                {after(last_reduction_), after(last_gradient_), after(compute_barrier_),
+                                 after(host_norm), after(host_loop)},
+                                -1, micro);
       if (ds_) step_buffers(updated);
       // fp16/unfused_optimizer.py step: the copy back to 16 bits is a loop of its own after optimizer.step(),
       // issued while the GPU runs the optimizer's kernels (its copies queue behind them, in the flat step's bytes):
@@ -834,10 +843,18 @@ class StepBuilder {
       // all_gather_into_tensor, one call for the whole flat group (runtime/utils.py
       // all_gather_into_tensor_dp_groups); zeroplan's executor gathers allgather_bucket_size elements a call.
       const std::int64_t chunk = ds_ ? params : std::max<std::int64_t>(1, zero_.allgather_bucket_size);
+      TaskId group_updated = updated;
       for (std::int64_t first = 0; first < params; first += chunk) {
-        const Bytes bytes = std::min(chunk, params - first) * e_;
+        const std::int64_t elements = std::min(chunk, params - first);
+        const Bytes bytes = elements * e_;
+        if (interleaved)  // this group's share of the update, after the previous group's
+          group_updated = timeline_.add(
+              Resource::gpu_compute, TaskKind::optimizer_step,
+              interleaved_update_seconds * static_cast<double>(elements) / static_cast<double>(params),
+              {after(group_updated), after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1,
+              micro);
         timeline_.add(Resource::nccl, TaskKind::all_gather,
-                      in_.collectives->seconds(CollectiveKind::all_gather, bytes), {after(updated)}, -1, micro,
+                      in_.collectives->seconds(CollectiveKind::all_gather, bytes), {after(group_updated)}, -1, micro,
                       bytes);
       }
     }

@@ -15,7 +15,8 @@
 #   speed        GPT-2 1.5B, micro-batch 8, seq 1024, bf16 at stages 0-3 (stage 3 also with selective recompute)
 #                on N GPUs beside their plans, and the PyTorch peers (DDP, ZeroRedundancyOptimizer, FSDP
 #                SHARD_GRAD_OP, FSDP FULL_SHARD, FSDP2) under torchrun on the same N GPUs, issue 11's rows first,
-#                within SPEED_BUDGET seconds of the call's start (default 900: split it over calls)
+#                within SPEED_BUDGET seconds of the call's start (default 900: split it over calls), and stage 2
+#                with 2e8-element buckets (bench/exec/models/ds-stage2-bucket-2e8.json); SPEED_ROWS picks rows
 #   offload      the same model at stage 2 and 3 with the optimizer on the CPU, and stage 3 with optimizer and
 #                parameters on the CPU, beside their plans
 #   nvme         ZeRO-Infinity's optimizer offload to the machine's disk (--offload-optimizer nvme, stage 3) at GPT-2
@@ -140,14 +141,18 @@ if has speed; then
   # Issue 11's rows first (stage 3 with and without selective recompute, FSDP FULL_SHARD, FSDP2), then issue 10's
   # stage and its peer pairs; a row starts only while SPEED_BUDGET seconds (default 900) since the call's start allow.
   speed_left() { [ $(( $(date +%s) - t0 )) -lt "${SPEED_BUDGET:-900}" ] || { summary+=("speed: budget spent before $1"); return 1; }; }
-  ours() {  # name, stage, checkpointing
+  # SPEED_ROWS="s0 ddp ..." runs those rows only (ours by name, the peers by mode); default every row.
+  wanted() { [ -z "${SPEED_ROWS:-}" ] || [[ " $SPEED_ROWS " == *" $1 "* ]]; }
+  ours() {  # name, stage, checkpointing[, more flags]
+    wanted "$1" || return 0
     speed_left "$1" || return 0
     timeout 100 $RUN run ${BIG/--checkpointing none/--checkpointing $3} --gpus $N --stage $2 --steps $STEPS \
-      --warmup-steps 5 --report "$OUT/run_$1.json" > "$OUT/run_$1.log" 2>&1
+      --warmup-steps 5 ${4:-} --report "$OUT/run_$1.json" > "$OUT/run_$1.log" 2>&1
     echo "$1 rc=$?"; sed -n '/^memory per GPU/,$p' "$OUT/run_$1.log" | head -45
     summary+=("stage $2 ($3), $N GPUs: $(tokens "$OUT/run_$1.log") | $(grep -E 'total \(device' "$OUT/run_$1.log" | tr -s ' ')")
   }
   peer() {
+    wanted "$1" || return 0
     speed_left "peer $1" || return 0
     (cd bench/exec && PYTHONUNBUFFERED=1 timeout 90 torchrun --nproc_per_node $N pytorch_peers_multi.py --mode $1 \
       --steps $STEPS) > "$OUT/peer_$1.log" 2>&1
@@ -155,6 +160,8 @@ if has speed; then
   }
   ours s3 3 none; ours s3_selective 3 selective; peer fsdp_full; peer fsdp2
   ours s0 0 none; peer ddp; ours s2 2 none; peer fsdp_grad_op; ours s1 1 none; peer zero1
+  # Stage 2 with 2e8-element buckets (a DeepSpeed config): the bucket buffers the peak holds, 1.6 GiB less.
+  ours s2_bucket2e8 2 none "--ds-config bench/exec/models/ds-stage2-bucket-2e8.json"
 fi
 
 if has offload; then

@@ -296,15 +296,25 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
       update_offloaded_params(update);
       all_gather_persistent();
     } else {
-      for (const GradientBucket& b : buckets) {
+      const auto update_bucket = [&](const GradientBucket& b) {
         const std::int64_t cb = b.chunk_begin(rank_);
         const void* g = stage == 1 ? at(grads_, cb, type_) : at(grads_, b.partition_offset, type_);
         void* p = stage == 3 ? at(params_, b.partition_offset, type_) : at(params_, cb, type_);
         update(AdamwRange{p, master_ ? master_ + b.partition_offset : nullptr, g, m_ + b.partition_offset,
                           v_ + b.partition_offset, b.chunk, cb});
+      };
+      if (stage == 3 || world_ == 1) {
+        for (const GradientBucket& b : buckets) update_bucket(b);
+        if (stage == 3) all_gather_persistent();  // the next forward gathers the rest
+      } else {
+        // Stages 1-2: group by group (allgather_bucket_size elements of buckets), each group's all-gather starts
+        // on the comm lane once its AdamW is done, beside the next group's update. DeepSpeed gathers after the
+        // whole step (stage_1_and_2.py all_gather_dp_groups); the values gathered are the same.
+        for (const auto& [first, last] : gather_groups()) {
+          for (std::size_t k = first; k < last; ++k) update_bucket(buckets[k]);
+          all_gather_group(first, last);
+        }
       }
-      if (stage == 3) all_gather_persistent();  // the next forward gathers the rest
-      else if (world_ > 1) all_gather_params();
     }
   }
   device_.synchronize();
@@ -313,24 +323,39 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
   return norm;
 }
 
-void ZeroEngine::all_gather_params() {
-  device_.lane_waits_for(Lane::comm, Lane::compute);
+std::vector<std::pair<std::size_t, std::size_t>> ZeroEngine::gather_groups() const {
+  // One NCCL group per allgather_bucket_size elements of buckets (at least one bucket).
   const auto& buckets = partition_.buckets();
+  std::vector<std::pair<std::size_t, std::size_t>> groups;
   std::size_t k = 0;
   while (k < buckets.size()) {
-    // One NCCL group per allgather_bucket_size elements of buckets.
-    const int begin = device_.mark(Lane::comm);
+    const std::size_t first = k;
     std::int64_t grouped = 0;
-    comm_.group_start();
     do {
-      const GradientBucket& b = buckets[k];
-      comm_.all_gather(at(params_, b.chunk_begin(rank_), type_), at(params_, b.begin, type_), b.chunk, type_);
-      grouped += b.elements();
+      grouped += buckets[k].elements();
       ++k;
     } while (k < buckets.size() && grouped + buckets[k].elements() <= config_.zero.allgather_bucket_elements);
-    comm_.group_end();
-    comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
+    groups.emplace_back(first, k);
   }
+  return groups;
+}
+
+void ZeroEngine::all_gather_group(std::size_t first, std::size_t last) {
+  // After the updates issued so far on the compute lane (this group's among them).
+  device_.lane_waits_for(Lane::comm, Lane::compute);
+  const auto& buckets = partition_.buckets();
+  const int begin = device_.mark(Lane::comm);
+  comm_.group_start();
+  for (std::size_t k = first; k < last; ++k) {
+    const GradientBucket& b = buckets[k];
+    comm_.all_gather(at(params_, b.chunk_begin(rank_), type_), at(params_, b.begin, type_), b.chunk, type_);
+  }
+  comm_.group_end();
+  comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
+}
+
+void ZeroEngine::all_gather_params() {
+  for (const auto& [first, last] : gather_groups()) all_gather_group(first, last);
 }
 
 void ZeroEngine::collect_comm_times() {

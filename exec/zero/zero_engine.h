@@ -61,6 +61,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/zero3_fetch_plan.h"
@@ -173,6 +174,10 @@ class ZeroEngine {
   void reduce_bucket(int b);
   void* bucket_grads(int b) const;  // where backward writes bucket b in this micro-step
   void all_gather_params();
+  // Stages 1-2: [first, last) bucket ranges of one all-gather group each, and one group's all-gather on the comm
+  // lane after the compute lane's work so far.
+  std::vector<std::pair<std::size_t, std::size_t>> gather_groups() const;
+  void all_gather_group(std::size_t first, std::size_t last);
   void collect_comm_times();
   bool stage3() const { return config_.zero.stage == 3; }
   // Stage 3: the fetch plan's gathers and releases.
