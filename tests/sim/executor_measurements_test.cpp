@@ -42,13 +42,15 @@ struct Planned {
 Planned plan_like_the_run(const std::string& cluster_file, int stage, bool offload, int gpus = 1,
                           bool offload_param = false, const std::string& model = "gpt2-1.5b",
                           OffloadDevice optimizer_device = OffloadDevice::cpu,
-                          Checkpointing checkpointing = Checkpointing::none, int micro_batch = 8) {
+                          Checkpointing checkpointing = Checkpointing::none, int micro_batch = 8,
+                          const std::string& ds_config = "") {
   PlanInputs inputs;
   inputs.checkpointing = checkpointing;
   inputs.model = model;
   inputs.cluster = (data_directory() / "configs" / "clusters" / cluster_file).string();
   inputs.gpus = gpus;
   inputs.micro_batch = micro_batch;
+  if (!ds_config.empty()) inputs.ds_config = (data_directory() / ds_config).string();
   inputs.seq = 1024;
   inputs.precision = Precision::bf16;
   inputs.engine = TrainingEngine::zeroplan;
@@ -253,6 +255,24 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
                                   : (data_directory() / run.model).string();
     const Planned p = plan_like_the_run("h200x2.json", run.stage, false, 2, false, model, OffloadDevice::cpu,
                                         run.mode, run.micro_batch);
+    expect_memory_within(p, m, false);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  }
+  // A later call (interleaved/): stages 0-2 after the parameter all-gather of stages 1-2 moved beside the update,
+  // and stage 2 with 2e8-element buckets from a DeepSpeed config.
+  struct Later {
+    const char* report;
+    int stage;
+    const char* ds_config;
+  };
+  for (const Later& run : {Later{"run_s0.json", 0, ""}, Later{"run_s1.json", 1, ""}, Later{"run_s2.json", 2, ""},
+                           Later{"run_s2_bucket2e8.json", 2, "bench/exec/models/ds-stage2-bucket-2e8.json"}}) {
+    SCOPED_TRACE(std::string("interleaved/") + run.report);
+    std::printf("two H200, interleaved/: %s\n", run.report);
+    const nlohmann::json m = read_json_file(results("2026-11-26-two-gpu-h200") / "interleaved" / run.report).at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+    const Planned p = plan_like_the_run("h200x2.json", run.stage, false, 2, false, "gpt2-1.5b", OffloadDevice::cpu,
+                                        Checkpointing::none, 8, run.ds_config);
     expect_memory_within(p, m, false);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
   }
