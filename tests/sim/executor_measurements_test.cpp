@@ -38,7 +38,21 @@ struct Planned {
   StepSimulation step;
 };
 
-// What `zeroplan run` plans for these inputs (run/training_run.cpp): the executor's engine, dropout 0.
+// What `zeroplan run` plans for `inputs` (run/training_run.cpp): the executor's engine, dropout 0, the stage and
+// offload choice the inputs give.
+Planned plan_as_run(PlanInputs inputs) {
+  inputs.engine = TrainingEngine::zeroplan;
+  ResolvedPlanInputs in = resolve_plan_inputs(inputs);
+  in.model.transformer->dropout = 0;
+  const PlanChoice choice{inputs.stage.value(), inputs.offload_optimizer.value_or(OffloadDevice::none),
+                          inputs.offload_param.value_or(OffloadDevice::none)};
+  PlannerOptions options;
+  options.search_max_micro_batch = false;
+  return {evaluate_plan(in.model, in.cluster, in.training, choice, options),
+          simulate_step(in.model, in.cluster, in.training, choice)};
+}
+
+// The runs of GPT-2 1.5B (or `model`), micro-batch 8, seq 1024, bf16, on a bundled cluster.
 Planned plan_like_the_run(const std::string& cluster_file, int stage, bool offload, int gpus = 1,
                           bool offload_param = false, const std::string& model = "gpt2-1.5b",
                           OffloadDevice optimizer_device = OffloadDevice::cpu,
@@ -53,17 +67,10 @@ Planned plan_like_the_run(const std::string& cluster_file, int stage, bool offlo
   if (!ds_config.empty()) inputs.ds_config = (data_directory() / ds_config).string();
   inputs.seq = 1024;
   inputs.precision = Precision::bf16;
-  inputs.engine = TrainingEngine::zeroplan;
   inputs.stage = stage;
   inputs.offload_optimizer = offload ? optimizer_device : OffloadDevice::none;
   inputs.offload_param = offload_param ? OffloadDevice::cpu : OffloadDevice::none;
-  ResolvedPlanInputs in = resolve_plan_inputs(inputs);
-  in.model.transformer->dropout = 0;
-  const PlanChoice choice{stage, inputs.offload_optimizer.value(), inputs.offload_param.value()};
-  PlannerOptions options;
-  options.search_max_micro_batch = false;
-  return {evaluate_plan(in.model, in.cluster, in.training, choice, options),
-          simulate_step(in.model, in.cluster, in.training, choice)};
+  return plan_as_run(inputs);
 }
 
 void expect_within(double predicted, double measured, double tolerance, const std::string& what) {
@@ -314,18 +321,11 @@ TEST(ExecutorMeasurements, TwoH200LargestOffloadedModelWithinTolerances) {
     inputs.micro_batch = 1;
     inputs.seq = 1024;
     inputs.precision = Precision::bf16;
-    inputs.engine = TrainingEngine::zeroplan;
     inputs.stage = 3;
     inputs.offload_optimizer = OffloadDevice::cpu;
     inputs.offload_param = OffloadDevice::cpu;
     inputs.checkpointing = Checkpointing::none;
-    ResolvedPlanInputs in = resolve_plan_inputs(inputs);
-    in.model.transformer->dropout = 0;
-    const PlanChoice choice{3, OffloadDevice::cpu, OffloadDevice::cpu};
-    PlannerOptions options;
-    options.search_max_micro_batch = false;
-    const Planned p{evaluate_plan(in.model, in.cluster, in.training, choice, options),
-                    simulate_step(in.model, in.cluster, in.training, choice)};
+    const Planned p = plan_as_run(inputs);
     std::filesystem::remove(model_file);
     std::filesystem::remove(cluster_file);
     EXPECT_TRUE(p.plan.fits) << "the planner fits the model it chose";
