@@ -158,6 +158,20 @@ void RunDetailView::showSummary(const RunReport& report, const std::string& labe
     }
     lines << note;
   }
+  if (report.measured_host_node_bytes) {
+    // The node's host memory at its peak beside the plan's host column (run/training_run.cpp prints the same).
+    QString line = tr("Host memory of the node at its peak: %1 measured (MemAvailable at launch less its lowest)")
+                       .arg(QString::fromStdString(format_bytes(*report.measured_host_node_bytes)));
+    if (report.predicted_host_node_bytes && *report.predicted_host_node_bytes > 0) {
+      const double error = static_cast<double>(*report.predicted_host_node_bytes) /
+                               static_cast<double>(*report.measured_host_node_bytes) - 1.0;
+      line += tr(", %1 planned (%2%3%)")
+                  .arg(QString::fromStdString(format_bytes(*report.predicted_host_node_bytes)))
+                  .arg(error >= 0 ? "+" : "")
+                  .arg(100.0 * error, 0, 'f', 1);
+    }
+    lines << line.toHtmlEscaped();
+  }
   QString tip;
   if (match.matched()) {
     lines << tr("Simulator: the GUI's plan <b>%1</b> for %2 GPUs, the run's inputs.")

@@ -71,16 +71,16 @@ void flatten_into(const nlohmann::json& value, const std::string& path,
 // The plan's communication model per collective kind (its object also has totals, PCIe and NVMe figures: only
 // the collective kinds are compared with what a run counts).
 std::vector<std::pair<std::string, Bytes>> read_plan_comm(const JsonFields& plan) {
-  auto out = read_byte_map(plan, "comm_bytes_per_step", collective_kinds());
-  std::erase_if(out, [](const auto& entry) {
-    const auto& kinds = collective_kinds();
-    return std::find(kinds.begin(), kinds.end(), entry.first) == kinds.end();
-  });
+  // The collective kinds only: the plan's object also carries totals and ratios (multiple_of_params is a fraction
+  // at stage 3, where the persistent tensors are never gathered: sim/plan_json.h).
+  const JsonFields comm = plan.object("comm_bytes_per_step");
+  std::vector<std::pair<std::string, Bytes>> out;
   for (const std::string& kind : collective_kinds()) {
-    if (!find_entry(out, kind)) {
+    if (!comm.has(kind)) {
       throw InputError(plan.source(), plan.field_path("comm_bytes_per_step") + "." + kind,
                        "missing: the plan's communication model has one entry per collective kind");
     }
+    out.emplace_back(kind, comm.non_negative_integer(kind));
   }
   return out;
 }
@@ -268,6 +268,9 @@ RunReport run_report_from_json(const nlohmann::json& document, const std::string
   }
   report.measured_step_seconds = measured.positive_number("step_seconds");
   report.measured_tokens_per_second = optional_number(measured, "tokens_per_second");
+  if (plan.has("host_bytes")) report.predicted_host_node_bytes = plan.non_negative_integer("host_bytes");
+  if (measured.has("host_node_used_peak_bytes"))
+    report.measured_host_node_bytes = measured.non_negative_integer("host_node_used_peak_bytes");
   if (measured.has("loss")) {
     const nlohmann::json& loss = measured.raw("loss");
     if (!loss.is_array()) throw InputError(source, measured.field_path("loss"), "expected an array of numbers (one per step)");

@@ -51,6 +51,11 @@ struct RunReport {
   std::optional<double> measured_tokens_per_second;
   std::string measured_total_basis;  // where the measured total comes from ("device view ...", "allocator peak")
   std::vector<double> loss;  // per step
+  // Host memory per node: the plan's total (plans[0].host_bytes: offloaded states, the ranks' processes, the kernel's
+  // share of pinned pages) and, in reports since 2026-11-26, what the node used at its peak (measured.
+  // host_node_used_peak_bytes: MemAvailable at launch less its lowest, run/process_memory.h).
+  std::optional<Bytes> predicted_host_node_bytes;
+  std::optional<Bytes> measured_host_node_bytes;
 
   // Communication per step: the plan's model (plans[0].comm_bytes_per_step, the collective kinds only) and what
   // the run counted where each collective was issued; busy seconds per kind and exposed communication (the comm

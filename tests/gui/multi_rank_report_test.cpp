@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -306,6 +307,42 @@ TEST_F(MultiRankReportTest, OneRankAndOlderReportsStillShow) {
             "not measured");
 }
 
+// A GPU run with offload (2x H200, the 17.1B model with optimizer and parameters on the CPU, 2026-11-26): the node's
+// host memory at its peak beside the plan's host total; a report without the figure shows no such line.
+TEST_F(MultiRankReportTest, TheNodesHostMemoryStandsBesideThePlan) {
+  const std::string path = std::string(ZEROPLAN_SOURCE_DIR) +
+                           "/bench/exec/results/2026-11-26-offload-h200/largest_offload_l35.json";
+  const json document = read_json(path);
+  const Bytes measured = document.at("measured").at("host_node_used_peak_bytes").get<Bytes>();
+  const Bytes planned = document.at("plans").at(0).at("host_bytes").get<Bytes>();
+  MeasuredView view;
+  view.addReport(load_run_report(path));
+  const QString summary = view.detail()->summary()->text();
+  EXPECT_TRUE(summary.contains("Host memory of the node at its peak")) << summary.toStdString();
+  EXPECT_TRUE(summary.contains(QString::fromStdString(format_bytes(measured)))) << summary.toStdString();
+  EXPECT_TRUE(summary.contains(QString::fromStdString(format_bytes(planned)))) << summary.toStdString();
+
+  MeasuredView without;
+  without.addReport(load_run_report(kTwoRanks));
+  EXPECT_FALSE(without.detail()->summary()->text().contains("Host memory of the node"));
+}
+
+// Every report `zeroplan run` wrote on the GPUs and that is kept in bench/exec/results/ opens (a stage-3 plan's
+// fractional multiple_of_params once stopped them).
+TEST_F(MultiRankReportTest, EveryStoredGpuRunReportOpens) {
+  int opened = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(ZEROPLAN_SOURCE_DIR) +
+                                                                         "/bench/exec/results")) {
+    if (entry.path().extension() != ".json") continue;
+    const json document = read_json(entry.path().string());
+    if (!document.is_object() || !document.contains("plans") || !document.contains("measured")) continue;  // not a run report
+    SCOPED_TRACE(entry.path().string());
+    EXPECT_NO_THROW(load_run_report(entry.path()));
+    ++opened;
+  }
+  EXPECT_GE(opened, 80);  // 85 on 2026-11-26
+}
+
 // A malformed report: refused through the window with the file, the field and what was expected; nothing added.
 struct Malformed {
   const char* name;
@@ -338,6 +375,8 @@ TEST_F(MultiRankReportTest, MalformedReportsAreRefusedNamingTheField) {
        {"field 'measured.comm_seconds_per_step.all_gather'"}},
       {"plan without a kind", [](json& d) { d["plans"][0]["comm_bytes_per_step"].erase("reduce_scatter"); },
        {"field 'plans[0].comm_bytes_per_step.reduce_scatter'", "missing"}},
+      {"negative node host memory", [](json& d) { d["measured"]["host_node_used_peak_bytes"] = -5; },
+       {"field 'measured.host_node_used_peak_bytes'"}},
   };
   QTemporaryDir dir;
   ASSERT_TRUE(dir.isValid());
