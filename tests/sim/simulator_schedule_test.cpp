@@ -326,3 +326,91 @@ TEST(SimulatorBadInput, RejectsWhatItCannotSimulate) {
 
 }  // namespace
 }  // namespace zeroplan
+
+namespace zeroplan {
+namespace {
+
+// Stages 1-2 on several ranks: zeroplan's executor starts each group's parameter all-gather as soon as that group's
+// AdamW is done, beside the next group's update (exec/zero/zero_engine.cpp finish_step); DeepSpeed gathers after
+// the whole step (stage_1_and_2.py all_gather_dp_groups). The timelines show both orders.
+TEST(SimulatorSchedule, ExecutorGathersUpdatedParametersBesideTheUpdate) {
+  const ModelDescription model = load_model("gpt2-1.5b");
+  const ClusterDescription cluster = with_gpu_count(load_cluster("h200x2"), 2);
+  for (TrainingEngine engine : {TrainingEngine::zeroplan, TrainingEngine::deepspeed})
+    for (int s : {1, 2}) {
+      SCOPED_TRACE(std::string(engine == TrainingEngine::zeroplan ? "zeroplan" : "deepspeed") + " stage " +
+                   std::to_string(s));
+      TrainingConfig training;
+      training.engine = engine;
+      training.micro_batch = 8;
+      training.precision = Precision::bf16;
+      SimulationOptions options;
+      options.record_events = true;
+      const StepSimulation sim = simulate_step(model, cluster, training, PlanChoice{s, OffloadDevice::none, OffloadDevice::none}, options);
+      double update_begin = -1, update_end = 0, first_gather = -1;
+      int updates = 0;
+      for (const TimelineTask& t : sim.events) {
+        if (t.kind != TaskKind::optimizer_step) continue;
+        if (update_begin < 0) update_begin = t.start;
+        update_end = std::max(update_end, t.finish);
+        ++updates;
+      }
+      for (const TimelineTask& t : sim.events)
+        if (t.kind == TaskKind::all_gather && t.start >= update_begin && (first_gather < 0 || t.start < first_gather))
+          first_gather = t.start;
+      ASSERT_GT(updates, 0);
+      ASSERT_GE(first_gather, 0.0) << "a parameter all-gather after the update";
+      if (engine == TrainingEngine::zeroplan) {
+        EXPECT_GT(updates, 1) << "the update runs group by group";
+        EXPECT_LT(first_gather, update_end) << "the first group's gather starts while later groups update";
+      } else {
+        EXPECT_GE(first_gather, update_end) << "DeepSpeed gathers after the whole step";
+      }
+    }
+}
+
+// Stage 3 with gather units larger than stage3_prefetch_bucket_size: zeroplan's executor still gathers the next
+// unit while this one computes (core/zero3_fetch_plan.h), one collective per unit; the ZeRO paper's schedule
+// (engine ideal) follows the bucket alone and gathers each layer when it is needed, module by module.
+TEST(SimulatorSchedule, ExecutorPrefetchesAUnitLargerThanThePrefetchBucket) {
+  const ModelDescription model = load_model("gpt2-1.5b");
+  const ClusterDescription cluster = with_gpu_count(load_cluster("h200x2"), 2);
+  for (TrainingEngine engine : {TrainingEngine::zeroplan, TrainingEngine::ideal}) {
+    SCOPED_TRACE(engine == TrainingEngine::zeroplan ? "zeroplan" : "ideal");
+    TrainingConfig training;
+    training.engine = engine;
+    training.micro_batch = 8;
+    training.precision = Precision::bf16;
+    training.zero.prefetch_bucket_size = 1'000'000;  // below every block's 30.7M parameters
+    SimulationOptions options;
+    options.record_events = true;
+    const StepSimulation sim = simulate_step(model, cluster, training, stage(3), options);
+    // Forward of layer 5, and the gathers of layer 6 before its own forward.
+    double forward5_end = -1, forward6_start = -1;
+    for (const TimelineTask& t : sim.events) {
+      if (t.kind != TaskKind::forward || t.micro_step != 0) continue;
+      if (t.layer == 5) forward5_end = t.finish;
+      if (t.layer == 6) forward6_start = t.start;
+    }
+    ASSERT_GE(forward5_end, 0.0);
+    ASSERT_GE(forward6_start, 0.0);
+    double first_gather = -1;
+    int gathers = 0;
+    for (const TimelineTask& t : sim.events) {
+      if (t.kind != TaskKind::all_gather || t.layer != 6 || t.micro_step != 0 || t.start > forward6_start) continue;
+      ++gathers;
+      if (first_gather < 0 || t.start < first_gather) first_gather = t.start;
+    }
+    ASSERT_GT(gathers, 0);
+    if (engine == TrainingEngine::zeroplan) {
+      EXPECT_LT(first_gather, forward5_end) << "prefetched while layer 5 computes";
+      EXPECT_EQ(gathers, 1) << "one collective for the unit";
+    } else {
+      EXPECT_GE(first_gather, forward5_end) << "fetched on demand";
+      EXPECT_GT(gathers, 1) << "one collective per module";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zeroplan
