@@ -304,8 +304,9 @@ class StepBuilder {
       const Bytes per_module = full_bytes / modules;
       for (std::int64_t m = 0; m < modules; ++m) {
         const Bytes bytes = m + 1 == modules ? full_bytes - per_module * (modules - 1) : per_module;
-        // Our executor's gathers run beside the passes' kernels (prefetch); DeepSpeed's measured stage-3 rows
-        // are matched with the isolated rate and its host hooks (sim/deepspeed_step.h).
+        // Our executor's gathers (and the ZeRO paper schedule's) run beside the passes' kernels (prefetch), at the
+        // link's rate beside compute; DeepSpeed's measured stage-3 rows are matched with the isolated rate and its
+        // host hooks (sim/deepspeed_step.h).
         const double seconds = ds_ ? in_.collectives->seconds(CollectiveKind::all_gather, bytes)
                                    : in_.collectives->seconds_beside_compute(CollectiveKind::all_gather, bytes);
         done = timeline_.add(Resource::nccl, TaskKind::all_gather, seconds, {ready, issued}, layer, micro, bytes);

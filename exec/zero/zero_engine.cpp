@@ -16,6 +16,27 @@ namespace zeroplan::exec {
 using detail::at;
 using detail::seconds_since;
 
+namespace {
+
+// One NCCL group per allgather_bucket_size elements of buckets (at least one bucket each), in bucket order.
+std::vector<std::pair<std::size_t, std::size_t>> gather_groups(const std::vector<GradientBucket>& buckets,
+                                                               std::int64_t group_elements) {
+  std::vector<std::pair<std::size_t, std::size_t>> groups;
+  std::size_t k = 0;
+  while (k < buckets.size()) {
+    const std::size_t first = k;
+    std::int64_t grouped = 0;
+    do {
+      grouped += buckets[k].elements();
+      ++k;
+    } while (k < buckets.size() && grouped + buckets[k].elements() <= group_elements);
+    groups.emplace_back(first, k);
+  }
+  return groups;
+}
+
+}  // namespace
+
 ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm)
     : config_(config),
       layout_(layout),
@@ -25,7 +46,8 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
       buffers_(zero_buffer_layout(layout, partition_, config.zero, config.grad_accum)),
       type_(device.element_type()),
       rank_(comm.rank()),
-      world_(comm.world()) {
+      world_(comm.world()),
+      gather_groups_(gather_groups(partition_.buckets(), config.zero.allgather_bucket_elements)) {
   const int stage = config_.zero.stage;
   const std::int64_t n = layout_.total();
   const std::int64_t part = partition_.partition_elements();
@@ -310,7 +332,7 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
         // Stages 1-2: group by group (allgather_bucket_size elements of buckets), each group's all-gather starts
         // on the comm lane once its AdamW is done, beside the next group's update. DeepSpeed gathers after the
         // whole step (stage_1_and_2.py all_gather_dp_groups); the values gathered are the same.
-        for (const auto& [first, last] : gather_groups()) {
+        for (const auto& [first, last] : gather_groups_) {
           for (std::size_t k = first; k < last; ++k) update_bucket(buckets[k]);
           all_gather_group(first, last);
         }
@@ -321,23 +343,6 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
   collect_comm_times();
   collect_offload_times();
   return norm;
-}
-
-std::vector<std::pair<std::size_t, std::size_t>> ZeroEngine::gather_groups() const {
-  // One NCCL group per allgather_bucket_size elements of buckets (at least one bucket).
-  const auto& buckets = partition_.buckets();
-  std::vector<std::pair<std::size_t, std::size_t>> groups;
-  std::size_t k = 0;
-  while (k < buckets.size()) {
-    const std::size_t first = k;
-    std::int64_t grouped = 0;
-    do {
-      grouped += buckets[k].elements();
-      ++k;
-    } while (k < buckets.size() && grouped + buckets[k].elements() <= config_.zero.allgather_bucket_elements);
-    groups.emplace_back(first, k);
-  }
-  return groups;
 }
 
 void ZeroEngine::all_gather_group(std::size_t first, std::size_t last) {
@@ -355,7 +360,7 @@ void ZeroEngine::all_gather_group(std::size_t first, std::size_t last) {
 }
 
 void ZeroEngine::all_gather_params() {
-  for (const auto& [first, last] : gather_groups()) all_gather_group(first, last);
+  for (const auto& [first, last] : gather_groups_) all_gather_group(first, last);
 }
 
 void ZeroEngine::collect_comm_times() {

@@ -174,9 +174,8 @@ class ZeroEngine {
   void reduce_bucket(int b);
   void* bucket_grads(int b) const;  // where backward writes bucket b in this micro-step
   void all_gather_params();
-  // Stages 1-2: [first, last) bucket ranges of one all-gather group each, and one group's all-gather on the comm
-  // lane after the compute lane's work so far.
-  std::vector<std::pair<std::size_t, std::size_t>> gather_groups() const;
+  // Stages 1-2: one group's all-gather (buckets [first, last), gather_groups_) on the comm lane after the compute
+  // lane's work so far.
   void all_gather_group(std::size_t first, std::size_t last);
   void collect_comm_times();
   bool stage3() const { return config_.zero.stage == 3; }
@@ -210,6 +209,9 @@ class ZeroEngine {
   ZeroBufferLayout buffers_;  // gradient bucket buffers, stage-3 units and fetch plans
   CommDtype type_;
   int rank_, world_;
+  // Stages 1-2: [first, last) bucket ranges of one all-gather group each (allgather_bucket_size elements of
+  // buckets, at least one), fixed with the partition.
+  std::vector<std::pair<std::size_t, std::size_t>> gather_groups_;
 
   void* params_ = nullptr;           // whole 16-bit (or fp32) parameters; stage 3: the rank's partition
   void* grads_ = nullptr;            // stages 0-1: whole gradients; stage 2: the rank's gradient partition
