@@ -99,8 +99,12 @@ void use_engine(TrainingConfig& training, TrainingEngine engine) {
   training.fused_attention = true;
   training.fused_cross_entropy = true;
   training.fp32_loss = false;
-  training.notes.push_back("engine zeroplan: 16-bit gradients only, in-place reduction, fused attention and "
-                           "fused softmax cross-entropy, exact-size allocations (exec/)");
+  const bool fp32_accumulation = training.precision != Precision::fp32 && training.grad_accum_dtype == Precision::fp32;
+  training.notes.push_back(std::string("engine zeroplan: ") +
+                           (fp32_accumulation ? "fp32 gradient accumulation (data_types.grad_accum_dtype)"
+                                              : "16-bit gradients only") +
+                           ", in-place reduction, fused attention and fused softmax cross-entropy, exact-size "
+                           "allocations (exec/)");
 }
 
 int precision_bytes(Precision precision) { return precision == Precision::fp32 ? 4 : 2; }

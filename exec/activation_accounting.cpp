@@ -26,7 +26,8 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   const std::int64_t sbh = B * T * C, sb = B * T;
   ExpectedMemory m;
   m.params = e * P;
-  m.grads = e * P;
+  // fp32 gradient accumulation: fp32 gradients beside the micro-step gradients backward writes (zero_buffer_layout.h)
+  m.grads = c.zero.fp32_grad_accumulation ? (4 + e) * P : e * P;
   m.master_params = c.precision == ExecPrecision::fp32 ? 0 : 4 * P;
   m.optimizer_states = 8 * P;
   if (c.zero.offload_optimizer) m.master_params = m.optimizer_states = 0;  // in host memory (ZeRO-Offload)
@@ -57,14 +58,18 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   // exec/zero/zero_engine.cpp (constructor, setup_stage3); CUDA kernels overwrite, so no micro-step gradients.
   // offload_param (stage 3): the partition in host memory, staging buffers on the device instead.
   if (!c.zero.offload_param) a.push_back({"params", e * (stage == 3 ? part : n)});
-  a.push_back({"grads", e * (stage >= 2 ? part : n)});
+  const std::int64_t grad_bytes = c.zero.fp32_grad_accumulation ? 4 : e;
+  a.push_back({"grads", grad_bytes * (stage >= 2 ? part : n)});
   if (!c.zero.offload_optimizer) {
     if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states});
     a.push_back({"optimizer_states", 4 * states});
     a.push_back({"optimizer_states", 4 * states});
   }
+  if (buffers.micro_step_gradients > 0) a.push_back({"grads", e * buffers.micro_step_gradients});
   for (std::int64_t elements : buffers.slot_elements) a.push_back({"gradient_buckets", e * elements});
-  if (buffers.accumulation_scratch > 0) a.push_back({"gradient_buckets", e * buffers.accumulation_scratch});
+  if (buffers.accumulation_scratch > 0)
+    a.push_back({"gradient_buckets", (c.zero.fp32_communication ? 4 : e) * buffers.accumulation_scratch});
+  if (buffers.communication_copy > 0) a.push_back({"gradient_buckets", 4 * buffers.communication_copy});
   if (stage == 3 && buffers.persistent_elements > 0) a.push_back({"gathered_params", e * buffers.persistent_elements});
   if (stage == 3 && buffers.arena_elements > 0) a.push_back({"gathered_params", e * buffers.arena_elements});
   for (int i = 0; i < buffers.param_staging_buffers; ++i)

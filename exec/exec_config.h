@@ -65,6 +65,15 @@ struct ZeroSettings {
   bool overlap_comm = true;        // reductions on the comm stream while backward runs
   bool reduce_scatter = true;      // stages 1-2: reduce-scatter buckets (false: all-reduce them, DeepSpeed's option)
   bool deterministic = false;      // fixed-order reductions everywhere (bit-identical repeated runs)
+  // DeepSpeed's data_types.grad_accum_dtype and communication_data_type (runtime/engine.py get_data_types,
+  // communication_data_type) when they are fp32 with a 16-bit model; both off in fp32 training. Backward still
+  // writes each micro-step's gradients in the model's precision (as torch's .grad is); with
+  // fp32_grad_accumulation they are summed over micro-steps, reduced and handed to AdamW in fp32 (DeepSpeed's
+  // BF16_Optimizer: fp32 gradient accumulation, bf16_optimizer.py accumulate_hp_grads_and_remove_lp), with
+  // fp32_communication every gradient reduction runs in fp32 (the bucket converted before its collective,
+  // stage_1_and_2.py allreduce_bucket: tensor.to(communication_data_type)). exec/zero/zero_engine.h says where.
+  bool fp32_grad_accumulation = false;
+  bool fp32_communication = false;
   // Stage 3 (core/zero3_fetch_plan.h; DeepSpeed's stage3_* fields and defaults).
   std::int64_t prefetch_bucket_elements = 50000000;     // stage3_prefetch_bucket_size
   std::int64_t param_persistence_threshold = 100000;    // stage3_param_persistence_threshold

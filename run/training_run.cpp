@@ -136,17 +136,19 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                                          std::to_string(world) + " (leave --gpus out under mpirun)");
   if (in.cluster.total_gpus() != world) in.cluster = with_gpu_count(in.cluster, world);
   if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
-  // DeepSpeed's dtype fields (runtime/engine.py get_data_types): the executor reduces and accumulates gradients in
-  // the model precision, so another dtype would be accepted and not honoured: refused, naming the field.
-  const auto precision_only = [&](const std::optional<Precision>& dtype, const char* field) {
-    if (dtype && *dtype != tr.precision)
+  // DeepSpeed's dtype fields (runtime/engine.py get_data_types): the executor accumulates and reduces gradients
+  // in the model precision or in fp32 (exec/zero/zero_engine.h); another dtype would be accepted and not
+  // honoured: refused, naming the field.
+  const auto model_or_fp32 = [&](const std::optional<Precision>& dtype, const char* field, const char* what) {
+    if (dtype && *dtype != tr.precision && *dtype != Precision::fp32)
       throw InputError(o.ds_config ? "--ds-config" : kCli, field,
-                       to_string(*dtype) + " is not implemented by the executor: it reduces and accumulates gradients "
-                       "in the model precision (" + to_string(tr.precision) + "); expected " + to_string(tr.precision) +
-                       " or the field left out (zeroplan plan --engine deepspeed models DeepSpeed with it)");
+                       to_string(*dtype) + " is not implemented by the executor: it " + what + " gradients in the "
+                       "model precision (" + to_string(tr.precision) + ") or in fp32; expected " +
+                       to_string(tr.precision) + ", fp32 or the field left out (zeroplan plan --engine deepspeed "
+                       "models DeepSpeed with it)");
   };
-  precision_only(tr.communication_dtype, "communication_data_type");
-  precision_only(tr.grad_accum_dtype, "data_types.grad_accum_dtype");
+  model_or_fp32(tr.communication_dtype, "communication_data_type", "reduces");
+  model_or_fp32(tr.grad_accum_dtype, "data_types.grad_accum_dtype", "accumulates");
   if (in.filter.stage < 0) tr.zero.stage = 0;  // no stage asked for: plain data parallelism
   // ZeRO-Offload: the optimizer to the CPU at stages 1-3, the parameters to the CPU at stage 3
   // (exec/zero/zero_engine.h).

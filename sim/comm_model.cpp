@@ -39,10 +39,9 @@ int communication_element_bytes(const TrainingConfig& training) {
 
 int gradient_communication_bytes(const TrainingConfig& training) {
   // DeepSpeed reduces gradients in communication_data_type when given (engine.py communication_data_type;
-  // stage_1_and_2.py allreduce_bucket and stage3.py __avg_scatter_grads convert to it); zeroplan's executor
-  // communicates in the training precision.
-  if (training.engine == TrainingEngine::deepspeed && training.communication_dtype && !training.autocast_fp32_params)
-    return precision_bytes(*training.communication_dtype);
+  // stage_1_and_2.py allreduce_bucket and stage3.py __avg_scatter_grads convert to it), and so does zeroplan's
+  // executor (exec/zero/zero_engine.cpp reduce_bucket; it implements fp32 or the model's precision).
+  if (training.communication_dtype && !training.autocast_fp32_params) return precision_bytes(*training.communication_dtype);
   return communication_element_bytes(training);
 }
 
@@ -75,6 +74,7 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
   const std::int64_t P = in.params;
   const std::int64_t A = std::max<std::int64_t>(1, training.grad_accum);
   const int e = communication_element_bytes(training);
+  const int grad_e = gradient_communication_bytes(training);  // gradient reductions (communication_data_type)
   const int n = static_cast<int>(in.world_size);
   CommVolume v;
   // zeroplan's executor (in.executor_exact): P is its flat buffer, one collective per gradient bucket of its
@@ -132,19 +132,19 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
     case -1:
       break;
     case 0:
-      add(v, CollectiveKind::all_reduce, reductions(P), P, e, n,
+      add(v, CollectiveKind::all_reduce, reductions(P), P, grad_e, n,
           "gradients, at the accumulation boundary, per bucket");
       elements_one_micro_step = 2.0 * P;
       break;
     case 1:
-      add(v, CollectiveKind::reduce_scatter, reductions(P), P, e, n,
+      add(v, CollectiveKind::reduce_scatter, reductions(P), P, grad_e, n,
           "gradients, at the accumulation boundary, per bucket");
       add(v, CollectiveKind::all_gather, buckets(P, zero.allgather_bucket_size), P, e, n,
           "updated parameters, after the optimizer step");
       elements_one_micro_step = 2.0 * P;
       break;
     case 2:
-      add(v, CollectiveKind::reduce_scatter, sat_mul(A, reductions(P)), sat_mul(A, P), e, n,
+      add(v, CollectiveKind::reduce_scatter, sat_mul(A, reductions(P)), sat_mul(A, P), grad_e, n,
           "gradients, every micro-step's backward, per bucket");
       add(v, CollectiveKind::all_gather, buckets(P, zero.allgather_bucket_size), P, e, n,
           "updated parameters, after the optimizer step");
@@ -160,7 +160,7 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
         if (in.persistent_params > 0)
           add(v, CollectiveKind::all_gather, in.executor_persistent_buckets, in.persistent_params, e, n,
               "persistent parameters, after the optimizer step");
-        add(v, CollectiveKind::reduce_scatter, sat_mul(A, reductions(P)), sat_mul(A, P), e, n,
+        add(v, CollectiveKind::reduce_scatter, sat_mul(A, reductions(P)), sat_mul(A, P), grad_e, n,
             "gradients, every micro-step's backward, per bucket");
         elements_one_micro_step = static_cast<double>(in.executor_gathered_per_micro) + P;
         break;
@@ -168,7 +168,7 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
       const std::int64_t G = in.gathered_params_total;
       add(v, CollectiveKind::all_gather, sat_mul(2 * A, in.gathered_modules), sat_mul(2 * A, G), e, n,
           "parameters, before each module's forward and backward, every micro-step");
-      add(v, CollectiveKind::reduce_scatter, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), e, n,
+      add(v, CollectiveKind::reduce_scatter, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), grad_e, n,
           "gradients, every micro-step's backward, per bucket");
       elements_one_micro_step = 2.0 * G + P;
       break;

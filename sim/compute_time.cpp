@@ -401,7 +401,9 @@ double executor_optimizer_step_bytes_per_param(const TrainingConfig& training) {
   const double states = optimizer_state_bytes_per_param(training.optimizer);
   const double e = precision_bytes(training.precision);
   if (training.precision == Precision::fp32) return 4.0 + (4.0 + 4.0 + states) + (4.0 + states);
-  return e + (e + 4.0 + states) + (4.0 + states + e);
+  // The norm's read and AdamW's read of the gradients: fp32 with data_types.grad_accum_dtype fp32.
+  const double g = training.grad_accum_dtype == Precision::fp32 ? 4.0 : e;
+  return g + (g + 4.0 + states) + (4.0 + states + e);
 }
 
 double model_flops_per_token(const ModelDescription& model, const TrainingConfig& training) {

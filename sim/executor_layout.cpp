@@ -57,6 +57,11 @@ exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int st
   s.offload_param = stage == 3 && z.offload_param == OffloadDevice::cpu;
   s.param_buffer_count = z.param_buffer_count;
   s.param_buffer_elements = z.param_buffer_size;
+  // DeepSpeed's dtype fields (run/training_run.cpp refuses what the executor does not implement): fp32 with a
+  // 16-bit model changes where and how the gradients are summed (exec/zero/zero_engine.h).
+  const bool mixed = training.precision != Precision::fp32;
+  s.fp32_grad_accumulation = mixed && training.grad_accum_dtype == Precision::fp32;
+  s.fp32_communication = mixed && training.communication_dtype == Precision::fp32;
   return s;
 }
 
@@ -71,7 +76,8 @@ std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescript
   f.flat_elements = layout.total();
   f.partition_elements = partition.partition_elements();
   f.buckets = static_cast<std::int64_t>(partition.buckets().size());
-  f.bucket_buffer_elements = buffers.bucket_buffer_elements();
+  f.gradient_buffer_bytes = buffers.gradient_buffer_bytes(precision_bytes(training.precision));
+  f.micro_step_gradient_elements = buffers.micro_step_gradients;
   f.persistent_elements = buffers.persistent_elements;
   for (const exec::GradientBucket& b : partition.buckets()) f.persistent_buckets += b.persistent;
   f.arena_elements = buffers.arena_elements;

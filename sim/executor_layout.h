@@ -26,7 +26,10 @@ struct ExecutorLayoutFigures {
   std::int64_t flat_elements = 0;        // the flat buffer: padded vocabulary, tensors aligned for the world
   std::int64_t partition_elements = 0;   // one rank's partition (stages 1-3)
   std::int64_t buckets = 0;              // gradient buckets (one collective each per reduction)
-  std::int64_t bucket_buffer_elements = 0;  // stages 2-3: gradient bucket buffers + accumulation scratch
+  // Bytes of the gradient bucket buffers (stages 2-3), the accumulation scratch and the fp32 communication copy.
+  std::int64_t gradient_buffer_bytes = 0;
+  // Stages 0-1 with fp32 gradient accumulation: the micro-step gradients backward writes (model precision).
+  std::int64_t micro_step_gradient_elements = 0;
   std::int64_t persistent_elements = 0;     // stage 3: tensors kept whole
   std::int64_t persistent_buckets = 0;
   std::int64_t arena_elements = 0;          // stage 3: gathered-parameter arena

@@ -107,6 +107,7 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
   in.engine = training.engine;
   in.mixed_precision = training.precision != Precision::fp32;
   in.param_bytes = precision_bytes(training.precision);
+  in.executor_grad_bytes = in.mixed_precision && training.grad_accum_dtype == Precision::fp32 ? 4 : in.param_bytes;
   in.activation_bytes = in.param_bytes;
   in.optimizer = training.optimizer;
   in.optimizer_state_bytes = optimizer_state_bytes_per_param(training.optimizer);
@@ -178,7 +179,8 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
       in.persistent_params = in.stage == 3 ? f->persistent_elements : 0;
       in.gathered_params_total = in.params - in.persistent_params;
       in.executor_buckets = f->buckets;
-      in.executor_bucket_buffers = f->bucket_buffer_elements;
+      in.executor_gradient_buffer_bytes = f->gradient_buffer_bytes;
+      in.executor_micro_step_gradients = f->micro_step_gradient_elements;
       in.executor_arena = f->arena_elements;
       in.executor_gathered_per_micro = f->gathered_elements;
       in.executor_gathers_per_micro = f->gathers;

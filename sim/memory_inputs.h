@@ -19,6 +19,9 @@ struct MemoryInputs {
   TrainingEngine engine = TrainingEngine::deepspeed;
   bool mixed_precision = true;        // fp16/bf16 with an fp32 master copy; false for fp32 training
   int param_bytes = 2;                // bytes of a model parameter / gradient element (2 or 4)
+  // zeroplan's executor: bytes of an accumulated gradient element (4 with data_types.grad_accum_dtype fp32 and a
+  // 16-bit model, exec/zero/zero_engine.h; else param_bytes).
+  int executor_grad_bytes = 2;
   int activation_bytes = 2;           // bytes of a saved activation element (the training precision's)
   OptimizerKind optimizer = OptimizerKind::adamw;
   int optimizer_state_bytes = 8;      // K' bytes per parameter, excluding the fp32 master copy
@@ -48,7 +51,8 @@ struct MemoryInputs {
   // partition, so that bytes and buffers are the ones the run measures.
   bool executor_exact = false;
   std::int64_t executor_buckets = 0;              // gradient buckets (reductions per pass)
-  std::int64_t executor_bucket_buffers = 0;       // elements: stages 2-3 gradient bucket buffers and scratch
+  Bytes executor_gradient_buffer_bytes = 0;      // stages 2-3 gradient bucket buffers, scratch, fp32 comm copy
+  std::int64_t executor_micro_step_gradients = 0;  // elements (model precision): fp32 accumulation at stages 0-1
   std::int64_t executor_arena = 0;                // elements: stage-3 gathered-parameter arena
   std::int64_t executor_gathered_per_micro = 0;   // elements all-gathered per micro-step (stage 3 fetch plan)
   std::int64_t executor_gathers_per_micro = 0;

@@ -55,10 +55,13 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
   // full gradient until then); the rank's partition from stage 2 (P_os+g). With the optimizer offloaded, the
   // reduced partition goes straight to the pinned host buffer (stage_1_and_2.py
   // async_accumulate_grad_in_cpu_via_gpu / stage3.py partition_grads with offload), so none stays on the GPU.
+  // zeroplan's executor with fp32 gradient accumulation keeps them in fp32, and at stages 0-1 also the
+  // micro-step gradients backward writes (exec/zero/zero_buffer_layout.h micro_step_gradients).
+  const int gb = in.engine == TrainingEngine::zeroplan ? in.executor_grad_bytes : pb;
   if (in.stage <= 1) {
-    b.grads = sat_mul(pb, P);
+    b.grads = sat_add(sat_mul(gb, P), sat_mul(pb, in.executor_micro_step_gradients));
   } else if (!optimizer_offloaded(in) || executor_offload(in)) {
-    b.grads = sat_mul(pb, Pp);
+    b.grads = sat_mul(gb, Pp);
   }
 
   // fp32 master params and optimizer states: K = 12 for mixed-precision Adam in the paper (4 master + 8
@@ -85,13 +88,13 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
     // too: the swap buffer is reused before a copy from it would finish), which goes to the device; with
     // offload_param that copy is the offloaded partition (host_params).
     b.nvme_optimizer = sat_add(sat_mul(4, optimizer_params), states);
-    b.host_optimizer = sat_mul(pb, optimizer_params);
+    b.host_optimizer = sat_mul(gb, optimizer_params);
     if (in.offload_param == OffloadDevice::none) b.host_optimizer = sat_add(b.host_optimizer, sat_mul(pb, optimizer_params));
   } else if (executor_offload(in)) {
     // zeroplan's executor: the fp32 master and the AdamW moments of the partition, its reduced gradients in the
     // training precision (the CPU AdamW reads 16-bit gradients), and the 16-bit copy the CPU AdamW writes for
     // the copy back (none in fp32 training: the master is copied back).
-    b.host_optimizer = sat_add(sat_add(sat_mul(4, optimizer_params), states), sat_mul(pb, optimizer_params));
+    b.host_optimizer = sat_add(sat_add(sat_mul(4, optimizer_params), states), sat_mul(gb, optimizer_params));
     // With offload_param that copy is the offloaded parameter partition (host_params).
     if (in.mixed_precision && in.offload_param == OffloadDevice::none)
       b.host_optimizer = sat_add(b.host_optimizer, sat_mul(pb, optimizer_params));
@@ -126,21 +129,31 @@ void explain_model_states(const MemoryInputs& in, const ModelStatesBytes& b, std
                      0, "0 (offload_param moves the partition off the GPU)", kZeroInfinity});
   }
 
-  if (in.stage <= 1) {
+  // zeroplan's executor with fp32 gradient accumulation (exec/zero/zero_engine.h).
+  const bool fp32_accumulation = in.engine == TrainingEngine::zeroplan && in.executor_grad_bytes != in.param_bytes;
+  const std::string gb = num(fp32_accumulation ? in.executor_grad_bytes : in.param_bytes);
+  if (fp32_accumulation && in.stage <= 1) {
+    terms.push_back({"grads", "fp32 gradients (data_types.grad_accum_dtype) and the micro-step gradients", b.grads,
+                     gb + " * P + " + pb + " * P = (" + gb + " + " + pb + ") * " + P,
+                     "exec/zero/zero_buffer_layout.h (micro_step_gradients)"});
+  } else if (in.stage <= 1) {
     terms.push_back({"grads", gname, b.grads,
                      pb + " * P = " + pb + " * " + P +
                          (in.stage == 1 ? " (stage 1 reduces at the accumulation boundary)" : ""),
                      kZeroPaper});
   } else if (in.offload_optimizer == OffloadDevice::none || executor_offload(in)) {
-    terms.push_back({"grads", gname + " (partition)", b.grads,
-                     pb + " * ceil(P/N) = " + pb + " * ceil(" + P + " / " + N + ")", executor_offload(in) ? kExecutorOffload : kZeroPaper});
+    terms.push_back({"grads", (fp32_accumulation ? std::string("fp32 gradients") : gname) + " (partition)", b.grads,
+                     gb + " * ceil(P/N) = " + gb + " * ceil(" + P + " / " + N + ")",
+                     executor_offload(in) ? kExecutorOffload : kZeroPaper});
   } else {
     terms.push_back({"grads", gname + " (partition offloaded)", 0,
                      "0 (reduced partitions are copied to pinned host memory per bucket)", kZeroOffload});
   }
   if (in.mixed_precision && in.offload_optimizer == OffloadDevice::none && in.engine == TrainingEngine::zeroplan)
     terms.push_back({"grads", "fp32 gradient partition at the optimizer step", 0,
-                     "0 (zeroplan's AdamW upcasts the 16-bit gradients in registers)", "exec/cuda/adamw.cu"});
+                     fp32_accumulation ? "0 (AdamW reads the fp32 accumulated gradients above)"
+                                       : "0 (zeroplan's AdamW upcasts the 16-bit gradients in registers)",
+                     "exec/cuda/adamw.cu"});
   else if (in.mixed_precision && in.offload_optimizer == OffloadDevice::none)
     terms.push_back({"grads", "fp32 gradient partition at the optimizer step", b.grad_fp32_partition,
                      "4 * " + part + " = 4 * " + opt_params,

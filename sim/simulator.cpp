@@ -250,11 +250,12 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
 
   inputs.every_micro_step = options.record_events;
   inputs.static_gathered_params = executor_arena(model, training);
+  // Elementwise gradient copies and conversions run at the optimizer's streaming rate (both are memory bound).
+  inputs.streaming_bandwidth = inputs.optimizer_bandwidth;
   if (training.engine == TrainingEngine::deepspeed) {
     inputs.deepspeed = true;
     inputs.path = deepspeed_engine_path(training);
     inputs.transient = memory.transient;
-    inputs.streaming_bandwidth = inputs.optimizer_bandwidth;
     inputs.deepspeed_optimizer_bandwidth =
         cluster.optimizer_bandwidth > 0.0 ? cluster.optimizer_bandwidth : inputs.optimizer_bandwidth;
     inputs.kernel_overhead_seconds = cluster.kernel_overhead_seconds;

@@ -28,9 +28,10 @@ ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero
   // zeroplan's executor reduces stages 0-1 in place over its flat gradient buffer (exec/param_layout.h): no
   // bucket copies. From stage 2 its backward writes into rotating bucket buffers, and stage 3 gathers into an
   // arena beside the persistent tensors: exactly exec/zero/zero_buffer_layout.h's (in.executor_exact).
+  // Stages 0-1 keep a bucket-sized copy only for a reduction in fp32 of 16-bit gradients (communication_data_type).
   const bool in_place_reduction = in.engine == TrainingEngine::zeroplan && in.stage <= 1;
-  if (in.executor_exact && in.stage >= 2) {
-    b.reduce_buckets = sat_mul(pb, in.executor_bucket_buffers);
+  if (in.executor_exact) {
+    b.reduce_buckets = in.executor_gradient_buffer_bytes;
     if (in.stage == 3) {
       b.gathered_in_flight = sat_mul(pb, in.executor_arena);
       b.persistent_params = sat_mul(pb, in.persistent_params);
@@ -87,10 +88,13 @@ void explain_zero_buffers(const MemoryInputs& in, const ZeroConfig& zero, const 
                           std::vector<MemoryTerm>& terms) {
   const std::string pb = num(in.param_bytes);
   const std::string copies = zero.overlap_comm ? " * 2 (overlap_comm)" : "";
-  if (in.executor_exact && in.stage >= 2) {
-    terms.push_back({"gradient_buckets", "gradient bucket buffers (rotating, embeddings, accumulation scratch)",
-                     b.reduce_buckets, pb + " * " + num(in.executor_bucket_buffers) + " elements",
-                     "exec/zero/zero_buffer_layout.h (gradient_buffers)"});
+  if (in.executor_exact && (in.stage >= 2 || b.reduce_buckets > 0)) {
+    terms.push_back({"gradient_buckets",
+                     in.stage >= 2 ? "gradient bucket buffers (rotating, embeddings, accumulation scratch, fp32 "
+                                     "communication copy)"
+                                   : "fp32 communication copy of a bucket (communication_data_type)",
+                     b.reduce_buckets, num(b.reduce_buckets) + " bytes",
+                     "exec/zero/zero_buffer_layout.h (gradient_buffer_bytes)"});
     if (in.stage == 3) {
       terms.push_back({"gathered_params", "gathered-parameter arena (fetch plan peak)", b.gathered_in_flight,
                        pb + " * " + num(in.executor_arena) + " elements",

@@ -61,6 +61,11 @@ class StepBuilder {
         compute_(*inputs.compute),
         n_(inputs.world_size),
         e_(communication_element_bytes(*inputs.training)),
+        grad_e_(gradient_communication_bytes(*inputs.training)),
+        accumulation_e_(inputs.training->precision != Precision::fp32 &&
+                                inputs.training->grad_accum_dtype == Precision::fp32
+                            ? 4
+                            : precision_bytes(inputs.training->precision)),
         ds_(inputs.deepspeed),
         executor_(inputs.training->engine == TrainingEngine::zeroplan) {}
 
@@ -223,6 +228,18 @@ class StepBuilder {
                                    {after(consumer)}, layer, micro);
           last_backward_ = consumer;
         }
+        if (executor_ && zero_.stage < 2 && accumulation_e_ != precision_bytes(training_.precision)) {
+          // zeroplan's executor with fp32 accumulation at stages 0-1: each finished bucket of the micro-step
+          // gradients is converted (first micro-step) or added into the fp32 gradients on the compute lane
+          // (exec/zero/zero_engine.cpp finish_bucket).
+          const double params = static_cast<double>(layers_[index].params);
+          const double bytes = params * (static_cast<double>(precision_bytes(training_.precision)) +
+                                         static_cast<double>(accumulation_e_) * (micro > 0 ? 2.0 : 1.0));
+          consumer = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy,
+                                   bytes / in_.streaming_bandwidth + in_.kernel_overhead_seconds, {after(consumer)},
+                                   layer, micro);
+          last_backward_ = consumer;
+        }
       }
 
       if (zero_.stage == 3) {
@@ -341,15 +358,17 @@ class StepBuilder {
       deepspeed_reduction(elements, layer, micro, produced_by, /*after_backward=*/false);
       return;
     }
-    const Bytes bytes = bucket_elements_ * e_;
+    const std::int64_t elements = bucket_elements_;
+    const Bytes bytes = elements * grad_e_;
     bucket_elements_ = 0;
     TaskId reduced = produced_by;
     if (n_ > 1) {
       // Stage 0 all-reduces (every rank keeps every gradient); stages 1-3 reduce-scatter to the owners.
       const CollectiveKind kind = zero_.stage == 0 ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
       // With overlap_comm it runs beside the backward kernels, at the link's rate beside compute.
-      const double seconds = zero_.overlap_comm ? in_.collectives->seconds_beside_compute(kind, bytes)
-                                                : in_.collectives->seconds(kind, bytes);
+      const double seconds = (zero_.overlap_comm ? in_.collectives->seconds_beside_compute(kind, bytes)
+                                                 : in_.collectives->seconds(kind, bytes)) +
+                             executor_reduction_copy_seconds(elements, micro);
       reduced = timeline_.add(Resource::nccl,
                               kind == CollectiveKind::all_reduce ? TaskKind::all_reduce : TaskKind::reduce_scatter,
                               seconds, {after(produced_by)}, layer, micro, bytes);
@@ -368,6 +387,21 @@ class StepBuilder {
       downloaded_elements_ += ceil_div(partition_bytes, e_);
       downloads_.push_back({downloaded_elements_, last_download_});
     }
+  }
+
+  // zeroplan's executor: the conversions on the communication lane around one bucket's reduction when its
+  // gradients are held in another precision than they are reduced in (exec/zero/zero_engine.cpp reduce_bucket),
+  // and the reduced chunk's conversion or addition into an fp32 gradient partition (stages 2-3).
+  double executor_reduction_copy_seconds(std::int64_t elements, std::int32_t micro) const {
+    if (!executor_) return 0.0;
+    const double model = precision_bytes(training_.precision), held = zero_.stage < 2 ? accumulation_e_ : model;
+    const double c = static_cast<double>(grad_e_), count = static_cast<double>(elements);
+    double bytes = 0.0;
+    if (c != held) bytes += count * (held + c);  // into the communication copy
+    if (zero_.stage < 2 && c != held) bytes += count * (c + held) / (zero_.stage == 0 ? 1.0 : n_);  // and back
+    if (zero_.stage >= 2 && (c != accumulation_e_ || micro > 0))
+      bytes += count / n_ * (c + accumulation_e_ + (micro > 0 ? accumulation_e_ : 0.0));  // into the partition
+    return bytes > 0.0 ? bytes / in_.streaming_bandwidth + in_.kernel_overhead_seconds : 0.0;
   }
 
   // --- DeepSpeed's engine: host hooks, gradient buffers and its reductions --------------------------------
@@ -943,6 +977,8 @@ class StepBuilder {
   const std::vector<LayerCompute>& compute_;
   const int n_;
   const Bytes e_;
+  const Bytes grad_e_;  // bytes of a gradient element on the wire (communication_data_type)
+  const Bytes accumulation_e_;  // bytes of an accumulated gradient element (data_types.grad_accum_dtype)
 
   std::vector<std::int64_t> gather_elements_;  // per layer: stage-3 elements all-gathered (all but persistent)
   std::vector<Bytes> gathered_bytes_;          // per layer: gathered bytes awaiting release

@@ -77,14 +77,23 @@ void CpuZeroDevice::zero(void* p, std::int64_t elements, CommDtype type, Lane) {
   std::fill(f32(p), f32(p) + elements, 0.0f);
 }
 
-void CpuZeroDevice::accumulate(void* dst, const void* src, std::int64_t n, CommDtype type, Lane) {
-  require_f32(type);
+void CpuZeroDevice::accumulate(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
+                               Lane) {
+  require_f32(dst_type);
+  require_f32(src_type);
   float* d = f32(dst);
   const float* s = f32(src);
   for (std::int64_t i = 0; i < n; ++i) d[i] += s[i];
 }
 
-void CpuZeroDevice::sum_squares(const void* g, std::int64_t n, int slot) {
+void CpuZeroDevice::convert(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n, Lane) {
+  require_f32(dst_type);
+  require_f32(src_type);
+  std::memmove(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+void CpuZeroDevice::sum_squares(const void* g, CommDtype type, std::int64_t n, int slot) {
+  require_f32(type);
   const float* x = f32(g);
   double sum = 0;
   for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];

@@ -59,8 +59,8 @@ __device__ __forceinline__ bool is_decayed(i64 i, const DecayGeometry& d) {
 }
 
 // 4 elements per thread (n and base are multiples of 4: every tensor size is a multiple of hidden, itself of 8).
-template <typename T>
-__global__ void adamw_kernel(T* params, float* master, const T* grads, float* m, float* v, i64 n, float lr,
+template <typename T, typename G>
+__global__ void adamw_kernel(T* params, float* master, const G* grads, float* m, float* v, i64 n, float lr,
                              float beta1, float beta2, float bc1, float bc2, float eps, float weight_decay,
                              float grad_scale, DecayGeometry decay) {
   const i64 i = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
@@ -118,14 +118,14 @@ void grad_norm_squared(float* out, float* partials, const T* g, i64 n, cudaStrea
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void adamw_update(T* params, float* master, const T* grads, float* m, float* v, i64 n, float lr, float beta1,
+template <typename T, typename G>
+void adamw_update(T* params, float* master, const G* grads, float* m, float* v, i64 n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, float grad_scale, int t, DecayGeometry decay,
                   cudaStream_t stream) {
   if (n % 4 != 0 || decay.base % 4 != 0) throw CudaError("adamw_update: size and base must be multiples of 4");
   const float bc1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float bc2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-  adamw_kernel<T><<<ceil_div(n / 4, 256), 256, 0, stream>>>(params, master, grads, m, v, n, lr, beta1, beta2, bc1, bc2,
+  adamw_kernel<T, G><<<ceil_div(n / 4, 256), 256, 0, stream>>>(params, master, grads, m, v, n, lr, beta1, beta2, bc1, bc2,
                                                            eps, weight_decay, grad_scale, decay);
   CUDA_CHECK_LAUNCH();
 }
@@ -134,11 +134,16 @@ void adamw_update(T* params, float* master, const T* grads, float* m, float* v, 
   template void init_tensor<T>(T*, float*, i64, i64, i64, InitKind, std::uint64_t, float, cudaStream_t);\
   template void set_from_fp32<T>(T*, float*, const float*, i64, cudaStream_t);                                    \
   template void grad_norm_squared<T>(float*, float*, const T*, i64, cudaStream_t);                                \
-  template void adamw_update<T>(T*, float*, const T*, float*, float*, i64, float, float, float, float, float, float, \
-                                int, DecayGeometry, cudaStream_t);
+  template void adamw_update<T, T>(T*, float*, const T*, float*, float*, i64, float, float, float, float, float,   \
+                                   float, int, DecayGeometry, cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)
 ZP_INSTANTIATE(__nv_bfloat16)
 #undef ZP_INSTANTIATE
+// 16-bit parameters with fp32 gradients (fp32 gradient accumulation).
+template void adamw_update<__half, float>(__half*, float*, const float*, float*, float*, i64, float, float, float,
+                                          float, float, float, int, DecayGeometry, cudaStream_t);
+template void adamw_update<__nv_bfloat16, float>(__nv_bfloat16*, float*, const float*, float*, float*, i64, float,
+                                                 float, float, float, float, float, int, DecayGeometry, cudaStream_t);
 
 }  // namespace zeroplan::exec::cuda

@@ -33,8 +33,9 @@ template <typename T>
 void grad_norm_squared(float* out, float* partials, const T* g, std::int64_t n, cudaStream_t stream);
 
 // grad_scale folds the loss-scale unscale and the clipping factor; master null means params are fp32 masters.
-template <typename T>
-void adamw_update(T* params, float* master, const T* grads, float* m, float* v, std::int64_t n, float lr, float beta1,
+// G: the gradients' type, T's or fp32 (fp32 gradient accumulation).
+template <typename T, typename G>
+void adamw_update(T* params, float* master, const G* grads, float* m, float* v, std::int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, float grad_scale, int t, DecayGeometry decay,
                   cudaStream_t stream);
 

@@ -21,10 +21,11 @@ namespace {
 
 using i64 = std::int64_t;
 
-template <typename T>
-__global__ void accumulate_kernel(T* dst, const T* src, i64 n) {
+// dst += src (accumulate) or dst = src (convert), the sum in fp32 and rounded once to D.
+template <typename D, typename S, bool kAdd>
+__global__ void combine_kernel(D* dst, const S* src, i64 n) {
   const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = cuda::from_f<T>(cuda::to_f(dst[i]) + cuda::to_f(src[i]));
+  if (i < n) dst[i] = cuda::from_f<D>(kAdd ? cuda::to_f(dst[i]) + cuda::to_f(src[i]) : cuda::to_f(src[i]));
 }
 
 template <typename F>
@@ -166,18 +167,41 @@ void CudaZeroDevice::zero(void* p, std::int64_t elements, CommDtype type, Lane l
   CUDA_CHECK(cudaMemsetAsync(p, 0, elements * comm_dtype_bytes(type), stream(lane)));
 }
 
-void CudaZeroDevice::accumulate(void* dst, const void* src, std::int64_t n, CommDtype type, Lane lane) {
-  by_type(type, [&](auto zero) {
-    using T = decltype(zero);
-    accumulate_kernel<T><<<cuda::ceil_div(n, 256), 256, 0, stream(lane)>>>(static_cast<T*>(dst),
-                                                                          static_cast<const T*>(src), n);
-    CUDA_CHECK_LAUNCH();
+void CudaZeroDevice::accumulate(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
+                                Lane lane) {
+  if (n <= 0) return;
+  by_type(dst_type, [&](auto d) {
+    by_type(src_type, [&](auto s) {
+      using D = decltype(d);
+      using S = decltype(s);
+      combine_kernel<D, S, true><<<cuda::ceil_div(n, 256), 256, 0, stream(lane)>>>(static_cast<D*>(dst),
+                                                                                   static_cast<const S*>(src), n);
+      CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
-void CudaZeroDevice::sum_squares(const void* g, std::int64_t n, int slot) {
+void CudaZeroDevice::convert(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
+                             Lane lane) {
+  if (n <= 0) return;
+  if (dst_type == src_type) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * comm_dtype_bytes(dst_type), cudaMemcpyDeviceToDevice, stream(lane)));
+    return;
+  }
+  by_type(dst_type, [&](auto d) {
+    by_type(src_type, [&](auto s) {
+      using D = decltype(d);
+      using S = decltype(s);
+      combine_kernel<D, S, false><<<cuda::ceil_div(n, 256), 256, 0, stream(lane)>>>(static_cast<D*>(dst),
+                                                                                    static_cast<const S*>(src), n);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void CudaZeroDevice::sum_squares(const void* g, CommDtype type, std::int64_t n, int slot) {
   if (slot < 0 || slot >= kNormSlots) throw std::out_of_range("sum_squares: slot " + std::to_string(slot));
-  by_type(element_, [&](auto zero) {
+  by_type(type, [&](auto zero) {
     using T = decltype(zero);
     cuda::grad_norm_squared<T>(norm_slots_ + slot, norm_partials_, static_cast<const T*>(g), n, compute_);
   });
@@ -195,8 +219,12 @@ void CudaZeroDevice::adamw(const AdamwRange& r, float lr, float beta1, float bet
                                   layout_.blocks_end(), r.flat_base};
   by_type(element_, [&](auto zero) {
     using T = decltype(zero);
-    cuda::adamw_update<T>(static_cast<T*>(r.params), r.master, static_cast<const T*>(r.grads), r.m, r.v, r.n, lr,
-                          beta1, beta2, eps, weight_decay, grad_scale, step, decay, compute_);
+    if (r.fp32_grads)
+      cuda::adamw_update<T, float>(static_cast<T*>(r.params), r.master, static_cast<const float*>(r.grads), r.m, r.v,
+                                   r.n, lr, beta1, beta2, eps, weight_decay, grad_scale, step, decay, compute_);
+    else
+      cuda::adamw_update<T, T>(static_cast<T*>(r.params), r.master, static_cast<const T*>(r.grads), r.m, r.v, r.n,
+                               lr, beta1, beta2, eps, weight_decay, grad_scale, step, decay, compute_);
   });
 }
 

@@ -38,8 +38,10 @@ class CudaZeroDevice final : public ZeroDevice {
   bool lanes_concurrent() const override { return true; }
   void init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) override;
   void zero(void* p, std::int64_t elements, CommDtype type, Lane lane) override;
-  void accumulate(void* dst, const void* src, std::int64_t n, CommDtype type, Lane lane) override;
-  void sum_squares(const void* g, std::int64_t n, int slot) override;
+  void accumulate(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
+                  Lane lane) override;
+  void convert(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n, Lane lane) override;
+  void sum_squares(const void* g, CommDtype type, std::int64_t n, int slot) override;
   void read_sum_squares(double* out, int count) override;
   int max_norm_slots() const override { return static_cast<int>(kNormSlots); }
   void adamw(const AdamwRange& range, float lr, float beta1, float beta2, float eps, float weight_decay,

@@ -47,7 +47,18 @@ void gradient_buffers(ZeroBufferLayout& z, const ParamLayout& layout, const Zero
       z.bucket_slot[k] = static_cast<int>(z.slot_elements.size());
       z.slot_elements.push_back(buckets[k].elements());
     }
-  if (grad_accum > 1) z.accumulation_scratch = partition.largest_chunk();
+  if (grad_accum > 1 || zero.fp32_communication != zero.fp32_grad_accumulation)
+    z.accumulation_scratch = partition.largest_chunk();
+  if (zero.fp32_communication) z.communication_copy = partition.largest_bucket();
+}
+
+// Stages 0-1: the gradients (in the accumulation precision) are the reduction's buffer; a communication copy is
+// needed only when they are 16-bit and the reduction fp32 (fp32 accumulation with 16-bit communication converts
+// into the micro-step gradients' finished region instead).
+void whole_gradient_buffers(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPartition& partition,
+                            const ZeroSettings& zero) {
+  if (zero.fp32_grad_accumulation) z.micro_step_gradients = layout.total();
+  if (zero.fp32_communication && !zero.fp32_grad_accumulation) z.communication_copy = partition.largest_bucket();
 }
 
 void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPartition& partition,
@@ -123,16 +134,19 @@ PartitionRules partition_rules(const ZeroSettings& zero) {
   return r;
 }
 
-std::int64_t ZeroBufferLayout::bucket_buffer_elements() const {
-  std::int64_t sum = accumulation_scratch;
-  for (std::int64_t e : slot_elements) sum += e;
-  return sum;
+std::int64_t ZeroBufferLayout::gradient_buffer_bytes(std::int64_t element_bytes) const {
+  std::int64_t slots = 0;
+  for (std::int64_t e : slot_elements) slots += e;
+  const std::int64_t scratch_bytes = fp32_communication ? 4 : element_bytes;
+  return element_bytes * slots + scratch_bytes * accumulation_scratch + 4 * communication_copy;
 }
 
 ZeroBufferLayout zero_buffer_layout(const ParamLayout& layout, const ZeroPartition& partition,
                                     const ZeroSettings& zero, std::int64_t grad_accum) {
   ZeroBufferLayout z;
+  z.fp32_communication = zero.fp32_communication;
   if (zero.stage >= 2) gradient_buffers(z, layout, partition, zero, grad_accum);
+  else whole_gradient_buffers(z, layout, partition, zero);
   if (zero.stage == 3) stage3_units(z, layout, partition, zero);
   return z;
 }

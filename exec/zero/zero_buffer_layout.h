@@ -25,7 +25,18 @@ struct ZeroBufferLayout {
   // `rotating_elements` (indices [0, rotating)), then one per embeddings bucket, of its size.
   std::vector<int> bucket_slot;            // per bucket
   std::vector<std::int64_t> slot_elements;  // per buffer
-  std::int64_t accumulation_scratch = 0;   // reduce-scatter output for micro-steps after the first (A > 1)
+  // Stages 2-3: the reduce-scatter's output chunk (communication precision) when it cannot land in the gradient
+  // partition itself: micro-steps after the first (they add to it), or a partition in another precision.
+  std::int64_t accumulation_scratch = 0;
+  // fp32_communication: the bucket converted to fp32 before its reduction (stage_1_and_2.py allreduce_bucket's
+  // tensor.to(communication_data_type)), one at a time on the communication lane: the largest bucket, fp32. None
+  // at stages 0-1 when the gradients themselves accumulate in fp32 (they are reduced in place).
+  std::int64_t communication_copy = 0;
+  // Stages 0-1 with fp32_grad_accumulation: backward writes each micro-step's gradients here (model precision,
+  // every element), added bucket by bucket into the fp32 gradients; at the boundary, with 16-bit communication,
+  // a finished bucket's region is its communication copy. Counted as gradients.
+  std::int64_t micro_step_gradients = 0;
+  bool fp32_communication = false;  // the precision of accumulation_scratch (else the model's)
 
   // Stage 3.
   std::vector<std::pair<std::int64_t, std::int64_t>> units;  // gather units (flat ranges)
@@ -44,7 +55,9 @@ struct ZeroBufferLayout {
   std::int64_t param_staging_elements = 0;  // per buffer
   std::int64_t largest_chunk = 0;
 
-  std::int64_t bucket_buffer_elements() const;  // sum of slot_elements and the accumulation scratch
+  // Bytes of the bucket buffers, the accumulation scratch and the communication copy, for a model precision of
+  // `element_bytes` (the planner's gradient_buckets component).
+  std::int64_t gradient_buffer_bytes(std::int64_t element_bytes) const;
   std::int64_t param_staging_total() const { return param_staging_buffers * param_staging_elements; }
 };
 

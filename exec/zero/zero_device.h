@@ -19,7 +19,8 @@ constexpr int kLanes = 4;
 
 // AdamW on n elements: params[i] (and master[i] when master is not null: the fp32 copy the update runs on) with
 // gradient grads[i] * grad_scale, moments m[i], v[i]; `flat_base` is the flat index of element 0 (weight decay
-// applies by position in the layout). Runs on the compute lane.
+// applies by position in the layout). The gradients are in the model's precision, or fp32 when fp32_grads (fp32
+// gradient accumulation). Runs on the compute lane.
 struct AdamwRange {
   void* params = nullptr;
   float* master = nullptr;
@@ -28,6 +29,7 @@ struct AdamwRange {
   float* v = nullptr;
   std::int64_t n = 0;
   std::int64_t flat_base = 0;
+  bool fp32_grads = false;
 };
 
 class ZeroDevice {
@@ -58,10 +60,14 @@ class ZeroDevice {
   // into params[0..n) (element type) and master[0..n) (fp32), each when not null; alignment gaps get 0.
   virtual void init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) = 0;
   virtual void zero(void* p, std::int64_t elements, CommDtype type, Lane lane) = 0;
-  // dst[0..n) += src[0..n), both of `type`.
-  virtual void accumulate(void* dst, const void* src, std::int64_t n, CommDtype type, Lane lane) = 0;
-  // Sum of squares of g[0..n) into norm slot `slot` (fp32 accumulation on the GPU, double on the CPU).
-  virtual void sum_squares(const void* g, std::int64_t n, int slot) = 0;
+  // dst[0..n) += src[0..n), dst of `dst_type` and src of `src_type` (the sum in fp32, rounded to dst_type once).
+  virtual void accumulate(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
+                          Lane lane) = 0;
+  // dst[0..n) = src[0..n) converted (rounded to nearest even when dst is narrower).
+  virtual void convert(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
+                       Lane lane) = 0;
+  // Sum of squares of g[0..n) (of `type`) into norm slot `slot` (fp32 accumulation on the GPU, double on the CPU).
+  virtual void sum_squares(const void* g, CommDtype type, std::int64_t n, int slot) = 0;
   // Waits for the compute lane and returns slots [0, count) in host doubles.
   virtual void read_sum_squares(double* out, int count) = 0;
   virtual int max_norm_slots() const = 0;

@@ -35,16 +35,25 @@ std::vector<std::pair<std::size_t, std::size_t>> gather_groups(const std::vector
   return groups;
 }
 
+// A backend whose buffers are fp32 (the CPU reference computes a 16-bit model in fp32) accumulates and reduces
+// in fp32 already: the fp32 gradient settings change nothing there.
+ExecConfig for_element_type(ExecConfig config, CommDtype element) {
+  if (element == CommDtype::f32) config.zero.fp32_grad_accumulation = config.zero.fp32_communication = false;
+  return config;
+}
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm)
-    : config_(config),
+    : config_(for_element_type(config, device.element_type())),
       layout_(layout),
       device_(device),
       comm_(comm),
       partition_(layout, comm.world(), comm.rank(), partition_rules(config.zero)),
-      buffers_(zero_buffer_layout(layout, partition_, config.zero, config.grad_accum)),
+      buffers_(zero_buffer_layout(layout, partition_, config_.zero, config.grad_accum)),
       type_(device.element_type()),
+      grad_type_(config_.zero.fp32_grad_accumulation ? CommDtype::f32 : type_),
+      comm_type_(config_.zero.fp32_communication ? CommDtype::f32 : type_),
       rank_(comm.rank()),
       world_(comm.world()),
       gather_groups_(gather_groups(partition_.buckets(), config.zero.allgather_bucket_elements)) {
@@ -83,18 +92,19 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   }
   const std::int64_t states = stage == 0 ? n : part;
   const std::int64_t grad_elements = stage >= 2 ? part : n;
-  grads_ = device_.allocate("grads", stage >= 2 ? "gradient partition" : "gradients", grad_elements, type_);
+  grads_ = device_.allocate("grads", stage >= 2 ? "gradient partition" : "gradients", grad_elements, grad_type_);
   if (!offload_) {
     if (!fp32)
       master_ = static_cast<float*>(device_.allocate("master_params", "fp32 master weights", states, CommDtype::f32));
     m_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW momentum", states, CommDtype::f32));
     v_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW variance", states, CommDtype::f32));
   }
-  if (stage < 2 && config_.grad_accum > 1 && !device_.kernels_overwrite()) {
+  micro_step_gradients_ = buffers_.micro_step_gradients > 0;
+  if (micro_step_gradients_ || (stage < 2 && config_.grad_accum > 1 && !device_.kernels_overwrite())) {
     micro_grads_ = device_.allocate("grads", "micro-step gradients", n, type_);
     device_.zero(micro_grads_, n, type_, Lane::compute);
   }
-  device_.zero(grads_, grad_elements, type_, Lane::compute);
+  device_.zero(grads_, grad_elements, grad_type_, Lane::compute);
   if (m_) device_.zero(m_, states, CommDtype::f32, Lane::compute);
   if (v_) device_.zero(v_, states, CommDtype::f32, Lane::compute);
 
@@ -103,7 +113,10 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
     slots_.push_back(Slot{device_.allocate("gradient_buckets", "gradient bucket buffer", elements, type_), -1});
   if (buffers_.accumulation_scratch > 0)
     reduce_scratch_ = device_.allocate("gradient_buckets", "reduce-scatter output (accumulation)",
-                                       buffers_.accumulation_scratch, type_);
+                                       buffers_.accumulation_scratch, comm_type_);
+  if (buffers_.communication_copy > 0)
+    comm_copy_ = device_.allocate("gradient_buckets", "fp32 communication copy of a bucket",
+                                  buffers_.communication_copy, CommDtype::f32);
   for (int i = 0; i < buffers_.param_staging_buffers; ++i)
     staging_.push_back(device_.allocate("offload_buffers", "parameter staging buffer", buffers_.param_staging_elements,
                                         type_));
@@ -142,12 +155,14 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
 
 void* ZeroEngine::bucket_grads(int b) const {
   const GradientBucket& bucket = partition_.buckets()[b];
-  if (config_.zero.stage < 2) return at(grads_, bucket.begin, type_);
+  if (config_.zero.stage < 2) return at(grads_, bucket.begin, grad_type_);
   return slots_[buffers_.bucket_slot[b]].buffer;
 }
 
 void* ZeroEngine::grad_at(std::int64_t offset) const {
-  if (config_.zero.stage < 2) return at(micro_grads_ && micro_ > 0 ? micro_grads_ : grads_, offset, type_);
+  if (config_.zero.stage < 2)
+    return micro_grads_ && (micro_ > 0 || micro_step_gradients_) ? at(micro_grads_, offset, type_)
+                                                                 : at(grads_, offset, type_);
   const int b = partition_.bucket_of(offset);
   const Slot& slot = slots_[buffers_.bucket_slot[b]];
   if (slot.owner != b)
@@ -175,12 +190,12 @@ void ZeroEngine::begin_micro_step(std::int64_t micro) {
   if (stage3()) start_schedule(&buffers_.train_plan);
   micro_ = micro;
   boundary_ = micro == config_.grad_accum - 1;
-  accumulate_in_kernels_ = config_.zero.stage < 2 && micro > 0;
+  accumulate_in_kernels_ = config_.zero.stage < 2 && micro > 0 && !micro_step_gradients_;
   std::fill(reduced_.begin(), reduced_.end(), false);
   for (Slot& s : slots_) s.owner = -1;
   // Backends whose kernels always accumulate start the step from zeroed gradients.
   if (config_.zero.stage < 2 && !device_.kernels_overwrite()) {
-    if (micro == 0) device_.zero(grads_, layout_.total(), type_, Lane::compute);
+    if (micro == 0 && !micro_step_gradients_) device_.zero(grads_, layout_.total(), grad_type_, Lane::compute);
     else if (micro_grads_) device_.zero(micro_grads_, layout_.total(), type_, Lane::compute);
   }
 }
@@ -212,9 +227,12 @@ void ZeroEngine::gradients_final_from(std::int64_t lo) {
 void ZeroEngine::finish_bucket(int k) {
   reduced_[k] = true;
   const GradientBucket& b = partition_.buckets()[k];
-  if (micro_grads_ && micro_ > 0)
-    device_.accumulate(at(grads_, b.begin, type_), at(micro_grads_, b.begin, type_), b.elements(), type_,
-                       Lane::compute);
+  if (micro_step_gradients_ && micro_ == 0)
+    device_.convert(at(grads_, b.begin, grad_type_), grad_type_, at(micro_grads_, b.begin, type_), type_,
+                    b.elements(), Lane::compute);
+  else if (micro_grads_ && micro_ > 0)
+    device_.accumulate(at(grads_, b.begin, grad_type_), grad_type_, at(micro_grads_, b.begin, type_), type_,
+                       b.elements(), Lane::compute);
   if (config_.zero.stage >= 2 || boundary_) reduce_bucket(k);
   if (offload_ && boundary_) copy_gradients_to_host(k);
 }
@@ -225,28 +243,40 @@ void ZeroEngine::reduce_bucket(int k) {
   if (world_ == 1 && stage < 2) return;  // whole gradients of one rank are already reduced
   device_.lane_waits_for(Lane::comm, Lane::compute);
   const int begin = device_.mark(Lane::comm);
-  CommKind kind = CommKind::all_reduce;
-  void* src = bucket_grads(k);
-  if (stage == 0 || !config_.zero.reduce_scatter) {
-    comm_.all_reduce_sum(src, src, b.elements(), type_);
+  const CommKind kind = stage == 0 || !config_.zero.reduce_scatter ? CommKind::all_reduce : CommKind::reduce_scatter;
+  // What backward (stages 2-3) or the accumulation (stages 0-1) left, and its precision.
+  void* held = bucket_grads(k);
+  const CommDtype held_type = stage < 2 ? grad_type_ : type_;
+  // The collective's buffer, in the communication precision: the bucket itself, else a copy converted to it
+  // (stage_1_and_2.py allreduce_bucket: tensor.to(communication_data_type)). Stages 0-1 with fp32 accumulation and
+  // 16-bit communication convert into the micro-step gradients' region of the bucket, finished with.
+  void* src = held;
+  if (comm_type_ != held_type) {
+    src = comm_copy_ ? comm_copy_ : at(micro_grads_, b.begin, type_);
+    device_.convert(src, comm_type_, held, held_type, b.elements(), Lane::comm);
+  }
+  const void* mine = at(src, static_cast<std::int64_t>(rank_) * b.chunk, comm_type_);  // the rank's chunk after it
+  if (kind == CommKind::all_reduce) {
+    comm_.all_reduce_sum(src, src, b.elements(), comm_type_);
+  } else if (stage == 1) {
+    comm_.reduce_scatter_sum(src, at(src, static_cast<std::int64_t>(rank_) * b.chunk, comm_type_), b.chunk, comm_type_);
   } else {
-    kind = CommKind::reduce_scatter;
-    if (stage == 1) {
-      comm_.reduce_scatter_sum(src, at(src, static_cast<std::int64_t>(rank_) * b.chunk, type_), b.chunk, type_);
-    } else {
-      void* dst = micro_ == 0 ? at(grads_, b.partition_offset, type_) : reduce_scratch_;
-      comm_.reduce_scatter_sum(src, dst, b.chunk, type_);
-    }
+    // Straight into the gradient partition when nothing is there to add to and the precisions agree.
+    void* part = at(grads_, b.partition_offset, grad_type_);
+    mine = micro_ == 0 && comm_type_ == grad_type_ ? part : reduce_scratch_;
+    comm_.reduce_scatter_sum(src, const_cast<void*>(mine), b.chunk, comm_type_);
+  }
+  if (stage < 2 && src != held) {
+    // Back into the gradients: the whole bucket at stage 0, the rank's chunk (all the optimizer reads) at stage 1.
+    if (stage == 0) device_.convert(held, held_type, src, comm_type_, b.elements(), Lane::comm);
+    else
+      device_.convert(at(grads_, b.chunk_begin(rank_), grad_type_), grad_type_, mine, comm_type_, b.chunk, Lane::comm);
   }
   if (stage >= 2) {
-    void* part = at(grads_, b.partition_offset, type_);
-    if (kind == CommKind::all_reduce) {
-      // all-reduced bucket: this rank keeps its chunk
-      const void* mine = at(src, static_cast<std::int64_t>(rank_) * b.chunk, type_);
-      if (micro_ == 0) device_.zero(part, b.chunk, type_, Lane::comm);
-      device_.accumulate(part, mine, b.chunk, type_, Lane::comm);
-    } else if (micro_ > 0) {
-      device_.accumulate(part, reduce_scratch_, b.chunk, type_, Lane::comm);
+    void* part = at(grads_, b.partition_offset, grad_type_);
+    if (mine != part) {
+      if (micro_ == 0) device_.convert(part, grad_type_, mine, comm_type_, b.chunk, Lane::comm);
+      else device_.accumulate(part, grad_type_, mine, comm_type_, b.chunk, Lane::comm);
     }
     device_.record_event(buffers_.bucket_slot[k], Lane::comm);  // the bucket buffer is free again
   }
@@ -277,13 +307,13 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
   // Sum of squares of the rank's reduced gradients, in a fixed order, then summed over ranks in rank order.
   int slots = 1;
   if (stage == 0) {
-    device_.sum_squares(grads_, layout_.total(), 0);
+    device_.sum_squares(grads_, grad_type_, layout_.total(), 0);
   } else if (stage == 1) {
     slots = static_cast<int>(buckets.size());
     for (int k = 0; k < slots; ++k)
-      device_.sum_squares(at(grads_, buckets[k].chunk_begin(rank_), type_), buckets[k].chunk, k);
+      device_.sum_squares(at(grads_, buckets[k].chunk_begin(rank_), grad_type_), grad_type_, buckets[k].chunk, k);
   } else {
-    device_.sum_squares(grads_, partition_.partition_elements(), 0);  // stages 2-3: the gradient partition
+    device_.sum_squares(grads_, grad_type_, partition_.partition_elements(), 0);  // stages 2-3: the gradient partition
   }
   std::vector<double> sq(slots);
   device_.read_sum_squares(sq.data(), slots);
@@ -298,7 +328,9 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
     if (o.grad_clip > 0 && norm > o.grad_clip) clip = o.grad_clip / (norm + 1e-6);
     ++optimizer_step_;
     const float grad_scale = static_cast<float>(clip / loss_scale);
-    auto update = [&](const AdamwRange& r) {
+    const bool fp32_grads = grad_type_ == CommDtype::f32;
+    auto update = [&](AdamwRange r) {
+      r.fp32_grads = fp32_grads;
       device_.adamw(r, static_cast<float>(o.learning_rate), static_cast<float>(o.beta1), static_cast<float>(o.beta2),
                     static_cast<float>(o.epsilon), static_cast<float>(o.weight_decay), grad_scale, optimizer_step_);
     };
@@ -320,7 +352,7 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
     } else {
       const auto update_bucket = [&](const GradientBucket& b) {
         const std::int64_t cb = b.chunk_begin(rank_);
-        const void* g = stage == 1 ? at(grads_, cb, type_) : at(grads_, b.partition_offset, type_);
+        const void* g = stage == 1 ? at(grads_, cb, grad_type_) : at(grads_, b.partition_offset, grad_type_);
         void* p = stage == 3 ? at(params_, b.partition_offset, type_) : at(params_, cb, type_);
         update(AdamwRange{p, master_ ? master_ + b.partition_offset : nullptr, g, m_ + b.partition_offset,
                           v_ + b.partition_offset, b.chunk, cb});
@@ -435,13 +467,13 @@ std::vector<float> ZeroEngine::gathered_grads(double loss_scale) {
   std::vector<float> out(layout_.total(), 0.0f);
   const double f = 1.0 / loss_scale;
   if (config_.zero.stage == 0) {
-    device_.download(grads_, out.data(), layout_.total(), type_, f);
+    device_.download(grads_, out.data(), layout_.total(), grad_type_, f);
   } else {
     // Stages 1-2-3: this rank's chunks of the reduced gradients (the rest of `out` stays 0).
     for (const GradientBucket& b : partition_.buckets()) {
       const std::int64_t cb = b.chunk_begin(rank_);
-      const void* g = config_.zero.stage == 1 ? at(grads_, cb, type_) : at(grads_, b.partition_offset, type_);
-      device_.download(g, out.data() + cb, b.chunk, type_, f);
+      const void* g = config_.zero.stage == 1 ? at(grads_, cb, grad_type_) : at(grads_, b.partition_offset, grad_type_);
+      device_.download(g, out.data() + cb, b.chunk, grad_type_, f);
     }
   }
   return out;

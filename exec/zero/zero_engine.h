@@ -52,6 +52,14 @@
 // is updated. The updated parameters go to the device through the host copy of the partition (in fp32 training
 // too: the swap buffer is reused before the copy would have finished).
 //
+// Gradient precisions (data_types.grad_accum_dtype and communication_data_type fp32 with a 16-bit model,
+// ZeroSettings): backward always writes the model precision. With fp32 accumulation the gradients (grads_: whole
+// at stages 0-1, the partition from stage 2) are fp32: at stages 0-1 backward writes each micro-step into
+// micro_grads_ and each finished bucket is added into grads_ (DeepSpeed's BF16_Optimizer adds .grad into its fp32
+// buffer the same way); from stage 2 each reduced chunk is added into the fp32 partition. A reduction in another
+// precision than the buffer it reduces converts into a copy first and back after (allreduce_bucket's
+// tensor.to(communication_data_type)); AdamW and the norm read the fp32 gradients.
+//
 // Better than DeepSpeed here: no fp32 copy of the gradients (AdamW reads the 16-bit reduced gradients and
 // unscales/clips them in registers), reduce-scatter straight into the partition (no copy into a separate
 // partition buffer), one collective per bucket (not one reduce per owning rank).
@@ -207,7 +215,9 @@ class ZeroEngine {
   Communicator& comm_;
   ZeroPartition partition_;
   ZeroBufferLayout buffers_;  // gradient bucket buffers, stage-3 units and fetch plans
-  CommDtype type_;
+  CommDtype type_;       // parameters and what backward writes (the model precision)
+  CommDtype grad_type_;  // the accumulated and reduced gradients (grads_): fp32 with fp32_grad_accumulation
+  CommDtype comm_type_;  // gradient reductions: fp32 with fp32_communication
   int rank_, world_;
   // Stages 1-2: [first, last) bucket ranges of one all-gather group each (allgather_bucket_size elements of
   // buckets, at least one), fixed with the partition.
@@ -219,7 +229,11 @@ class ZeroEngine {
   // write here and are added to grads_ bucket by bucket, so the step's gradient is the sum of per-micro-step
   // gradients, summed in the order the ranks' gradients are (and DeepSpeed's accumulation order).
   void* micro_grads_ = nullptr;
-  void* reduce_scratch_ = nullptr;   // stage 2: one chunk, for accumulating micro-steps after the first
+  // Stages 0-1 with fp32_grad_accumulation: backward writes every micro-step here (model precision), added into
+  // the fp32 grads_ bucket by bucket.
+  bool micro_step_gradients_ = false;
+  void* reduce_scratch_ = nullptr;   // stages 2-3: one chunk (communication precision), buffers_.accumulation_scratch
+  void* comm_copy_ = nullptr;        // fp32_communication: a bucket in fp32 (buffers_.communication_copy)
   float* master_ = nullptr;          // fp32 master: whole (stage 0) or partition; null in fp32 training
   float *m_ = nullptr, *v_ = nullptr;
   std::vector<Slot> slots_;          // stages 2-3 bucket buffers (buffers_.slot_elements)

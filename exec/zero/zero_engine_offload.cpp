@@ -47,7 +47,7 @@ void ZeroEngine::update_offloaded_params(const std::function<void(const AdamwRan
     } else {
       device_.wait_event(staging_event_base_ + s, Lane::compute);
     }
-    update(AdamwRange{staging_[s], master_ ? master_ + b.partition_offset : nullptr, at(grads_, b.partition_offset, type_),
+    update(AdamwRange{staging_[s], master_ ? master_ + b.partition_offset : nullptr, at(grads_, b.partition_offset, grad_type_),
                       m_ + b.partition_offset, v_ + b.partition_offset, b.chunk, b.chunk_begin(rank_)});
     device_.lane_waits_for(Lane::to_host, Lane::compute);
     const int a = device_.mark(Lane::to_host);
@@ -75,7 +75,8 @@ void ZeroEngine::setup_offload() {
     host_m_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW momentum", part * 4, pinned));
     host_v_ = static_cast<float*>(device_.allocate_host("offload_optimizer_states", "AdamW variance", part * 4, pinned));
   }
-  host_grads_ = device_.allocate_host("offload_grads", "reduced gradient partition", part * eb, pinned);
+  host_grads_ = device_.allocate_host("offload_grads", "reduced gradient partition",
+                                      part * comm_dtype_bytes(grad_type_), pinned);
   if (type_ != CommDtype::f32 || nvme)
     host_half_ = offload_param_ ? params_  // the CPU AdamW writes the offloaded partition directly
                                 : device_.allocate_host("offload_params", "updated partition (device precision)",
@@ -155,7 +156,8 @@ void ZeroEngine::copy_gradients_to_host(int k) {
   for (int i : bucket_pieces_[k]) {
     const Piece& p = pieces_[i];
     const int a = device_.mark(Lane::to_host);
-    device_.copy_to_host(at(host_grads_, p.part, type_), at(grads_, p.grad, type_), p.n * comm_dtype_bytes(type_));
+    device_.copy_to_host(at(host_grads_, p.part, grad_type_), at(grads_, p.grad, grad_type_),
+                         p.n * comm_dtype_bytes(grad_type_));
     to_host_marks_.emplace_back(a, device_.mark(Lane::to_host));
     device_.record_event(piece_event_base_ + i, Lane::to_host);
   }
@@ -183,9 +185,9 @@ void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, f
   device_.host_wait_event(piece_event_base_ + static_cast<int>(i));  // this piece's gradient has arrived
   offload::AdamwTensors t;
   t.params = master;
-  const void* g = at(host_grads_, p.part, type_);
-  if (type_ == CommDtype::f32) t.grads = static_cast<const float*>(g);
-  else if (type_ == CommDtype::bf16) t.grads_bf16 = static_cast<const std::uint16_t*>(g);
+  const void* g = at(host_grads_, p.part, grad_type_);
+  if (grad_type_ == CommDtype::f32) t.grads = static_cast<const float*>(g);
+  else if (grad_type_ == CommDtype::bf16) t.grads_bf16 = static_cast<const std::uint16_t*>(g);
   else t.grads_fp16 = static_cast<const std::uint16_t*>(g);
   t.exp_avg = m;
   t.exp_avg_sq = v;

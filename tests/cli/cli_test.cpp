@@ -232,16 +232,16 @@ TEST(RunCommand, BadInputIsOneLine) {
   expect_one_line_error(run("run --model " + kTinyModel + " --backend tpu --steps 1"), {"--backend"});
   expect_one_line_error(run("run --model " + kTinyModel + " --backend cpu --steps 1 --data /no/such/file.bin"),
                         {"/no/such/file.bin"});
-  // DeepSpeed dtype fields the executor does not honour are refused by name, not accepted and ignored; the
-  // model precision itself is accepted.
+  // DeepSpeed dtype fields the executor does not honour (fp16 with a bf16 model) are refused by name, not
+  // accepted and ignored; the model precision and fp32 are accepted.
   for (const auto& [field, json_field] : {std::pair<std::string, std::string>{"communication_data_type",
-                                                                              R"("communication_data_type": "fp32")"},
-                                          {"data_types.grad_accum_dtype", R"("data_types": {"grad_accum_dtype": "fp32"})"}}) {
+                                                                              R"("communication_data_type": "fp16")"},
+                                          {"data_types.grad_accum_dtype", R"("data_types": {"grad_accum_dtype": "fp16"})"}}) {
     const std::filesystem::path config = write_temp(
         "dtype.json", R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, )" +
                           json_field + "}");
     expect_one_line_error(run("run --model " + kTinyModel + " --backend cpu --seq 32 --steps 1 --ds-config " + config.string()),
-                          {field, "fp32 is not implemented by the executor", "expected bf16"});
+                          {field, "fp16 is not implemented by the executor", "expected bf16, fp32"});
   }
   const std::filesystem::path same = write_temp(
       "dtype_same.json",

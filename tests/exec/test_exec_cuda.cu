@@ -589,6 +589,56 @@ TEST(CudaTrainer, DeterministicRunsRepeatBitForBit) {
   }
 }
 
+// data_types.grad_accum_dtype fp32 (bf16 model, 4 micro-steps): the step's gradients are the exact sum of the
+// four micro-steps' bf16 gradients, up to fp32 rounding (1e-6 relative). The reference sums, in double on the
+// host, the gradients of the same micro-batches taken one at a time by a one-micro-step trainer (its loss gradient
+// is 4x the step's, a power of two: the bf16 micro-step gradients are the same up to that factor). Accumulating in
+// bf16 instead rounds every partial sum to 8 bits (error ~1e-3), which the second half checks the test can see.
+// At stages 0-1 the micro-step gradients are added into fp32 gradients; from stage 2 each reduced chunk into the
+// fp32 partition, with 16-bit and with fp32 reductions.
+TEST(CudaTrainer, Fp32GradientAccumulationIsTheExactSumOfTheMicroSteps) {
+  REQUIRE_GPU();
+  constexpr int kMicroSteps = 4;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (const bool fp32_communication : {false, true}) {
+      if (fp32_communication && stage < 2) continue;  // one rank reduces nothing at stages 0-1
+      ExecConfig one = small_model(ExecPrecision::bf16);
+      one.zero.stage = stage;
+      one.zero.deterministic = true;  // fixed-order column sums: the micro-step gradients repeat bit for bit
+      one.zero.reduce_bucket_elements = 40000;
+      one.zero.param_persistence_threshold = 1000;
+      one.zero.fp32_grad_accumulation = true;
+      one.zero.fp32_communication = fp32_communication;
+      auto single = make_cuda_trainer(one);
+      auto src = TokenSource::synthetic(one.shape.vocab, 12);
+      const auto batch = src.next_batch(one.micro_batch * kMicroSteps, one.seq_len);
+      const std::size_t bt = static_cast<std::size_t>(one.micro_batch * one.seq_len);
+      std::vector<double> sum(single->params().size(), 0.0);
+      for (int k = 0; k < kMicroSteps; ++k) {
+        const std::vector<std::int32_t> in(batch.inputs.begin() + k * bt, batch.inputs.begin() + (k + 1) * bt);
+        const std::vector<std::int32_t> tg(batch.targets.begin() + k * bt, batch.targets.begin() + (k + 1) * bt);
+        single->forward_backward(in, tg);
+        const auto g = single->grads();
+        for (std::size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+      }
+      std::vector<float> reference(sum.size());
+      for (std::size_t i = 0; i < sum.size(); ++i) reference[i] = static_cast<float>(sum[i] / kMicroSteps);
+      double err[2];
+      for (const bool fp32_accumulation : {true, false}) {
+        ExecConfig c = one;
+        c.grad_accum = kMicroSteps;
+        c.zero.fp32_grad_accumulation = fp32_accumulation;
+        auto trainer = make_cuda_trainer(c);
+        trainer->step(batch.inputs, batch.targets);
+        err[fp32_accumulation ? 0 : 1] = rel_err(trainer->grads(), reference);
+      }
+      const std::string where = "stage " + std::to_string(stage) + (fp32_communication ? ", fp32 reductions" : "");
+      EXPECT_LT(err[0], 1e-6) << where;
+      EXPECT_GT(err[1], 1e-4) << where << " (bf16 accumulation)";
+    }
+  }
+}
+
 TEST(CudaTrainer, Fp16OverflowSkipsTheStepAndHalvesTheScale) {
   REQUIRE_GPU();
   ExecConfig c = small_model(ExecPrecision::fp16);
@@ -764,6 +814,7 @@ TEST(CudaTrainer, AllocatorMatchesTheAccountingFormula) {
   for (auto rec : {ExecRecompute::none, ExecRecompute::selective, ExecRecompute::full}) {
     ExecConfig c = small_model(ExecPrecision::bf16);
     c.recompute = rec;
+    c.zero.fp32_grad_accumulation = rec == ExecRecompute::selective;  // fp32 gradients and the micro-step ones
     auto gpu = make_cuda_trainer(c);
     const auto mem = gpu->memory();
     const auto expected = expected_device_memory(c);
