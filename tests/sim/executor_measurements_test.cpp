@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 
@@ -282,6 +283,49 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
                                         Checkpointing::none, 8, run.ds_config);
     expect_memory_within(p, m, false);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  }
+}
+
+// Two H100 (bench/exec/results/2026-11-26-two-gpu-h100-grad-precision/, its README gives the command), planned on
+// h100x2: stages 0-2 as before, and the gradient precisions of DeepSpeed's data_types.grad_accum_dtype and
+// communication_data_type: stage 2 accumulating in fp32, stage 1 accumulating and reducing in fp32 (2 micro-steps
+// each, bench/exec/models/ds-stage*-fp32-*.json). Memory per component, the device total and the step as before, and
+// the bytes of each collective kind exactly: fp32 reductions move 4 bytes per gradient element.
+TEST(ExecutorMeasurements, TwoH100GradientPrecisionRunsWithinTolerances) {
+  struct Run {
+    const char* report;
+    int stage;
+    std::int64_t grad_accum;
+    const char* ds_config;
+  };
+  for (const Run& run : {Run{"run_s0.json", 0, 1, ""}, Run{"run_s1.json", 1, 1, ""}, Run{"run_s2.json", 2, 1, ""},
+                         Run{"run_s2_acc32.json", 2, 2, "bench/exec/models/ds-stage2-fp32-accumulation.json"},
+                         Run{"run_s1_acc32_comm32.json", 1, 2,
+                             "bench/exec/models/ds-stage1-fp32-accumulation-and-reductions.json"}}) {
+    SCOPED_TRACE(run.report);
+    std::printf("two H100: %s\n", run.report);
+    const nlohmann::json m =
+        read_json_file(results("2026-11-26-two-gpu-h100-grad-precision") / run.report).at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+    ASSERT_EQ(m.at("world_size").get<int>(), 2);
+    PlanInputs inputs;
+    inputs.model = "gpt2-1.5b";
+    inputs.cluster = (data_directory() / "configs" / "clusters" / "h100x2.json").string();
+    inputs.gpus = 2;
+    inputs.micro_batch = 8;
+    inputs.seq = 1024;
+    inputs.grad_accum = run.grad_accum;
+    inputs.precision = Precision::bf16;
+    inputs.checkpointing = Checkpointing::none;
+    inputs.stage = run.stage;
+    if (*run.ds_config) inputs.ds_config = (data_directory() / run.ds_config).string();
+    const Planned p = plan_as_run(inputs);
+    expect_memory_within(p, m, false);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    std::map<std::string, std::int64_t> planned;
+    for (const auto& c : p.plan.comm.collectives) planned[to_string(c.kind)] += c.bytes;
+    for (const auto& [kind, bytes] : m.at("comm_bytes_per_step").items())
+      EXPECT_EQ(planned[kind], bytes.get<std::int64_t>()) << kind;
   }
 }
 
