@@ -278,8 +278,13 @@ class StepBuilder {
       }
 
       // (DeepSpeed paths that reduce after the whole backward pass do it in reduce_after_backward.)
-      if (!forward && reduce_this_micro_step_ && !(ds_ && in_.path.reduces_after_backward))
+      if (!forward && reduce_this_micro_step_ && !(ds_ && in_.path.reduces_after_backward)) {
+        // zeroplan's executor cuts the first block and the embeddings into buckets of their own
+        // (exec/zero/zero_partition.h): what backward wrote before them is reduced first.
+        if (executor_ && bucket_elements_ > 0 && closes_executor_bucket(index))
+          reduce_bucket(layer, micro, last_gradient_);
         add_gradients(layer, micro, consumer, layers_[index].params);
+      }
       previous_compute = consumer;
       last_compute_ = consumer;
     }
@@ -340,6 +345,15 @@ class StepBuilder {
   }
 
   // --- gradient reduction ----------------------------------------------------------------------------------
+
+  // Whether layer `index` starts a bucket of the executor's own (the lowest transformer block, the embeddings).
+  bool closes_executor_bucket(std::size_t index) const {
+    if (layers_[index].kind == "embedding") return true;
+    if (layers_[index].kind != "transformer_block") return false;
+    for (std::size_t i = 0; i < index; ++i)
+      if (layers_[i].kind == "transformer_block") return false;
+    return true;
+  }
 
   void add_gradients(std::int32_t layer, std::int32_t micro, TaskId produced_by, std::int64_t elements) {
     last_gradient_ = produced_by;

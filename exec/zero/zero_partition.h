@@ -15,7 +15,8 @@
 // Buckets are cut from the top down at tensor boundaries, each at most `bucket_elements` unless a single tensor
 // is larger (then it is a bucket alone, as DeepSpeed puts a parameter larger than reduce_bucket_size in a bucket
 // of its own); the embeddings always close with a bucket of their own (their gradients are written at the start
-// of backward, so their bucket buffer stays live through it).
+// of backward, so their bucket buffer stays live through it), and block 0's tensors are cut apart from the blocks
+// above (their reduction is the one left after backward's compute: it is kept to one block).
 //
 // Stage 3 gathers parameters unit by unit (the embeddings, each block, the final norm: what one forward phase
 // computes with), so its buckets never cross a unit boundary, and tensors at or below
