@@ -329,6 +329,37 @@ TEST(ExecutorMeasurements, TwoH100GradientPrecisionRunsWithinTolerances) {
   }
 }
 
+// Two H200 after block 0 got buckets of its own (bench/exec/results/2026-11-26-two-gpu-h200-block0-bucket/, its
+// README gives the commands), planned on h200x2: two calls' stage 0-2 runs (stage 2 also with 2e8-element buckets)
+// and the one-GPU run of the second call. Memory per component, the device total, the step, and the bytes of each
+// collective kind exactly.
+TEST(ExecutorMeasurements, TwoH200BlockZeroBucketRunsWithinTolerances) {
+  struct Run {
+    const char* report;
+    int stage, gpus;
+    const char* ds_config;
+  };
+  for (const Run& run : {Run{"call1/run_s0.json", 0, 2, ""}, Run{"call1/run_s1.json", 1, 2, ""},
+                         Run{"call1/run_s2.json", 2, 2, ""}, Run{"call2/run_s0.json", 0, 2, ""},
+                         Run{"call2/run_s2_bucket2e8.json", 2, 2, "bench/exec/models/ds-stage2-bucket-2e8.json"},
+                         Run{"call2/run_one.json", 0, 1, ""}}) {
+    SCOPED_TRACE(run.report);
+    std::printf("two H200, block 0 bucket: %s\n", run.report);
+    const nlohmann::json m =
+        read_json_file(results("2026-11-26-two-gpu-h200-block0-bucket") / run.report).at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+    ASSERT_EQ(m.at("world_size").get<int>(), run.gpus);
+    const Planned p = plan_like_the_run("h200x2.json", run.stage, false, run.gpus, false, "gpt2-1.5b",
+                                        OffloadDevice::cpu, Checkpointing::none, 8, run.ds_config);
+    expect_memory_within(p, m, false);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    std::map<std::string, std::int64_t> planned;
+    for (const auto& c : p.plan.comm.collectives) planned[to_string(c.kind)] += c.bytes;
+    for (const auto& [kind, bytes] : m.at("comm_bytes_per_step").items())
+      EXPECT_EQ(planned[kind], bytes.get<std::int64_t>()) << kind;
+  }
+}
+
 // ZeRO-Offload's claim on 2x H200 (bench/exec/results/2026-11-26-offload-h200/, its README gives the commands): the
 // largest layer count of hidden 6144 the planner fits at stage 3 with optimizer and parameters on the CPU, planned on
 // the cluster with the host memory available then (35 layers, 17.1B parameters), and the 34-layer run that measured
