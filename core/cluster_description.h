@@ -126,7 +126,7 @@ struct ClusterDescription {
   // _default_to_fused_or_foreach picks foreach only for CUDA tensors). 0: not given.
   double torch_cpu_adamw_params_per_second = 0.0;
   // DeepSpeed's Python on this host (seconds per call; 0: not given, the call costs the host nothing in the
-  // step-time model). Stage 3 (sim/zero_schedule.cpp host_hooks):
+  // step-time model). Stage 3 (sim/deepspeed_schedule.cpp host_hooks):
   // - module_hook: per module and pass, the parameter coordinator's fetch and release
   //   (partitioned_param_coordinator.py fetch_sub_module and release_sub_module, which parameter_offload.py's
   //   pre/post forward hooks and its PreBackwardFunctionForModule / PostBackwardFunctionModule call);
@@ -160,7 +160,7 @@ struct ClusterDescription {
   double deepspeed_bookkeeping_gradient_hook_seconds = 0.0;
   double deepspeed_offload_gradient_hook_seconds = 0.0;
   // One small eager PyTorch operation that DeepSpeed's Python issues per parameter tensor outside autograd, at the
-  // accumulation boundary of stages 0-2 (sim/zero_schedule.cpp deepspeed_tensor_ops): the gradient reduction's
+  // accumulation boundary of stages 0-2 (sim/deepspeed_step.h deepspeed_tensor_ops): the gradient reduction's
   // copies back (engine.py allreduce_and_copy, stage_1_and_2.py allreduce_and_copy_with_multiple_ranks and
   // copy_grads_in_partition) and the step's overflow test, norm, casts and copies (fp16/unfused_optimizer.py step,
   // stage_1_and_2.py has_overflow_partitioned_grads_serial and get_grad_norm_direct). 0: not given (the GPU's

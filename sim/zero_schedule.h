@@ -1,7 +1,9 @@
 // The events of one optimizer step as DeepSpeed's ZeRO engines run them, put on a Timeline. Readable top to
 // bottom in zero_schedule.cpp: micro-steps (forward, backward with recompute), the gradient reduction of each
 // stage, stage 3's parameter all-gathers with their prefetch window, offload traffic over PCIe and NVMe, the
-// optimizer step (GPU, or per sub-group on the host CPU) and stage 1/2's parameter all-gather after it.
+// optimizer step (GPU, or per sub-group on the host CPU) and stage 1/2's parameter all-gather after it; DeepSpeed's
+// own host hooks, gradient buffers and reductions in deepspeed_schedule.cpp (the builder both share:
+// step_builder.h).
 //
 // What the schedule follows (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, partitioned_param_coordinator.py):
 // - Stages 0-2: gradients go into a bucket of reduce_bucket_size elements in backward (layer) order; a full
@@ -41,8 +43,8 @@
 // - The host: DeepSpeed's Python hooks (stage-3 fetch/release per module, per-parameter gradient hooks) issue each
 //   layer's GPU work, so a layer's kernels cannot start before its hooks ran (host_python); the host waits for the
 //   GPU once per micro-step. Stage 3 adds, per call, the forward's autograd Functions per module, zero.Init's
-//   LinearFunctionForZeroStage3 per F.linear call and the step's per-tensor gradient norm (zero_schedule.cpp
-//   host_hooks, optimizer_step).
+//   LinearFunctionForZeroStage3 per F.linear call and the step's per-tensor gradient norm (deepspeed_schedule.cpp
+//   host_hooks, zero_schedule.cpp optimizer_step).
 // - Stage 3 with the optimizer on the CPU (stage3.py partition_grads, step): each gradient partition goes to the
 //   host buffer and back, and in fp32 to the host gradient, on the reduce stream; the step runs on the host thread
 //   sub-group by sub-group (CPU unscale, CPU Adam, the cast into new pageable memory and its pageable copy up).
