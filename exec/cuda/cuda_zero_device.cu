@@ -38,6 +38,21 @@ void by_type(CommDtype type, F&& f) {
   }
 }
 
+// combine_kernel over n elements of any pair of element types.
+template <bool kAdd>
+void combine(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, i64 n, cudaStream_t stream) {
+  if (n <= 0) return;
+  by_type(dst_type, [&](auto d) {
+    by_type(src_type, [&](auto s) {
+      using D = decltype(d);
+      using S = decltype(s);
+      combine_kernel<D, S, kAdd><<<cuda::ceil_div(n, 256), 256, 0, stream>>>(static_cast<D*>(dst),
+                                                                            static_cast<const S*>(src), n);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
 float host_value(const unsigned char* p, CommDtype type) {
   switch (type) {
     case CommDtype::f32: { float x; std::memcpy(&x, p, 4); return x; }
@@ -169,34 +184,16 @@ void CudaZeroDevice::zero(void* p, std::int64_t elements, CommDtype type, Lane l
 
 void CudaZeroDevice::accumulate(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
                                 Lane lane) {
-  if (n <= 0) return;
-  by_type(dst_type, [&](auto d) {
-    by_type(src_type, [&](auto s) {
-      using D = decltype(d);
-      using S = decltype(s);
-      combine_kernel<D, S, true><<<cuda::ceil_div(n, 256), 256, 0, stream(lane)>>>(static_cast<D*>(dst),
-                                                                                   static_cast<const S*>(src), n);
-      CUDA_CHECK_LAUNCH();
-    });
-  });
+  combine<true>(dst, dst_type, src, src_type, n, stream(lane));
 }
 
 void CudaZeroDevice::convert(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
                              Lane lane) {
-  if (n <= 0) return;
-  if (dst_type == src_type) {
+  if (n > 0 && dst_type == src_type) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n * comm_dtype_bytes(dst_type), cudaMemcpyDeviceToDevice, stream(lane)));
     return;
   }
-  by_type(dst_type, [&](auto d) {
-    by_type(src_type, [&](auto s) {
-      using D = decltype(d);
-      using S = decltype(s);
-      combine_kernel<D, S, false><<<cuda::ceil_div(n, 256), 256, 0, stream(lane)>>>(static_cast<D*>(dst),
-                                                                                    static_cast<const S*>(src), n);
-      CUDA_CHECK_LAUNCH();
-    });
-  });
+  combine<false>(dst, dst_type, src, src_type, n, stream(lane));
 }
 
 void CudaZeroDevice::sum_squares(const void* g, CommDtype type, std::int64_t n, int slot) {

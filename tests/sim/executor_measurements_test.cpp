@@ -74,6 +74,14 @@ Planned plan_like_the_run(const std::string& cluster_file, int stage, bool offlo
   return plan_as_run(inputs);
 }
 
+// The bytes of each collective kind a stored report measured per step, equal to the plan's.
+void expect_comm_bytes_equal(const Planned& p, const nlohmann::json& measured) {
+  std::map<std::string, std::int64_t> planned;
+  for (const auto& c : p.plan.comm.collectives) planned[to_string(c.kind)] += c.bytes;
+  for (const auto& [kind, bytes] : measured.at("comm_bytes_per_step").items())
+    EXPECT_EQ(planned[kind], bytes.get<std::int64_t>()) << kind;
+}
+
 void expect_within(double predicted, double measured, double tolerance, const std::string& what) {
   const double error = measured == 0 ? (predicted == 0 ? 0.0 : 1.0) : predicted / measured - 1.0;
   std::printf("  %-18s predicted %16.0f measured %16.0f  %+6.2f%%\n", what.c_str(), predicted, measured,
@@ -322,10 +330,7 @@ TEST(ExecutorMeasurements, TwoH100GradientPrecisionRunsWithinTolerances) {
     const Planned p = plan_as_run(inputs);
     expect_memory_within(p, m, false);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
-    std::map<std::string, std::int64_t> planned;
-    for (const auto& c : p.plan.comm.collectives) planned[to_string(c.kind)] += c.bytes;
-    for (const auto& [kind, bytes] : m.at("comm_bytes_per_step").items())
-      EXPECT_EQ(planned[kind], bytes.get<std::int64_t>()) << kind;
+    expect_comm_bytes_equal(p, m);
   }
 }
 
@@ -353,10 +358,7 @@ TEST(ExecutorMeasurements, TwoH200BlockZeroBucketRunsWithinTolerances) {
                                         OffloadDevice::cpu, Checkpointing::none, 8, run.ds_config);
     expect_memory_within(p, m, false);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
-    std::map<std::string, std::int64_t> planned;
-    for (const auto& c : p.plan.comm.collectives) planned[to_string(c.kind)] += c.bytes;
-    for (const auto& [kind, bytes] : m.at("comm_bytes_per_step").items())
-      EXPECT_EQ(planned[kind], bytes.get<std::int64_t>()) << kind;
+    expect_comm_bytes_equal(p, m);
   }
 }
 
