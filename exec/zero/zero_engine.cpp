@@ -255,16 +255,15 @@ void ZeroEngine::reduce_bucket(int k) {
     src = comm_copy_ ? comm_copy_ : at(micro_grads_, b.begin, type_);
     device_.convert(src, comm_type_, held, held_type, b.elements(), Lane::comm);
   }
-  const void* mine = at(src, static_cast<std::int64_t>(rank_) * b.chunk, comm_type_);  // the rank's chunk after it
+  void* mine = at(src, static_cast<std::int64_t>(rank_) * b.chunk, comm_type_);  // the rank's chunk after it
+  void* part = stage >= 2 ? at(grads_, b.partition_offset, grad_type_) : nullptr;  // the gradient partition's
   if (kind == CommKind::all_reduce) {
     comm_.all_reduce_sum(src, src, b.elements(), comm_type_);
-  } else if (stage == 1) {
-    comm_.reduce_scatter_sum(src, at(src, static_cast<std::int64_t>(rank_) * b.chunk, comm_type_), b.chunk, comm_type_);
   } else {
-    // Straight into the gradient partition when nothing is there to add to and the precisions agree.
-    void* part = at(grads_, b.partition_offset, grad_type_);
-    mine = micro_ == 0 && comm_type_ == grad_type_ ? part : reduce_scratch_;
-    comm_.reduce_scatter_sum(src, const_cast<void*>(mine), b.chunk, comm_type_);
+    // Stage 1 in place; from stage 2 straight into the gradient partition when nothing is there to add to and the
+    // precisions agree.
+    if (stage >= 2) mine = micro_ == 0 && comm_type_ == grad_type_ ? part : reduce_scratch_;
+    comm_.reduce_scatter_sum(src, mine, b.chunk, comm_type_);
   }
   if (stage < 2 && src != held) {
     // Back into the gradients: the whole bucket at stage 0, the rank's chunk (all the optimizer reads) at stage 1.
@@ -273,7 +272,6 @@ void ZeroEngine::reduce_bucket(int k) {
       device_.convert(at(grads_, b.chunk_begin(rank_), grad_type_), grad_type_, mine, comm_type_, b.chunk, Lane::comm);
   }
   if (stage >= 2) {
-    void* part = at(grads_, b.partition_offset, grad_type_);
     if (mine != part) {
       if (micro_ == 0) device_.convert(part, grad_type_, mine, comm_type_, b.chunk, Lane::comm);
       else device_.accumulate(part, grad_type_, mine, comm_type_, b.chunk, Lane::comm);
