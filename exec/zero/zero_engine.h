@@ -1,4 +1,4 @@
-// The ZeRO engine: one rank's model states and the gradient/parameter synchronization of stages 0, 1 and 2,
+// The ZeRO engine: one rank's model states and the gradient/parameter synchronization of stages 0-3,
 // written once for every backend (exec/zero/zero_device.h) and communicator (exec/comm/communicator.h).
 //
 // DeepSpeed semantics (deepspeed/runtime/engine.py, zero/stage_1_and_2.py), with our partitioning
