@@ -2,8 +2,8 @@
 // the list the planner counts (exec/activation_accounting.h device_allocations, which `zeroplan plan --engine
 // zeroplan` sums per component): every stage, 1-4 ranks, gradient accumulation, and the fp32 gradient settings
 // (data_types.grad_accum_dtype and communication_data_type fp32), whose buffers only the CUDA backend allocates
-// (the CPU reference computes in fp32). Without a GPU, this is where a buffer the engine adds and the planner
-// misses shows up.
+// (the CPU reference computes in fp32), with and without the optimizer and parameters offloaded. Without a GPU,
+// this is where a buffer the engine adds and the planner misses shows up.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,9 +84,15 @@ class IdleCommunicator final : public Communicator {
 };
 
 TEST(ZeroEngineAllocations, EqualWhatThePlannerCountsForEveryGradientPrecision) {
-  const char* engine_components[] = {"params", "grads", "master_params", "optimizer_states", "gradient_buckets",
-                                     "gathered_params"};
+  const char* engine_components[] = {"params",           "grads",           "master_params",  "optimizer_states",
+                                     "gradient_buckets", "gathered_params", "offload_buffers"};
+  struct Case {
+    int stage, offload;  // offload: 0 none, 1 the optimizer on the CPU (stages 1-3), 2 the parameters too (stage 3)
+  };
+  std::vector<Case> cases;
   for (int stage = 0; stage <= 3; ++stage)
+    for (int offload = 0; offload <= (stage == 3 ? 2 : stage > 0 ? 1 : 0); ++offload) cases.push_back({stage, offload});
+  for (const Case& k : cases)
     for (int world : {1, 2, 4})
       for (std::int64_t accumulation : {1, 2})
         for (int fp32 = 0; fp32 < 4; ++fp32) {
@@ -94,11 +100,14 @@ TEST(ZeroEngineAllocations, EqualWhatThePlannerCountsForEveryGradientPrecision) 
           c.shape = make_shape(257, 128, 2, 2, 256);
           c.precision = ExecPrecision::bf16;
           c.grad_accum = accumulation;
-          c.zero.stage = stage;
+          c.zero.stage = k.stage;
           c.zero.reduce_bucket_elements = 40000;  // several buckets, the embeddings' own among them
           c.zero.param_persistence_threshold = 1000;
           c.zero.fp32_grad_accumulation = (fp32 & 1) != 0;
           c.zero.fp32_communication = (fp32 & 2) != 0;
+          c.zero.offload_optimizer = k.offload >= 1;
+          c.zero.offload_param = k.offload == 2;
+          c.zero.cpu_optimizer_threads = 1;
           RecordingDevice device;
           IdleCommunicator comm(world);
           const ParamLayout layout(c.shape, zero_alignment(world));
@@ -107,9 +116,9 @@ TEST(ZeroEngineAllocations, EqualWhatThePlannerCountsForEveryGradientPrecision) 
           for (const DeviceAllocation& a : device_allocations(c, world)) planned[a.component] += a.bytes;
           for (const char* component : engine_components)
             EXPECT_EQ(device.bytes[component], planned[component])
-                << component << ": stage " << stage << ", " << world << " ranks, " << accumulation
-                << " micro-steps, fp32 accumulation " << c.zero.fp32_grad_accumulation << ", fp32 reductions "
-                << c.zero.fp32_communication;
+                << component << ": stage " << k.stage << ", offload " << k.offload << ", " << world << " ranks, "
+                << accumulation << " micro-steps, fp32 accumulation " << c.zero.fp32_grad_accumulation
+                << ", fp32 reductions " << c.zero.fp32_communication;
         }
 }
 
