@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 
@@ -58,8 +59,9 @@ Planned plan_like_the_run(const std::string& cluster_file, int stage, bool offlo
                           bool offload_param = false, const std::string& model = "gpt2-1.5b",
                           OffloadDevice optimizer_device = OffloadDevice::cpu,
                           Checkpointing checkpointing = Checkpointing::none, int micro_batch = 8,
-                          const std::string& ds_config = "") {
+                          const std::string& ds_config = "", std::optional<std::int64_t> grad_accum = {}) {
   PlanInputs inputs;
+  inputs.grad_accum = grad_accum;
   inputs.checkpointing = checkpointing;
   inputs.model = model;
   inputs.cluster = (data_directory() / "configs" / "clusters" / cluster_file).string();
@@ -316,18 +318,8 @@ TEST(ExecutorMeasurements, TwoH100GradientPrecisionRunsWithinTolerances) {
         read_json_file(results("2026-11-26-two-gpu-h100-grad-precision") / run.report).at("measured");
     ASSERT_EQ(m.at("stage").get<int>(), run.stage);
     ASSERT_EQ(m.at("world_size").get<int>(), 2);
-    PlanInputs inputs;
-    inputs.model = "gpt2-1.5b";
-    inputs.cluster = (data_directory() / "configs" / "clusters" / "h100x2.json").string();
-    inputs.gpus = 2;
-    inputs.micro_batch = 8;
-    inputs.seq = 1024;
-    inputs.grad_accum = run.grad_accum;
-    inputs.precision = Precision::bf16;
-    inputs.checkpointing = Checkpointing::none;
-    inputs.stage = run.stage;
-    if (*run.ds_config) inputs.ds_config = (data_directory() / run.ds_config).string();
-    const Planned p = plan_as_run(inputs);
+    const Planned p = plan_like_the_run("h100x2.json", run.stage, false, 2, false, "gpt2-1.5b", OffloadDevice::cpu,
+                                        Checkpointing::none, 8, run.ds_config, run.grad_accum);
     expect_memory_within(p, m, false);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     expect_comm_bytes_equal(p, m);
