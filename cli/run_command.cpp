@@ -57,7 +57,7 @@ void add_run_command(CLI::App& app, int* status) {
       options->inputs = ResolvedPlanInputs{std::move(resolved.model), std::move(resolved.cluster),
                                            std::move(resolved.training), resolved.filter};
       options->gpus = common->gpus;
-      options->ds_config = common->ds_config.has_value();
+      options->ds_config = common->ds_config;
       *status = run_training(*options);
     } catch (const InputError&) {
       throw;

@@ -141,7 +141,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // honoured: refused, naming the field.
   const auto model_or_fp32 = [&](const std::optional<Precision>& dtype, const char* field, const char* what) {
     if (dtype && *dtype != tr.precision && *dtype != Precision::fp32)
-      throw InputError(o.ds_config ? "--ds-config" : kCli, field,
+      throw InputError(o.ds_config ? *o.ds_config : std::string(kCli), field,
                        to_string(*dtype) + " is not implemented by the executor: it " + what + " gradients in the "
                        "model precision (" + to_string(tr.precision) + ") or in fp32; expected " +
                        to_string(tr.precision) + ", fp32 or the field left out (zeroplan plan --engine deepspeed "
@@ -163,7 +163,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     // largest (DeepSpeed's NVMe swapper likewise refuses a parameter larger than its buffers).
     const auto f = executor_layout_figures(in.model, tr, world, 3);
     if (f && f->largest_chunk > tr.zero.param_buffer_size)
-      throw InputError(o.ds_config ? "--ds-config" : kCli, "zero_optimization.offload_param.buffer_size",
+      throw InputError(o.ds_config ? *o.ds_config : std::string(kCli), "zero_optimization.offload_param.buffer_size",
                        std::to_string(tr.zero.param_buffer_size) + " elements is smaller than the largest partition "
                        "chunk, " + std::to_string(f->largest_chunk) + " elements; expected at least that");
   }

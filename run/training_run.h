@@ -19,7 +19,7 @@ struct RunOptions {
   // The model, cluster and training configuration, resolved by the front end (core/plan_inputs.h).
   ResolvedPlanInputs inputs;
   std::optional<int> gpus;  // --gpus as given (under mpirun the world size comes from MPI)
-  bool ds_config = false;   // a DeepSpeed config was given (its overlap_comm then decides)
+  std::optional<std::string> ds_config;  // the DeepSpeed config given, if any (its overlap_comm then decides)
   std::int64_t steps = 20;
   std::optional<std::int64_t> warmup_steps;  // default: min(2, steps - 1)
   std::string backend = "cuda";
