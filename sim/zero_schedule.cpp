@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "exec/zero/zero_partition.h"
 #include "sim/comm_model.h"
 
 namespace zeroplan {
@@ -295,13 +296,21 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int32_t micro, Dependency whe
   return done;
 }
 
-// Whether layer `index` starts a bucket of the executor's own (the lowest transformer block, the embeddings).
+// Whether the executor closes its pending bucket before layer `index`'s gradients join: before the embeddings,
+// and before a transformer block whose upper boundary is one of the tail cuts (exec/zero/zero_partition.h
+// tail_bucket_cuts: block 0 alone, then segments doubling upwards).
 bool StepBuilder::closes_executor_bucket(std::size_t index) const {
   if (layers_[index].kind == "embedding") return true;
   if (layers_[index].kind != "transformer_block") return false;
-  for (std::size_t i = 0; i < index; ++i)
-    if (layers_[i].kind == "transformer_block") return false;
-  return true;
+  std::int64_t block = 0, blocks = 0;  // this block's number among the blocks, and their count
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (layers_[i].kind == "transformer_block") {
+      if (i < index) ++block;
+      ++blocks;
+    }
+  for (std::int64_t b : exec::tail_bucket_cuts(blocks, layers_[index].params, zero_.reduce_bucket_size))
+    if (b == block + 1) return true;
+  return false;
 }
 
 void StepBuilder::add_gradients(std::int32_t layer, std::int32_t micro, TaskId produced_by, std::int64_t elements) {

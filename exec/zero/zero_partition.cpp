@@ -19,6 +19,16 @@ std::vector<std::pair<std::int64_t, std::int64_t>> gather_unit_ranges(const Para
   return units;
 }
 
+std::vector<std::int64_t> tail_bucket_cuts(std::int64_t layers, std::int64_t block_elements,
+                                           std::int64_t bucket_elements) {
+  std::vector<std::int64_t> cuts;
+  if (layers < 1) return cuts;
+  cuts.push_back(1);  // block 0 alone (with one block: apart from the final norm above it)
+  // The segment [b, 2b) holds b blocks; it becomes a bucket of its own while that is below the bucket size.
+  for (std::int64_t b = 1; 2 * b < layers && b * block_elements < bucket_elements; b *= 2) cuts.push_back(2 * b);
+  return cuts;
+}
+
 ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, const PartitionRules& rules)
     : world_(world), rank_(rank) {
   if (world < 1 || rank < 0 || rank >= world)
@@ -40,12 +50,14 @@ ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, con
   // Segments of tensors [lo, hi) no bucket crosses: the embeddings always; at stage 3 every gather unit and
   // every change between persistent and partitioned tensors.
   std::vector<std::size_t> cuts = {0, first_block_tensor, count};
-  // Block 0 is a segment of its own: its buckets are the last of the blocks backward finishes, and their
-  // reduction runs after the backward compute is over (exposed), so they are kept to one block's gradients
-  // rather than left the remainder of the greedy cut from the top (up to reduce_bucket_size: 1 GB of bf16
-  // gradients with DeepSpeed's 5e8 default, ~3.6 ms of all-reduce on 2x H200 after backward).
-  const std::size_t block1 = first_block_tensor + kBlockTensorCount;
-  if (block1 + 1 < count) cuts.push_back(block1);
+  // The last blocks backward finishes: segments doubling from block 0 (tail_bucket_cuts).
+  const std::int64_t L = layout.shape().layers;
+  if (L >= 1) {
+    const std::int64_t block_elements =
+        (L >= 2 ? layout.block(1, kQkvW).offset : layout.lnf_w().offset) - layout.block(0, kQkvW).offset;
+    for (std::int64_t b : tail_bucket_cuts(L, block_elements, rules.bucket_elements))
+      cuts.push_back(first_block_tensor + static_cast<std::size_t>(b) * kBlockTensorCount);
+  }
   if (rules.stage3) {
     for (std::size_t i = first_block_tensor; i < count; ++i) {
       const bool unit_start = i == count - 2 || (i - first_block_tensor) % kBlockTensorCount == 0;
