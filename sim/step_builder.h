@@ -163,6 +163,9 @@ class StepBuilder {
   TaskId last_gradient_ = kNoTask;
   TaskId last_reduction_ = kNoTask;
   TaskId last_download_ = kNoTask;
+  // zeroplan's executor with the optimizer on the CPU: each piece's upload, by the partition elements updated once
+  // it is done (its stage 1-2 all-gather groups start on them).
+  std::vector<std::pair<std::int64_t, TaskId>> uploads_;
   TaskId last_update_ = kNoTask;
 };
 

@@ -528,9 +528,17 @@ void StepBuilder::optimizer_step() {
     // all_gather_into_tensor_dp_groups); zeroplan's executor gathers allgather_bucket_size elements a call.
     const std::int64_t chunk = ds_ ? params : std::max<std::int64_t>(1, zero_.allgather_bucket_size);
     TaskId group_updated = updated;
+    std::size_t uploaded = 0;  // uploads_[uploaded] covers the group's share of the partition
     for (std::int64_t first = 0; first < params; first += chunk) {
       const std::int64_t elements = std::min(chunk, params - first);
       const Bytes bytes = elements * e_;
+      // zeroplan's executor with the optimizer on the CPU: a group's all-gather once its share of the partition
+      // is on the device (exec/zero/zero_engine_offload.cpp offloaded_update), beside the later groups' update.
+      if (!uploads_.empty()) {
+        const std::int64_t share_end = ceil_div(first + elements, n_);
+        while (uploaded + 1 < uploads_.size() && uploads_[uploaded].first < share_end) ++uploaded;
+        group_updated = uploads_[uploaded].second;
+      }
       if (interleaved)  // this group's share of the update, after the previous group's
         group_updated = timeline_.add(
             Resource::gpu_compute, TaskKind::optimizer_step,
@@ -557,6 +565,7 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
   const std::int64_t piece = std::max<std::int64_t>(1, std::min(kExecutorOffloadPieceElements, zero_.sub_group_size));
   std::size_t arrived = 0;  // downloads_[arrived] holds the piece's last element
   TaskId updated = norm;
+  uploads_.clear();
   for (std::int64_t first = 0; first < partition; first += piece) {
     const std::int64_t elements = std::min(piece, partition - first);
     while (arrived + 1 < downloads_.size() && downloads_[arrived].end_elements < first + elements) ++arrived;
@@ -568,6 +577,7 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
     updated = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
                             static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
                             param_bytes);
+    uploads_.emplace_back(first + elements, updated);
   }
   last_update_ = updated;
   return updated;

@@ -2,6 +2,8 @@
 // called only when cpu_supports(CpuIsa::avx2). The fp16 copy uses F16C's conversion with round-to-nearest-even.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "exec/offload/cpu_adamw_simd.h"
 
 namespace zeroplan::exec::offload::detail {
@@ -39,11 +41,17 @@ struct Avx2 {
     // Values are in [0, 0xFFFF], so the unsigned-saturating pack keeps them; it packs per 128-bit lane, and the
     // permute gathers lane 0's and lane 1's four results into the low 128 bits.
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0b1000);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    store_half(p, _mm256_castsi256_si128(packed));
   }
   static void store_fp16(std::uint16_t* p, F x) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    store_half(p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
+  // As Avx512::store_half: non-temporal where aligned.
+  static void store_half(std::uint16_t* p, __m128i bits) {
+    if ((reinterpret_cast<std::uintptr_t>(p) & 15) == 0) _mm_stream_si128(reinterpret_cast<__m128i*>(p), bits);
+    else _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bits);
+  }
+  static void fence() { _mm_sfence(); }
 };
 
 }  // namespace

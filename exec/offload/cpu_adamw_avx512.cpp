@@ -3,6 +3,8 @@
 // AVX-512F's vcvtps2ph with round-to-nearest-even.
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "exec/offload/cpu_adamw_simd.h"
 
 namespace zeroplan::exec::offload::detail {
@@ -36,12 +38,18 @@ struct Avx512 {
     const __m512i quiet_nan = _mm512_or_si512(upper, _mm512_set1_epi32(0x0040));
     const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     const __m512i bits = _mm512_mask_blend_epi32(is_nan, rounded, quiet_nan);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bits));
+    store_half(p, _mm512_cvtepi32_epi16(bits));
   }
   static void store_fp16(std::uint16_t* p, F x) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    store_half(p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
+  // The 16-bit copy is written and not read again here (the host-to-device copy reads it): a non-temporal store
+  // skips the read of the line a cached store would make first (cpu_adamw_simd.h says what it saves).
+  static void store_half(std::uint16_t* p, __m256i bits) {
+    if ((reinterpret_cast<std::uintptr_t>(p) & 31) == 0) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits);
+    else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits);
+  }
+  static void fence() { _mm_sfence(); }
 };
 
 }  // namespace

@@ -341,9 +341,8 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
         device_.record_event(copies_done, Lane::to_device);
         device_.host_wait_event(copies_done);
       }
-      offloaded_update(grad_scale);
+      offloaded_update(grad_scale);  // stages 1-2 on several ranks: each group's all-gather as it is updated
       if (stage == 3) all_gather_persistent();
-      else if (world_ > 1) all_gather_params();
     } else if (offload_param_) {
       update_offloaded_params(update);
       all_gather_persistent();

@@ -172,10 +172,23 @@ void ZeroEngine::offloaded_update(float grad_scale) {
   // New parameter values may land only after their last readers: backward on the compute lane (and the
   // stage-3 gathers, which the compute lane has waited for).
   device_.lane_waits_for(Lane::to_device, Lane::compute);
+  // Stages 1-2 on several ranks: a gather group's all-gather starts once its last piece is on the device, beside
+  // the CPU AdamW of the groups after it (issued after the whole update, it ran 5-9 ms after it on 2x H200).
+  // Pieces follow the buckets' order, and a group is a run of buckets.
+  const bool gather = config_.zero.stage < 3 && world_ > 1;
+  std::size_t group = 0;
   std::size_t i = 0;
-  for_each_offloaded_piece(offload::SwapAccess::update,
-                           [&](const Piece&, float* master, float* m, float* v) { update_piece(i++, hyper, master, m, v); });
-  // The all-gather (comm lane, after compute) and the next forward read the new parameters.
+  for_each_offloaded_piece(offload::SwapAccess::update, [&](const Piece& p, float* master, float* m, float* v) {
+    update_piece(i++, hyper, master, m, v);
+    if (!gather) return;
+    const auto [first, last] = gather_groups_[group];
+    if (static_cast<std::size_t>(p.bucket) + 1 != last || static_cast<int>(i - 1) != bucket_pieces_[last - 1].back())
+      return;
+    device_.lane_waits_for(Lane::comm, Lane::to_device);
+    all_gather_group(first, last);
+    ++group;
+  });
+  // The next forward reads the new parameters (and the all-gathers, which begin_step waits for).
   device_.lane_waits_for(Lane::compute, Lane::to_device);
 }
 

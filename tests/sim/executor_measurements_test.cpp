@@ -384,11 +384,17 @@ TEST(ExecutorMeasurements, TwoH200TailBucketRunsWithinTolerances) {
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     expect_comm_bytes_equal(p, m);
   }
-  for (const char* report : {"call3/off_s2optimizercpu.json", "call3/off_s3optimizercpu.json",
-                             "call3/off_s3optimizercpuparamcpu.json"}) {
+  // And the offload rows after the CPU AdamW's streaming stores and the all-gathers beside the update
+  // (2026-11-26-offload-h200-streaming-stores/call4).
+  for (const std::string report :
+       {"2026-11-26-two-gpu-h200-tail-buckets/call3/off_s2optimizercpu.json",
+        "2026-11-26-two-gpu-h200-tail-buckets/call3/off_s3optimizercpu.json",
+        "2026-11-26-two-gpu-h200-tail-buckets/call3/off_s3optimizercpuparamcpu.json",
+        "2026-11-26-offload-h200-streaming-stores/call4/off_s2optimizercpu.json",
+        "2026-11-26-offload-h200-streaming-stores/call4/off_s3optimizercpu.json"}) {
     SCOPED_TRACE(report);
-    std::printf("two H200, tail buckets: %s\n", report);
-    const nlohmann::json m = read_json_file(results("2026-11-26-two-gpu-h200-tail-buckets") / report).at("measured");
+    std::printf("two H200: %s\n", report.c_str());
+    const nlohmann::json m = read_json_file(results("") / report).at("measured");
     const bool param = std::string(report).find("param") != std::string::npos;
     const Planned p = plan_like_the_run("h200x2.json", m.at("stage").get<int>(), true, 2, param);
     expect_memory_within(p, m, true);
