@@ -163,9 +163,11 @@ class StepBuilder {
   TaskId last_gradient_ = kNoTask;
   TaskId last_reduction_ = kNoTask;
   TaskId last_download_ = kNoTask;
-  // zeroplan's executor with the optimizer on the CPU: each piece's upload, by the partition elements updated once
-  // it is done (its stage 1-2 all-gather groups start on them).
-  std::vector<std::pair<std::int64_t, TaskId>> uploads_;
+  // zeroplan's executor at stages 1-2 with the optimizer on the CPU (host memory): the previous step's update runs
+  // in this step's forward (exec/zero/zero_engine.h); per layer, what its first forward waits for.
+  bool defers_offloaded_update() const;
+  void deferred_offloaded_update();
+  std::vector<TaskId> update_ready_;
   TaskId last_update_ = kNoTask;
 };
 

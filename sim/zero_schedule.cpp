@@ -65,6 +65,9 @@ SteadyMicroSteps StepBuilder::build() {
   for (std::int64_t t : in_.tensors_per_layer) total_tensors_ += t;
   total_tensors_ = std::max<std::int64_t>(1, total_tensors_);
 
+  update_ready_.clear();
+  if (defers_offloaded_update()) deferred_offloaded_update();
+
   SteadyMicroSteps steady;
   MicroStepState previous;
   for (std::int32_t micro = 0; micro < training_.grad_accum; ++micro) {
@@ -144,8 +147,10 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
       issued = position + 1;
     }
 
-    std::array<Dependency, 3> first_deps{after(zero_.stage == 3 ? gather_task_[index] : kNoTask),
-                                         after(compute_barrier_), after(hooks)};
+    const TaskId params_ready = zero_.stage == 3                 ? gather_task_[index]
+                                : forward && micro == 0 && !update_ready_.empty() ? update_ready_[index]
+                                                                                  : kNoTask;
+    std::array<Dependency, 3> first_deps{after(params_ready), after(compute_barrier_), after(hooks)};
     TaskId first = kNoTask;
     TaskId consumer = kNoTask;
     if (forward) {
@@ -297,8 +302,8 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int32_t micro, Dependency whe
 }
 
 // Whether the executor closes its pending bucket before layer `index`'s gradients join: before the embeddings,
-// and before a transformer block whose upper boundary is one of the tail cuts (exec/zero/zero_partition.h
-// tail_bucket_cuts: block 0 alone, then segments doubling upwards).
+// and before a transformer block whose upper boundary is one of the executor's cuts (exec/zero/zero_partition.h
+// doubling_bucket_cuts: single blocks at both ends, segments doubling towards the middle).
 bool StepBuilder::closes_executor_bucket(std::size_t index) const {
   if (layers_[index].kind == "embedding") return true;
   if (layers_[index].kind != "transformer_block") return false;
@@ -308,7 +313,7 @@ bool StepBuilder::closes_executor_bucket(std::size_t index) const {
       if (i < index) ++block;
       ++blocks;
     }
-  for (std::int64_t b : exec::tail_bucket_cuts(blocks, layers_[index].params, zero_.reduce_bucket_size))
+  for (std::int64_t b : exec::doubling_bucket_cuts(blocks, layers_[index].params, zero_.reduce_bucket_size))
     if (b == block + 1) return true;
   return false;
 }
@@ -448,6 +453,11 @@ void StepBuilder::optimizer_step() {
                                 micro, param_bytes);
       }
     }
+  } else if (defers_offloaded_update()) {
+    // The norm here; the update runs in the next step's forward (deferred_offloaded_update).
+    updated = timeline_.add(Resource::gpu_compute, TaskKind::optimizer_step,
+                            static_cast<double>(partition * e_) / in_.optimizer_bandwidth,
+                            {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1, micro);
   } else if (executor_ && zero_.offload_optimizer == OffloadDevice::cpu) {
     updated = executor_offloaded_update(partition, micro);
   } else if (ds_ && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_3 &&
@@ -522,23 +532,15 @@ void StepBuilder::optimizer_step() {
     }
     updated = last_update_;
   }
-  if ((zero_.stage == 1 || zero_.stage == 2) && n_ > 1) {
+  if ((zero_.stage == 1 || zero_.stage == 2) && n_ > 1 && !defers_offloaded_update()) {
     // stage_1_and_2.py (and bf16_optimizer.py update_lp_params) all_gather_dp_groups: with torch's
     // all_gather_into_tensor, one call for the whole flat group (runtime/utils.py
     // all_gather_into_tensor_dp_groups); zeroplan's executor gathers allgather_bucket_size elements a call.
     const std::int64_t chunk = ds_ ? params : std::max<std::int64_t>(1, zero_.allgather_bucket_size);
     TaskId group_updated = updated;
-    std::size_t uploaded = 0;  // uploads_[uploaded] covers the group's share of the partition
     for (std::int64_t first = 0; first < params; first += chunk) {
       const std::int64_t elements = std::min(chunk, params - first);
       const Bytes bytes = elements * e_;
-      // zeroplan's executor with the optimizer on the CPU: a group's all-gather once its share of the partition
-      // is on the device (exec/zero/zero_engine_offload.cpp offloaded_update), beside the later groups' update.
-      if (!uploads_.empty()) {
-        const std::int64_t share_end = ceil_div(first + elements, n_);
-        while (uploaded + 1 < uploads_.size() && uploads_[uploaded].first < share_end) ++uploaded;
-        group_updated = uploads_[uploaded].second;
-      }
       if (interleaved)  // this group's share of the update, after the previous group's
         group_updated = timeline_.add(
             Resource::gpu_compute, TaskKind::optimizer_step,
@@ -549,6 +551,74 @@ void StepBuilder::optimizer_step() {
                     in_.collectives->seconds(CollectiveKind::all_gather, bytes), {after(group_updated)}, -1, micro,
                     bytes);
     }
+  }
+}
+
+bool StepBuilder::defers_offloaded_update() const {
+  return executor_ && (zero_.stage == 1 || zero_.stage == 2) && zero_.offload_optimizer == OffloadDevice::cpu;
+}
+
+// zeroplan's executor at stages 1-2 with the optimizer on the CPU (exec/zero/zero_engine_offload.cpp
+// update_buckets_below): the previous step's CPU AdamW runs as this step's forward needs the parameters, bucket by
+// bucket from the bottom of the layout, each piece copied to the device as it is updated and each bucket
+// all-gathered once its pieces are there; a layer's forward waits for the last bucket holding it. The buckets
+// are the executor's (the greedy cut from the top at reduce_bucket_size, closed where closes_executor_bucket
+// says), in layer terms. In the steady state the previous step's gradient copies are done by then.
+void StepBuilder::deferred_offloaded_update() {
+  struct Bucket {
+    std::int64_t elements = 0;
+    std::size_t lowest = 0, highest = 0;  // layers holding its elements
+  };
+  std::vector<Bucket> buckets;  // from the top of the layout down, as backward closes them
+  Bucket open;
+  bool has_open = false;
+  for (std::size_t index = layers_.size(); index-- > 0;) {
+    std::int64_t elements = layers_[index].params;
+    if (elements <= 0) continue;
+    if (has_open && closes_executor_bucket(index)) {
+      buckets.push_back(open);
+      has_open = false;
+    }
+    while (elements > 0) {
+      if (!has_open) {
+        open = Bucket{0, index, index};
+        has_open = true;
+      }
+      const std::int64_t take = std::min(elements, zero_.reduce_bucket_size - open.elements);
+      open.elements += take;
+      open.lowest = index;
+      elements -= take;
+      if (open.elements >= zero_.reduce_bucket_size) {
+        buckets.push_back(open);
+        has_open = false;
+      }
+    }
+  }
+  if (has_open) buckets.push_back(open);
+
+  update_ready_.assign(layers_.size(), kNoTask);
+  const std::int64_t piece = std::max<std::int64_t>(1, std::min(kExecutorOffloadPieceElements, zero_.sub_group_size));
+  const std::int32_t micro = 0;
+  for (auto b = buckets.rbegin(); b != buckets.rend(); ++b) {  // bottom up, the forward's order
+    const std::int64_t chunk = ceil_div(b->elements, n_);  // this rank's share
+    TaskId ready = kNoTask;
+    for (std::int64_t first = 0; first < chunk; first += piece) {
+      const std::int64_t elements = std::min(piece, chunk - first);
+      const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
+                                        static_cast<double>(elements) / in_.cpu_optimizer_params_per_second, {},
+                                        -1, micro);
+      const Bytes param_bytes = elements * e_;
+      ready = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
+                            static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
+                            param_bytes);
+    }
+    if (n_ > 1) {
+      const Bytes bytes = b->elements * e_;
+      ready = timeline_.add(Resource::nccl, TaskKind::all_gather,
+                            in_.collectives->seconds(CollectiveKind::all_gather, bytes), {after(ready)}, -1, micro,
+                            bytes);
+    }
+    for (std::size_t layer = b->lowest; layer <= b->highest; ++layer) update_ready_[layer] = ready;
   }
 }
 
@@ -565,7 +635,6 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
   const std::int64_t piece = std::max<std::int64_t>(1, std::min(kExecutorOffloadPieceElements, zero_.sub_group_size));
   std::size_t arrived = 0;  // downloads_[arrived] holds the piece's last element
   TaskId updated = norm;
-  uploads_.clear();
   for (std::int64_t first = 0; first < partition; first += piece) {
     const std::int64_t elements = std::min(piece, partition - first);
     while (arrived + 1 < downloads_.size() && downloads_[arrived].end_elements < first + elements) ++arrived;
@@ -577,7 +646,6 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
     updated = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
                             static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
                             param_bytes);
-    uploads_.emplace_back(first + elements, updated);
   }
   last_update_ = updated;
   return updated;

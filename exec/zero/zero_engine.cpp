@@ -292,6 +292,7 @@ double ZeroEngine::sum_over_ranks(double value) {
 }
 
 double ZeroEngine::finish_step(double loss_scale, const std::function<bool(double)>& skip) {
+  complete_deferred_update();  // (a forward has normally done it: it needs every parameter)
   if (stage3()) start_schedule(nullptr);
   const auto& buckets = partition_.buckets();
   for (std::size_t k = 0; k < buckets.size(); ++k)
@@ -341,8 +342,12 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
         device_.record_event(copies_done, Lane::to_device);
         device_.host_wait_event(copies_done);
       }
-      offloaded_update(grad_scale);  // stages 1-2 on several ranks: each group's all-gather as it is updated
-      if (stage == 3) all_gather_persistent();
+      if (defers_update()) {
+        deferred_ = DeferredUpdate{true, offload_hyper(grad_scale), 0};  // the next forward runs it
+      } else {
+        offloaded_update(grad_scale);  // stages 1-2 on several ranks: each group's all-gather as it is updated
+        if (stage == 3) all_gather_persistent();
+      }
     } else if (offload_param_) {
       update_offloaded_params(update);
       all_gather_persistent();
@@ -374,9 +379,9 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
   return norm;
 }
 
-void ZeroEngine::all_gather_group(std::size_t first, std::size_t last) {
-  // After the updates issued so far on the compute lane (this group's among them).
-  device_.lane_waits_for(Lane::comm, Lane::compute);
+void ZeroEngine::all_gather_group(std::size_t first, std::size_t last, Lane after) {
+  // After the updates issued so far on the `after` lane (this group's among them).
+  device_.lane_waits_for(Lane::comm, after);
   const auto& buckets = partition_.buckets();
   const int begin = device_.mark(Lane::comm);
   comm_.group_start();
@@ -403,6 +408,7 @@ void ZeroEngine::collect_comm_times() {
 }
 
 std::vector<float> ZeroEngine::gathered_params() {
+  complete_deferred_update();
   std::vector<float> out(layout_.total(), 0.0f);
   if (!stage3()) {
     device_.download(params_, out.data(), layout_.total(), type_, 1.0);
@@ -432,6 +438,7 @@ std::vector<float> ZeroEngine::gathered_params() {
 void ZeroEngine::set_params(const std::vector<float>& flat) {
   if (static_cast<std::int64_t>(flat.size()) != layout_.total())
     throw std::invalid_argument("set_params: expected " + std::to_string(layout_.total()) + " values");
+  complete_deferred_update();  // its writes would land on the values set here
   if (stage3()) {
     start_schedule(nullptr);
     const auto& buckets = partition_.buckets();
@@ -485,6 +492,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> ZeroEngine::owned_ranges() co
 }
 
 void ZeroEngine::read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {
+  complete_deferred_update();
   start_schedule(nullptr);
   std::int64_t total = 0;
   for (const GradientBucket& b : partition_.buckets()) total += b.chunk;
@@ -531,6 +539,7 @@ void ZeroEngine::read_owned_state(std::vector<float>& master, std::vector<float>
 }
 
 void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
+  complete_deferred_update();
   start_schedule(nullptr);
   const int stage = config_.zero.stage;
   constexpr std::int64_t kPiece = std::int64_t{1} << 24;  // host staging per call: 3 x 64 MiB at most
@@ -627,6 +636,7 @@ void* ZeroEngine::param_at(std::int64_t offset) const {
 }
 
 void ZeroEngine::begin_forward_only() {
+  complete_deferred_update();
   if (stage3()) start_schedule(&buffers_.forward_plan);
 }
 
@@ -644,6 +654,7 @@ void ZeroEngine::start_schedule(const Zero3FetchPlan* plan) {
 }
 
 void ZeroEngine::params_needed(std::int64_t lo, std::int64_t hi) {
+  if (deferred_.pending) update_buckets_below(hi);
   if (!stage3()) return;
   if (!plan_ || cursor_ >= plan_->steps.size())
     throw std::logic_error("ZeroEngine: params_needed outside a forward/backward schedule");

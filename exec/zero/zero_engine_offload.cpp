@@ -163,12 +163,46 @@ void ZeroEngine::copy_gradients_to_host(int k) {
   }
 }
 
-void ZeroEngine::offloaded_update(float grad_scale) {
+offload::AdamwHyper ZeroEngine::offload_hyper(float grad_scale) const {
   const auto& o = config_.optimizer;
-  const offload::AdamwHyper hyper{static_cast<float>(o.learning_rate), static_cast<float>(o.beta1),
-                                  static_cast<float>(o.beta2),         static_cast<float>(o.epsilon),
-                                  static_cast<float>(o.weight_decay),  grad_scale,
-                                  optimizer_step_};
+  return offload::AdamwHyper{static_cast<float>(o.learning_rate), static_cast<float>(o.beta1),
+                             static_cast<float>(o.beta2),         static_cast<float>(o.epsilon),
+                             static_cast<float>(o.weight_decay),  grad_scale,
+                             optimizer_step_};
+}
+
+void ZeroEngine::update_buckets_below(std::int64_t hi) {
+  // The previous step's backward, the last reader of the old parameters, ended synchronized (finish_step), and
+  // the forward kernels enqueued since read buckets already updated: the copies need no lane order before them.
+  const auto& buckets = partition_.buckets();
+  const std::size_t count = buckets.size();
+  bool updated = false;
+  while (deferred_.done < count) {
+    const auto k = static_cast<int>(count - 1 - deferred_.done);  // from the bottom of the layout
+    if (buckets[k].begin >= hi) break;
+    for (int i : bucket_pieces_[k]) {
+      const Piece& p = pieces_[i];
+      update_piece(static_cast<std::size_t>(i), deferred_.hyper, host_master_ + p.part, host_m_ + p.part,
+                   host_v_ + p.part);
+    }
+    // Each bucket's all-gather as soon as its pieces are on the device (bucket by bucket, not in gather groups:
+    // the forward can start on a bucket while the next ones update).
+    if (world_ > 1) all_gather_group(static_cast<std::size_t>(k), static_cast<std::size_t>(k) + 1, Lane::to_device);
+    ++deferred_.done;
+    updated = true;
+  }
+  if (deferred_.done == count) deferred_.pending = false;
+  if (updated) device_.lane_waits_for(Lane::compute, world_ > 1 ? Lane::comm : Lane::to_device);
+}
+
+void ZeroEngine::complete_deferred_update() {
+  if (!deferred_.pending) return;
+  update_buckets_below(layout_.total());
+  device_.synchronize();
+}
+
+void ZeroEngine::offloaded_update(float grad_scale) {
+  const offload::AdamwHyper hyper = offload_hyper(grad_scale);
   // New parameter values may land only after their last readers: backward on the compute lane (and the
   // stage-3 gathers, which the compute lane has waited for).
   device_.lane_waits_for(Lane::to_device, Lane::compute);

@@ -19,13 +19,19 @@ std::vector<std::pair<std::int64_t, std::int64_t>> gather_unit_ranges(const Para
   return units;
 }
 
-std::vector<std::int64_t> tail_bucket_cuts(std::int64_t layers, std::int64_t block_elements,
-                                           std::int64_t bucket_elements) {
+std::vector<std::int64_t> doubling_bucket_cuts(std::int64_t layers, std::int64_t block_elements,
+                                               std::int64_t bucket_elements) {
   std::vector<std::int64_t> cuts;
   if (layers < 1) return cuts;
   cuts.push_back(1);  // block 0 alone (with one block: apart from the final norm above it)
   // The segment [b, 2b) holds b blocks; it becomes a bucket of its own while that is below the bucket size.
   for (std::int64_t b = 1; 2 * b < layers && b * block_elements < bucket_elements; b *= 2) cuts.push_back(2 * b);
+  // The same from the top: [L - 2b, L - b).
+  const std::size_t bottom = cuts.size();
+  for (std::size_t i = 0; i < bottom; ++i)
+    if (layers - cuts[i] > 0) cuts.push_back(layers - cuts[i]);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
   return cuts;
 }
 
@@ -50,12 +56,12 @@ ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, con
   // Segments of tensors [lo, hi) no bucket crosses: the embeddings always; at stage 3 every gather unit and
   // every change between persistent and partitioned tensors.
   std::vector<std::size_t> cuts = {0, first_block_tensor, count};
-  // The last blocks backward finishes: segments doubling from block 0 (tail_bucket_cuts).
+  // The blocks at both ends: segments doubling from block 0 and from the last block (doubling_bucket_cuts).
   const std::int64_t L = layout.shape().layers;
   if (L >= 1) {
     const std::int64_t block_elements =
         (L >= 2 ? layout.block(1, kQkvW).offset : layout.lnf_w().offset) - layout.block(0, kQkvW).offset;
-    for (std::int64_t b : tail_bucket_cuts(L, block_elements, rules.bucket_elements))
+    for (std::int64_t b : doubling_bucket_cuts(L, block_elements, rules.bucket_elements))
       cuts.push_back(first_block_tensor + static_cast<std::size_t>(b) * kBlockTensorCount);
   }
   if (rules.stage3) {

@@ -15,9 +15,9 @@
 // Buckets are cut from the top down at tensor boundaries, each at most `bucket_elements` unless a single tensor
 // is larger (then it is a bucket alone, as DeepSpeed puts a parameter larger than reduce_bucket_size in a bucket
 // of its own); the embeddings always close with a bucket of their own (their gradients are written at the start
-// of backward, so their bucket buffer stays live through it), and the last blocks backward finishes are cut into
-// buckets that double from one block (tail_bucket_cuts): the reduction of the last bucket runs after backward's
-// compute is over, so it is kept to one block, and each one before it to what the blocks after it can hide.
+// of backward, so their bucket buffer stays live through it), and the blocks at both ends are cut into buckets
+// that double from one block (doubling_bucket_cuts): the reduction of the last bucket of backward and the
+// deferred CPU update of the last bucket of forward are kept to one block each.
 //
 // Stage 3 gathers parameters unit by unit (the embeddings, each block, the final norm: what one forward phase
 // computes with), so its buckets never cross a unit boundary, and tensors at or below
@@ -48,19 +48,24 @@ struct GradientBucket {
 };
 
 // The block boundaries b (0 < b <= layers, b = layers being the final norm: a bucket never holds tensors on both
-// sides of b) that cut the blocks
-// backward finishes last into buckets doubling from the bottom: [0, 1), [1, 2), [2, 4), [4, 8), ... while a
+// sides of b) that cut the blocks at both ends of the layout into buckets doubling towards the middle: [0, 1),
+// [1, 2), [2, 4), [4, 8), ... from the bottom and [L-1, L), [L-2, L-1), [L-4, L-2), ... from the top, while a
 // segment holds fewer than bucket_elements (beyond that the greedy cut from the top already gives buckets of
-// bucket_elements). Why: a bucket's reduction can only start when backward has finished its lowest block, and
-// every reduction must be over before the optimizer; a reduction moves a block's gradients ~10x faster than backward
-// computes them (2x H200, GPT-2 1.5B: ~0.2 ms against ~2.4 ms), so a bucket of b blocks is hidden by the b blocks
-// below it, and the last one, a single block, by the embeddings' backward. Buckets that end at block boundaries also
-// let stage 2 rotate over one buffer fewer (zero_buffer_layout.cpp: each block then writes a single bucket): with
-// DeepSpeed's 5e8-element buckets two of 0.98 GB instead of three. Measured on 2x H200 (stage 0, two alternating
-// pairs of runs in one call): exposed communication 0.78-0.85 ms per step against 0.92-0.98 ms with block 0 alone.
+// bucket_elements).
+// - The bottom, for backward: a bucket's reduction can only start when backward has finished its lowest block,
+//   and every reduction must be over before the optimizer; a reduction moves a block's gradients ~10x faster than
+//   backward computes them (2x H200, GPT-2 1.5B: ~0.2 ms against ~2.4 ms), so a bucket of b blocks is hidden by
+//   the b blocks below it, and the last one, a single block, by the embeddings' backward. Measured on 2x H200
+//   (stage 0, two alternating pairs of runs in one call): exposed communication 0.78-0.85 ms per step against
+//   0.92-0.98 ms with block 0 alone.
+// - The top, for the next forward: with the optimizer on the CPU the update runs bucket by bucket in the order
+//   the forward needs them (zero_engine.h, ZeRO-Offload), and the forward of the last bucket updated can only
+//   start after the whole update: a single block there instead of 16.
+// Buckets that end at block boundaries also let stage 2 rotate over one buffer fewer (zero_buffer_layout.cpp:
+// each block then writes a single bucket): with DeepSpeed's 5e8-element buckets two of 0.98 GB instead of three.
 // The simulator closes its buckets at the same boundaries (sim/zero_schedule.cpp closes_executor_bucket).
-std::vector<std::int64_t> tail_bucket_cuts(std::int64_t layers, std::int64_t block_elements,
-                                           std::int64_t bucket_elements);
+std::vector<std::int64_t> doubling_bucket_cuts(std::int64_t layers, std::int64_t block_elements,
+                                               std::int64_t bucket_elements);
 
 // Stage 3's gather units of a GPT-2 layout, in layout order: [wte, wpe], each block, [ln_f]: flat ranges.
 std::vector<std::pair<std::int64_t, std::int64_t>> gather_unit_ranges(const ParamLayout& layout);

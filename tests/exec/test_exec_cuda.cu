@@ -698,7 +698,8 @@ TEST(CudaTrainer, OptimizerOffloadMatchesTheDeviceOptimizer) {
             << what << ", step " << s;
         EXPECT_GT(ro.times.offload.pieces, 1) << what;
         EXPECT_GT(ro.times.offload.to_host_s, 0) << what;
-        EXPECT_GT(ro.times.offload.to_device_s, 0) << what;
+        // Stages 1-2 update during the next step's forward (the deferred update): step 0 copies nothing back.
+        if (s > 0 || stage == 3) EXPECT_GT(ro.times.offload.to_device_s, 0) << what << ", step " << s;
       }
       EXPECT_LT(rel_err(off->params(), dev->params()), tol) << what;
       std::vector<float> md, mo, m1, m2, v1, v2;

@@ -133,7 +133,7 @@ struct StoredRun {
   bool offload;
 };
 
-// Stage 2 rows measured before the tail buckets (exec/zero/zero_partition.h tail_bucket_cuts) are left out: they
+// Stage 2 rows measured before the tail buckets (exec/zero/zero_partition.h doubling_bucket_cuts) are left out: they
 // held three rotating bucket buffers where the executor now holds two (2026-11-26-two-gpu-h200-tail-buckets/ has
 // stage 2 again).
 TEST(ExecutorMeasurements, OneH200RunsWithinTolerances) {
@@ -371,7 +371,12 @@ TEST(ExecutorMeasurements, TwoH200TailBucketRunsWithinTolerances) {
   };
   for (const Run& run : {Run{"call2/run_s0.json", 0, 2, 1, ""}, Run{"call2/run_s1.json", 1, 2, 1, ""},
                          Run{"call2/run_s2.json", 2, 2, 1, ""}, Run{"call2/run_one.json", 0, 1, 1, ""},
-                         Run{"call2/run_s2_acc32.json", 2, 2, 2, "bench/exec/models/ds-stage2-fp32-accumulation.json"}}) {
+                         Run{"call2/run_s2_acc32.json", 2, 2, 2, "bench/exec/models/ds-stage2-fp32-accumulation.json"},
+                         Run{"../2026-11-26-offload-h200-deferred-update/run_s1.json", 1, 2, 1, ""},
+                         Run{"../2026-11-26-offload-h200-deferred-update/run_s2.json", 2, 2, 1, ""},
+                         Run{"../2026-11-26-offload-h200-deferred-update/speed/run_s0.json", 0, 2, 1, ""},
+                         Run{"../2026-11-26-offload-h200-deferred-update/speed/run_s2.json", 2, 2, 1, ""},
+                         Run{"../2026-11-26-offload-h200-deferred-update/speed/run_one.json", 0, 1, 1, ""}}) {
     SCOPED_TRACE(run.report);
     std::printf("two H200, tail buckets: %s\n", run.report);
     const nlohmann::json m =
@@ -384,14 +389,16 @@ TEST(ExecutorMeasurements, TwoH200TailBucketRunsWithinTolerances) {
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     expect_comm_bytes_equal(p, m);
   }
-  // And the offload rows after the CPU AdamW's streaming stores and the all-gathers beside the update
-  // (2026-11-26-offload-h200-streaming-stores/call4).
-  for (const std::string report :
-       {"2026-11-26-two-gpu-h200-tail-buckets/call3/off_s2optimizercpu.json",
-        "2026-11-26-two-gpu-h200-tail-buckets/call3/off_s3optimizercpu.json",
-        "2026-11-26-two-gpu-h200-tail-buckets/call3/off_s3optimizercpuparamcpu.json",
-        "2026-11-26-offload-h200-streaming-stores/call4/off_s2optimizercpu.json",
-        "2026-11-26-offload-h200-streaming-stores/call4/off_s3optimizercpu.json"}) {
+  // The offload rows: stage 3 here and after the CPU AdamW's streaming stores
+  // (2026-11-26-offload-h200-streaming-stores/call4), and every offload row after stages 1-2 deferred their
+  // update into the next forward (2026-11-26-offload-h200-deferred-update/; the stage-2 rows measured before that
+  // are left out: their update followed the backward pass).
+  for (const std::string report : {"2026-11-26-two-gpu-h200-tail-buckets/call3/off_s3optimizercpu.json",
+                                   "2026-11-26-two-gpu-h200-tail-buckets/call3/off_s3optimizercpuparamcpu.json",
+                                   "2026-11-26-offload-h200-streaming-stores/call4/off_s3optimizercpu.json",
+                                   "2026-11-26-offload-h200-deferred-update/off_s2optimizercpu.json",
+                                   "2026-11-26-offload-h200-deferred-update/off_s3optimizercpu.json",
+                                   "2026-11-26-offload-h200-deferred-update/off_s3optimizercpuparamcpu.json"}) {
     SCOPED_TRACE(report);
     std::printf("two H200: %s\n", report.c_str());
     const nlohmann::json m = read_json_file(results("") / report).at("measured");
