@@ -127,6 +127,22 @@ void expect_memory_within(const Planned& p, const nlohmann::json& m, bool offloa
   }
 }
 
+// A stored run of stages 0-2 without offload (`report` under bench/exec/results/), planned as it ran on
+// `cluster`: memory per component, the device total, the step and the bytes of each collective kind.
+void expect_stored_run_within(const std::filesystem::path& report, const char* cluster, int stage, int gpus,
+                              const char* ds_config = "", std::int64_t grad_accum = 1) {
+  SCOPED_TRACE(report.string());
+  std::printf("%s: %s\n", cluster, report.string().c_str());
+  const nlohmann::json m = read_json_file(report).at("measured");
+  ASSERT_EQ(m.at("stage").get<int>(), stage);
+  ASSERT_EQ(m.at("world_size").get<int>(), gpus);
+  const Planned p = plan_like_the_run(cluster, stage, false, gpus, false, "gpt2-1.5b", OffloadDevice::cpu,
+                                      Checkpointing::none, 8, ds_config, grad_accum);
+  expect_memory_within(p, m, false);
+  expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  expect_comm_bytes_equal(p, m);
+}
+
 struct StoredRun {
   const char* report;
   int stage;
@@ -304,28 +320,12 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
 // each, bench/exec/models/ds-stage*-fp32-*.json). Memory per component, the device total and the step as before, and
 // the bytes of each collective kind exactly: fp32 reductions move 4 bytes per gradient element.
 TEST(ExecutorMeasurements, TwoH100GradientPrecisionRunsWithinTolerances) {
-  struct Run {
-    const char* report;
-    int stage;
-    std::int64_t grad_accum;
-    const char* ds_config;
-  };
+  const std::filesystem::path folder = results("2026-11-26-two-gpu-h100-grad-precision");
   // (stage 2 left out, as above)
-  for (const Run& run : {Run{"run_s0.json", 0, 1, ""}, Run{"run_s1.json", 1, 1, ""},
-                         Run{"run_s1_acc32_comm32.json", 1, 2,
-                             "bench/exec/models/ds-stage1-fp32-accumulation-and-reductions.json"}}) {
-    SCOPED_TRACE(run.report);
-    std::printf("two H100: %s\n", run.report);
-    const nlohmann::json m =
-        read_json_file(results("2026-11-26-two-gpu-h100-grad-precision") / run.report).at("measured");
-    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
-    ASSERT_EQ(m.at("world_size").get<int>(), 2);
-    const Planned p = plan_like_the_run("h100x2.json", run.stage, false, 2, false, "gpt2-1.5b", OffloadDevice::cpu,
-                                        Checkpointing::none, 8, run.ds_config, run.grad_accum);
-    expect_memory_within(p, m, false);
-    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
-    expect_comm_bytes_equal(p, m);
-  }
+  expect_stored_run_within(folder / "run_s0.json", "h100x2.json", 0, 2);
+  expect_stored_run_within(folder / "run_s1.json", "h100x2.json", 1, 2);
+  expect_stored_run_within(folder / "run_s1_acc32_comm32.json", "h100x2.json", 1, 2,
+                           "bench/exec/models/ds-stage1-fp32-accumulation-and-reductions.json", 2);
 }
 
 // Two H200 after block 0 got buckets of its own (bench/exec/results/2026-11-26-two-gpu-h200-block0-bucket/, its
@@ -333,28 +333,14 @@ TEST(ExecutorMeasurements, TwoH100GradientPrecisionRunsWithinTolerances) {
 // and the one-GPU run of the second call. Memory per component, the device total, the step, and the bytes of each
 // collective kind exactly.
 TEST(ExecutorMeasurements, TwoH200BlockZeroBucketRunsWithinTolerances) {
-  struct Run {
-    const char* report;
-    int stage, gpus;
-    const char* ds_config;
-  };
+  const std::filesystem::path folder = results("2026-11-26-two-gpu-h200-block0-bucket");
   // (stage 2 at the default buckets left out, as above)
-  for (const Run& run : {Run{"call1/run_s0.json", 0, 2, ""}, Run{"call1/run_s1.json", 1, 2, ""},
-                         Run{"call2/run_s0.json", 0, 2, ""},
-                         Run{"call2/run_s2_bucket2e8.json", 2, 2, "bench/exec/models/ds-stage2-bucket-2e8.json"},
-                         Run{"call2/run_one.json", 0, 1, ""}}) {
-    SCOPED_TRACE(run.report);
-    std::printf("two H200, block 0 bucket: %s\n", run.report);
-    const nlohmann::json m =
-        read_json_file(results("2026-11-26-two-gpu-h200-block0-bucket") / run.report).at("measured");
-    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
-    ASSERT_EQ(m.at("world_size").get<int>(), run.gpus);
-    const Planned p = plan_like_the_run("h200x2.json", run.stage, false, run.gpus, false, "gpt2-1.5b",
-                                        OffloadDevice::cpu, Checkpointing::none, 8, run.ds_config);
-    expect_memory_within(p, m, false);
-    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
-    expect_comm_bytes_equal(p, m);
-  }
+  expect_stored_run_within(folder / "call1/run_s0.json", "h200x2.json", 0, 2);
+  expect_stored_run_within(folder / "call1/run_s1.json", "h200x2.json", 1, 2);
+  expect_stored_run_within(folder / "call2/run_s0.json", "h200x2.json", 0, 2);
+  expect_stored_run_within(folder / "call2/run_s2_bucket2e8.json", "h200x2.json", 2, 2,
+                           "bench/exec/models/ds-stage2-bucket-2e8.json");
+  expect_stored_run_within(folder / "call2/run_one.json", "h200x2.json", 0, 1);
 }
 
 // Two H200 after the tail buckets (bench/exec/results/2026-11-26-two-gpu-h200-tail-buckets/, its README gives the
@@ -363,32 +349,20 @@ TEST(ExecutorMeasurements, TwoH200BlockZeroBucketRunsWithinTolerances) {
 // too). Memory per component, the device total, the step, the host's figures for the offload rows, and the bytes of
 // each collective kind exactly.
 TEST(ExecutorMeasurements, TwoH200TailBucketRunsWithinTolerances) {
-  struct Run {
-    const char* report;
-    int stage, gpus;
-    std::int64_t grad_accum;
-    const char* ds_config;
-  };
-  for (const Run& run : {Run{"call2/run_s0.json", 0, 2, 1, ""}, Run{"call2/run_s1.json", 1, 2, 1, ""},
-                         Run{"call2/run_s2.json", 2, 2, 1, ""}, Run{"call2/run_one.json", 0, 1, 1, ""},
-                         Run{"call2/run_s2_acc32.json", 2, 2, 2, "bench/exec/models/ds-stage2-fp32-accumulation.json"},
-                         Run{"../2026-11-26-offload-h200-deferred-update/run_s1.json", 1, 2, 1, ""},
-                         Run{"../2026-11-26-offload-h200-deferred-update/run_s2.json", 2, 2, 1, ""},
-                         Run{"../2026-11-26-offload-h200-deferred-update/speed/run_s0.json", 0, 2, 1, ""},
-                         Run{"../2026-11-26-offload-h200-deferred-update/speed/run_s2.json", 2, 2, 1, ""},
-                         Run{"../2026-11-26-offload-h200-deferred-update/speed/run_one.json", 0, 1, 1, ""}}) {
-    SCOPED_TRACE(run.report);
-    std::printf("two H200, tail buckets: %s\n", run.report);
-    const nlohmann::json m =
-        read_json_file(results("2026-11-26-two-gpu-h200-tail-buckets") / run.report).at("measured");
-    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
-    ASSERT_EQ(m.at("world_size").get<int>(), run.gpus);
-    const Planned p = plan_like_the_run("h200x2.json", run.stage, false, run.gpus, false, "gpt2-1.5b",
-                                        OffloadDevice::cpu, Checkpointing::none, 8, run.ds_config, run.grad_accum);
-    expect_memory_within(p, m, false);
-    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
-    expect_comm_bytes_equal(p, m);
-  }
+  const std::filesystem::path tail = results("2026-11-26-two-gpu-h200-tail-buckets");
+  expect_stored_run_within(tail / "call2/run_s0.json", "h200x2.json", 0, 2);
+  expect_stored_run_within(tail / "call2/run_s1.json", "h200x2.json", 1, 2);
+  expect_stored_run_within(tail / "call2/run_s2.json", "h200x2.json", 2, 2);
+  expect_stored_run_within(tail / "call2/run_one.json", "h200x2.json", 0, 1);
+  expect_stored_run_within(tail / "call2/run_s2_acc32.json", "h200x2.json", 2, 2,
+                           "bench/exec/models/ds-stage2-fp32-accumulation.json", 2);
+  // After the deferred offload update and the buckets doubling from the top too (the final code of that day).
+  const std::filesystem::path deferred = results("2026-11-26-offload-h200-deferred-update");
+  expect_stored_run_within(deferred / "run_s1.json", "h200x2.json", 1, 2);
+  expect_stored_run_within(deferred / "run_s2.json", "h200x2.json", 2, 2);
+  expect_stored_run_within(deferred / "speed/run_s0.json", "h200x2.json", 0, 2);
+  expect_stored_run_within(deferred / "speed/run_s2.json", "h200x2.json", 2, 2);
+  expect_stored_run_within(deferred / "speed/run_one.json", "h200x2.json", 0, 1);
   // The offload rows: stage 3 here and after the CPU AdamW's streaming stores
   // (2026-11-26-offload-h200-streaming-stores/call4), and every offload row after stages 1-2 deferred their
   // update into the next forward (2026-11-26-offload-h200-deferred-update/; the stage-2 rows measured before that
