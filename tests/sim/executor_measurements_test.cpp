@@ -315,10 +315,11 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
 }
 
 // Two H100 (bench/exec/results/2026-11-26-two-gpu-h100-grad-precision/, its README gives the command), planned on
-// h100x2: stages 0-2 as before, and the gradient precisions of DeepSpeed's data_types.grad_accum_dtype and
-// communication_data_type: stage 2 accumulating in fp32, stage 1 accumulating and reducing in fp32 (2 micro-steps
-// each, bench/exec/models/ds-stage*-fp32-*.json). Memory per component, the device total and the step as before, and
-// the bytes of each collective kind exactly: fp32 reductions move 4 bytes per gradient element.
+// h100x2: stages 0-1 as before, and the gradient precisions of DeepSpeed's data_types.grad_accum_dtype and
+// communication_data_type: stage 1 accumulating and reducing in fp32 (2 micro-steps,
+// bench/exec/models/ds-stage1-fp32-accumulation-and-reductions.json; the call's stage-2 rows held three bucket
+// buffers). Memory per component, the device total and the step as before, and the bytes of each collective kind
+// exactly: fp32 reductions move 4 bytes per gradient element.
 TEST(ExecutorMeasurements, TwoH100GradientPrecisionRunsWithinTolerances) {
   const std::filesystem::path folder = results("2026-11-26-two-gpu-h100-grad-precision");
   // (stage 2 left out, as above)
