@@ -393,10 +393,6 @@ void ZeroEngine::all_gather_group(std::size_t first, std::size_t last, Lane afte
   comm_marks_.emplace_back(static_cast<int>(CommKind::all_gather), begin, device_.mark(Lane::comm));
 }
 
-void ZeroEngine::all_gather_params() {
-  for (const auto& [first, last] : gather_groups_) all_gather_group(first, last);
-}
-
 void ZeroEngine::collect_comm_times() {
   times_ = CommTimes{};
   for (const auto& [kind, a, b] : comm_marks_) times_.seconds[kind] += device_.seconds_between(a, b);

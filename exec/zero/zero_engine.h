@@ -189,7 +189,6 @@ class ZeroEngine {
   void finish_bucket(int b);  // accumulate (if separate) and reduce a bucket finished in this micro-step
   void reduce_bucket(int b);
   void* bucket_grads(int b) const;  // where backward writes bucket b in this micro-step
-  void all_gather_params();
   // Stages 1-2: one group's all-gather (buckets [first, last), gather_groups_) on the comm lane after the compute
   // lane's work so far.
   void all_gather_group(std::size_t first, std::size_t last, Lane after = Lane::compute);
