@@ -351,23 +351,28 @@ TYPED_TEST(KernelTest, AdamWAndGradNorm) {
   EXPECT_LT(rel_err(Md.get(), m), 1e-6);
   EXPECT_LT(rel_err(Vd.get(), v), 1e-6);
 
-  // The same step as two partitions [0, split) and [split, n) (what a ZeRO rank updates) equals the whole.
-  const std::int64_t split = (n / 2) / 8 * 8;
-  auto p2 = randn(n, 11), m2 = randn(n, 12, 0.01f), v2 = randn(n, 13, 0.01f);
-  for (auto& x : v2) x = x * x;
-  Buf<float> Pw(p2), Mw(m2), Vw(v2), Pp(p2), Mp(m2), Vp(v2);
-  Buf<T> Tw(n), Tp(n);
-  const cuda::DecayGeometry geo{layout.blocks_begin(), layout.block_stride(), layout.block_decay_elements(),
-                                layout.blocks_end()};
-  cuda::adamw_update<T>(Tw.d, Pw.d, Gd.d, Mw.d, Vw.d, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2, geo, 0);
-  for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, split}, {split, n}}) {
-    cuda::DecayGeometry part = geo;
-    part.base = begin;
-    cuda::adamw_update<T>(Tp.d + begin, Pp.d + begin, Gd.d + begin, Mp.d + begin, Vp.d + begin, end - begin, 1e-2f,
-                          0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2, part, 0);
+  // The same step as two partitions [0, split) and [split, n) (what a ZeRO rank updates) equals the whole: with
+  // split a multiple of 8 both halves take the 16-byte path, otherwise (split odd, or a multiple of 4 but not 8)
+  // the element-by-element path of the same arithmetic, with the tail of the first half.
+  for (const std::int64_t split : {(n / 2) / 8 * 8, (n / 2) / 8 * 8 + 4, (n / 2) / 8 * 8 + 1}) {
+    auto p2 = randn(n, 11), m2 = randn(n, 12, 0.01f), v2 = randn(n, 13, 0.01f);
+    for (auto& x : v2) x = x * x;
+    Buf<float> Pw(p2), Mw(m2), Vw(v2), Pp(p2), Mp(m2), Vp(v2);
+    Buf<T> Tw(n), Tp(n);
+    const cuda::DecayGeometry geo{layout.blocks_begin(), layout.block_stride(), layout.block_decay_elements(),
+                                  layout.blocks_end()};
+    cuda::adamw_update<T>(Tw.d, Pw.d, Gd.d, Mw.d, Vw.d, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2, geo, 0);
+    for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, split}, {split, n}}) {
+      cuda::DecayGeometry part = geo;
+      part.base = begin;
+      cuda::adamw_update<T>(Tp.d + begin, Pp.d + begin, Gd.d + begin, Mp.d + begin, Vp.d + begin, end - begin, 1e-2f,
+                            0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 2, part, 0);
+    }
+    EXPECT_EQ(Pp.get(), Pw.get()) << "split " << split;
+    EXPECT_EQ(Mp.get(), Mw.get()) << "split " << split;
+    EXPECT_EQ(Vp.get(), Vw.get()) << "split " << split;
+    EXPECT_EQ(Tp.get(), Tw.get()) << "split " << split;
   }
-  EXPECT_EQ(Pp.get(), Pw.get());
-  EXPECT_EQ(Vp.get(), Vw.get());
 }
 
 // ---------------------------------------------------------------------------------------------------------
