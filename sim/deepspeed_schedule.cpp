@@ -28,9 +28,9 @@ void StepBuilder::step_buffers(TaskId step) {
 // norm and overflow, reading each back (.item(), a device synchronisation per check): the host waits for the
 // GPU at every tensor, so the hooks follow the previous layer's compute and its own copies. Measured on one H100
 // (bench/deepspeed/results-pending/, ds_peer.py --profile): backward 463.8 ms against 130.0 without offload, of
-// which 117.2 ms device-to-host copies; 580 AccumulateGrad hooks. Micro-steps before the accumulation boundary
-// take another path (async_accumulate_grad_in_cpu_via_gpu, a copy each way per tensor) that is not modelled:
-// they are timed without these hooks.
+// which 117.2 ms device-to-host copies; 580 AccumulateGrad hooks. With gradient accumulation every micro-step's
+// hooks also keep each tensor's gradient in a pinned host buffer between micro-steps
+// (async_accumulate_grad_in_cpu_via_gpu, below), waiting for the GPU at every tensor as well.
 //
 // Stage 3 (DeepSpeed 0.19.8, host costs per call from the cluster description): every module of the layer (and
 // the layer's own module) runs the parameter coordinator's fetch before and its release after it, in both passes
@@ -80,6 +80,10 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
   const bool gradient_hooks = zero_.stage == 2 || zero_.overlap_comm || zero_.contiguous_gradients ||
                               in_.path.accumulation_bytes != in_.path.model_bytes;
   const bool hook_reduces = zero_.stage == 2 || (zero_.overlap_comm && boundary_);
+  const bool accumulation_offload_hooks = !forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
+                                          zero_.offload_optimizer == OffloadDevice::cpu && hook_reduces &&
+                                          training_.grad_accum > 1 &&
+                                          in_.path.accumulation_bytes == in_.path.model_bytes;
   if (!forward && in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
       index < in_.tensors_per_layer.size()) {
     const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
@@ -89,10 +93,29 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
       const double fp32_grad_bytes = 4.0 * static_cast<double>(ceil_div(layers_[index].params, n_));
       seconds += tensors * in_.offload_gradient_hook_seconds + fp32_grad_bytes / in_.pcie_bandwidth;
     }
+    if (accumulation_offload_hooks) {
+      // stage_1_and_2.py copy_grads_in_partition -> async_accumulate_grad_in_cpu_via_gpu, per tensor of the rank's
+      // partition at every micro-step of a step with several (micro_step_id counts them from 0, setup_buckets):
+      // _wait_for_offload_copies first (event.synchronize on the previous tensor's copy: the host waits for the
+      // GPU at every tensor), from the second micro-step accumulated_grads_in_cpu copied up into
+      // temp_grad_buffer_for_gpu_offload and added into the gradient, then the gradient copied down into its
+      // pinned buffer and an event recorded. Host operations at host.deepspeed_tensor_op_seconds each (the copy
+      // down and the event; the copy up and the add besides from the second micro-step), the copies at the pinned
+      // PCIe rate in the model's precision, the add at the streaming rate; the boundary's own hook work
+      // (offload_hooks) follows. The compact fp32 partition buffer (grad_accum_dtype fp32,
+      // _use_compact_grad_partition_buffer) takes another path.
+      const double bytes =
+          static_cast<double>(in_.path.model_bytes) * static_cast<double>(ceil_div(layers_[index].params, n_));
+      const bool restore = micro > 0;
+      seconds += tensors * (restore ? 4.0 : 2.0) * in_.tensor_op_seconds +
+                 (restore ? 2.0 : 1.0) * bytes / in_.pcie_bandwidth +
+                 (restore ? 3.0 * bytes / in_.streaming_bandwidth : 0.0);
+    }
   }
   if (seconds <= 0.0) return kNoTask;
-  const Dependency sync = (forward && first_of_pass) || offload_hooks
-                              ? after(offload_hooks ? previous_compute : last_compute_)
+  const bool host_waits = offload_hooks || accumulation_offload_hooks;
+  const Dependency sync = (forward && first_of_pass) || host_waits
+                              ? after(host_waits ? previous_compute : last_compute_)
                               : Dependency{};
   // Stage 3: the previous micro-step's backward ended waiting for its reductions (the epilogue's synchronize).
   const bool after_epilogue = forward && first_of_pass && stage3;
