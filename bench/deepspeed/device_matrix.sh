@@ -7,7 +7,7 @@
 # 600) would be exceeded. Each run writes $OUT/NAME.json in the schema of bench/deepspeed/results/ and $OUT/NAME.log;
 # the last lines printed are one table row per run. Copy the JSON files into bench/deepspeed/results/ and
 # tests/sim/deepspeed_measurements_test.cpp checks the planner against them.
-#   usage: [PROFILE=1] bash bench/deepspeed/device_matrix.sh PART [BUDGET_SECONDS [NAME_REGEX]]
+#   usage: [PROFILE=1] [MEMTRACE=1] bash bench/deepspeed/device_matrix.sh PART [BUDGET_SECONDS [NAME_REGEX]]
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these machines (KINDS.md)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,6 +16,7 @@ part="${1:?PART: which part of bench/deepspeed/matrix.txt to run}"
 budget="${2:-540}"
 only="${3:-}"  # an extended regular expression: only the part's rows whose names match it
 # PROFILE=1: each run also writes NAME.profile.txt (ds_peer.py --profile: phases and torch.profiler tables).
+# MEMTRACE=1: each run also writes NAME.memtrace.json (ds_peer.py --memory-trace: the caching allocator over 2 steps).
 start=$(date +%s)
 source "$repo/bench/deepspeed/install_wheels.sh"
 
@@ -59,7 +60,7 @@ while read -r line_part name model planner_model gpus config threads; do
   OMP_NUM_THREADS="$threads" timeout "$left" torchrun --standalone --nproc_per_node="$gpus" \
     "$repo/bench/deepspeed/ds_peer.py" --model "$model_arg" --planner-model "$planner_model" \
     --ds-config "$repo/$config" --cluster "$cluster" --name "$name" --out "$out/$name.json" \
-    ${PROFILE:+--profile "$out/$name.profile.txt"} \
+    ${PROFILE:+--profile "$out/$name.profile.txt"} ${MEMTRACE:+--memory-trace "$out/$name.memtrace.json"} \
     > "$out/$name.log" 2>&1
   status=$?
   if [ $status -eq 0 ] && [ -f "$out/$name.json" ]; then

@@ -125,6 +125,40 @@ def profile_phases(path, parts, accumulation, rank):
             f.write(averages.table(sort_by="self_cuda_time_total", row_limit=45) + "\n")
 
 
+def memory_trace(path, micro_step, accumulation, steps=2):
+    """The caching allocator over `steps` steps: every segment at the end (address, size, its blocks' sizes and
+    states) and every event of the steps (alloc, free, segment alloc/free with address and size; for blocks of 16
+    MiB and more the innermost Python frames that asked for them), and torch.cuda.memory_allocated() and
+    memory_reserved() before them, so that the allocator's state at the allocated peak can be replayed."""
+    torch.cuda.synchronize()
+    before = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+    torch.cuda.memory._record_memory_history(max_entries=1000000)
+    for _ in range(steps):
+        for _ in range(accumulation):
+            micro_step()
+    torch.cuda.synchronize()
+    snapshot = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+
+    def frames(event):
+        keep = [f for f in event.get("frames", []) if f.get("filename", "").endswith(".py")]
+        return [f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in keep[:4]]
+
+    segments = [{"address": s["address"], "total_size": s["total_size"], "pool": s.get("segment_type"),
+                 "blocks": [[b["size"], b["state"]] for b in s["blocks"]]} for s in snapshot["segments"]]
+    events = []
+    for trace in snapshot["device_traces"]:
+        for e in trace:
+            entry = {"action": e["action"], "addr": e["addr"], "size": e["size"]}
+            if e["size"] >= 16 * 2**20 and e["action"] in ("alloc", "segment_alloc"):
+                entry["frames"] = frames(e)
+            events.append(entry)
+    with open(path, "w") as f:
+        json.dump({"steps": steps, "accumulation": accumulation, "before": before, "segments": segments,
+                   "events": events, "max_allocated": torch.cuda.max_memory_allocated(),
+                   "max_reserved": torch.cuda.max_memory_reserved()}, f)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True, help="zeroplan model description (gpt2 family) or 'resnet101'")
@@ -139,6 +173,9 @@ def main():
     ap.add_argument("--profile", help="after the measured steps, write where DeepSpeed's step spends its time to "
                     "this file: forward, backward and step of 3 more steps, each phase synchronised (median), then "
                     "one step under torch.profiler (CPU and CUDA, the 45 largest operators by self time of each)")
+    ap.add_argument("--memory-trace", help="after the measured steps, record the caching allocator over 2 more steps "
+                    "(torch.cuda.memory._record_memory_history) and write its segments and events to this JSON file "
+                    "(memory_trace)")
     args = ap.parse_args()
 
     deepspeed.init_distributed()
@@ -197,6 +234,8 @@ def main():
     dist.all_reduce(step_seconds, op=dist.ReduceOp.MAX)
     if args.profile:  # after every figure above is taken: the profiler's own memory stays out of them
         profile_phases(args.profile, parts, accumulation, rank)
+    if args.memory_trace and rank == 0:  # after every figure above is taken, as the profile
+        memory_trace(args.memory_trace, micro_step, accumulation)
     if rank == 0:
         measured = {
             "device_used_gib": local[0].item() / gib,
