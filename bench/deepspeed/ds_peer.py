@@ -125,14 +125,17 @@ def profile_phases(path, parts, accumulation, rank):
             f.write(averages.table(sort_by="self_cuda_time_total", row_limit=45) + "\n")
 
 
-def memory_trace(path, micro_step, accumulation, steps=2):
+def memory_trace(path, micro_step, accumulation, steps=2, start=None):
     """The caching allocator over `steps` steps: every segment at the end (address, size, its blocks' sizes and
     states) and every event of the steps (alloc, free, segment alloc/free with address and size; for blocks of 16
     MiB and more the innermost Python frames that asked for them), and torch.cuda.memory_allocated() and
-    memory_reserved() before them, so that the allocator's state at the allocated peak can be replayed."""
+    memory_reserved() before them, so that the allocator's state at the allocated peak can be replayed. With
+    `start` (--memory-trace-from-start) the recording began before deepspeed.initialize, with these figures, and
+    covers every step run so far: no further steps."""
     torch.cuda.synchronize()
-    before = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
-    torch.cuda.memory._record_memory_history(max_entries=1000000)
+    before = start or {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+    if steps > 0:  # otherwise recording since before deepspeed.initialize (--memory-trace-from-start)
+        torch.cuda.memory._record_memory_history(max_entries=1000000)
     for _ in range(steps):
         for _ in range(accumulation):
             micro_step()
@@ -176,6 +179,9 @@ def main():
     ap.add_argument("--memory-trace", help="after the measured steps, record the caching allocator over 2 more steps "
                     "(torch.cuda.memory._record_memory_history) and write its segments and events to this JSON file "
                     "(memory_trace)")
+    ap.add_argument("--memory-trace-from-start", action="store_true",
+                    help="with --memory-trace: record from before deepspeed.initialize through every step instead "
+                    "(where the first step's lazy states and buffers land)")
     args = ap.parse_args()
 
     deepspeed.init_distributed()
@@ -192,6 +198,10 @@ def main():
     accumulation = config.get("gradient_accumulation_steps", 1)
 
     model, shape = build_model(args, config, dtype)
+    trace_start = None
+    if args.memory_trace and args.memory_trace_from_start and rank == 0:
+        trace_start = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+        torch.cuda.memory._record_memory_history(max_entries=2000000)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()],
                                            config=config)
     generator = torch.Generator(device=device).manual_seed(1 + rank)
@@ -235,7 +245,7 @@ def main():
     if args.profile:  # after every figure above is taken: the profiler's own memory stays out of them
         profile_phases(args.profile, parts, accumulation, rank)
     if args.memory_trace and rank == 0:  # after every figure above is taken, as the profile
-        memory_trace(args.memory_trace, micro_step, accumulation)
+        memory_trace(args.memory_trace, micro_step, accumulation, steps=0 if trace_start else 2, start=trace_start)
     if rank == 0:
         measured = {
             "device_used_gib": local[0].item() / gib,
