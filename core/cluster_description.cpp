@@ -44,12 +44,13 @@ constexpr Bytes kDefaultNcclBufferBytes = 512 * kMiB;
 constexpr const char* kDefaultNcclBufferSource =
     "default 512 MiB per communicator: NVIDIA/nccl issues #864 and #964 report 0.5-1.6 GB, the low end with "
     "NVLink SHARP (NVLS) off";
-constexpr double kDefaultAllocatorFragmentation = 0.098;
+constexpr double kDefaultAllocatorFragmentation = 0.0045;
 constexpr const char* kDefaultAllocatorFragmentationSource =
-    "default 0.098 of the activation and logit bytes: the PyTorch caching allocator's peak reserved minus peak "
-    "allocated, 2.32 GiB, over the planner's 23.70 GiB of activations and logits, measured with DeepSpeed 0.19.8 "
-    "and torch 2.11 at ZeRO stage 0 of GPT-2 1.5B on one H200 (bench/deepspeed/results/"
-    "gpt2-1.5b_bf16_1gpu_h200x1.json), a step whose buffers all fit in the blocks the activations free";
+    "default 0.0045 of the activation and logit bytes: the free space of the PyTorch caching allocator's activation "
+    "segments at the allocated peak, 0.049 GiB over the planner's 10.8 GiB of activations and logits, read off "
+    "torch's allocator history of DeepSpeed 0.19.8 (torch 2.11) at ZeRO stage 0 of GPT-2 350M on one H200 "
+    "(bench/deepspeed/results-pending/memtrace-2026-11-26/); the loss's logit-sized segments, 2.271 GiB of that "
+    "peak's 2.320 GiB reserve, are replayed with DeepSpeed's flat buffers (sim/deepspeed_memory.h)";
 constexpr Bytes kDefaultHostProcessBytes = 846 * kMiB;
 constexpr const char* kDefaultHostProcessSource =
     "default 846 MiB: a DeepSpeed 0.19.8 / torch 2.11 (cu130) rank's peak resident set (VmHWM) less the fp32 model "

@@ -151,14 +151,31 @@ Bytes largest_activation_block(const ModelDescription& model, const TrainingConf
   if (model.transformer) {
     const TransformerShape& shape = *model.transformer;
     const std::int64_t e = precision_bytes(training.precision);
-    // The loss's fp32 copy of the logits (and log_softmax's output and the gradients beside it, the same size), or
-    // the 16-bit logits; the MLP's inner activation; the fused QKV output.
-    const std::int64_t logits = sat_mul(shape.vocab_size, training.fp32_loss ? 4 : e);
-    const std::int64_t widest = std::max({logits, sat_mul(shape.ffn_hidden, e), sat_mul(shape.hidden, 3 * e)});
+    // The MLP's inner activation; the fused QKV output. The loss's tensors are replayed on their own
+    // (loss_tensor_bytes).
+    const std::int64_t widest = std::max(sat_mul(shape.ffn_hidden, e), sat_mul(shape.hidden, 3 * e));
     return sat_mul(widest, activations.tokens);
   }
   // A layer list names no tensor: one layer's saved set (or its backward working set) bounds its largest tensor.
   return std::max({activations.block_saved, activations.backward_working_set, activations.logits});
+}
+
+LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingConfig& training,
+                                  const ActivationBytes& activations, Bytes cublas_workspace) {
+  LossTensorBytes loss;
+  if (!model.transformer) return loss;
+  const TransformerShape& shape = *model.transformer;
+  const std::int64_t e = precision_bytes(training.precision);
+  const std::int64_t f = training.fp32_loss ? 4 : e;
+  loss.logits = sat_mul(sat_mul(shape.vocab_size, e), activations.tokens);
+  loss.upcast = f != e ? sat_mul(sat_mul(shape.vocab_size, f), activations.tokens) : 0;
+  loss.log_probs = sat_mul(sat_mul(shape.vocab_size, f), activations.tokens);
+  loss.embedding_grad = sat_mul(sat_mul(shape.vocab_size, shape.hidden), e);
+  loss.backward_workspace = cublas_workspace;
+  loss.block_grad = sat_mul(sat_add(sat_mul(sat_mul(4, shape.hidden), sat_add(shape.hidden, shape.ffn_hidden)),
+                                    sat_mul(9, shape.hidden)),
+                            e);  // 4h^2 (attention) + 2 h ffn (MLP) weights, biases and norms
+  return loss;
 }
 
 namespace {
@@ -177,9 +194,11 @@ class CachedSegments {
  public:
   explicit CachedSegments(Bytes activation_block) : activation_block_(activation_block) {}
 
-  // Returns a handle for release(); -1 for a buffer served from the activations' blocks.
-  int allocate(Bytes request) {
-    if (request <= 0 || request <= activation_block_) return -1;
+  // Returns a handle for release(); -1 for a buffer served from the activations' blocks. `early`: allocated at the
+  // start of the backward pass, before it has freed any activation block, so served from these segments whatever
+  // its size (the loss's tensors and what the LM head's backward makes).
+  int allocate(Bytes request, bool early = false) {
+    if (request <= 0 || (!early && request <= activation_block_)) return -1;
     const Bytes bytes = sat_mul(ceil_div(request, kMinBlockSize), kMinBlockSize);  // round_size
     int best = -1;
     for (int i = 0; i < count_; ++i) {
@@ -233,7 +252,7 @@ class CachedSegments {
   }
   // The free blocks' sizes, sorted: two states with the same are served alike by every later request.
   struct FreeSizes {
-    std::array<Bytes, 48> sizes;  // [0, count) in use
+    std::array<Bytes, 96> sizes;  // [0, count) in use
     int count = 0;
     bool operator==(const FreeSizes& other) const {
       if (count != other.count) return false;
@@ -259,7 +278,7 @@ class CachedSegments {
   // exceeds kSmallSize (1 MiB) in the large pool.
   static constexpr Bytes kMinBlockSize = 512;
   static constexpr Bytes kSmallSize = 1024 * 1024;
-  static constexpr int kCapacity = 48;
+  static constexpr int kCapacity = 96;
   struct Block {
     int segment;
     Bytes offset;
@@ -286,14 +305,40 @@ void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t p
 
 Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
                                      const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
-                                     Bytes activation_block) {
+                                     Bytes activation_block, const LossTensorBytes& loss) {
   CachedSegments cache(activation_block);
   const TransientGpuBytes& t = gpu.transient;
   const ZeroConfig& zero = training.zero;
   const bool offload = offloads_optimizer(in);
   const std::int64_t Pp = in.partition_params;
+  // The loss of a micro-step, up to the allocated peak (its backward, three log_probs-sized tensors live) when
+  // `peak` is given (its free bytes then), and on to its end otherwise; the first step's LM-head backward also
+  // makes autograd's cuBLAS workspace, kept from then on.
+  const auto loss_pass = [&](bool first, Bytes* peak) {
+    if (loss.log_probs <= 0) return;
+    const int logits = cache.allocate(loss.logits, true);
+    const int upcast = cache.allocate(loss.upcast, true);
+    const int log_probs = cache.allocate(loss.log_probs, true);
+    cache.release(upcast);
+    cache.release(logits);  // the forward returns the loss alone
+    const int nll_grad = cache.allocate(loss.log_probs, true);
+    const int input_grad = cache.allocate(loss.log_probs, true);
+    if (peak) {
+      *peak = cache.idle_bytes();
+      return;
+    }
+    cache.release(nll_grad);
+    cache.release(log_probs);
+    const int logits_grad = loss.upcast > 0 ? cache.allocate(loss.logits, true) : -1;
+    cache.release(input_grad);
+    const int embedding_grad = cache.allocate(loss.embedding_grad, true);
+    if (first) cache.allocate(loss.backward_workspace, true);
+    cache.release(logits_grad);
+    cache.release(embedding_grad);  // reduced into the buckets or the step's copies, freed by the step
+  };
   // One training step in DeepSpeed's order of allocation and release; the first creates the optimizer states.
   const auto step = [&](bool first) {
+    loss_pass(first, nullptr);
     // Backward: the stage 1-2 ipg buckets (setup_buckets, at the first gradient hook), one reduction's flat copy
     // (allreduce_bucket: self.flatten(bucket); reduce_scatter_coalesced: torch.cat), and the stage 1-2 gradient
     // partition (copy_grads_in_partition: torch.empty at the first reduction, held to the step).
@@ -378,6 +423,11 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   };
   step(true);
   step(false);
+  if (loss.log_probs > 0) {
+    Bytes at_loss = 0;
+    loss_pass(false, &at_loss);
+    return sat_add(at_loss, in.deepspeed_process_device_extra);
+  }
   // The step's peak is in the backward pass, with the activations still live: stage_1_and_2.py setup_buckets
   // allocates the reduce buckets at the first gradient hook (torch.empty(reduce_bucket_size), released only at the
   // epilogue), so at the peak the next step's buckets hold their blocks of the cached segments (best fit, as the

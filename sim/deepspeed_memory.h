@@ -49,11 +49,31 @@ struct DeepSpeedGpuBytes {
 DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConfig& training,
                                       const DeepSpeedEnginePath& path);
 
-// The largest single tensor of the forward and backward passes: the largest block the caching allocator has free
-// once the backward pass has released the activations (transformers: the fp32 copy of the logits, or the 16-bit
-// logits, or the MLP's inner activation; layer lists: one layer's saved set).
+// The largest single tensor of the forward and backward passes beside the loss's (LossTensorBytes): the largest
+// block the caching allocator has free once the backward pass has released the activations (transformers: the
+// MLP's inner activation or the fused QKV output; layer lists: one layer's saved set).
 Bytes largest_activation_block(const ModelDescription& model, const TrainingConfig& training,
                                const ActivationBytes& activations);
+
+// A language model's loss tensors, the largest of the step, in the order torch makes them
+// (torch.nn.functional.cross_entropy = log_softmax + nll_loss over the logits, upcast to fp32 first with
+// fp32_loss): the 16-bit logits, their fp32 copy (freed once log_softmax has read it: LogSoftmaxBackward saves its
+// output), log_softmax's output (saved); in backward nll_loss's gradient and log_softmax's input gradient (the
+// output's size), then ToCopyBackward's 16-bit gradient (the logits' size). Then the LM head's backward: the
+// embedding's weight gradient (vocabulary x hidden) and, at its first GEMM, the cuBLAS workspace of autograd's
+// thread (torch aten/src/ATen/cuda/CublasHandlePool.cpp: one per handle and stream, through the caching allocator,
+// kept for the process). All zero for a model without an LM head.
+struct LossTensorBytes {
+  Bytes logits = 0;          // the 16-bit logits (and ToCopyBackward's gradient)
+  Bytes upcast = 0;          // their fp32 copy (0 without fp32_loss, or in fp32 training)
+  Bytes log_probs = 0;       // log_softmax's output (and each of its two gradients)
+  Bytes embedding_grad = 0;  // the LM head's weight gradient
+  Bytes backward_workspace = 0;
+  // One block's parameter gradients (the unit the gradients held across micro-steps are placed in).
+  Bytes block_grad = 0;
+};
+LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingConfig& training,
+                                  const ActivationBytes& activations, Bytes cublas_workspace);
 
 // What a DeepSpeed rank holds on the device beyond its tensors and the cluster's generic runtime terms (CUDA
 // context, cuBLAS workspace, NCCL buffers of a communicator of several ranks, the fragmentation of the activations'
@@ -71,10 +91,16 @@ Bytes largest_activation_block(const ModelDescription& model, const TrainingConf
 // free block and leaving its rest free, as stage 3's sub-groups of unequal size do), so their free blocks after two
 // steps are the reserve; the first step's lazily created optimizer states, held ever after, are not counted. The
 // stage 1-2 reduce buckets are taken out of the free blocks again: the step's peak is in the backward pass, after
-// setup_buckets has allocated them at the first gradient hook.
+// setup_buckets has allocated them at the first gradient hook. With a language model's loss (LossTensorBytes) its
+// tensors, larger than any activation block, are replayed too, and the step's peak is in the loss's backward,
+// where its three fp32 tensors are live and the buckets not yet allocated: the reserve is the free blocks then.
+// Traced with torch's allocator history (bench/deepspeed/results-pending/README.md, 2026-11-26): the first step's
+// LM-head backward puts the embedding gradient and autograd's cuBLAS workspace into a free logit-sized segment and
+// the first optimizer step puts DeepSpeed's flat buffers and the lazy Adam states into others, so later steps'
+// losses take segments of their own and these stay part-free.
 Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
                                      const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
-                                     Bytes activation_block);
+                                     Bytes activation_block, const LossTensorBytes& loss);
 
 // Host memory per rank under offload (stage_1_and_2.py / stage3.py with offload_optimizer, offload_param): what
 // is page-locked (pin_memory) and what is not (DeepSpeedCPUAdam keeps its states in pageable memory).

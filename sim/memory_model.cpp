@@ -65,7 +65,8 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   const Bytes churn = sat_add(gpu.activations, gpu.logits);
   const RuntimeOverheadBytes runtime = runtime_overhead_bytes(cluster.runtime, in.world_size, churn);
   const Bytes flat_segments = deepspeed_flat_buffer_segments(
-      in, training, path, ds, largest_activation_block(model, training, activations));
+      in, training, path, ds, largest_activation_block(model, training, activations),
+      loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes));
   gpu.runtime_overhead = sat_add(runtime.total(), flat_segments);
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
 

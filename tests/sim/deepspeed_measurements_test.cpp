@@ -145,24 +145,21 @@ TEST(DeepSpeedMeasurements, EveryStoredRunWithinTheIssuesTolerances) {
 }
 
 // Pending runs (bench/deepspeed/results-pending/README.md) miss a tolerance in some figure, and the figures they
-// meet stay held: the step times of stage 2 with the optimizer on the CPU and gradient accumulation, which follow
-// DeepSpeed's async_accumulate_grad_in_cpu_via_gpu (sim/deepspeed_schedule.cpp host_hooks), at two balances: GPT-2
-// 350M (the copies weigh most) and ResNet-101 fp16 (the host's per-tensor operations weigh most). Both rows stay
-// pending for their memory figures.
+// meet stay held: the step time of stage 2 with the optimizer on the CPU and gradient accumulation, which follows
+// DeepSpeed's async_accumulate_grad_in_cpu_via_gpu (sim/deepspeed_schedule.cpp host_hooks), on ResNet-101 fp16,
+// where the host's per-tensor operations weigh most (GPT-2 350M's row, where the copies weigh most, meets every
+// tolerance and is in results/). The row stays pending for its peak allocated (cuDNN's workspace).
 TEST(DeepSpeedMeasurements, PendingRunsKeepTheStepTimesTheyMeet) {
   const std::vector<MeasuredRun> runs = stored_runs("results-pending");
   int checked = 0;
-  for (const char* name : {"gpt2-350m_bf16_1gpu_a4_s2-optcpu_t32", "resnet101_fp16_1gpu_a4_s2-optcpu_t32"}) {
-    for (const MeasuredRun& run : runs) {
-      if (run.name != name) continue;
-      SCOPED_TRACE(run.file + ": " + run.name);
-      std::printf("%s (%s)\n", run.name.c_str(), run.file.c_str());
-      expect_within(predict(run).step_seconds, run.measured.at("step_seconds").get<double>(), kStepTolerance,
-                    "step s");
-      ++checked;
-    }
+  for (const MeasuredRun& run : runs) {
+    if (run.name != "resnet101_fp16_1gpu_a4_s2-optcpu_t32") continue;
+    SCOPED_TRACE(run.file + ": " + run.name);
+    std::printf("%s (%s)\n", run.name.c_str(), run.file.c_str());
+    expect_within(predict(run).step_seconds, run.measured.at("step_seconds").get<double>(), kStepTolerance, "step s");
+    ++checked;
   }
-  EXPECT_EQ(checked, 2) << "both rows are stored in results-pending";
+  EXPECT_EQ(checked, 1) << "the row is stored in results-pending";
 }
 
 // Runs of one setting (same model, cluster, GPUs, micro-batch, sequence) that DeepSpeed's times order: recommend,
