@@ -172,9 +172,6 @@ LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingC
   loss.log_probs = sat_mul(sat_mul(shape.vocab_size, f), activations.tokens);
   loss.embedding_grad = sat_mul(sat_mul(shape.vocab_size, shape.hidden), e);
   loss.backward_workspace = cublas_workspace;
-  loss.block_grad = sat_mul(sat_add(sat_mul(sat_mul(4, shape.hidden), sat_add(shape.hidden, shape.ffn_hidden)),
-                                    sat_mul(9, shape.hidden)),
-                            e);  // 4h^2 (attention) + 2 h ffn (MLP) weights, biases and norms
   return loss;
 }
 

@@ -69,8 +69,6 @@ struct LossTensorBytes {
   Bytes log_probs = 0;       // log_softmax's output (and each of its two gradients)
   Bytes embedding_grad = 0;  // the LM head's weight gradient
   Bytes backward_workspace = 0;
-  // One block's parameter gradients (the unit the gradients held across micro-steps are placed in).
-  Bytes block_grad = 0;
 };
 LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingConfig& training,
                                   const ActivationBytes& activations, Bytes cublas_workspace);
