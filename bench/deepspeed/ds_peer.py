@@ -183,6 +183,8 @@ def main():
                     help="with --memory-trace: record from before deepspeed.initialize through every step instead "
                     "(where the first step's lazy states and buffers land)")
     args = ap.parse_args()
+    if args.memory_trace_from_start and not args.memory_trace:
+        ap.error("--memory-trace-from-start needs --memory-trace FILE (where the trace goes)")
 
     deepspeed.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -14,7 +14,15 @@ MIB, GIB = 2.0**20, 2.0**30
 
 
 def main(path):
-    d = json.load(open(path))
+    try:
+        with open(path) as f:
+            d = json.load(f)
+        for key in ("segments", "events", "before", "max_allocated"):
+            if key not in d:
+                raise ValueError(f"no '{key}' field: not a trace from ds_peer.py --memory-trace")
+    except (OSError, ValueError) as e:
+        print(f"memtrace_replay.py: {path}: {e}", file=sys.stderr)
+        sys.exit(2)
     segments = sorted(d["segments"], key=lambda s: s["address"])
     events = d["events"]
     end_live = {}
@@ -66,4 +74,7 @@ def main(path):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: memtrace_replay.py NAME.memtrace.json", file=sys.stderr)
+        sys.exit(2)
     main(sys.argv[1])
