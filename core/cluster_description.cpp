@@ -66,6 +66,13 @@ constexpr const char* kDefaultHostConvolutionProcessSource =
     "resnet101_fp16_1gpu_h100x1.json a1_s0, 2,230,964,224 B) less its fp32 model built on the host (4 x 42,520,650 "
     "B) less runtime.host_process_bytes (846 MiB, a GPT-2 rank's process): what cuDNN's libraries and kernels add to "
     "a rank whose model has convolutions";
+constexpr Bytes kDefaultConvolutionWorkspaceBytes = 128 * kMiB;
+constexpr const char* kDefaultConvolutionWorkspaceSource =
+    "default 128 MiB: the block cuDNN's convolution backward allocates and frees 22 times a step, live at the "
+    "allocated peak, in torch's allocator history of DeepSpeed 0.19.8 (torch 2.11, cuDNN 9) training torchvision "
+    "ResNet-101 (fp16, micro-batch 128, CIFAR-10 shapes, ZeRO stage 2) on one H100, 2026-11-26 "
+    "(bench/deepspeed/results-pending/memtrace-2026-11-26/, bench/deepspeed/memtrace_replay.py: the 128.0 MiB block "
+    "allocated from C++)";
 
 // Default GEMM efficiency curve for a cluster without measured points: a fixed cost per GEMM plus throughput at
 // the best rate training shapes reach, t(F) = t_fixed + F / (e_max * peak), so efficiency(F) = F / (peak * t(F)).
@@ -141,7 +148,9 @@ const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_c
                                                "nccl_buffer_bytes",      "nccl_buffer_mib",
                                                "host_process_bytes",     "host_process_mib",
                                                "host_convolution_process_bytes", "host_convolution_process_mib",
+                                               "convolution_workspace_bytes", "convolution_workspace_mib",
                                                "deepspeed_process_device_bytes", "deepspeed_process_device_mib",
+                                               "deepspeed_multi_rank_device_bytes", "deepspeed_multi_rank_device_mib",
                                                "allocator_fragmentation_of_activations",
                                                "allocator_reserve_of_activations", "allocator_reserve_fraction"};
 
@@ -435,8 +444,12 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   runtime.host_process_bytes = runtime_bytes("host_process", kDefaultHostProcessBytes, kDefaultHostProcessSource);
   runtime.host_convolution_process_bytes = runtime_bytes("host_convolution_process", kDefaultHostConvolutionProcessBytes,
                                                          kDefaultHostConvolutionProcessSource);
+  runtime.convolution_workspace_bytes = runtime_bytes("convolution_workspace", kDefaultConvolutionWorkspaceBytes,
+                                                      kDefaultConvolutionWorkspaceSource);
   if (const auto bytes = optional_bytes(runtime_fields, "deepspeed_process_device", /*allow_zero=*/true))
     runtime.deepspeed_process_device_bytes = *bytes;
+  if (const auto bytes = optional_bytes(runtime_fields, "deepspeed_multi_rank_device", /*allow_zero=*/true))
+    runtime.deepspeed_multi_rank_device_bytes = *bytes;
   for (const char* old_key : {"allocator_reserve_fraction", "allocator_reserve_of_activations"}) {
     if (runtime_fields.has(old_key)) {
       runtime_fields.fail(old_key,
@@ -532,7 +545,9 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
         {"host_process_bytes", cluster.runtime.host_process_bytes},
         {"host_convolution_process_bytes", cluster.runtime.host_convolution_process_bytes},
+        {"convolution_workspace_bytes", cluster.runtime.convolution_workspace_bytes},
         {"deepspeed_process_device_bytes", cluster.runtime.deepspeed_process_device_bytes},
+        {"deepspeed_multi_rank_device_bytes", cluster.runtime.deepspeed_multi_rank_device_bytes},
         {"allocator_fragmentation_of_activations", cluster.runtime.allocator_reserve_fraction}}},
   };
   // A link is written only when there is one: a node of one GPU has no intra-node link (bus_bandwidth 0), and

@@ -63,6 +63,12 @@ struct RuntimeOverhead {
   // torch loads at the first convolution, and their kernels (JSON: host_convolution_process_bytes or _mib). Counted
   // for models with convolutions (a layer list: the planner's ResNets), measured under DeepSpeed.
   Bytes host_convolution_process_bytes = 0;
+  // The workspace cuDNN asks torch's caching allocator for while a convolution's backward runs (JSON:
+  // convolution_workspace_bytes or _mib): allocated and freed around each call (aten/src/ATen/native/cudnn/
+  // Conv_v8.cpp), so live at the backward pass's peak, not at the optimizer step's. It depends on the engine cuDNN's
+  // heuristics pick for the model's shapes on this GPU: measured, not derived. Counted for models with
+  // convolutions (a layer list), in the backward working set (sim/activation_memory.h).
+  Bytes convolution_workspace_bytes = 0;
   // A DeepSpeed rank's device memory outside torch's caching allocator: the CUDA context with the kernel modules
   // torch and its libraries load as they are used, their handles, and NCCL's communicator, which DeepSpeed
   // creates at one rank too (deepspeed.init_distributed; its engine calls collectives whatever the world size).
@@ -70,6 +76,12 @@ struct RuntimeOverhead {
   // deepspeed_process_device_bytes or _mib). The DeepSpeed engine counts it in place of cuda_context_bytes (NCCL's
   // buffers of a communicator of more ranks on top, as before); 0: not given (cuda_context_bytes).
   Bytes deepspeed_process_device_bytes = 0;
+  // What a DeepSpeed rank holds outside the caching allocator at more than one rank beyond
+  // deepspeed_process_device_bytes (JSON: deepspeed_multi_rank_device_bytes or _mib): its communicators connected
+  // to peers. Measured as device used less torch.cuda.max_memory_reserved of the 2-rank DeepSpeed rows less the
+  // 1-rank rows on the same machine; the DeepSpeed engine counts it in place of nccl_buffer_bytes (a whole
+  // communicator, which deepspeed_process_device_bytes already holds at one rank). 0: not given (nccl_buffer_bytes).
+  Bytes deepspeed_multi_rank_device_bytes = 0;
 };
 
 struct ClusterDescription {

@@ -109,11 +109,13 @@ ActivationBytes activation_bytes(const ModelDescription& model, const TrainingCo
       largest = std::max(largest, layer.activation_elements_per_sample);
     }
     out.saved_layers = sat_mul(elements, training.micro_batch, e);
-    // The gradient of the largest layer's output is the largest backward temporary of a layer list.
+    // The gradient of the largest layer's output is the largest backward temporary of a layer list; cuDNN's
+    // workspace is allocated beside it while a convolution's backward runs.
     out.backward_working_set = sat_mul(largest, training.micro_batch, e);
+    out.convolution_workspace = in.convolution_workspace;
   }
   out.total = sat_add(sat_add(sat_add(out.saved_layers, out.recompute_live), out.backward_working_set),
-                      sat_add(out.embedding_dropout_mask, out.final_norm));
+                      sat_add(sat_add(out.embedding_dropout_mask, out.final_norm), out.convolution_workspace));
   return out;
 }
 
@@ -130,6 +132,11 @@ void explain_activations(const ModelDescription& model, const TrainingConfig& tr
                      "model description (layer list)"});
     terms.push_back({"activations", "backward working set: gradient of the largest layer output",
                      b.backward_working_set, "max(activation_elements_per_sample) * b * e", "layer list"});
+    if (b.convolution_workspace > 0)
+      terms.push_back({"activations", "cuDNN's workspace during a convolution's backward", b.convolution_workspace,
+                       "runtime.convolution_workspace_bytes",
+                       "cluster description (measured: torch's allocator history); torch "
+                       "aten/src/ATen/native/cudnn/Conv_v8.cpp allocates it around each call"});
     return;
   }
   const TransformerShape& shape = *model.transformer;

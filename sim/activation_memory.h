@@ -55,6 +55,9 @@ struct ActivationBytes {
   Bytes saved_layers = 0;           // all blocks' (layers') saved bytes
   Bytes recompute_live = 0;         // full checkpointing: one block's full set rebuilt during its backward
   Bytes backward_working_set = 0;   // the largest per-layer backward working set (gradient temporaries)
+  // cuDNN's workspace while a convolution's backward runs (layer lists; MemoryInputs::convolution_workspace): one
+  // block beside the working set, not one of the blocks the activations free for other requests.
+  Bytes convolution_workspace = 0;
   Bytes embedding_dropout_mask = 0; // 1-byte mask on the embedding output when dropout > 0
   Bytes final_norm = 0;             // final norm input + output + statistics
   Bytes total = 0;                  // everything above: the activations component

@@ -23,6 +23,9 @@ struct MemoryInputs {
   // 16-bit model, exec/zero/zero_engine.h; else param_bytes).
   int executor_grad_bytes = 2;
   int activation_bytes = 2;           // bytes of a saved activation element (the training precision's)
+  // A model with convolutions (a layer list): cuDNN's workspace during a convolution's backward, from the cluster
+  // (RuntimeOverhead::convolution_workspace_bytes); 0 for a transformer, which runs GEMMs only.
+  std::int64_t convolution_workspace = 0;
   OptimizerKind optimizer = OptimizerKind::adamw;
   int optimizer_state_bytes = 8;      // K' bytes per parameter, excluding the fp32 master copy
 
