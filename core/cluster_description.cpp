@@ -129,6 +129,8 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "cpu_adam_params_per_second_per_thread",
                                             "torch_cpu_adamw_params_per_second",
                                             "deepspeed_module_hook_seconds",
+                                            "eager_forward_module_seconds",
+                                            "eager_backward_module_seconds",
                                             "deepspeed_forward_module_function_seconds",
                                             "deepspeed_stage3_gradient_hook_seconds",
                                             "deepspeed_stage3_offload_gradient_hook_seconds",
@@ -391,6 +393,8 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
     note("host.cpu_adam_params_per_second_per_thread: not given; each rank's CPU optimizer gets its share of the "
          "node's rate whatever its thread count");
   cluster.deepspeed_module_hook_seconds = host.non_negative_number_or("deepspeed_module_hook_seconds", 0.0);
+  cluster.eager_forward_module_seconds = host.non_negative_number_or("eager_forward_module_seconds", 0.0);
+  cluster.eager_backward_module_seconds = host.non_negative_number_or("eager_backward_module_seconds", 0.0);
   cluster.deepspeed_forward_module_function_seconds =
       host.non_negative_number_or("deepspeed_forward_module_function_seconds", 0.0);
   cluster.deepspeed_stage3_gradient_hook_seconds =
@@ -408,6 +412,9 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   cluster.deepspeed_offload_gradient_hook_seconds =
       host.non_negative_number_or("deepspeed_offload_gradient_hook_seconds", 0.0);
   cluster.deepspeed_tensor_op_seconds = host.non_negative_number_or("deepspeed_tensor_op_seconds", 0.0);
+  if (!host.has("eager_forward_module_seconds") || !host.has("eager_backward_module_seconds"))
+    note("host.eager_forward_module_seconds / eager_backward_module_seconds: not given; a layer-list model's eager "
+         "dispatch costs the host nothing in the step-time model (its GPU work alone bounds each pass)");
   if (!host.has("deepspeed_module_hook_seconds"))
     note("host.deepspeed_module_hook_seconds: not given; DeepSpeed's stage-3 hooks cost the host nothing in the "
          "step-time model");
@@ -523,6 +530,8 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"cpu_adam_params_per_second_per_thread", cluster.cpu_adam_params_per_second_per_thread},
         {"torch_cpu_adamw_params_per_second", cluster.torch_cpu_adamw_params_per_second},
         {"deepspeed_module_hook_seconds", cluster.deepspeed_module_hook_seconds},
+        {"eager_forward_module_seconds", cluster.eager_forward_module_seconds},
+        {"eager_backward_module_seconds", cluster.eager_backward_module_seconds},
         {"deepspeed_forward_module_function_seconds", cluster.deepspeed_forward_module_function_seconds},
         {"deepspeed_stage3_gradient_hook_seconds", cluster.deepspeed_stage3_gradient_hook_seconds},
         {"deepspeed_stage3_offload_gradient_hook_seconds", cluster.deepspeed_stage3_offload_gradient_hook_seconds},

@@ -112,6 +112,10 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
                  (restore ? 3.0 * bytes / in_.streaming_bandwidth : 0.0);
     }
   }
+  // Eager PyTorch issues a layer-list model's operators from Python, module by module, in both passes (and its
+  // autograd nodes in backward): the GPU's kernels for a small convolution finish sooner than the host issues them.
+  seconds += static_cast<double>(layers_[index].module_calls) *
+             (forward ? in_.eager_forward_module_seconds : in_.eager_backward_module_seconds);
   if (seconds <= 0.0) return kNoTask;
   const bool host_waits = offload_hooks || accumulation_offload_hooks;
   const Dependency sync = (forward && first_of_pass) || host_waits

@@ -63,7 +63,13 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   // The caching allocator's reserve: the fragmentation of the activations' blocks (cluster description:
   // runtime.allocator_fragmentation_of_activations) and the segments DeepSpeed's flat buffers leave cached.
   const Bytes churn = sat_add(gpu.activations, gpu.logits);
-  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(cluster.runtime, in.world_size, churn);
+  // At more than one rank a DeepSpeed rank connects its communicators to its peers: the cluster's measured
+  // increment over the one-rank process where it gives one (deepspeed_process_device_bytes holds a communicator
+  // already), else a whole communicator's buffers.
+  RuntimeOverhead deepspeed_runtime = cluster.runtime;
+  if (cluster.runtime.deepspeed_multi_rank_device_bytes > 0)
+    deepspeed_runtime.nccl_buffer_bytes = cluster.runtime.deepspeed_multi_rank_device_bytes;
+  const RuntimeOverheadBytes runtime = runtime_overhead_bytes(deepspeed_runtime, in.world_size, churn);
   const Bytes flat_segments = deepspeed_flat_buffer_segments(
       in, training, path, ds, largest_activation_block(model, training, activations),
       loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes));
@@ -94,7 +100,7 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
     explain_deepspeed_memory(in, training, path, ds, host, *terms);
     explain_activations(model, training, in, activations, *terms);
     if (in.stage == 3) explain_zero_buffers(in, training.zero, buffers, *terms);
-    explain_runtime_overhead(cluster.runtime, in.world_size, churn, runtime, *terms);
+    explain_runtime_overhead(deepspeed_runtime, in.world_size, churn, runtime, *terms);
     explain_deepspeed_reserve_and_host(in, training, flat_segments, steady, cluster.runtime.host_process_bytes,
                                        convolution_process, *terms);
     if (swap_buffers > 0)
