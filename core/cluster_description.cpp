@@ -56,16 +56,24 @@ constexpr const char* kDefaultHostProcessSource =
     "default 846 MiB: a DeepSpeed 0.19.8 / torch 2.11 (cu130) rank's peak resident set (VmHWM) less the fp32 model "
     "it builds on the host, 6.63 GiB - 5.80 GiB (4 bytes x 1.558e9 parameters), on one H200 (bench/deepspeed/results/"
     "gpt2-1.5b_bf16_1gpu_h200x1.json)";
+// NCCL's host memory, measured apart from any model (bench/deepspeed/process_footprint.py).
+constexpr Bytes kDefaultNcclHostBytes = 359194624;
+constexpr const char* kDefaultNcclHostSource =
+    "default 342.6 MiB: a torch 2.11 (NCCL 2.28.9) rank's resident set after init_process_group with its device bound "
+    "(the communicator created at once) less before it, 359,194,624 B at one rank and 358,952,960 B at two, on "
+    "nvidia-h200-x2, 2026-11-26 (bench/deepspeed/footprint-2026-11-26/)";
 // A process that runs cuDNN's convolutions holds more than one that runs only GEMMs: torch dlopens cuDNN's engine
 // libraries (libcudnn_engines_precompiled and the rest of cuDNN 9's sub-libraries) at the first convolution and
 // the CUDA driver reads their kernels in. Measured, not derived: nothing in the planner sizes those libraries.
-constexpr Bytes kDefaultHostConvolutionProcessBytes = 1173786328;
+constexpr Bytes kDefaultHostConvolutionProcessBytes = 984674304;
 constexpr const char* kDefaultHostConvolutionProcessSource =
-    "default 1119.4 MiB: the peak resident set (VmHWM) of a DeepSpeed 0.19.8 / torch 2.11 (cu130) rank training "
+    "default 939.1 MiB: the peak resident set (VmHWM) of a DeepSpeed 0.19.8 / torch 2.11 (cu130) rank training "
     "torchvision ResNet-101 (fp16, ZeRO stage 0, one H100 host, 2026-11-25: bench/deepspeed/results-pending/"
-    "resnet101_fp16_1gpu_h100x1.json a1_s0, 2,230,964,224 B) less its fp32 model built on the host (4 x 42,520,650 "
-    "B) less runtime.host_process_bytes (846 MiB, a GPT-2 rank's process): what cuDNN's libraries and kernels add to "
-    "a rank whose model has convolutions";
+    "resnet101_fp16_1gpu_h100x1.json a1_s0, 2,230,964,224 B), reached in training once cuDNN is loaded and NCCL's "
+    "communicator exists, less runtime.host_process_bytes (846 MiB, a GPT-2 rank's process) and "
+    "runtime.nccl_host_bytes (342.6 MiB): what cuDNN's libraries and kernels add to a rank whose model has "
+    "convolutions";
+
 constexpr Bytes kDefaultConvolutionWorkspaceBytes = 128 * kMiB;
 constexpr const char* kDefaultConvolutionWorkspaceSource =
     "default 128 MiB: the block cuDNN's convolution backward allocates and frees 22 times a step, live at the "
@@ -150,6 +158,7 @@ const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_c
                                                "nccl_buffer_bytes",      "nccl_buffer_mib",
                                                "host_process_bytes",     "host_process_mib",
                                                "host_convolution_process_bytes", "host_convolution_process_mib",
+                                               "nccl_host_bytes", "nccl_host_mib",
                                                "convolution_workspace_bytes", "convolution_workspace_mib",
                                                "deepspeed_process_device_bytes", "deepspeed_process_device_mib",
                                                "deepspeed_multi_rank_device_bytes", "deepspeed_multi_rank_device_mib",
@@ -451,6 +460,7 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   runtime.host_process_bytes = runtime_bytes("host_process", kDefaultHostProcessBytes, kDefaultHostProcessSource);
   runtime.host_convolution_process_bytes = runtime_bytes("host_convolution_process", kDefaultHostConvolutionProcessBytes,
                                                          kDefaultHostConvolutionProcessSource);
+  runtime.nccl_host_bytes = runtime_bytes("nccl_host", kDefaultNcclHostBytes, kDefaultNcclHostSource);
   runtime.convolution_workspace_bytes = runtime_bytes("convolution_workspace", kDefaultConvolutionWorkspaceBytes,
                                                       kDefaultConvolutionWorkspaceSource);
   if (const auto bytes = optional_bytes(runtime_fields, "deepspeed_process_device", /*allow_zero=*/true))
@@ -554,6 +564,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"nccl_buffer_bytes", cluster.runtime.nccl_buffer_bytes},
         {"host_process_bytes", cluster.runtime.host_process_bytes},
         {"host_convolution_process_bytes", cluster.runtime.host_convolution_process_bytes},
+        {"nccl_host_bytes", cluster.runtime.nccl_host_bytes},
         {"convolution_workspace_bytes", cluster.runtime.convolution_workspace_bytes},
         {"deepspeed_process_device_bytes", cluster.runtime.deepspeed_process_device_bytes},
         {"deepspeed_multi_rank_device_bytes", cluster.runtime.deepspeed_multi_rank_device_bytes},

@@ -59,6 +59,9 @@ struct RuntimeOverhead {
   double allocator_reserve_fraction = 0.0;
   // A training process's own resident host memory (torch, the CUDA libraries) before it builds the model.
   Bytes host_process_bytes = 0;
+  // NCCL's host memory once a communicator exists (its library state, proxy and bootstrap; JSON: nccl_host_bytes or
+  // _mib): a process's resident set after init_process_group with the device bound less before it.
+  Bytes nccl_host_bytes = 0;
   // What a process that runs cuDNN convolutions holds on the host beyond host_process_bytes: cuDNN's libraries, which
   // torch loads at the first convolution, and their kernels (JSON: host_convolution_process_bytes or _mib). Counted
   // for models with convolutions (a layer list: the planner's ResNets), measured under DeepSpeed.

@@ -451,11 +451,26 @@ Bytes deepspeed_host_init_bytes(const MemoryInputs& in, const TrainingConfig& tr
   return in.offload_param == OffloadDevice::none ? sat_mul(in.param_bytes, in.partition_params) : 0;
 }
 
+// The two moments of deepspeed_host_peak_per_rank beyond the process: the model built on the host (with NCCL's
+// communicator at more than one rank), and the steady state.
+// NCCL's communicator exists at that moment at more than one rank (comm/torch.py init_process_group binds the device)
+// and under zero.Init at any world size: partition_parameters.py _zero_init_param broadcasts every parameter as
+// the model is built.
+Bytes deepspeed_host_init_moment(const MemoryInputs& in, const TrainingConfig& training,
+                                 const DeepSpeedProcessHostBytes& process) {
+  const bool communicator = in.world_size > 1 || (in.stage == 3 && training.zero.zero_init);
+  return sat_add(deepspeed_host_init_bytes(in, training), communicator ? process.nccl : 0);
+}
+Bytes deepspeed_host_steady_moment(const DeepSpeedHostBytes& host, const DeepSpeedProcessHostBytes& process) {
+  return sat_add(sat_add(host.pinned, host.pageable), sat_add(process.nccl, process.convolution));
+}
+
 }  // namespace
 
 Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig& training,
-                                   const DeepSpeedHostBytes& host, Bytes process_bytes) {
-  return sat_add(process_bytes, std::max(deepspeed_host_init_bytes(in, training), sat_add(host.pinned, host.pageable)));
+                                   const DeepSpeedHostBytes& host, const DeepSpeedProcessHostBytes& process) {
+  return sat_add(process.process, std::max(deepspeed_host_init_moment(in, training, process),
+                                           deepspeed_host_steady_moment(host, process)));
 }
 
 namespace {
@@ -567,21 +582,21 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
 }
 
 void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
-                                        const DeepSpeedHostBytes& steady, Bytes process_bytes, Bytes convolution_bytes,
+                                        const DeepSpeedHostBytes& steady, const DeepSpeedProcessHostBytes& process,
                                         std::vector<MemoryTerm>& terms) {
-  const Bytes process = std::min(flat_segments, in.deepspeed_process_device_extra);
-  if (process > 0)
+  const Bytes outside = std::min(flat_segments, in.deepspeed_process_device_extra);
+  if (outside > 0)
     terms.push_back({"runtime_overhead",
                      "DeepSpeed process's device memory outside the caching allocator beyond the CUDA context "
                      "(torch's kernel modules and handles, NCCL's communicator at one rank too)",
-                     process, "runtime.deepspeed_process_device_bytes - runtime.cuda_context_bytes",
+                     outside, "runtime.deepspeed_process_device_bytes - runtime.cuda_context_bytes",
                      "cluster description (device used less torch.cuda.max_memory_reserved under DeepSpeed); DeepSpeed "
                      "comm/comm.py init_distributed"});
-  if (flat_segments > process)
+  if (flat_segments > outside)
     terms.push_back({"runtime_overhead",
                      "caching-allocator segments of flat buffers larger than any freed activation block (reserved, "
                      "idle at the activation peak)",
-                     flat_segments - process,
+                     flat_segments - outside,
                      "free blocks of the segments after two steps' best-fit replay (split and merged as the allocator "
                      "does; segments rounded to 2 MiB)",
                      "PyTorch c10/cuda/CUDACachingAllocator.cpp (get_free_block best fit, should_split, alloc_block, "
@@ -590,37 +605,45 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
                      "fp16/fused_optimizer.py"});
   const std::string ranks = num(in.ranks_per_node);
   terms.push_back({"host", "training process (torch, CUDA libraries) per rank x ranks per node",
-                   sat_mul(process_bytes, in.ranks_per_node), num(process_bytes) + " * " + ranks,
+                   sat_mul(process.process, in.ranks_per_node), num(process.process) + " * " + ranks,
                    "cluster description runtime.host_process_bytes"});
-  if (convolution_bytes > 0)
+  const Bytes init = deepspeed_host_init_moment(in, training, process);
+  const Bytes after = deepspeed_host_steady_moment(steady, process);
+  if (process.nccl > 0)
+    terms.push_back({"host", "NCCL's communicator state per rank x ranks per node", sat_mul(process.nccl, in.ranks_per_node),
+                     num(process.nccl) + " * " + ranks,
+                     "cluster description runtime.nccl_host_bytes (bench/deepspeed/process_footprint.py: resident set "
+                     "after init_process_group less before); created by DeepSpeed comm/torch.py init_process_group "
+                     "(device_id bound) at more than one rank, at the first collective at one rank"});
+  if (process.convolution > 0)
     terms.push_back({"host", "cuDNN's libraries and kernels, loaded at the first convolution, per rank x ranks per node",
-                     sat_mul(convolution_bytes, in.ranks_per_node), num(convolution_bytes) + " * " + ranks,
+                     sat_mul(process.convolution, in.ranks_per_node), num(process.convolution) + " * " + ranks,
                      "cluster description runtime.host_convolution_process_bytes (a ResNet rank's resident set beyond "
-                     "runtime.host_process_bytes and its fp32 model); torch aten/src/ATen/native/cudnn (cuDNN's "
-                     "engine libraries, dlopened at first use)"});
+                     "runtime.host_process_bytes and runtime.nccl_host_bytes); torch aten/src/ATen/native/cudnn "
+                     "(cuDNN's engine libraries, dlopened at first use)"});
+  if (init <= after) return;
+  // The model built on the host is the peak's moment: what it holds beyond the steady state's terms above.
   const bool built_whole = in.stage < 3 || !training.zero.zero_init;
-  const Bytes built = deepspeed_host_init_bytes(in, training);
-  const Bytes kept = sat_add(steady.pinned, steady.pageable);
-  if (built > kept) {
-    const std::string beyond = kept > 0 ? ", beyond the offload buffers" : "";
-    if (built_whole)
-      terms.push_back({"host",
-                       "model built on the host in fp32 before deepspeed.initialize moves it" + beyond +
-                           " x ranks per node",
-                       sat_mul(built - kept, in.ranks_per_node),
-                       "(4 * " + num(in.params) + " - " + num(kept) + ") * " + ranks,
-                       "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
-                       "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
-    else
-      terms.push_back({"host",
-                       "16-bit partition copied to the host once while it is defragmented at initialization" + beyond +
-                           " x ranks per node",
-                       sat_mul(built - kept, in.ranks_per_node),
-                       num(in.param_bytes) + " * " + num(in.partition_params) + " - " + num(kept) + ", x " + ranks,
-                       "DeepSpeed zero/stage3.py _create_fp16_partitions_with_defragmentation -> zero/utils.py "
-                       "defragment (zero.Init builds the parameters on the GPU: partition_parameters.py "
-                       "_add_tensor_creation_wrappers)"});
-  }
+  const Bytes beyond = init - after;
+  const Bytes model_bytes = deepspeed_host_init_bytes(in, training);
+  const std::string formula = "(" + num(model_bytes) +
+                              (init > model_bytes ? " + " + num(init - model_bytes) + " NCCL" : std::string()) +
+                              " - " + num(after) + " held later) * " + ranks;
+  if (built_whole)
+    terms.push_back({"host",
+                     "model built on the host in fp32 before deepspeed.initialize moves it, beyond what the rank "
+                     "holds later, x ranks per node",
+                     sat_mul(beyond, in.ranks_per_node), "(4 * " + num(in.params) + ") " + formula,
+                     "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
+                     "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
+  else
+    terms.push_back({"host",
+                     "16-bit partition copied to the host once while it is defragmented at initialization, beyond "
+                     "what the rank holds later, x ranks per node",
+                     sat_mul(beyond, in.ranks_per_node), formula,
+                     "DeepSpeed zero/stage3.py _create_fp16_partitions_with_defragmentation -> zero/utils.py "
+                     "defragment (zero.Init builds the parameters on the GPU: partition_parameters.py "
+                     "_add_tensor_creation_wrappers)"});
 }
 
 void explain_deepspeed_memory(const MemoryInputs& in, const TrainingConfig& training, const DeepSpeedEnginePath& path,

@@ -110,21 +110,33 @@ struct DeepSpeedHostBytes {
 DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingConfig& training,
                                         const DeepSpeedEnginePath& path);
 
-// The host memory of a DeepSpeed rank's process at its peak, as a user's script has it: the process itself (torch
-// and the CUDA libraries, cluster runtime.host_process_bytes, and runtime.host_convolution_process_bytes where the
-// model has convolutions: the caller passes their sum), plus the larger of the model built on the host in
-// fp32 before deepspeed.initialize moves it (4 bytes per parameter; under zero.Init at stage 3 only the largest
-// layer exists whole) and what DeepSpeed keeps on the host afterwards (offload buffers).
+// What a DeepSpeed rank's process holds on the host beside tensors, each from its own moment (cluster runtime
+// section): torch and the CUDA libraries from the start (host_process_bytes), NCCL's communicator state from its
+// creation (nccl_host_bytes), cuDNN's libraries from the first convolution (host_convolution_process_bytes; 0 for a
+// transformer).
+struct DeepSpeedProcessHostBytes {
+  Bytes process = 0;
+  Bytes nccl = 0;
+  Bytes convolution = 0;
+};
+
+// The host memory of a DeepSpeed rank's process at its peak, as a user's script has it: the process, plus the larger
+// of two moments. Before deepspeed.initialize moves it, the model built on the host in fp32 (4 bytes per parameter;
+// under zero.Init at stage 3 only the largest layer exists whole), with NCCL's communicator beside it at more than
+// one rank: DeepSpeed's comm/torch.py TorchBackend.init_process_group binds the device (device_id) unless the world
+// size is 1, and torch then creates the communicator at once; under zero.Init, whose _zero_init_param broadcasts
+// each parameter as it is built, at one rank too; otherwise it comes with the first collective, after the model has
+// left the host. Afterwards, what DeepSpeed keeps on the host (offload buffers) with NCCL's state and
+// cuDNN's libraries.
 Bytes deepspeed_host_peak_per_rank(const MemoryInputs& in, const TrainingConfig& training,
-                                   const DeepSpeedHostBytes& host, Bytes process_bytes);
+                                   const DeepSpeedHostBytes& host, const DeepSpeedProcessHostBytes& process);
 
 // The terms of the two above: the process's device memory beyond the CUDA context and the flat buffers' segments
 // (runtime_overhead; `flat_segments` is deepspeed_flat_buffer_segments' result, both together) and the host peak
-// beyond DeepSpeed's offload buffers (host: the process, and the fp32 model built on the host where it is larger).
-// `convolution_bytes`: what cuDNN's libraries add to the process where the model has convolutions (cluster
-// runtime.host_convolution_process_bytes; 0 for a transformer), on top of `process_bytes`.
+// beyond DeepSpeed's offload buffers (host: the process, NCCL's and cuDNN's state, and the fp32 model built on the
+// host where that moment is the larger).
 void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingConfig& training, Bytes flat_segments,
-                                        const DeepSpeedHostBytes& steady, Bytes process_bytes, Bytes convolution_bytes,
+                                        const DeepSpeedHostBytes& steady, const DeepSpeedProcessHostBytes& process,
                                         std::vector<MemoryTerm>& terms);
 
 void explain_deepspeed_memory(const MemoryInputs& in, const TrainingConfig& training, const DeepSpeedEnginePath& path,

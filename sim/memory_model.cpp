@@ -88,8 +88,10 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   const DeepSpeedHostBytes steady{sat_add(host.pinned, swap_buffers), host.pageable, host.nvme};
   // cuDNN's libraries where the model has convolutions (a layer list: the planner times those as convolutions too,
   // sim/compute_time.h); a transformer runs GEMMs only.
-  const Bytes convolution_process = model.transformer ? 0 : cluster.runtime.host_convolution_process_bytes;
-  const Bytes process = sat_add(cluster.runtime.host_process_bytes, convolution_process);
+  DeepSpeedProcessHostBytes process;
+  process.process = cluster.runtime.host_process_bytes;
+  process.nccl = cluster.runtime.nccl_host_bytes;
+  process.convolution = model.transformer ? 0 : cluster.runtime.host_convolution_process_bytes;
   estimate.host.total = sat_mul(deepspeed_host_peak_per_rank(in, training, steady, process), in.ranks_per_node);
   estimate.nvme_bytes = sat_mul(host.nvme, in.ranks_per_node);
   const HostAndNvmeBytes init = host_and_nvme_bytes(in, training.zero, model_states_bytes(in), buffers, runtime.fixed());
@@ -101,8 +103,7 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
     explain_activations(model, training, in, activations, *terms);
     if (in.stage == 3) explain_zero_buffers(in, training.zero, buffers, *terms);
     explain_runtime_overhead(deepspeed_runtime, in.world_size, churn, runtime, *terms);
-    explain_deepspeed_reserve_and_host(in, training, flat_segments, steady, cluster.runtime.host_process_bytes,
-                                       convolution_process, *terms);
+    explain_deepspeed_reserve_and_host(in, training, flat_segments, steady, process, *terms);
     if (swap_buffers > 0)
       terms->push_back({"host", "NVMe swap buffers (pinned) x ranks per node", sat_mul(swap_buffers, in.ranks_per_node),
                         "offload_param / offload_optimizer buffer_count x buffer size, x " + std::to_string(in.ranks_per_node),
