@@ -333,20 +333,42 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
     cache.release(logits_grad);
     cache.release(embedding_grad);  // reduced into the buckets or the step's copies, freed by the step
   };
-  // One training step in DeepSpeed's order of allocation and release; the first creates the optimizer states.
-  const auto step = [&](bool first) {
-    loss_pass(first, nullptr);
-    // Backward: the stage 1-2 ipg buckets (setup_buckets, at the first gradient hook), one reduction's flat copy
-    // (allreduce_bucket: self.flatten(bucket); reduce_scatter_coalesced: torch.cat), and the stage 1-2 gradient
-    // partition (copy_grads_in_partition: torch.empty at the first reduction, held to the step).
+  // What a micro-step's backward allocates after its loss and what it holds to the accumulation boundary: the stage
+  // 1-2 ipg buckets (setup_buckets, at the first gradient hook; released by _release_ipg_buffers at the epilogue of
+  // a backward that reduces: every micro-step at stage 2, partition_gradients, only the boundary's at stage 1), one
+  // reduction's flat copy (allreduce_bucket: self.flatten(bucket); reduce_scatter_coalesced: torch.cat), and the
+  // stage 1-2 gradient partition (copy_grads_in_partition: torch.empty at the first reduction, held to the step).
+  // With gradient accumulation the first micro-step's stage-1 bucket and stage-2 partition are live at the next
+  // micro-step's loss, in the segments the loss had (GPT-2 350M, accumulation 4, one H200: the 953.7 MiB bucket in a
+  // 1572 MiB loss segment at stage 1, the 676.9 MiB partition in the 786 MiB logits segment at stage 2,
+  // bench/deepspeed/results-pending/memtrace-2026-11-26-a4/). The .grad tensors stages 0-1 keep between micro-steps
+  // are not placed: small, they take activation blocks, and where the activations they displace go is not modelled.
+  struct Held {
     std::vector<int> buckets;
+    int partition = -1;
+  };
+  const int micro_steps = static_cast<int>(std::max<std::int64_t>(1, training.grad_accum));
+  const bool reduces_every_micro_step = in.stage >= 2;
+  const auto backward = [&](int micro, Held& held) {
+    const bool reduces = reduces_every_micro_step || micro + 1 == micro_steps;
     const int bucket_count = zero.overlap_comm ? 2 : 1;
-    if (t.backward_buckets > 0)
-      for (int i = 0; i < bucket_count; ++i) buckets.push_back(cache.allocate(t.backward_buckets / bucket_count));
+    if (t.backward_buckets > 0 && held.buckets.empty())
+      for (int i = 0; i < bucket_count; ++i) held.buckets.push_back(cache.allocate(t.backward_buckets / bucket_count));
+    if (!reduces) return;
     const int copy = cache.allocate(t.reduction_copy);
     cache.release(copy);
-    const int partition = cache.allocate(t.grad_partition);
-    for (int bucket : buckets) cache.release(bucket);  // _release_ipg_buffers at the epilogue
+    if (held.partition < 0) held.partition = cache.allocate(t.grad_partition);
+    for (int bucket : held.buckets) cache.release(bucket);
+    held.buckets.clear();
+  };
+  // One training step in DeepSpeed's order of allocation and release; the first creates the optimizer states.
+  const auto step = [&](bool first) {
+    Held held;
+    for (int micro = 0; micro < micro_steps; ++micro) {
+      loss_pass(first && micro == 0, nullptr);
+      backward(micro, held);
+    }
+    const int partition = held.partition;
     switch (path.wrapper) {
       case DeepSpeedOptimizerWrapper::plain:
       case DeepSpeedOptimizerWrapper::fp16_unfused:
@@ -421,6 +443,13 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   step(true);
   step(false);
   if (loss.log_probs > 0) {
+    // The allocated peak is the loss's backward of a micro-step after the first where there are several: what the
+    // first one's backward holds is live beside it.
+    Held held;
+    if (micro_steps > 1) {
+      loss_pass(false, nullptr);
+      backward(0, held);
+    }
     Bytes at_loss = 0;
     loss_pass(false, &at_loss);
     return sat_add(at_loss, in.deepspeed_process_device_extra);
