@@ -79,18 +79,15 @@ def main():
         ("all-reduce uint8 max", lambda: dist.all_reduce(torch.ones(1, dtype=torch.uint8, device=device),
                                                          op=dist.ReduceOp.MAX)),
         ("all-reduce fp32 max", lambda: dist.all_reduce(torch.ones(1, device=device), op=dist.ReduceOp.MAX)),
-        ("all-gather bf16", lambda: dist.all_gather_into_tensor(
-            torch.empty(2**20 * world, dtype=torch.bfloat16, device=device),
-            torch.ones(2**20, dtype=torch.bfloat16, device=device))),
-        ("reduce-scatter bf16", lambda: dist.reduce_scatter_tensor(
-            torch.empty(2**20, dtype=torch.bfloat16, device=device),
-            torch.ones(2**20 * world, dtype=torch.bfloat16, device=device))),
-        ("all-gather fp16", lambda: dist.all_gather_into_tensor(
-            torch.empty(2**20 * world, dtype=torch.float16, device=device),
-            torch.ones(2**20, dtype=torch.float16, device=device))),
-        ("reduce-scatter fp16", lambda: dist.reduce_scatter_tensor(
-            torch.empty(2**20, dtype=torch.float16, device=device),
-            torch.ones(2**20 * world, dtype=torch.float16, device=device))),
+    ]
+    for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        probes += [
+            (f"all-gather {name}", lambda dtype=dtype: dist.all_gather_into_tensor(
+                torch.empty(2**20 * world, dtype=dtype, device=device), torch.ones(2**20, dtype=dtype, device=device))),
+            (f"reduce-scatter {name}", lambda dtype=dtype: dist.reduce_scatter_tensor(
+                torch.empty(2**20, dtype=dtype, device=device), torch.ones(2**20 * world, dtype=dtype, device=device))),
+        ]
+    probes += [
         ("broadcast fp32", lambda: dist.broadcast(torch.ones(2**20, device=device), src=0)),
         ("new group, all-reduce bf16", lambda: dist.all_reduce(torch.ones(2**20, dtype=torch.bfloat16, device=device),
                                                                group=dist.new_group(list(range(world))))),
