@@ -655,21 +655,21 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
   const bool built_whole = in.stage < 3 || !training.zero.zero_init;
   const Bytes beyond = init - after;
   const Bytes model_bytes = deepspeed_host_init_bytes(in, training);
-  const std::string formula = "(" + num(model_bytes) +
-                              (init > model_bytes ? " + " + num(init - model_bytes) + " NCCL" : std::string()) +
-                              " - " + num(after) + " held later) * " + ranks;
+  const std::string rest = (init > model_bytes ? " + " + num(init - model_bytes) + " NCCL" : std::string()) + " - " +
+                           num(after) + " held later) * " + ranks;
   if (built_whole)
     terms.push_back({"host",
                      "model built on the host in fp32 before deepspeed.initialize moves it, beyond what the rank "
                      "holds later, x ranks per node",
-                     sat_mul(beyond, in.ranks_per_node), "(4 * " + num(in.params) + ") " + formula,
+                     sat_mul(beyond, in.ranks_per_node), "(4 * " + num(in.params) + rest,
                      "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
                      "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
   else
     terms.push_back({"host",
                      "16-bit partition copied to the host once while it is defragmented at initialization, beyond "
                      "what the rank holds later, x ranks per node",
-                     sat_mul(beyond, in.ranks_per_node), formula,
+                     sat_mul(beyond, in.ranks_per_node),
+                     "(" + num(in.param_bytes) + " * " + num(in.partition_params) + rest,
                      "DeepSpeed zero/stage3.py _create_fp16_partitions_with_defragmentation -> zero/utils.py "
                      "defragment (zero.Init builds the parameters on the GPU: partition_parameters.py "
                      "_add_tensor_creation_wrappers)"});

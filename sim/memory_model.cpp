@@ -102,7 +102,14 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
     explain_deepspeed_memory(in, training, path, ds, host, *terms);
     explain_activations(model, training, in, activations, *terms);
     if (in.stage == 3) explain_zero_buffers(in, training.zero, buffers, *terms);
-    explain_runtime_overhead(deepspeed_runtime, in.world_size, churn, runtime, *terms);
+    explain_runtime_overhead(deepspeed_runtime, in.world_size, churn, runtime, *terms,
+                             cluster.runtime.deepspeed_multi_rank_device_bytes > 0 && in.world_size > 1
+                                 ? "NCCL: runtime.deepspeed_multi_rank_device_bytes, what a DeepSpeed rank holds "
+                                   "outside the caching allocator at more than one rank beyond "
+                                   "runtime.deepspeed_process_device_bytes (measured; bench/deepspeed/"
+                                   "footprint-2026-11-26/); zero-formulas.md sec. 3 (cuBLASLt workspace, allocator "
+                                   "fragmentation)"
+                                 : nullptr);
     explain_deepspeed_reserve_and_host(in, training, flat_segments, steady, process, *terms);
     if (swap_buffers > 0)
       terms->push_back({"host", "NVMe swap buffers (pinned) x ranks per node", sat_mul(swap_buffers, in.ranks_per_node),

@@ -43,14 +43,16 @@ void explain_executor_runtime(Bytes pinned_host_bytes, const RuntimeOverheadByte
 }
 
 void explain_runtime_overhead(const RuntimeOverhead& runtime, std::int64_t world_size, Bytes reserve_basis_bytes,
-                              const RuntimeOverheadBytes& b, std::vector<MemoryTerm>& terms) {
+                              const RuntimeOverheadBytes& b, std::vector<MemoryTerm>& terms, const char* nccl_source) {
   terms.push_back({"runtime_overhead", "CUDA context + cuBLAS workspace + NCCL buffers + allocator reserve",
                    b.fixed() + b.allocator_reserve,
                    num(b.cuda_context) + " + " + num(b.cublas_workspace) + " + " + num(b.nccl_buffers) +
                        (world_size > 1 ? "" : " (1 rank: no communicator)") + " + ceil(" +
                        num(runtime.allocator_reserve_fraction, 3) + " * activation and logit bytes " + num(reserve_basis_bytes) + ")",
-                   "cluster description runtime section; zero-formulas.md sec. 3 (NCCL #864/#964, cuBLASLt "
-                   "workspace, allocator fragmentation)"});
+                   std::string("cluster description runtime section; ") +
+                       (nccl_source ? nccl_source
+                                    : "zero-formulas.md sec. 3 (NCCL #864/#964, cuBLASLt workspace, allocator "
+                                      "fragmentation)")});
 }
 
 }  // namespace zeroplan

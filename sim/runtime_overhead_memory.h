@@ -36,8 +36,11 @@ Bytes pinned_page_table_bytes(Bytes pinned_host_bytes);
 RuntimeOverheadBytes runtime_overhead_bytes(const RuntimeOverhead& runtime, std::int64_t world_size,
                                             Bytes reserve_basis_bytes);
 
+// `nccl_source`: where the NCCL figure comes from when it is not the cluster's nccl_buffer_bytes (DeepSpeed's
+// measured multi-rank increment); null for the default text.
 void explain_runtime_overhead(const RuntimeOverhead& runtime, std::int64_t world_size, Bytes reserve_basis_bytes,
-                              const RuntimeOverheadBytes& bytes, std::vector<MemoryTerm>& terms);
+                              const RuntimeOverheadBytes& bytes, std::vector<MemoryTerm>& terms,
+                              const char* nccl_source = nullptr);
 // The terms zeroplan's executor adds (when there are any): pinned_page_tables and allocation_granularity.
 void explain_executor_runtime(Bytes pinned_host_bytes, const RuntimeOverheadBytes& bytes,
                               std::vector<MemoryTerm>& terms);
