@@ -34,6 +34,7 @@
 #include "exec/offload/cpu_adamw.h"
 #include "run/host_calibration.h"
 #include "run/launcher.h"
+#include "run/process_memory.h"
 #include "run/rank_guard.h"
 #include "sim/collective_time.h"
 #ifdef ZEROPLAN_HAVE_CUDA
@@ -240,16 +241,20 @@ int calibration_rank(const CalibrationOptions& o, const RankEnvironment& env, st
     exec::cuda::DeviceBuffer buffer(largest);
     // What NCCL itself takes on the device (communicator buffers, channels, proxies): free memory before the
     // communicator exists against after every collective has run once at every size (NCCL sets buffers up lazily).
+    // And on the host: the resident set (VmRSS) before and after, NCCL's library state, proxy and bootstrap.
     const std::int64_t free_before = exec::cuda::current_device_free_bytes();
+    const std::int64_t resident_before = read_process_memory().resident_bytes;
     auto comm = exec::make_nccl_communicator(env.rank, env.world, env.local_rank, env.nccl_id_hex, nullptr,
                                               guard->comm_watch());
     // bf16, the precision the engine reduces in (as the cluster files' NCCL figures).
     const auto points = sweep_collectives(*comm, buffer.data(), exec::CommDtype::bf16, sweep,
                                           [&] { exec::cuda::synchronize_stream(comm->comm_stream()); });
     const std::int64_t free_after = exec::cuda::current_device_free_bytes();
+    const std::int64_t resident_after = read_process_memory().resident_bytes;
     results["link"] = "NCCL " + exec::cuda::nccl_version() + " between " + std::to_string(env.world) + " local GPUs";
     results["points"] = points_to_json(points);
     results["nccl_buffer_bytes"] = std::max<std::int64_t>(0, free_before - free_after);
+    results["nccl_host_bytes"] = std::max<std::int64_t>(0, resident_after - resident_before);
 #else
     throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
 #endif
@@ -736,6 +741,12 @@ nlohmann::json describe(const CalibrationOptions& o, const LocalFigures& f, cons
       runtime["nccl_buffer_bytes"] = ranks->at("nccl_buffer_bytes").get<Bytes>();
       provenance["runtime.nccl_buffer_bytes"] = "rank 0's free device memory before the NCCL communicator against "
                                                 "after every collective ran at every size";
+    }
+    if (ranks && ranks->contains("nccl_host_bytes")) {
+      runtime.erase("nccl_host_mib");
+      runtime["nccl_host_bytes"] = ranks->at("nccl_host_bytes").get<Bytes>();
+      provenance["runtime.nccl_host_bytes"] = "rank 0's resident set (VmRSS) before the NCCL communicator against "
+                                              "after every collective ran at every size";
     }
   }
   if (runtime.empty()) doc.erase("runtime");
