@@ -445,8 +445,8 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   if (loss.log_probs > 0) {
     // The allocated peak is the loss's backward of a micro-step after the first where there are several: what the
     // first one's backward holds is live beside it.
-    Held held;
     if (micro_steps > 1) {
+      Held held;  // live to the end of this replay: the peak is taken beside it
       loss_pass(false, nullptr);
       backward(0, held);
     }
@@ -480,11 +480,10 @@ Bytes deepspeed_host_init_bytes(const MemoryInputs& in, const TrainingConfig& tr
   return in.offload_param == OffloadDevice::none ? sat_mul(in.param_bytes, in.partition_params) : 0;
 }
 
-// The two moments of deepspeed_host_peak_per_rank beyond the process: the model built on the host (with NCCL's
-// communicator at more than one rank), and the steady state.
-// NCCL's communicator exists at that moment at more than one rank (comm/torch.py init_process_group binds the device)
-// and under zero.Init at any world size: partition_parameters.py _zero_init_param broadcasts every parameter as
-// the model is built.
+// The two moments of deepspeed_host_peak_per_rank beyond the process. The first: the model built on the host, with
+// NCCL's communicator beside it at more than one rank (comm/torch.py init_process_group binds the device) and under
+// zero.Init at any world size (partition_parameters.py _zero_init_param broadcasts every parameter as it is built).
+// The second: the steady state.
 Bytes deepspeed_host_init_moment(const MemoryInputs& in, const TrainingConfig& training,
                                  const DeepSpeedProcessHostBytes& process) {
   const bool communicator = in.world_size > 1 || (in.stage == 3 && training.zero.zero_init);
@@ -639,8 +638,8 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
   const Bytes init = deepspeed_host_init_moment(in, training, process);
   const Bytes after = deepspeed_host_steady_moment(steady, process);
   if (process.nccl > 0)
-    terms.push_back({"host", "NCCL's communicator state per rank x ranks per node", sat_mul(process.nccl, in.ranks_per_node),
-                     num(process.nccl) + " * " + ranks,
+    terms.push_back({"host", "NCCL's communicator state per rank x ranks per node",
+                     sat_mul(process.nccl, in.ranks_per_node), num(process.nccl) + " * " + ranks,
                      "cluster description runtime.nccl_host_bytes (bench/deepspeed/process_footprint.py: resident set "
                      "after init_process_group less before); created by DeepSpeed comm/torch.py init_process_group "
                      "(device_id bound) at more than one rank, at the first collective at one rank"});
