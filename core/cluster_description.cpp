@@ -62,6 +62,11 @@ constexpr const char* kDefaultNcclHostSource =
     "default 342.6 MiB: a torch 2.11 (NCCL 2.28.9) rank's resident set after init_process_group with its device bound "
     "(the communicator created at once) less before it, 359,194,624 B at one rank and 358,952,960 B at two, on "
     "nvidia-h200-x2, 2026-11-26 (bench/deepspeed/footprint-2026-11-26/)";
+constexpr Bytes kDefaultNcclSecondCommunicatorDeviceBytes = 408944640;
+constexpr const char* kDefaultNcclSecondCommunicatorDeviceSource =
+    "default 390.0 MiB: device used (cudaMemGetInfo) after a torch 2.11 (NCCL 2.28.9) rank's second communicator "
+    "over the same rank (new_group) ran its first all-reduce less before it, 408,944,640 B at one rank on "
+    "nvidia-h200-x2, 2026-11-26 (bench/deepspeed/footprint-2026-11-26/world1.json)";
 // A process that runs cuDNN's convolutions holds more than one that runs only GEMMs: torch dlopens cuDNN's engine
 // libraries (libcudnn_engines_precompiled and the rest of cuDNN 9's sub-libraries) at the first convolution and
 // the CUDA driver reads their kernels in. Measured, not derived: nothing in the planner sizes those libraries.
@@ -162,6 +167,8 @@ const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_c
                                                "convolution_workspace_bytes", "convolution_workspace_mib",
                                                "deepspeed_process_device_bytes", "deepspeed_process_device_mib",
                                                "deepspeed_multi_rank_device_bytes", "deepspeed_multi_rank_device_mib",
+                                               "nccl_second_communicator_device_bytes",
+                                               "nccl_second_communicator_device_mib",
                                                "allocator_fragmentation_of_activations",
                                                "allocator_reserve_of_activations", "allocator_reserve_fraction"};
 
@@ -461,6 +468,9 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   runtime.host_convolution_process_bytes = runtime_bytes("host_convolution_process", kDefaultHostConvolutionProcessBytes,
                                                          kDefaultHostConvolutionProcessSource);
   runtime.nccl_host_bytes = runtime_bytes("nccl_host", kDefaultNcclHostBytes, kDefaultNcclHostSource);
+  runtime.nccl_second_communicator_device_bytes =
+      runtime_bytes("nccl_second_communicator_device", kDefaultNcclSecondCommunicatorDeviceBytes,
+                    kDefaultNcclSecondCommunicatorDeviceSource);
   runtime.convolution_workspace_bytes = runtime_bytes("convolution_workspace", kDefaultConvolutionWorkspaceBytes,
                                                       kDefaultConvolutionWorkspaceSource);
   if (const auto bytes = optional_bytes(runtime_fields, "deepspeed_process_device", /*allow_zero=*/true))
@@ -565,6 +575,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"host_process_bytes", cluster.runtime.host_process_bytes},
         {"host_convolution_process_bytes", cluster.runtime.host_convolution_process_bytes},
         {"nccl_host_bytes", cluster.runtime.nccl_host_bytes},
+        {"nccl_second_communicator_device_bytes", cluster.runtime.nccl_second_communicator_device_bytes},
         {"convolution_workspace_bytes", cluster.runtime.convolution_workspace_bytes},
         {"deepspeed_process_device_bytes", cluster.runtime.deepspeed_process_device_bytes},
         {"deepspeed_multi_rank_device_bytes", cluster.runtime.deepspeed_multi_rank_device_bytes},

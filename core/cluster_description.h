@@ -85,6 +85,11 @@ struct RuntimeOverhead {
   // 1-rank rows on the same machine; the DeepSpeed engine counts it in place of nccl_buffer_bytes (a whole
   // communicator, which deepspeed_process_device_bytes already holds at one rank). 0: not given (nccl_buffer_bytes).
   Bytes deepspeed_multi_rank_device_bytes = 0;
+  // What a second NCCL communicator over the same ranks holds on the device once a collective runs on it, at one
+  // rank (JSON: nccl_second_communicator_device_bytes or _mib): a DeepSpeed process at one rank runs collectives on
+  // two at stage 3 when the model was built whole or trains in fp16 (sim/deepspeed_memory.h
+  // deepspeed_uses_second_communicator). Default: measured with torch's NCCL (bench/deepspeed/process_footprint.py).
+  Bytes nccl_second_communicator_device_bytes = 0;
 };
 
 struct ClusterDescription {

@@ -467,6 +467,23 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   return sat_add(cache.idle_bytes(), in.deepspeed_process_device_extra);
 }
 
+Bytes deepspeed_overflow_test_segments(const MemoryInputs& in, const TrainingConfig& training,
+                                       const DeepSpeedEnginePath& path) {
+  if (in.stage != 3 || training.precision != Precision::fp16 || offloads_optimizer(in)) return 0;
+  CachedSegments side_stream(0);  // nothing of the default stream's activation blocks is reachable from it
+  const std::int64_t Pp = in.partition_params;
+  const int magnitude = side_stream.allocate(sat_mul(path.accumulation_bytes, Pp), true);  // self.abs()
+  const int inf_mask = side_stream.allocate(Pp, true);                                     // == inf
+  side_stream.release(magnitude);
+  side_stream.release(inf_mask);
+  side_stream.release(side_stream.allocate(Pp, true));  // isnan: self != self
+  return side_stream.idle_bytes();
+}
+
+bool deepspeed_uses_second_communicator(const MemoryInputs& in, const TrainingConfig& training) {
+  return in.world_size == 1 && in.stage == 3 && (!training.zero.zero_init || training.precision == Precision::fp16);
+}
+
 namespace {
 
 // The host bytes of a rank before deepspeed.initialize returns, beyond its process: the model the user's script

@@ -100,6 +100,32 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
                                      const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
                                      Bytes activation_block, const LossTensorBytes& loss);
 
+// fp16 at stage 3 with the optimizer on the GPU: the overflow test's segments, reserved and idle at the default
+// stream's peak. stage3.py has_overflow runs torch.isinf and torch.isnan over the whole gradient partition
+// (grad_partitions_flat_buffer, in the accumulation dtype) on reduce_and_partition_stream. ATen's isinf of a
+// floating tensor is self.abs() == inf (aten/src/ATen/native/TensorCompare.cpp), so a partition-sized |g| and a
+// bool mask are live together; isnan's mask (self != self) then takes the freed mask's block. The caching allocator
+// keeps blocks freed on a stream for that stream (c10/cuda/CUDACachingAllocator.cpp: a block's stream is part of its
+// pool key), so the default stream's forward and backward never reuse them. With the optimizer on the CPU the buffer
+// is in host memory (stage3.py: device = "cpu"). Traced on one H200 for GPT-2 1.5B: a 2972 MiB and a 1486 MiB
+// segment free at the allocated peak, 4.35 GiB more reserve than bf16 (bench/deepspeed/results-pending/
+// probe-2026-11-26/).
+Bytes deepspeed_overflow_test_segments(const MemoryInputs& in, const TrainingConfig& training,
+                                       const DeepSpeedEnginePath& path);
+
+// Whether a one-rank DeepSpeed process runs collectives on a second NCCL communicator. DeepSpeed holds torch's world
+// group and its clone of it (utils/groups.py _clone_world_group, the engine's seq_data_parallel_group); at one rank
+// torch creates a group's communicator at its first collective, and its device memory comes then
+// (bench/deepspeed/footprint-2026-11-26/: 390 MiB for the second). The clone serves the engine (_broadcast_model of
+// parameters not yet partitioned, the optimizers' reductions, norms and overflow tests); the world group serves
+// zero.Init (partition_parameters.py Init: ds_process_group = the world group when no data_parallel_group is given,
+// and _zero_init_param / _convert_to_zero_parameters broadcast on it). So both run collectives at stage 3 when the
+// model was built whole (the engine broadcasts it, then stage 3 converts it through Init on the world group), and
+// under zero.Init with fp16, whose overflow test all-reduces on the clone (stage3.py has_overflow); under zero.Init
+// with bf16 or fp32 at one rank nothing runs on the clone (GPT-2 1.5B bf16 at stage 3 holds what stage 2 holds outside
+// the allocator; stages 0-2 use the clone alone, traced on ResNet-101 fp16 at stage 2). At more than one rank both always run collectives: runtime.deepspeed_multi_rank_device_bytes.
+bool deepspeed_uses_second_communicator(const MemoryInputs& in, const TrainingConfig& training);
+
 // Host memory per rank under offload (stage_1_and_2.py / stage3.py with offload_optimizer, offload_param): what
 // is page-locked (pin_memory) and what is not (DeepSpeedCPUAdam keeps its states in pageable memory).
 struct DeepSpeedHostBytes {

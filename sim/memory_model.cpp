@@ -12,6 +12,7 @@
 #include "sim/model_states_memory.h"
 #include "sim/runtime_overhead_memory.h"
 #include "sim/saturating.h"
+#include "sim/term_format.h"
 #include "sim/zero_buffers_memory.h"
 
 namespace zeroplan {
@@ -73,7 +74,12 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   const Bytes flat_segments = deepspeed_flat_buffer_segments(
       in, training, path, ds, largest_activation_block(model, training, activations),
       loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes));
-  gpu.runtime_overhead = sat_add(runtime.total(), flat_segments);
+  const Bytes overflow_test = deepspeed_overflow_test_segments(in, training, path);
+  const Bytes second_communicator = deepspeed_uses_second_communicator(in, training)
+                                        ? cluster.runtime.nccl_second_communicator_device_bytes
+                                        : 0;
+  gpu.runtime_overhead =
+      sat_add(sat_add(runtime.total(), flat_segments), sat_add(overflow_test, second_communicator));
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
 
   // Host and NVMe: DeepSpeed's offload buffers per rank, the NVMe swap buffers, and the initialization peaks.
@@ -111,6 +117,22 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
                                    "fragmentation)"
                                  : nullptr);
     explain_deepspeed_reserve_and_host(in, training, flat_segments, steady, process, *terms);
+    if (overflow_test > 0)
+      terms->push_back({"runtime_overhead",
+                        "fp16 overflow test's segments on reduce_and_partition_stream (|g| and a bool mask of the "
+                        "gradient partition; idle at the default stream's peak)",
+                        overflow_test,
+                        num(path.accumulation_bytes) + " * " + num(in.partition_params) + " + " +
+                            num(in.partition_params) + " bytes, each rounded to a 2 MiB segment",
+                        "DeepSpeed zero/stage3.py has_overflow (torch.isinf, torch.isnan of grad_partitions_flat_buffer); "
+                        "ATen native/TensorCompare.cpp isinf (self.abs() == inf); c10/cuda/CUDACachingAllocator.cpp "
+                        "(per-stream pools)"});
+    if (second_communicator > 0)
+      terms->push_back({"runtime_overhead",
+                        "NCCL's second communicator at one rank (the world group beside DeepSpeed's clone of it)",
+                        second_communicator, "runtime.nccl_second_communicator_device_bytes",
+                        "DeepSpeed utils/groups.py _clone_world_group; zero/partition_parameters.py Init (the world "
+                        "group), zero/stage3.py has_overflow (the clone); bench/deepspeed/footprint-2026-11-26/"});
     if (swap_buffers > 0)
       terms->push_back({"host", "NVMe swap buffers (pinned) x ranks per node", sat_mul(swap_buffers, in.ranks_per_node),
                         "offload_param / offload_optimizer buffer_count x buffer size, x " + std::to_string(in.ranks_per_node),
