@@ -67,6 +67,12 @@ constexpr const char* kDefaultNcclSecondCommunicatorDeviceSource =
     "default 390.0 MiB: device used (cudaMemGetInfo) after a torch 2.11 (NCCL 2.28.9) rank's second communicator "
     "over the same rank (new_group) ran its first all-reduce less before it, 408,944,640 B at one rank on "
     "nvidia-h200-x2, 2026-11-26 (bench/deepspeed/footprint-2026-11-26/world1.json)";
+constexpr Bytes kDefaultNcclSecondCommunicatorMultiRankDeviceBytes = 301989888;
+constexpr const char* kDefaultNcclSecondCommunicatorMultiRankDeviceSource =
+    "default 288.0 MiB: a DeepSpeed 0.19.8 rank's device memory outside the caching allocator before and after the "
+    "first collective on its second NCCL group at two ranks (ResNet-101 at stage 3: the world group's first broadcast "
+    "in _convert_to_zero_parameters; at stages 0 and 2 the harness's all-reduce after its figures), 301,989,888 B on "
+    "every rank of nvidia-h200-x2, 2026-11-26 (bench/deepspeed/results-pending/probe-2026-11-26/)";
 // A process that runs cuDNN's convolutions holds more than one that runs only GEMMs: torch dlopens cuDNN's engine
 // libraries (libcudnn_engines_precompiled and the rest of cuDNN 9's sub-libraries) at the first convolution and
 // the CUDA driver reads their kernels in. Measured, not derived: nothing in the planner sizes those libraries.
@@ -169,6 +175,8 @@ const std::vector<std::string> kRuntimeKeys = {"cuda_context_bytes",     "cuda_c
                                                "deepspeed_multi_rank_device_bytes", "deepspeed_multi_rank_device_mib",
                                                "nccl_second_communicator_device_bytes",
                                                "nccl_second_communicator_device_mib",
+                                               "nccl_second_communicator_multi_rank_device_bytes",
+                                               "nccl_second_communicator_multi_rank_device_mib",
                                                "allocator_fragmentation_of_activations",
                                                "allocator_reserve_of_activations", "allocator_reserve_fraction"};
 
@@ -471,6 +479,9 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   runtime.nccl_second_communicator_device_bytes =
       runtime_bytes("nccl_second_communicator_device", kDefaultNcclSecondCommunicatorDeviceBytes,
                     kDefaultNcclSecondCommunicatorDeviceSource);
+  runtime.nccl_second_communicator_multi_rank_device_bytes =
+      runtime_bytes("nccl_second_communicator_multi_rank_device", kDefaultNcclSecondCommunicatorMultiRankDeviceBytes,
+                    kDefaultNcclSecondCommunicatorMultiRankDeviceSource);
   runtime.convolution_workspace_bytes = runtime_bytes("convolution_workspace", kDefaultConvolutionWorkspaceBytes,
                                                       kDefaultConvolutionWorkspaceSource);
   if (const auto bytes = optional_bytes(runtime_fields, "deepspeed_process_device", /*allow_zero=*/true))
@@ -576,6 +587,8 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"host_convolution_process_bytes", cluster.runtime.host_convolution_process_bytes},
         {"nccl_host_bytes", cluster.runtime.nccl_host_bytes},
         {"nccl_second_communicator_device_bytes", cluster.runtime.nccl_second_communicator_device_bytes},
+        {"nccl_second_communicator_multi_rank_device_bytes",
+         cluster.runtime.nccl_second_communicator_multi_rank_device_bytes},
         {"convolution_workspace_bytes", cluster.runtime.convolution_workspace_bytes},
         {"deepspeed_process_device_bytes", cluster.runtime.deepspeed_process_device_bytes},
         {"deepspeed_multi_rank_device_bytes", cluster.runtime.deepspeed_multi_rank_device_bytes},

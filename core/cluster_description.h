@@ -85,11 +85,16 @@ struct RuntimeOverhead {
   // 1-rank rows on the same machine; the DeepSpeed engine counts it in place of nccl_buffer_bytes (a whole
   // communicator, which deepspeed_process_device_bytes already holds at one rank). 0: not given (nccl_buffer_bytes).
   Bytes deepspeed_multi_rank_device_bytes = 0;
-  // What a second NCCL communicator over the same ranks holds on the device once a collective runs on it, at one
-  // rank (JSON: nccl_second_communicator_device_bytes or _mib): a DeepSpeed process at one rank runs collectives on
-  // two at stage 3 when the model was built whole or trains in fp16 (sim/deepspeed_memory.h
-  // deepspeed_uses_second_communicator). Default: measured with torch's NCCL (bench/deepspeed/process_footprint.py).
+  // What a second NCCL group over the same ranks adds on the device once a collective runs on it (a DeepSpeed rank
+  // runs collectives on two at stage 3 when the model was built whole or trains in fp16: sim/deepspeed_memory.h
+  // deepspeed_uses_second_communicator). At one rank (JSON: nccl_second_communicator_device_bytes or _mib) torch
+  // creates a group's communicator at its first collective, so this is a whole communicator; at more than one rank
+  // (nccl_second_communicator_multi_rank_device_bytes or _mib) both communicators exist from the start (the device is
+  // bound; DeepSpeed's clone is made at deepspeed.initialize) and this is what the second one's first collective
+  // connects. Defaults: measured with torch's NCCL on 2x H200 (bench/deepspeed/process_footprint.py, and
+  // bench/deepspeed/results-pending/probe-2026-11-26/ at two ranks).
   Bytes nccl_second_communicator_device_bytes = 0;
+  Bytes nccl_second_communicator_multi_rank_device_bytes = 0;
 };
 
 struct ClusterDescription {

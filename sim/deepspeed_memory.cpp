@@ -481,7 +481,7 @@ Bytes deepspeed_overflow_test_segments(const MemoryInputs& in, const TrainingCon
 }
 
 bool deepspeed_uses_second_communicator(const MemoryInputs& in, const TrainingConfig& training) {
-  return in.world_size == 1 && in.stage == 3 && (!training.zero.zero_init || training.precision == Precision::fp16);
+  return in.stage == 3 && (!training.zero.zero_init || training.precision == Precision::fp16);
 }
 
 namespace {

@@ -113,17 +113,17 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
 Bytes deepspeed_overflow_test_segments(const MemoryInputs& in, const TrainingConfig& training,
                                        const DeepSpeedEnginePath& path);
 
-// Whether a one-rank DeepSpeed process runs collectives on a second NCCL communicator. DeepSpeed holds torch's world
-// group and its clone of it (utils/groups.py _clone_world_group, the engine's seq_data_parallel_group); at one rank
-// torch creates a group's communicator at its first collective, and its device memory comes then
-// (bench/deepspeed/footprint-2026-11-26/: 390 MiB for the second). The clone serves the engine (_broadcast_model of
+// Whether a DeepSpeed rank runs collectives on a second NCCL group. DeepSpeed holds torch's world group and its
+// clone of it (utils/groups.py _clone_world_group, the engine's seq_data_parallel_group); a group's buffers come
+// with its first collective (at one rank its communicator too). The clone serves the engine (_broadcast_model of
 // parameters not yet partitioned, the optimizers' reductions, norms and overflow tests); the world group serves
-// zero.Init (partition_parameters.py Init: ds_process_group = the world group when no data_parallel_group is given,
-// and _zero_init_param / _convert_to_zero_parameters broadcast on it). So both run collectives at stage 3 when the
-// model was built whole (the engine broadcasts it, then stage 3 converts it through Init on the world group), and
-// under zero.Init with fp16, whose overflow test all-reduces on the clone (stage3.py has_overflow); under zero.Init
-// with bf16 or fp32 at one rank nothing runs on the clone (GPT-2 1.5B bf16 at stage 3 holds what stage 2 holds outside
-// the allocator; stages 0-2 use the clone alone, traced on ResNet-101 fp16 at stage 2). At more than one rank both always run collectives: runtime.deepspeed_multi_rank_device_bytes.
+// zero.Init (partition_parameters.py Init: ds_process_group = the world group when no data_parallel_group is given;
+// _zero_init_param and _convert_to_zero_parameters broadcast on it). Both run collectives at stage 3 when the model
+// was built whole (the engine broadcasts it on the clone, then stage 3 converts it through Init on the world group)
+// and under zero.Init with fp16, whose overflow test all-reduces on the clone (stage3.py has_overflow). Under
+// zero.Init with bf16 or fp32, and at stages 0-2, one group runs them. Traced (bench/deepspeed/results-pending/
+// probe-2026-11-26/): ResNet-101 fp16 at stage 3 on one and two ranks, GPT-2 1.5B fp16 at stage 3 on one; one group
+// only: ResNet-101 stages 0 and 2, GPT-2 350M bf16 stages 2 and 3 on two ranks.
 bool deepspeed_uses_second_communicator(const MemoryInputs& in, const TrainingConfig& training);
 
 // Host memory per rank under offload (stage_1_and_2.py / stage3.py with offload_optimizer, offload_param): what

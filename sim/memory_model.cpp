@@ -75,9 +75,10 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
       in, training, path, ds, largest_activation_block(model, training, activations),
       loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes));
   const Bytes overflow_test = deepspeed_overflow_test_segments(in, training, path);
-  const Bytes second_communicator = deepspeed_uses_second_communicator(in, training)
-                                        ? cluster.runtime.nccl_second_communicator_device_bytes
-                                        : 0;
+  const Bytes second_communicator =
+      !deepspeed_uses_second_communicator(in, training) ? 0
+      : in.world_size > 1                               ? cluster.runtime.nccl_second_communicator_multi_rank_device_bytes
+                                                        : cluster.runtime.nccl_second_communicator_device_bytes;
   gpu.runtime_overhead =
       sat_add(sat_add(runtime.total(), flat_segments), sat_add(overflow_test, second_communicator));
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);
@@ -129,8 +130,10 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
                         "(per-stream pools)"});
     if (second_communicator > 0)
       terms->push_back({"runtime_overhead",
-                        "NCCL's second communicator at one rank (the world group beside DeepSpeed's clone of it)",
-                        second_communicator, "runtime.nccl_second_communicator_device_bytes",
+                        "NCCL's second group's buffers (the world group beside DeepSpeed's clone of it)",
+                        second_communicator,
+                        in.world_size > 1 ? "runtime.nccl_second_communicator_multi_rank_device_bytes"
+                                          : "runtime.nccl_second_communicator_device_bytes",
                         "DeepSpeed utils/groups.py _clone_world_group; zero/partition_parameters.py Init (the world "
                         "group), zero/stage3.py has_overflow (the clone); bench/deepspeed/footprint-2026-11-26/"});
     if (swap_buffers > 0)
