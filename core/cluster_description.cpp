@@ -437,8 +437,8 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
       host.non_negative_number_or("deepspeed_offload_gradient_hook_seconds", 0.0);
   cluster.deepspeed_tensor_op_seconds = host.non_negative_number_or("deepspeed_tensor_op_seconds", 0.0);
   if (!host.has("eager_forward_module_seconds") || !host.has("eager_backward_module_seconds"))
-    note("host.eager_forward_module_seconds / eager_backward_module_seconds: not given; a layer-list model's eager "
-         "dispatch costs the host nothing in the step-time model (its GPU work alone bounds each pass)");
+    note("host.eager_forward_module_seconds / eager_backward_module_seconds: not given; eager PyTorch's dispatch of "
+         "the model's modules costs the host nothing in the step-time model (the GPU work alone bounds each pass)");
   if (!host.has("deepspeed_module_hook_seconds"))
     note("host.deepspeed_module_hook_seconds: not given; DeepSpeed's stage-3 hooks cost the host nothing in the "
          "step-time model");

@@ -172,10 +172,11 @@ struct ClusterDescription {
   // the CPU-offload path, each read back to the host), beside the fp32 gradient copy it waits for, which the model
   // times at pcie_bandwidth.
   double deepspeed_module_hook_seconds = 0.0;
-  // Eager PyTorch's host cost per module call of a layer-list model (a ResNet's conv, BatchNorm, ReLU, pooling and
-  // container modules): the Python module call and the dispatch of its operators in forward (the kernels' launches
-  // included), and of their autograd nodes in backward. Measured on the machine as the synchronised phase time of a
-  // host-bound forward or backward (where the GPU works for a fraction of it) over the module calls of a pass.
+  // Eager PyTorch's host cost per module call (a ResNet's conv, BatchNorm, ReLU, pooling and container modules; a
+  // transformer block's norms, linears and the block itself): the Python module call and the dispatch of its
+  // operators in forward (the kernels' launches included), and of their autograd nodes in backward. Measured on the
+  // machine as the synchronised phase time of a host-bound forward or backward (where the GPU works for a fraction
+  // of it) over the module calls of a pass.
   double eager_forward_module_seconds = 0.0;
   double eager_backward_module_seconds = 0.0;
   double deepspeed_forward_module_function_seconds = 0.0;

@@ -112,9 +112,15 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
                  (restore ? 3.0 * bytes / in_.streaming_bandwidth : 0.0);
     }
   }
-  // Eager PyTorch issues a layer-list model's operators from Python, module by module, in both passes (and its
-  // autograd nodes in backward): the GPU's kernels for a small convolution finish sooner than the host issues them.
-  seconds += static_cast<double>(layers_[index].module_calls) *
+  // Eager PyTorch issues the model's operators from Python, module by module, in both passes (and its autograd
+  // nodes in backward): the GPU's kernels for a small convolution, or a small transformer block's, finish sooner
+  // than the host issues them. Under zero.Init at stage 3 each F.linear is zero/linear.py's autograd Function,
+  // timed above with its GEMM launches (linear_forward_seconds, linear_backward_seconds): those calls are not
+  // counted twice.
+  const double timed_linears = zero_.stage == 3 && zero_.zero_init && index < in_.linear_calls_per_layer.size()
+                                   ? static_cast<double>(in_.linear_calls_per_layer[index])
+                                   : 0.0;
+  seconds += std::max(0.0, static_cast<double>(layers_[index].module_calls) - timed_linears) *
              (forward ? in_.eager_forward_module_seconds : in_.eager_backward_module_seconds);
   if (seconds <= 0.0) return kNoTask;
   const bool host_waits = offload_hooks || accumulation_offload_hooks;

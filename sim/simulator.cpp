@@ -260,10 +260,8 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
         cluster.optimizer_bandwidth > 0.0 ? cluster.optimizer_bandwidth : inputs.optimizer_bandwidth;
     inputs.kernel_overhead_seconds = cluster.kernel_overhead_seconds;
     inputs.module_hook_seconds = cluster.deepspeed_module_hook_seconds;
-    if (!model.transformer) {
-      inputs.eager_forward_module_seconds = cluster.eager_forward_module_seconds;
-      inputs.eager_backward_module_seconds = cluster.eager_backward_module_seconds;
-    }
+    inputs.eager_forward_module_seconds = cluster.eager_forward_module_seconds;
+    inputs.eager_backward_module_seconds = cluster.eager_backward_module_seconds;
     inputs.forward_module_function_seconds = cluster.deepspeed_forward_module_function_seconds;
     inputs.stage3_gradient_hook_seconds = cluster.deepspeed_stage3_gradient_hook_seconds;
     inputs.stage3_offload_gradient_hook_seconds = cluster.deepspeed_stage3_offload_gradient_hook_seconds;

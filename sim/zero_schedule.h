@@ -108,7 +108,7 @@ struct StepScheduleInputs {
   double kernel_overhead_seconds = 0.0;   // per kernel launched
   // DeepSpeed's host costs per call (core/cluster_description.h says what each call runs).
   double module_hook_seconds = 0.0;       // stage 3: fetch and release per module per pass (host)
-  // Eager PyTorch's dispatch per module call of a layer-list model, forward and backward (host).
+  // Eager PyTorch's dispatch per module call, forward and backward (host).
   double eager_forward_module_seconds = 0.0;
   double eager_backward_module_seconds = 0.0;
   double forward_module_function_seconds = 0.0;  // stage 3: the two autograd Functions per module in forward
