@@ -10,8 +10,13 @@ Each rank records its resident set (VmRSS, and the peak VmHWM, /proc/self/status
 1-element tensor), after init_process_group("nccl") with the rank's device bound, after the first all-reduce
 (NCCL connects its peers lazily, at the first collective), after all-reduces of 1 MiB to 1 GiB (its channels'
 buffers), and after the first use of each further collective kind, data type and operation DeepSpeed issues (NCCL's
-kernels load lazily) and of a second communicator. Rank 0 writes every rank's figures to FILE.json; the last line
-printed is a one-line summary per rank. Bad arguments exit 2."""
+kernels load lazily) and of a second communicator; then around training steps of a small GPT-2 built on the device
+(bench/exec/pytorch_peer.py's model, --step-layers blocks of width 768, bf16, micro-batch 4, sequence 1024) as
+DeepSpeed's bf16 engine runs them: forward and backward, the per-tensor fp32 casts and norms of its gradient-norm
+loop, torch's foreach AdamW over fp32 masters, the copies back to bf16. What the first step adds to the resident
+set is the process's growth in training (the kernels and libraries torch loads as they are first used), which
+runtime.host_process_bytes (measured at initialisation) does not hold. Rank 0 writes every rank's figures to
+FILE.json; the last line printed is a one-line summary per rank. Bad arguments exit 2."""
 import argparse
 import json
 import os
@@ -29,7 +34,11 @@ def proc_status_bytes(key):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="JSON file rank 0 writes")
+    ap.add_argument("--step-layers", type=int, default=2, help="blocks of the small GPT-2 the training steps run")
     args = ap.parse_args()
+    if args.step_layers < 1:
+        print(f"process_footprint.py: --step-layers {args.step_layers}: expected 1 or more", file=sys.stderr)
+        sys.exit(2)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir):
         print(f"process_footprint.py: --out {args.out}: folder {out_dir} does not exist", file=sys.stderr)
@@ -97,6 +106,32 @@ def main():
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         mark(name, device)
+
+    # Training steps as DeepSpeed's bf16 engine runs them (engine.py with torch_adam; the bf16 optimizer's step:
+    # fp32 gradients, get_grad_norm_direct's per-tensor cast and norm, AdamW over the fp32 masters, the bf16 copy).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "exec"))
+    from pytorch_peer import GPT
+    model = GPT(50304, 768, args.step_layers, 12, 1024).to(device=device, dtype=torch.bfloat16)
+    masters = [p.detach().float().clone() for p in model.parameters()]
+    optimizer = torch.optim.AdamW(masters, lr=1e-4, foreach=True)
+    tokens = torch.randint(0, 50304, (4, 1024), device=device)
+    torch.cuda.synchronize(device)
+    mark("small GPT-2 built on the device", device)
+    for step in range(2):
+        loss = model(tokens, tokens)
+        loss.backward()
+        norms = []
+        for p, master in zip(model.parameters(), masters):
+            master.grad = p.grad.float()
+            norms.append(torch.linalg.vector_norm(master.grad))
+        dist.all_reduce(torch.stack(norms).square().sum())
+        optimizer.step()
+        with torch.no_grad():
+            for p, master in zip(model.parameters(), masters):
+                p.copy_(master)
+                p.grad = None
+        torch.cuda.synchronize(device)
+        mark(f"training step {step + 1}", device)
 
     rank = dist.get_rank()
     gathered = [None] * world
