@@ -649,23 +649,24 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
                      "DeepSpeed zero/stage_1_and_2.py step, zero/stage3.py step, bf16_optimizer.py, "
                      "fp16/fused_optimizer.py"});
   const std::string ranks = num(in.ranks_per_node);
-  terms.push_back({"host", "training process (torch, CUDA libraries) per rank x ranks per node",
-                   sat_mul(process.process, in.ranks_per_node), num(process.process) + " * " + ranks,
-                   "cluster description runtime.host_process_bytes"});
+  // A host term a rank's process holds, for every rank of the node.
+  const auto per_rank_host_term = [&](const std::string& what, Bytes bytes, const char* source) {
+    if (bytes > 0)
+      terms.push_back({"host", what + " per rank x ranks per node", sat_mul(bytes, in.ranks_per_node),
+                       num(bytes) + " * " + ranks, source});
+  };
+  per_rank_host_term("training process (torch, CUDA libraries)", process.process,
+                     "cluster description runtime.host_process_bytes");
   const Bytes init = deepspeed_host_init_moment(in, training, process);
   const Bytes after = deepspeed_host_steady_moment(steady, process);
-  if (process.nccl > 0)
-    terms.push_back({"host", "NCCL's communicator state per rank x ranks per node",
-                     sat_mul(process.nccl, in.ranks_per_node), num(process.nccl) + " * " + ranks,
+  per_rank_host_term("NCCL's communicator state", process.nccl,
                      "cluster description runtime.nccl_host_bytes (bench/deepspeed/process_footprint.py: resident set "
                      "after init_process_group less before); created by DeepSpeed comm/torch.py init_process_group "
-                     "(device_id bound) at more than one rank, at the first collective at one rank"});
-  if (process.convolution > 0)
-    terms.push_back({"host", "cuDNN's libraries and kernels, loaded at the first convolution, per rank x ranks per node",
-                     sat_mul(process.convolution, in.ranks_per_node), num(process.convolution) + " * " + ranks,
+                     "(device_id bound) at more than one rank, at the first collective at one rank");
+  per_rank_host_term("cuDNN's libraries and kernels, loaded at the first convolution,", process.convolution,
                      "cluster description runtime.host_convolution_process_bytes (a ResNet rank's resident set beyond "
                      "runtime.host_process_bytes and runtime.nccl_host_bytes); torch aten/src/ATen/native/cudnn "
-                     "(cuDNN's engine libraries, dlopened at first use)"});
+                     "(cuDNN's engine libraries, dlopened at first use)");
   if (init <= after) return;
   // The model built on the host is the peak's moment: what it holds beyond the steady state's terms above.
   const bool built_whole = in.stage < 3 || !training.zero.zero_init;
