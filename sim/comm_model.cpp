@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "sim/deepspeed_engine.h"
+#include "sim/deepspeed_param_coordinator.h"
 #include "sim/memory_inputs.h"
 #include "sim/zero_schedule.h"
 #include "sim/model_states_memory.h"
@@ -103,22 +104,16 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
           "gradients, every micro-step's backward, per bucket");
       elements_one_micro_step = reduction_passes * P;
     } else {
-      // Stage 3: every gathered layer before its forward; in backward only those not kept since their forward
-      // (reuse_kept_layers); gradients reduce-scattered every micro-step.
-      const std::vector<bool> kept = reuse_kept_layers(model, zero);
-      std::int64_t backward_elements = 0, backward_calls = 0;
-      for (std::size_t i = 0; i < model.layers.size(); ++i) {
-        if (kept[i]) continue;
-        backward_elements += model.layers[i].params - persistent_params(model.layers[i], zero);
-        backward_calls += gathered_module_count(model.layers[i], zero);
-      }
-      const std::int64_t G = in.gathered_params_total;
-      add(v, CollectiveKind::all_gather, sat_mul(A, in.gathered_modules + backward_calls),
-          sat_mul(A, G + backward_elements), e, n,
-          "parameters, before each module's forward and (unless kept since then) backward, every micro-step");
+      // Stage 3: what its parameter coordinator gathers in a micro-step (sim/deepspeed_param_coordinator.h: every
+      // module before its forward, and in backward those not still gathered since), one all-gather per module's
+      // parameters; gradients reduce-scattered every micro-step.
+      const CoordinatorReplay& coordinator = *replay_deepspeed_param_coordinator(model, zero);
+      add(v, CollectiveKind::all_gather, sat_mul(A, coordinator.gathered_modules),
+          sat_mul(A, coordinator.gathered_elements), e, n,
+          "parameters, as DeepSpeed's coordinator fetches and prefetches them, every micro-step");
       add(v, reduction, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), eg, n,
           "gradients, every micro-step's backward, per bucket (reduce_scatter_coalesced)");
-      elements_one_micro_step = static_cast<double>(G + backward_elements) + reduction_passes * P;
+      elements_one_micro_step = static_cast<double>(coordinator.gathered_elements) + reduction_passes * P;
     }
     if (in.stage == 1 || in.stage == 2 || path.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer) {
       // One all_gather_into_tensor of the flat 16-bit group after the step (runtime/utils.py).

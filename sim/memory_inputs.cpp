@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstdint>
 
+#include "sim/deepspeed_param_coordinator.h"
 #include "sim/executor_layout.h"
+#include "sim/parameter_tensors.h"
 #include "sim/saturating.h"
 #include "sim/zero_schedule.h"
 
@@ -18,60 +20,6 @@ std::int64_t power_of_two_ceil(std::int64_t bytes) {
   if (bytes <= 1) return bytes;
   const std::uint64_t rounded = std::bit_ceil(static_cast<std::uint64_t>(bytes));
   return rounded > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(rounded);
-}
-
-// Calls `tensor(numel)` for each parameter tensor of a layer: a transformer's from its shape (the tensors
-// parameter_tensors in sim/simulator.cpp counts); a layer list names no tensors, so each module counts as one
-// tensor of an equal share of the layer's parameters.
-template <typename Tensor>
-void for_each_parameter_tensor(const ModelDescription& model, const LayerDescription& layer, Tensor&& tensor) {
-  if (layer.params <= 0) return;
-  if (!model.transformer) {
-    const std::int64_t modules = std::max<std::int64_t>(1, layer.module_count);
-    for (std::int64_t m = 0; m < modules; ++m) tensor(layer.params / modules + (m < layer.params % modules ? 1 : 0));
-    return;
-  }
-  const TransformerShape& s = *model.transformer;
-  const std::int64_t h = s.hidden;
-  const auto norm = [&] {
-    tensor(h);
-    if (s.norm == NormKind::layer_norm) tensor(h);
-  };
-  if (layer.kind == "embedding") {
-    tensor(s.vocab_size * h);
-    if (s.learned_positions) tensor(s.max_seq * h);
-    if (s.embedding_norm) norm();
-  } else if (layer.kind == "transformer_block") {
-    norm();
-    norm();
-    const std::int64_t kv = s.kv_dim();
-    if (s.family == ModelFamily::gpt2) {
-      tensor(h * (h + 2 * kv));
-      if (s.attention_bias) tensor(h + 2 * kv);
-    } else {
-      tensor(h * h);
-      tensor(h * kv);
-      tensor(h * kv);
-      if (s.attention_bias) {
-        tensor(h);
-        tensor(kv);
-        tensor(kv);
-      }
-    }
-    tensor(h * h);
-    if (s.attention_bias && s.attention_output_bias) tensor(h);
-    const int up = s.activation == ActivationKind::swiglu ? 2 : 1;
-    for (int i = 0; i < up; ++i) {
-      tensor(h * s.ffn_hidden);
-      if (s.mlp_bias) tensor(s.ffn_hidden);
-    }
-    tensor(s.ffn_hidden * h);
-    if (s.mlp_bias) tensor(h);
-  } else if (layer.kind == "norm") {
-    norm();
-  } else {
-    tensor(layer.params);  // lm_head
-  }
 }
 
 // The sum of `bytes(numel)` over every parameter tensor of the model. expand_transformer's layers are the embedding,
@@ -139,6 +87,13 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
   in.persistent_params = std::min(persistent, params);
   in.gathered_params_total = params - in.persistent_params;
   in.gathered_modules = gathered_modules;
+  if (in.engine == TrainingEngine::deepspeed && in.stage == 3 &&
+      (in.world_size > 1 || in.offload_param != OffloadDevice::none)) {
+    // At one rank with the parameters on the GPU a partition is the whole parameter: nothing is gathered into new
+    // memory (the simulator's fetches allocate nothing there either).
+    in.deepspeed_gathered_live_params =
+        replay_deepspeed_param_coordinator(model, training.zero)->peak_live_elements;
+  }
   if (in.engine == TrainingEngine::deepspeed && in.stage == 3 && in.offload_param == OffloadDevice::cpu &&
       training.zero.pin_memory) {
     // zero.Init with offload_param cpu (partition_parameters.py _partition_param): each parameter above the

@@ -37,6 +37,9 @@ struct MemoryInputs {
   std::int64_t persistent_params = 0;      // stage 3: params below stage3_param_persistence_threshold
   std::int64_t gathered_params_total = 0;  // stage 3: params that are partitioned and gathered (P - persistent)
   std::int64_t gathered_modules = 0;       // stage 3: modules whose parameters are gathered (all-gather calls)
+  // DeepSpeed stage 3: the most parameters its coordinator holds gathered at once (sim/deepspeed_param_coordinator.h),
+  // where a gather allocates (more than one rank, or parameters offloaded); 0 otherwise.
+  std::int64_t deepspeed_gathered_live_params = 0;
   // DeepSpeed stage 3 with offload_param cpu and pin_memory: the page-locked bytes of every partitioned parameter's
   // own host partition as zero.Init pins it, each rounded up to a power of two by torch's caching host allocator
   // (memory_inputs.cpp says why they stay allocated). 0 otherwise.

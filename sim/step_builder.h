@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sim/comm_model.h"
+#include "sim/deepspeed_param_coordinator.h"
 #include "sim/saturating.h"
 #include "sim/zero_schedule.h"
 
@@ -72,7 +73,8 @@ class StepBuilder {
 
   // --- stage 3 parameter fetch -----------------------------------------------------------------------------
 
-  TaskId fetch(std::int32_t layer, std::int32_t micro, Dependency when, Dependency issued_by = {});
+  TaskId fetch(std::int32_t layer, std::int64_t elements, std::int64_t modules, std::int32_t micro, Dependency when,
+               Dependency issued_by = {});
 
   // --- gradient reduction ----------------------------------------------------------------------------------
 
@@ -136,7 +138,7 @@ class StepBuilder {
   std::vector<std::int64_t> gather_elements_;  // per layer: stage-3 elements all-gathered (all but persistent)
   std::vector<Bytes> gathered_bytes_;          // per layer: gathered bytes awaiting release
   std::vector<TaskId> gather_task_;            // per layer: the fetch the layer's compute waits for
-  std::vector<bool> kept_;                     // per layer: DeepSpeed keeps it gathered from forward to backward
+  std::shared_ptr<const CoordinatorReplay> coordinator_;              // DeepSpeed stage 3: its parameter coordinator's fetches and releases
 
   const bool ds_;                              // DeepSpeed's engine (the paths of deepspeed_engine.h)
   const bool executor_;                        // zeroplan's executor (exec/zero/zero_engine.cpp)

@@ -16,6 +16,9 @@ constexpr const char* kStage0Buckets = "DeepSpeed engine.py allreduce_gradients 
 constexpr const char* kStage3Bucket = "DeepSpeed stage3.py (one reduce bucket of reduce_bucket_size)";
 constexpr const char* kStage3Gather = "DeepSpeed partitioned_param_coordinator.py (prefetch_bucket_size, "
                                       "max_live_parameters); zero-formulas.md sec. 3";
+constexpr const char* kStage3Coordinator =
+    "DeepSpeed partitioned_param_coordinator.py fetch_sub_module, __params_to_release "
+    "(sim/deepspeed_param_coordinator.h)";
 constexpr const char* kPersistence = "DeepSpeed parameter_offload.py mark_persistent_parameters "
                                      "(stage3_param_persistence_threshold)";
 constexpr const char* kOffloadStaging = "DeepSpeed stage_1_and_2.py temp_grad_buffer_for_{gpu,cpu}_offload "
@@ -47,11 +50,14 @@ ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero
     b.allgather_bucket = sat_mul(pb, std::min(zero.allgather_bucket_size, in.params));
   } else {
     b.reduce_buckets = sat_mul(pb, zero.reduce_bucket_size);
-    // In flight: the module being computed (at most the largest) plus the prefetch bucket, bounded by
+    // DeepSpeed: the most its coordinator holds gathered (its prefetcher tops up towards max_live_parameters).
+    // The ideal engine: the module being computed (at most the largest) plus the prefetch bucket, bounded by
     // max_live_parameters and by what is partitioned at all.
-    const std::int64_t live = std::min({zero.max_live_parameters,
-                                        in.largest_module_params + zero.prefetch_bucket_size,
-                                        in.gathered_params_total});
+    const std::int64_t live = in.engine == TrainingEngine::deepspeed
+                                  ? in.deepspeed_gathered_live_params
+                                  : std::min({zero.max_live_parameters,
+                                              in.largest_module_params + zero.prefetch_bucket_size,
+                                              in.gathered_params_total});
     b.gathered_in_flight = sat_mul(pb, live);
     b.persistent_params = sat_mul(pb, in.persistent_params);
   }
@@ -124,11 +130,21 @@ void explain_zero_buffers(const MemoryInputs& in, const ZeroConfig& zero, const 
   } else {
     terms.push_back({"gradient_buckets", "gradient reduce-scatter bucket", b.reduce_buckets,
                      pb + " * reduce_bucket_size = " + pb + " * " + num(zero.reduce_bucket_size), kStage3Bucket});
-    terms.push_back({"gathered_params", "gathered and prefetched parameters in flight", b.gathered_in_flight,
-                     pb + " * min(max_live_parameters, largest module + prefetch_bucket_size, P - persistent) = " +
-                         pb + " * min(" + num(zero.max_live_parameters) + ", " + num(in.largest_module_params) +
-                         " + " + num(zero.prefetch_bucket_size) + ", " + num(in.gathered_params_total) + ")",
-                     kStage3Gather});
+    if (in.engine == TrainingEngine::deepspeed) {
+      terms.push_back({"gathered_params", "gathered and prefetched parameters at most at once", b.gathered_in_flight,
+                       pb + " * " + num(in.deepspeed_gathered_live_params) +
+                           " (the coordinator replayed module call by module call: prefetch of " +
+                           num(zero.prefetch_bucket_size) + " per call up to max_live_parameters " +
+                           num(zero.max_live_parameters) + ", reuse distance " + num(zero.max_reuse_distance) +
+                           "; 0 at one rank with the parameters on the GPU)",
+                       kStage3Coordinator});
+    } else {
+      terms.push_back({"gathered_params", "gathered and prefetched parameters in flight", b.gathered_in_flight,
+                       pb + " * min(max_live_parameters, largest module + prefetch_bucket_size, P - persistent) = " +
+                           pb + " * min(" + num(zero.max_live_parameters) + ", " + num(in.largest_module_params) +
+                           " + " + num(zero.prefetch_bucket_size) + ", " + num(in.gathered_params_total) + ")",
+                       kStage3Gather});
+    }
     terms.push_back({"gathered_params", "persistent parameters (whole on every GPU)", b.persistent_params,
                      pb + " * params below stage3_param_persistence_threshold (" +
                          num(zero.param_persistence_threshold) + ") = " + pb + " * " + num(in.persistent_params),

@@ -34,17 +34,6 @@ std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConf
   return std::max<std::int64_t>(1, layer.module_count);
 }
 
-std::vector<bool> reuse_kept_layers(const ModelDescription& model, const ZeroConfig& zero) {
-  std::vector<bool> kept(model.layers.size(), false);
-  std::int64_t behind = 0;
-  for (std::size_t i = model.layers.size(); i-- > 0;) {
-    const std::int64_t gathered = model.layers[i].params - persistent_params(model.layers[i], zero);
-    kept[i] = gathered > 0 && 2 * behind < zero.max_reuse_distance;
-    behind += std::max<std::int64_t>(0, gathered);
-  }
-  return kept;
-}
-
 namespace schedule_internal {
 
 SteadyMicroSteps StepBuilder::build() {
@@ -58,8 +47,7 @@ SteadyMicroSteps StepBuilder::build() {
   }
   gathered_bytes_.assign(layer_count, 0);
   gather_task_.assign(layer_count, kNoTask);
-  kept_.assign(layer_count, false);
-  if (ds_ && zero_.stage == 3) kept_ = reuse_kept_layers(*in_.model, zero_);
+  if (ds_ && zero_.stage == 3) coordinator_ = replay_deepspeed_param_coordinator(*in_.model, zero_);
   total_params_ = std::max<std::int64_t>(1, in_.model->params());
   total_tensors_ = 0;
   for (std::int64_t t : in_.tensors_per_layer) total_tensors_ += t;
@@ -135,15 +123,19 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
     // DeepSpeed: the layer's hooks run on the host first; they issue its fetch and its kernels.
     const TaskId hooks = ds_ ? host_hooks(forward, layer, micro, position == 0, previous_compute) : kNoTask;
 
-    // Stage 3: fetch the layer on demand (when the previous layer's compute is done) unless prefetched, or (in
-    // backward) still gathered since its forward.
-    const bool still_gathered = !forward && kept_[index];
-    if (zero_.stage == 3 && issued <= position) {
-      if (!still_gathered) {
-        gather_task_[index] = fetch(layer, micro, after(previous_compute), with_start_of(hooks));
-      } else {
-        gather_task_[index] = kNoTask;
-      }
+    // Stage 3: DeepSpeed's coordinator issues what its replay says at this position: the layer's own modules (on
+    // demand, or by the prefetch of an earlier call of the layer) before its compute. Other engines fetch the
+    // layer on demand (when the previous layer's compute is done) unless prefetched.
+    const CoordinatorPosition* coordinator =
+        ds_ && zero_.stage == 3 ? &(forward ? coordinator_->forward : coordinator_->backward)[position] : nullptr;
+    if (coordinator) {
+      for (const CoordinatorGather& g : coordinator->gathers)
+        if (!g.prefetch || g.layer == layer)
+          gather_task_[static_cast<std::size_t>(g.layer)] =
+              fetch(g.layer, g.elements, g.modules, micro, after(previous_compute), with_start_of(hooks));
+    } else if (zero_.stage == 3 && issued <= position) {
+      gather_task_[index] = fetch(layer, gather_elements_[index], gathered_module_count(layers_[index], zero_), micro,
+                                  after(previous_compute), with_start_of(hooks));
       issued = position + 1;
     }
 
@@ -201,39 +193,45 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
       }
     }
 
-    if (zero_.stage == 3) {
+    if (coordinator) {
+      // The prefetcher's gathers of later layers run beside this compute; what the coordinator releases after
+      // this position's modules goes at the end of its compute.
+      for (const CoordinatorGather& g : coordinator->gathers)
+        if (g.prefetch && g.layer != layer)
+          gather_task_[static_cast<std::size_t>(g.layer)] =
+              fetch(g.layer, g.elements, g.modules, micro, with_start_of(first));
+      for (const CoordinatorRelease& r : coordinator->releases) {
+        Bytes& held = gathered_bytes_[static_cast<std::size_t>(r.layer)];
+        const Bytes bytes = std::min(held, sat_mul(r.elements, e_));
+        if (bytes > 0) timeline_.free_at_finish(consumer, bytes, MemoryUse::gathered_params);
+        held -= bytes;
+      }
+    } else if (zero_.stage == 3) {
       // Prefetch while this layer computes: the next layers, at most prefetch_window ahead, within the
       // prefetch bucket, and with no more than max_live_parameters gathered at once.
       std::int64_t ahead = 0;
       std::int64_t live = gather_elements_[index];
       for (std::size_t next = position + 1; next < count && next <= position + static_cast<std::size_t>(in_.prefetch_window); ++next) {
         const auto next_index = static_cast<std::size_t>(layer_at(forward, next));
-        if (!forward && kept_[next_index]) {  // still gathered since its forward: nothing to fetch
-          if (next >= issued) issued = next + 1;
-          continue;
-        }
         const std::int64_t elements = gather_elements_[next_index];
         ahead += elements;
         live += elements;
         // Our executor prefetches the first unit ahead even when it is larger than the bucket
-        // (core/zero3_fetch_plan.h: a unit larger than the bucket would otherwise never overlap); DeepSpeed's
-        // per-module fetches (and the ZeRO paper's schedule) are modelled by the bucket alone.
+        // (core/zero3_fetch_plan.h: a unit larger than the bucket would otherwise never overlap); the ZeRO
+        // paper's schedule is modelled by the bucket alone.
         const bool first_unit_ahead = executor_ && ahead == elements && zero_.prefetch_bucket_size > 0;
         if ((ahead > zero_.prefetch_bucket_size && !first_unit_ahead) || live > zero_.max_live_parameters) break;
         if (next >= issued) {
           const std::int32_t next_layer = layer_at(forward, next);
-          gather_task_[next_index] = fetch(next_layer, micro, with_start_of(first));
+          gather_task_[next_index] = fetch(next_layer, elements, gathered_module_count(layers_[next_index], zero_),
+                                           micro, with_start_of(first));
           issued = next + 1;
         }
       }
-      // Released after use (forward: after the layer's forward unless kept for its backward; backward: after its
-      // weight gradient).
-      if (!(forward && kept_[index])) {
-        if (gathered_bytes_[index] > 0) {
-          timeline_.free_at_finish(consumer, gathered_bytes_[index], MemoryUse::gathered_params);
-        }
-        gathered_bytes_[index] = 0;
-      }
+      // Released after use.
+      if (gathered_bytes_[index] > 0)
+        timeline_.free_at_finish(consumer, gathered_bytes_[index], MemoryUse::gathered_params);
+      gathered_bytes_[index] = 0;
     }
 
     // (DeepSpeed paths that reduce after the whole backward pass do it in reduce_after_backward.)
@@ -249,10 +247,11 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
   }
 }
 
-// `issued_by`: DeepSpeed's hook that issues the fetch on the host (none for a prefetch or another engine).
-TaskId StepBuilder::fetch(std::int32_t layer, std::int32_t micro, Dependency when, Dependency issued_by) {
+// `elements` of layer `layer` in `modules` parameter groups; `issued_by`: DeepSpeed's hook that issues the fetch on
+// the host (none for a prefetch or another engine).
+TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_t modules, std::int32_t micro,
+                          Dependency when, Dependency issued_by) {
   const auto index = static_cast<std::size_t>(layer);
-  const std::int64_t elements = gather_elements_[index];
   if (elements <= 0) return kNoTask;
   const Bytes full_bytes = elements * e_;
   const Bytes partition_bytes = ceil_div(full_bytes, n_);
@@ -275,11 +274,10 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int32_t micro, Dependency whe
   }
   TaskId done = allocating;
   if (n_ > 1) {
-    // DeepSpeed (and the ZeRO paper's schedule): one coalesced all-gather per module (gathered_module_count),
-    // the layer's bytes split evenly over them. Our executor: one NCCL group per gather unit (exec/zero/zero_engine.cpp gather_unit), which
-    // NCCL runs as one collective of the unit's bytes.
-    const std::int64_t modules =
-        executor_ ? 1 : std::max<std::int64_t>(1, gathered_module_count(layers_[index], zero_));
+    // DeepSpeed (and the ZeRO paper's schedule): one coalesced all-gather per module, the bytes split evenly over
+    // them. Our executor: one NCCL group per gather unit (exec/zero/zero_engine.cpp gather_unit), which NCCL runs
+    // as one collective of the unit's bytes.
+    modules = executor_ ? 1 : std::max<std::int64_t>(1, modules);
     const Bytes per_module = full_bytes / modules;
     for (std::int64_t m = 0; m < modules; ++m) {
       const Bytes bytes = m + 1 == modules ? full_bytes - per_module * (modules - 1) : per_module;

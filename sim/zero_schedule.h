@@ -20,8 +20,7 @@
 //   Prefetch: while layer p computes, the next layers' gathers are issued, at most `prefetch_window` layers
 //   ahead (2 by default), only as many as fit in prefetch_bucket_size elements, and never more gathered
 //   elements alive than max_live_parameters. Gradients are reduce-scattered in reduce_bucket_size buckets.
-//   Parameters are released after their forward even when the reuse distance would keep them (conservative:
-//   the ZeRO paper's 3P volume).
+//   Parameters are released after their forward (the ZeRO paper's 3P volume).
 // - Offload (ZeRO-Offload, ZeRO-Infinity): each reduced bucket's partition goes to the host over the D2H engine;
 //   at the boundary the host CPU steps the optimizer one sub-group (sub_group_size elements) at a time, and each
 //   updated sub-group's 16-bit parameters go back over H2D while the CPU steps the next. NVMe optimizer states
@@ -36,10 +35,11 @@
 //   (stage_1_and_2.py reduce_gradients); each bucket is flattened, reduced and copied back on the compute stream.
 // - Stages 1-2 all-reduce whole buckets by default (use_multi_rank_bucket_allreduce), copying each gradient into
 //   the bucket, flattening it (allreduce_bucket), copying the result back and the rank's part into its partition.
-// - Stage 3 keeps a layer gathered from its forward to its backward when its next use is within
-//   stage3_max_reuse_distance parameters of the trace (partitioned_param_coordinator.py __params_to_release), so
-//   such layers are not fetched again in backward; its reduce-scatters torch.cat the bucket first
-//   (reduce_scatter_coalesced) on the reduce stream.
+// - Stage 3's all-gathers and releases are those of its parameter coordinator, replayed module call by module call
+//   (sim/deepspeed_param_coordinator.h): the prefetcher tops the gathered parameters up towards
+//   stage3_max_live_parameters at every module call, and the layers it reaches from the end of the forward stay
+//   gathered into the backward; its reduce-scatters torch.cat the bucket first (reduce_scatter_coalesced) on the
+//   reduce stream.
 // - The host: DeepSpeed's Python hooks (stage-3 fetch/release per module, per-parameter gradient hooks) issue each
 //   layer's GPU work, so a layer's kernels cannot start before its hooks ran (host_python); the host waits for the
 //   GPU once per micro-step. Stage 3 adds, per call, the forward's autograd Functions per module, zero.Init's
@@ -155,12 +155,6 @@ std::int64_t persistent_params(const LayerDescription& layer, const ZeroConfig& 
 // parameters, 0 for a layer that persists whole. The communication model (sim/comm_model.cpp, through
 // MemoryInputs::gathered_modules) counts the same.
 std::int64_t gathered_module_count(const LayerDescription& layer, const ZeroConfig& zero);
-
-// DeepSpeed stage 3: which layers stay gathered from their forward to their backward (their next use lies within
-// stage3_max_reuse_distance parameters of the trace: partitioned_param_coordinator.py __params_to_release): a
-// layer's next use is its own backward, after every later layer's forward and backward, so it is kept when twice
-// the gathered parameters of the layers after it are under the distance. Such layers are not fetched in backward.
-std::vector<bool> reuse_kept_layers(const ModelDescription& model, const ZeroConfig& zero);
 
 // Builds the step on `timeline` (cleared first) and says which micro-steps it left out (none when
 // inputs.every_micro_step). Throws InputError for inputs that cannot be scheduled (an offload with no PCIe, CPU
