@@ -364,9 +364,17 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   // One training step in DeepSpeed's order of allocation and release; the first creates the optimizer states.
   const auto step = [&](bool first) {
     Held held;
+    CachedSegments::FreeSizes before;
     for (int micro = 0; micro < micro_steps; ++micro) {
       loss_pass(first && micro == 0, nullptr);
       backward(micro, held);
+      // The micro-steps before the boundary are alike (as the optimizer's full sub-groups below): once one leaves
+      // the free blocks as the one before it did, so does every later one up to the boundary, which is replayed.
+      if (micro >= 1 && micro + 2 < micro_steps) {
+        const CachedSegments::FreeSizes after = cache.free_sizes();
+        if (micro >= 2 && after == before) micro = micro_steps - 2;
+        before = after;
+      }
     }
     const int partition = held.partition;
     switch (path.wrapper) {
