@@ -368,7 +368,7 @@ bool StepBuilder::accumulates_in_grad() const {
 // The CPU passes stream memory as the CPU Adam does (30 bytes per parameter update at its rate, as for stages
 // 1-2 above); the pageable buffer fills at fresh_pageable_write_bandwidth where the cluster gives it.
 TaskId StepBuilder::deepspeed_stage3_offloaded_update(std::int64_t partition, std::int32_t micro) {
-  const double host_bytes_per_second = 30.0 * in_.cpu_optimizer_params_per_second;
+  const double host_bytes_per_second = in_.host_memory_bytes_per_second;
   const bool params_on_host = zero_.offload_param != OffloadDevice::none;
   TaskId previous = timeline_.add(Resource::host_python, TaskKind::engine_hooks,
                                   static_cast<double>(total_tensors()) * in_.step_tensor_seconds,

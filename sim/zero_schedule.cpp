@@ -475,7 +475,7 @@ void StepBuilder::optimizer_step() {
     // bandwidth, this rank's share. Profiled on that host (ds_peer.py --profile, GPT-2 1.5B, one GPU): mul_
     // 102.6 ms, DeepSpeedCPUAdam.step 376.6 ms, host-to-device 57.7 ms in one copy.
     const bool deepspeed_host_passes = ds_ && zero_.stage <= 2 && zero_.offload_optimizer == OffloadDevice::cpu;
-    const double host_bytes_per_second = 30.0 * in_.cpu_optimizer_params_per_second;
+    const double host_bytes_per_second = in_.host_memory_bytes_per_second;
     // stage_1_and_2.py step -> scaled_global_norm -> complete_grad_norm_calculation_for_cpu_offload: each
     // tensor's norm (taken in its gradient hook) read back to the host before the unscale (deepspeed_tensor_ops).
     const double norm_reads = deepspeed_host_passes ? deepspeed_tensor_ops(in_.path, training_).step : 0.0;

@@ -89,6 +89,7 @@ struct StepScheduleInputs {
   double optimizer_bandwidth = 0.0;          // bytes/s the GPU optimizer step streams at (streaming kernels)
   double pcie_bandwidth = 0.0;               // bytes/s per direction for this GPU
   double cpu_optimizer_params_per_second = 0.0;  // this rank's share of the node's CPU optimizer rate
+  double host_memory_bytes_per_second = 0.0;     // this rank's share of the host memory's streaming rate
   double nvme_read_bandwidth = 0.0;          // this rank's share of the node's NVMe
   double nvme_write_bandwidth = 0.0;
   // Build every micro-step even when the accumulation has reached its steady state (SteadyMicroSteps): for
