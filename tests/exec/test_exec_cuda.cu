@@ -127,7 +127,7 @@ TYPED_TEST_SUITE(KernelTest, Types);
 TYPED_TEST(KernelTest, LayerNormForwardBackward) {
   REQUIRE_GPU();
   using T = TypeParam;
-  for (int C : {200, 2600}) {
+  for (int C : {200, 1600, 2600}) {
   const int N = 300;
   auto x = randn(N * C, 1, 2.0f), w = randn(C, 2), b = randn(C, 3), d = randn(N * C, 4), dinp0 = randn(N * C, 5);
   auto dw0 = randn(C, 6), db0 = randn(C, 7);
