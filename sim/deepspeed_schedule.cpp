@@ -52,13 +52,15 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
   const auto index = static_cast<std::size_t>(layer);
   double seconds = 0.0;
   const bool stage3 = in_.path.wrapper == DeepSpeedOptimizerWrapper::zero_3;
+  // Under zero.Init at stage 3 each F.linear of the layer is zero/linear.py's LinearFunctionForZeroStage3.
+  const double zero_init_linears = zero_.stage == 3 && zero_.zero_init && index < in_.linear_calls_per_layer.size()
+                                       ? static_cast<double>(in_.linear_calls_per_layer[index])
+                                       : 0.0;
   if (zero_.stage == 3) {
     const double modules = static_cast<double>(layers_[index].module_calls);
     seconds += modules * in_.module_hook_seconds;
     if (forward) seconds += modules * in_.forward_module_function_seconds;
-    if (zero_.zero_init && index < in_.linear_calls_per_layer.size())
-      seconds += static_cast<double>(in_.linear_calls_per_layer[index]) *
-                 (forward ? in_.linear_forward_seconds : in_.linear_backward_seconds);
+    seconds += zero_init_linears * (forward ? in_.linear_forward_seconds : in_.linear_backward_seconds);
   }
   if (!forward && stage3 && index < in_.tensors_per_layer.size()) {
     const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
@@ -117,10 +119,7 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
   // than the host issues them. Under zero.Init at stage 3 each F.linear is zero/linear.py's autograd Function,
   // timed above with its GEMM launches (linear_forward_seconds, linear_backward_seconds): those calls are not
   // counted twice.
-  const double timed_linears = zero_.stage == 3 && zero_.zero_init && index < in_.linear_calls_per_layer.size()
-                                   ? static_cast<double>(in_.linear_calls_per_layer[index])
-                                   : 0.0;
-  seconds += std::max(0.0, static_cast<double>(layers_[index].module_calls) - timed_linears) *
+  seconds += std::max(0.0, static_cast<double>(layers_[index].module_calls) - zero_init_linears) *
              (forward ? in_.eager_forward_module_seconds : in_.eager_backward_module_seconds);
   if (seconds <= 0.0) return kNoTask;
   const bool host_waits = offload_hooks || accumulation_offload_hooks;
