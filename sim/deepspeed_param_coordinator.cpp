@@ -261,10 +261,6 @@ class CoordinatorReplayer {
   CoordinatorReplay replay_;
 };
 
-}  // namespace
-
-namespace {
-
 // What the replay reads of the model and the ZeRO settings: two inputs that agree in all of it replay alike.
 struct ReplayKey {
   std::array<std::int64_t, 4> zero{};
