@@ -127,7 +127,7 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
     // demand, or by the prefetch of an earlier call of the layer) before its compute. Other engines fetch the
     // layer on demand (when the previous layer's compute is done) unless prefetched.
     const CoordinatorPosition* coordinator =
-        ds_ && zero_.stage == 3 ? &(forward ? coordinator_->forward : coordinator_->backward)[position] : nullptr;
+        coordinator_ ? &(forward ? coordinator_->forward : coordinator_->backward)[position] : nullptr;
     if (coordinator) {
       for (const CoordinatorGather& g : coordinator->gathers)
         if (!g.prefetch || g.layer == layer)
