@@ -1,6 +1,8 @@
 #include "cli/common_options.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 #include <stdexcept>
 
 #include "core/input_error.h"
@@ -56,6 +58,11 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
   command.add_option("--cpu-threads-per-rank", options.cpu_threads_per_rank,
                      "OpenMP threads each rank's CPU optimizer runs on (offload; default: the node's cores divided "
                      "among its ranks; torchrun's own default is 1)");
+  command.add_option("--host-op-seconds", options.host_op_seconds,
+                     "DeepSpeed engine: the training host's seconds per small eager CUDA operation, as "
+                     "bench/deepspeed/host_probe.py measures it; DeepSpeed's per-call host costs are scaled from "
+                     "the cluster's host.eager_op_seconds (default: the cluster's own host)")
+      ->type_name("SECONDS");
   command.add_option("--zero-init", options.zero_init,
                      "Stage 3: on (default) if the training script builds the model under deepspeed.zero.Init, as "
                      "Hugging Face from_pretrained does; off if it builds it whole first")
@@ -113,6 +120,27 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     inputs.training.cpu_threads_per_rank = *options.cpu_threads_per_rank;
     inputs.training.notes.push_back("CPU optimizer threads per rank: " + std::to_string(*options.cpu_threads_per_rank) +
                                     " (--cpu-threads-per-rank)");
+  }
+  if (options.host_op_seconds) {
+    // The probe times one small launch: microseconds, not seconds or nanoseconds, on any machine that runs CUDA.
+    const double seconds = *options.host_op_seconds;
+    if (!(seconds >= 1e-7 && seconds <= 1e-3)) {
+      char given[32];
+      std::snprintf(given, sizeof given, "%g", seconds);
+      throw InputError(kCommandLine, "--host-op-seconds",
+                       std::string("is ") + given + "; expected seconds per eager operation between 1e-7 and "
+                       "1e-3 (bench/deepspeed/host_probe.py prints it; about 7e-6 on an H200 host)");
+    }
+    if (!(inputs.cluster.eager_op_seconds > 0.0)) {
+      throw InputError(kCommandLine, "--host-op-seconds",
+                       "cluster " + inputs.cluster.name + " gives no host.eager_op_seconds (the host its DeepSpeed "
+                       "costs were measured on) to scale from; expected a cluster description that has it");
+    }
+    inputs.training.host_eager_op_seconds = seconds;
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.2f", seconds / inputs.cluster.eager_op_seconds);
+    inputs.training.notes.push_back(std::string("DeepSpeed's per-call host costs x ") + ratio +
+                                    " (--host-op-seconds against the cluster's host.eager_op_seconds)");
   }
   if (zero_init) {
     inputs.training.zero.zero_init = *zero_init;

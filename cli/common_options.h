@@ -35,6 +35,7 @@ struct CommonOptions {
   std::optional<std::string> engine;
   std::optional<std::string> margin;  // percent of the predicted GPU peak kept free ("5" or "5%")
   std::optional<std::int64_t> cpu_threads_per_rank;  // CPU Adam threads per rank (default: cores / ranks per node)
+  std::optional<double> host_op_seconds;  // the training host's DeepSpeed Python speed (default: the cluster's host)
   std::optional<std::string> zero_init;  // "on" / "off": stage 3 builds the model under deepspeed.zero.Init
   std::string format = "table";
 };

@@ -198,6 +198,11 @@ struct ClusterDescription {
   // stage_1_and_2.py has_overflow_partitioned_grads_serial and get_grad_norm_direct). 0: not given (the GPU's
   // kernel launches bound those loops).
   double deepspeed_tensor_op_seconds = 0.0;
+  // The speed of the host whose Python the DeepSpeed per-call costs above were measured on: seconds per small eager
+  // CUDA operation issued back to back (x.add_ on 256 floats), bench/deepspeed/ds_peer.py host_probe. Machines of
+  // one kind differ here by half and more, and DeepSpeed's host-bound steps with them; a plan for another host
+  // (TrainingConfig::host_eager_op_seconds) scales every per-call cost above by the ratio. 0: not given.
+  double eager_op_seconds = 0.0;
   // Host-to-device copies from pageable (not page-locked) memory, bytes/s: the driver stages them through its own
   // pinned buffers and the calling thread waits. 0: not given (pcie_bandwidth).
   double pageable_pcie_bandwidth = 0.0;

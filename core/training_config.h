@@ -121,6 +121,9 @@ struct TrainingConfig {
   // OpenMP threads each rank's CPU Adam runs on (--cpu-threads-per-rank); 0: the node's cores divided among its
   // ranks (torchrun's own default is one thread per process, OMP_NUM_THREADS=1).
   std::int64_t cpu_threads_per_rank = 0;
+  // The training host's speed at DeepSpeed's Python (--host-op-seconds: seconds per small eager CUDA operation,
+  // bench/deepspeed/ds_peer.py host_probe); 0: the cluster's own host (ClusterDescription::eager_op_seconds).
+  double host_eager_op_seconds = 0.0;
   LossScaleConfig loss_scale;
   double learning_rate = 3e-4;
   double weight_decay = 0.1;

@@ -30,6 +30,8 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "exec"))
+sys.path.insert(0, HERE)
+from host_probe import host_probe  # noqa: E402 (the harness's own folder, put on the path above)
 
 
 def read_host_peak_bytes():
@@ -191,6 +193,7 @@ def main():
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank)
+    probe = host_probe(device)
     with open(args.ds_config) as f:
         config = json.load(f)
     fp16 = config.get("fp16", {}).get("enabled", False)
@@ -258,6 +261,7 @@ def main():
             "step_seconds": step_seconds.item(),
             "step_seconds_each": times,  # rank 0's, after the warm-up
             "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
+            "host_probe": probe,  # rank 0's, before the model was built (host_probe)
         }
         omp = os.environ.get("OMP_NUM_THREADS")
         run = {

@@ -386,3 +386,31 @@ TEST(CpuThreads, ThreadsPerRankIsAnInput) {
     expect_one_line_error(run(std::string("plan --model gpt2-124m --cpu-threads-per-rank ") + bad),
                           {"--cpu-threads-per-rank"});
 }
+
+// --host-op-seconds: a slower host (the probe's figure above the cluster's host.eager_op_seconds) makes DeepSpeed's
+// host-bound stage 3 slower and leaves the memory alone; the engine zeroplan plan does not move; a cluster without
+// the reference figure, or a figure that is no time per operation, is refused naming the flag.
+TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
+  const std::string base = "plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --stage 3 --micro-batch 8 --seq 1024 "
+                           "--format json";
+  const auto first_plan = [](const CommandResult& result) {
+    EXPECT_EQ(result.status, 0) << result.errors;
+    return nlohmann::json::parse(result.output).at("plans").at(0);
+  };
+  const nlohmann::json own = first_plan(run(base));
+  const nlohmann::json slow = first_plan(run(base + " --host-op-seconds 1.14e-5"));
+  EXPECT_GT(slow.at("step_seconds").get<double>(), 1.3 * own.at("step_seconds").get<double>());
+  for (const char* key : {"sum_of_worst_cases_gpu_bytes", "host_bytes"}) EXPECT_EQ(slow.at(key), own.at(key)) << key;
+  const CommandResult table = run("plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --stage 3 --host-op-seconds 1.14e-5");
+  EXPECT_NE(table.output.find("DeepSpeed's per-call host costs x 1.65"), std::string::npos) << table.output;
+
+  const std::string ours = "plan --model gpt2-124m --cluster h200x2 --gpus 2 --stage 2 --engine zeroplan --format json";
+  EXPECT_DOUBLE_EQ(first_plan(run(ours)).at("step_seconds").get<double>(),
+                   first_plan(run(ours + " --host-op-seconds 1.14e-5")).at("step_seconds").get<double>());
+
+  expect_one_line_error(run("plan --model gpt2-124m --cluster h100x1 --host-op-seconds 7e-6"),
+                        {"--host-op-seconds", "h100x1", "host.eager_op_seconds"});
+  for (const char* bad : {"0", "-7e-6", "7", "1e-9"})
+    expect_one_line_error(run(std::string("plan --model gpt2-124m --cluster h200x2 --host-op-seconds ") + bad),
+                          {"--host-op-seconds"});
+}

@@ -67,6 +67,9 @@ std::vector<MeasuredRun> stored_runs(const char* folder = "results") {
       if (run.contains("cpu_threads_per_rank") && !run.at("cpu_threads_per_rank").is_null())
         r.measured["cpu_threads_per_rank"] = run.at("cpu_threads_per_rank");
       if (run.contains("zero_init")) r.measured["zero_init"] = run.at("zero_init");
+      // ds_peer.py's probe of the host the row ran on, where the row has it (rows from 2026-11-27 on).
+      if (r.measured.contains("host_probe"))
+        r.measured["host_eager_op_seconds"] = r.measured.at("host_probe").at("eager_op_seconds");
       runs.push_back(std::move(r));
     }
   }
@@ -87,6 +90,9 @@ Prediction predict(const MeasuredRun& run) {
     p.resolved.training.cpu_threads_per_rank = run.measured.at("cpu_threads_per_rank").get<std::int64_t>();
   // Whether the harness built the model under deepspeed.zero.Init (ds_peer.py records it; `--zero-init`).
   if (run.measured.contains("zero_init")) p.resolved.training.zero.zero_init = run.measured.at("zero_init").get<bool>();
+  // The host's speed at DeepSpeed's Python, as `--host-op-seconds` gives it.
+  if (run.measured.contains("host_eager_op_seconds"))
+    p.resolved.training.host_eager_op_seconds = run.measured.at("host_eager_op_seconds").get<double>();
   const std::vector<PlanChoice> choices = enumerate_plan_choices(p.resolved.filter);
   EXPECT_EQ(choices.size(), 1u) << run.name << ": its DeepSpeed config names one plan";
   p.choice = choices.front();
