@@ -1,6 +1,7 @@
 #include "cli/common_options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <stdexcept>
@@ -168,6 +169,48 @@ double parse_margin_percent(const std::string& text) {
   const double fraction = percent / 100.0;
   require_valid_margin(fraction, kCommandLine, "--margin");
   return fraction;
+}
+
+double python_share(const StepSimulation& step) {
+  if (!(step.step_seconds > 0.0)) return 0.0;
+  return step.busy_seconds[static_cast<std::size_t>(Resource::host_python)] / step.step_seconds;
+}
+
+std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<std::string>& labels,
+                                           const std::vector<double>& python_shares) {
+  if (inputs.training.engine != TrainingEngine::deepspeed) return std::nullopt;
+  std::string plans;
+  double smallest = 1.0, largest = 0.0;
+  for (std::size_t i = 0; i < labels.size() && i < python_shares.size(); ++i) {
+    if (!(python_shares[i] >= 1.0 / 3.0)) continue;
+    plans += (plans.empty() ? "" : ", ") + labels[i];
+    smallest = std::min(smallest, python_shares[i]);
+    largest = std::max(largest, python_shares[i]);
+  }
+  if (plans.empty()) return std::nullopt;
+  char share[32];
+  if (std::lround(100.0 * smallest) == std::lround(100.0 * largest))
+    std::snprintf(share, sizeof share, "%.0f%%", 100.0 * largest);
+  else
+    std::snprintf(share, sizeof share, "%.0f-%.0f%%", 100.0 * smallest, 100.0 * largest);
+  std::string note = "host-bound: DeepSpeed's Python is busy for " + std::string(share) + " of the step of " + plans +
+                     ", which is timed for ";
+  const double reference = inputs.cluster.eager_op_seconds;
+  const double own = inputs.training.host_eager_op_seconds;
+  char figure[32];
+  if (own > 0.0) {
+    std::snprintf(figure, sizeof figure, "%.2f us", own * 1e6);
+    return note + "the host given by --host-op-seconds (" + figure + " per eager operation)";
+  }
+  if (!(reference > 0.0))
+    return note + "the host " + inputs.cluster.name + "'s per-call costs were measured on (the cluster names no "
+                  "host.eager_op_seconds to time another host from)";
+  std::snprintf(figure, sizeof figure, "%.2f us", reference * 1e6);
+  // The spread: ds_peer.py's probe on nvidia-h200-x2 machines, 2026-11-27 (docs/planner-vs-deepspeed.md, "The host's
+  // speed").
+  return note + "a host whose probe reads " + figure + " per eager operation (" + inputs.cluster.name +
+         " host.eager_op_seconds); machines of one kind differ (5.3-11.9 us measured on H200 hosts, steps up to 2.3x "
+         "apart): run python3 bench/deepspeed/host_probe.py on yours and pass --host-op-seconds";
 }
 
 }  // namespace zeroplan

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,7 @@
 #include "core/training_config.h"
 #include "sim/memory_margin.h"
 #include "sim/plan_choice.h"
+#include "sim/simulator.h"
 
 namespace zeroplan {
 
@@ -61,5 +63,15 @@ double parse_margin_percent(const std::string& text);
 ResolvedInputs resolve_inputs(const CommonOptions& options);
 
 OutputFormat parse_output_format(const std::string& text);
+
+// The share of a simulated step the training process's Python is busy (DeepSpeed's hooks and per-tensor loops, eager
+// dispatch: the timeline's host_python lane).
+double python_share(const StepSimulation& step);
+
+// A line under the step times where DeepSpeed's Python sets a plan's step (busy for a third of it or more;
+// `python_shares[i]` is plan i's python_share, `labels[i]` its name): which host the step is timed for and how to
+// time it for another (--host-op-seconds). None where no plan is so bound or the engine is not DeepSpeed's.
+std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<std::string>& labels,
+                                           const std::vector<double>& python_shares);
 
 }  // namespace zeroplan

@@ -377,6 +377,18 @@ int run_plan(const PlanCommandOptions& options) {
     time_table.add_row({plans[i].choice.label(), step, rate, mfu, exposed});
   }
   print_table(time_table, inputs.format);
+  {
+    std::vector<std::string> labels;
+    std::vector<double> host_shares;
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      labels.push_back(plans[i].choice.label());
+      host_shares.push_back(times[i] && times[i]->step_seconds > 0.0
+                                ? python_share(*times[i])
+                                : 0.0);
+    }
+    if (const std::optional<std::string> note = host_bound_note(inputs, labels, host_shares))
+      std::cout << "  " << *note << '\n';
+  }
 
   if (options.fewest_gpus || options.largest_model) {
     std::cout << "\nSearches:\n";

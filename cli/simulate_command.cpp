@@ -187,6 +187,17 @@ int run_simulate(const SimulateCommandOptions& options) {
   for (const std::string& plan : left_out) std::cout << "  not simulated: " << plan << '\n';
   std::cout << "fits: the peak plus a " << margin_text(inputs.margin) << " margin within the GPU's memory ("
             << inputs.margin.source << "; --margin sets another)\n";
+  {
+    std::vector<std::string> labels;
+    std::vector<double> host_shares;
+    for (const SimulatedPlan& plan : plans) {
+      labels.push_back(plan.choice.label());
+      const StepSimulation& s = plan.simulation;
+      host_shares.push_back(python_share(s));
+    }
+    if (const std::optional<std::string> note = host_bound_note(inputs, labels, host_shares))
+      std::cout << *note << '\n';
+  }
   if (plans.size() == 1) {
     print_details(plans.front(), inputs);
   } else {

@@ -408,6 +408,14 @@ TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
   EXPECT_DOUBLE_EQ(first_plan(run(ours)).at("step_seconds").get<double>(),
                    first_plan(run(ours + " --host-op-seconds 1.14e-5")).at("step_seconds").get<double>());
 
+  // The plans DeepSpeed's Python bounds say for which host they are timed, and how to time another.
+  const CommandResult stage3 = run("plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --stage 3");
+  EXPECT_NE(stage3.output.find("host-bound: DeepSpeed's Python is busy for"), std::string::npos) << stage3.output;
+  EXPECT_NE(stage3.output.find("bench/deepspeed/host_probe.py"), std::string::npos);
+  EXPECT_NE(table.output.find("timed for the host given by --host-op-seconds (11.40 us"), std::string::npos);
+  EXPECT_EQ(run("plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --engine zeroplan").output.find("host-bound"),
+            std::string::npos);
+
   expect_one_line_error(run("plan --model gpt2-124m --cluster h100x1 --host-op-seconds 7e-6"),
                         {"--host-op-seconds", "h100x1", "host.eager_op_seconds"});
   for (const char* bad : {"0", "-7e-6", "7", "1e-9"})
