@@ -61,8 +61,8 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
                      "among its ranks; torchrun's own default is 1)");
   command.add_option("--host-op-seconds", options.host_op_seconds,
                      "DeepSpeed engine: the training host's seconds per small eager CUDA operation, as "
-                     "bench/deepspeed/host_probe.py measures it; DeepSpeed's per-call host costs are scaled from "
-                     "the cluster's host.eager_op_seconds (default: the cluster's own host)")
+                     "bench/deepspeed/host_probe.py measures it; stage 3's per-call host costs are scaled from the "
+                     "cluster's host.eager_op_seconds (default: the cluster's own host)")
       ->type_name("SECONDS");
   command.add_option("--zero-init", options.zero_init,
                      "Stage 3: on (default) if the training script builds the model under deepspeed.zero.Init, as "
@@ -140,7 +140,7 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     inputs.training.host_eager_op_seconds = seconds;
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.2f", seconds / inputs.cluster.eager_op_seconds);
-    inputs.training.notes.push_back(std::string("DeepSpeed's per-call host costs x ") + ratio +
+    inputs.training.notes.push_back(std::string("DeepSpeed's stage-3 per-call host costs x ") + ratio +
                                     " (--host-op-seconds against the cluster's host.eager_op_seconds)");
   }
   if (zero_init) {

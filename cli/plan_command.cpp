@@ -382,9 +382,7 @@ int run_plan(const PlanCommandOptions& options) {
     std::vector<double> host_shares;
     for (std::size_t i = 0; i < plans.size(); ++i) {
       labels.push_back(plans[i].choice.label());
-      host_shares.push_back(times[i] && times[i]->step_seconds > 0.0
-                                ? python_share(*times[i])
-                                : 0.0);
+      host_shares.push_back(times[i] && plans[i].choice.stage == 3 ? python_share(*times[i]) : 0.0);
     }
     if (const std::optional<std::string> note = host_bound_note(inputs, labels, host_shares))
       std::cout << "  " << *note << '\n';

@@ -193,7 +193,7 @@ int run_simulate(const SimulateCommandOptions& options) {
     for (const SimulatedPlan& plan : plans) {
       labels.push_back(plan.choice.label());
       const StepSimulation& s = plan.simulation;
-      host_shares.push_back(python_share(s));
+      host_shares.push_back(plan.choice.stage == 3 ? python_share(s) : 0.0);
     }
     if (const std::optional<std::string> note = host_bound_note(inputs, labels, host_shares))
       std::cout << *note << '\n';

@@ -200,8 +200,10 @@ struct ClusterDescription {
   double deepspeed_tensor_op_seconds = 0.0;
   // The speed of the host whose Python the DeepSpeed per-call costs above were measured on: seconds per small eager
   // CUDA operation issued back to back (x.add_ on 256 floats), bench/deepspeed/ds_peer.py host_probe. Machines of
-  // one kind differ here by half and more, and DeepSpeed's host-bound steps with them; a plan for another host
-  // (TrainingConfig::host_eager_op_seconds) scales every per-call cost above by the ratio. 0: not given.
+  // one kind differ here by half and more, and DeepSpeed's stage-3 steps with them; a plan for another host
+  // (TrainingConfig::host_eager_op_seconds) scales stage 3's per-call costs above (module_hook,
+  // forward_module_function, stage3_gradient_hook, stage3_offload_gradient_hook, linear_forward, linear_backward,
+  // step_tensor) by the ratio, the ones seen to follow it (sim/simulator.cpp says where). 0: not given.
   double eager_op_seconds = 0.0;
   // Host-to-device copies from pageable (not page-locked) memory, bytes/s: the driver stages them through its own
   // pinned buffers and the calling thread waits. 0: not given (pcie_bandwidth).

@@ -116,8 +116,8 @@ std::int64_t linear_calls(const ModelDescription& model, std::size_t layer_index
 // its threads (training.cpu_threads_per_rank, else the node's cores divided among its ranks) times that rate.
 double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfig& training, int ranks_in_node);
 
-// How much slower (above 1) or faster the training host runs DeepSpeed's Python than the host the cluster's per-call
-// costs were measured on: training.host_eager_op_seconds over the cluster's host.eager_op_seconds, both
+// How much slower (above 1) or faster the training host runs DeepSpeed's Python than the host the cluster's stage-3
+// per-call costs were measured on: training.host_eager_op_seconds over the cluster's host.eager_op_seconds, both
 // bench/deepspeed/ds_peer.py host_probe's figure; 1 where either is not given.
 double host_speed_factor(const ClusterDescription& cluster, const TrainingConfig& training);
 

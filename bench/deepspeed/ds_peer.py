@@ -247,6 +247,10 @@ def main():
     dist.all_reduce(local, op=dist.ReduceOp.MAX)
     step_seconds = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(step_seconds, op=dist.ReduceOp.MAX)
+    # The probe again once the measured steps are done: one reading before a run can be a quarter off the host's
+    # speed during it (two runs minutes apart on one machine read 7.9 and 10.7 us, bench/deepspeed/results-pending/
+    # README.md); the row keeps both and their mean.
+    probe_after = host_probe(device, release_cache=False)
     if args.profile:  # after every figure above is taken: the profiler's own memory stays out of them
         profile_phases(args.profile, parts, accumulation, rank)
     if args.memory_trace and rank == 0:  # after every figure above is taken, as the profile
@@ -261,7 +265,9 @@ def main():
             "step_seconds": step_seconds.item(),
             "step_seconds_each": times,  # rank 0's, after the warm-up
             "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
-            "host_probe": probe,  # rank 0's, before the model was built (host_probe)
+            # rank 0's, before the model was built and after the measured steps (host_probe), and their means
+            "host_probe": {**{key: (probe[key] + probe_after[key]) / 2 for key in probe},
+                           "before": probe, "after": probe_after},
         }
         omp = os.environ.get("OMP_NUM_THREADS")
         run = {

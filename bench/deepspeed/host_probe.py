@@ -14,11 +14,13 @@ import time
 import torch
 
 
-def host_probe(device):
+def host_probe(device, release_cache=True):
     """The host's speed at the work DeepSpeed's hooks do, before anything else runs: seconds per small eager CUDA
     operation (x.add_ on 256 floats, issued back to back: the host's dispatch and launch bound it, not the GPU) and
     per call of a small Python function (attribute and dict access), each the median of 5 timings. Machines of one
-    kind differ here (bench/deepspeed/results-pending/README.md), and DeepSpeed's host-bound steps with them."""
+    kind differ here (bench/deepspeed/results-pending/README.md), and DeepSpeed's host-bound steps with them.
+    release_cache=False leaves the caching allocator's segments as they are (a probe after a measured run, before an
+    allocator trace)."""
     x = torch.zeros(256, device=device)
     eager, python = [], []
     for _ in range(5):
@@ -46,7 +48,8 @@ def host_probe(device):
             holder.bump("a")
         python.append((time.perf_counter() - start) / 200000)
     del x
-    torch.cuda.empty_cache()
+    if release_cache:
+        torch.cuda.empty_cache()
     return {"eager_op_seconds": statistics.median(eager), "python_call_seconds": statistics.median(python)}
 
 
