@@ -171,21 +171,20 @@ double parse_margin_percent(const std::string& text) {
   return fraction;
 }
 
-double python_share(const StepSimulation& step) {
-  if (!(step.step_seconds > 0.0)) return 0.0;
-  return step.busy_seconds[static_cast<std::size_t>(Resource::host_python)] / step.step_seconds;
-}
-
-std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<std::string>& labels,
-                                           const std::vector<double>& python_shares) {
+std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<PlanChoice>& choices,
+                                           const std::vector<const StepSimulation*>& steps) {
   if (inputs.training.engine != TrainingEngine::deepspeed) return std::nullopt;
   std::string plans;
   double smallest = 1.0, largest = 0.0;
-  for (std::size_t i = 0; i < labels.size() && i < python_shares.size(); ++i) {
-    if (!(python_shares[i] >= 1.0 / 3.0)) continue;
-    plans += (plans.empty() ? "" : ", ") + labels[i];
-    smallest = std::min(smallest, python_shares[i]);
-    largest = std::max(largest, python_shares[i]);
+  for (std::size_t i = 0; i < choices.size() && i < steps.size(); ++i) {
+    // Stage 3 only: its host costs are the ones --host-op-seconds scales (sim/simulator.cpp says why).
+    if (choices[i].stage != 3 || !steps[i] || !(steps[i]->step_seconds > 0.0)) continue;
+    const double share =
+        steps[i]->busy_seconds[static_cast<std::size_t>(Resource::host_python)] / steps[i]->step_seconds;
+    if (!(share >= 1.0 / 3.0)) continue;
+    plans += (plans.empty() ? "" : ", ") + choices[i].label();
+    smallest = std::min(smallest, share);
+    largest = std::max(largest, share);
   }
   if (plans.empty()) return std::nullopt;
   char share[32];

@@ -64,15 +64,11 @@ ResolvedInputs resolve_inputs(const CommonOptions& options);
 
 OutputFormat parse_output_format(const std::string& text);
 
-// The share of a simulated step the training process's Python is busy (DeepSpeed's hooks and per-tensor loops, eager
-// dispatch: the timeline's host_python lane).
-double python_share(const StepSimulation& step);
-
-// A line under the step times where DeepSpeed's Python sets a stage-3 plan's step (busy for a third of it or more;
-// `python_shares[i]` is plan i's python_share, 0 for plans of other stages, `labels[i]` its name): which host the
-// step is timed for and how to time it for another (--host-op-seconds scales stage 3's host costs). None where no
-// plan is so bound or the engine is not DeepSpeed's.
-std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<std::string>& labels,
-                                           const std::vector<double>& python_shares);
+// A line under the step times where DeepSpeed's Python sets a stage-3 plan's step (the timeline's host_python lane
+// busy for a third of it or more; `steps[i]` is plan `choices[i]`'s simulation, null where it was not timed): which
+// host the step is timed for and how to time it for another (--host-op-seconds scales stage 3's host costs). None
+// where no plan is so bound or the engine is not DeepSpeed's.
+std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<PlanChoice>& choices,
+                                           const std::vector<const StepSimulation*>& steps);
 
 }  // namespace zeroplan

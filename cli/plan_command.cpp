@@ -378,13 +378,13 @@ int run_plan(const PlanCommandOptions& options) {
   }
   print_table(time_table, inputs.format);
   {
-    std::vector<std::string> labels;
-    std::vector<double> host_shares;
+    std::vector<PlanChoice> choices;
+    std::vector<const StepSimulation*> steps;
     for (std::size_t i = 0; i < plans.size(); ++i) {
-      labels.push_back(plans[i].choice.label());
-      host_shares.push_back(times[i] && plans[i].choice.stage == 3 ? python_share(*times[i]) : 0.0);
+      choices.push_back(plans[i].choice);
+      steps.push_back(times[i] ? &*times[i] : nullptr);
     }
-    if (const std::optional<std::string> note = host_bound_note(inputs, labels, host_shares))
+    if (const std::optional<std::string> note = host_bound_note(inputs, choices, steps))
       std::cout << "  " << *note << '\n';
   }
 

@@ -188,14 +188,13 @@ int run_simulate(const SimulateCommandOptions& options) {
   std::cout << "fits: the peak plus a " << margin_text(inputs.margin) << " margin within the GPU's memory ("
             << inputs.margin.source << "; --margin sets another)\n";
   {
-    std::vector<std::string> labels;
-    std::vector<double> host_shares;
+    std::vector<PlanChoice> choices;
+    std::vector<const StepSimulation*> steps;
     for (const SimulatedPlan& plan : plans) {
-      labels.push_back(plan.choice.label());
-      const StepSimulation& s = plan.simulation;
-      host_shares.push_back(plan.choice.stage == 3 ? python_share(s) : 0.0);
+      choices.push_back(plan.choice);
+      steps.push_back(&plan.simulation);
     }
-    if (const std::optional<std::string> note = host_bound_note(inputs, labels, host_shares))
+    if (const std::optional<std::string> note = host_bound_note(inputs, choices, steps))
       std::cout << *note << '\n';
   }
   if (plans.size() == 1) {
