@@ -82,6 +82,7 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   given.micro_batch = options.micro_batch;
   given.seq = options.seq;
   given.grad_accum = options.grad_accum;
+  given.host_op_seconds = options.host_op_seconds;
   if (options.precision) given.precision = parse_precision(*options.precision, kCommandLine, "--precision");
   if (options.optimizer) given.optimizer = parse_optimizer(*options.optimizer, kCommandLine, "--optimizer");
   if (options.checkpointing) {
@@ -122,27 +123,6 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     inputs.training.notes.push_back("CPU optimizer threads per rank: " + std::to_string(*options.cpu_threads_per_rank) +
                                     " (--cpu-threads-per-rank)");
   }
-  if (options.host_op_seconds) {
-    // The probe times one small launch: microseconds, not seconds or nanoseconds, on any machine that runs CUDA.
-    const double seconds = *options.host_op_seconds;
-    if (!(seconds >= 1e-7 && seconds <= 1e-3)) {
-      char given[32];
-      std::snprintf(given, sizeof given, "%g", seconds);
-      throw InputError(kCommandLine, "--host-op-seconds",
-                       std::string("is ") + given + "; expected seconds per eager operation between 1e-7 and "
-                       "1e-3 (bench/deepspeed/host_probe.py prints it; about 7e-6 on an H200 host)");
-    }
-    if (!(inputs.cluster.eager_op_seconds > 0.0)) {
-      throw InputError(kCommandLine, "--host-op-seconds",
-                       "cluster " + inputs.cluster.name + " gives no host.eager_op_seconds (the host its DeepSpeed "
-                       "costs were measured on) to scale from; expected a cluster description that has it");
-    }
-    inputs.training.host_eager_op_seconds = seconds;
-    char ratio[32];
-    std::snprintf(ratio, sizeof ratio, "%.2f", seconds / inputs.cluster.eager_op_seconds);
-    inputs.training.notes.push_back(std::string("DeepSpeed's stage-3 per-call host costs x ") + ratio +
-                                    " (--host-op-seconds against the cluster's host.eager_op_seconds)");
-  }
   if (zero_init) {
     inputs.training.zero.zero_init = *zero_init;
     if (!*zero_init)
@@ -169,47 +149,6 @@ double parse_margin_percent(const std::string& text) {
   const double fraction = percent / 100.0;
   require_valid_margin(fraction, kCommandLine, "--margin");
   return fraction;
-}
-
-std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<PlanChoice>& choices,
-                                           const std::vector<const StepSimulation*>& steps) {
-  if (inputs.training.engine != TrainingEngine::deepspeed) return std::nullopt;
-  std::string plans;
-  double smallest = 1.0, largest = 0.0;
-  for (std::size_t i = 0; i < choices.size() && i < steps.size(); ++i) {
-    // Stage 3 only: its host costs are the ones --host-op-seconds scales (sim/simulator.cpp says why).
-    if (choices[i].stage != 3 || !steps[i] || !(steps[i]->step_seconds > 0.0)) continue;
-    const double share =
-        steps[i]->busy_seconds[static_cast<std::size_t>(Resource::host_python)] / steps[i]->step_seconds;
-    if (!(share >= 1.0 / 3.0)) continue;
-    plans += (plans.empty() ? "" : ", ") + choices[i].label();
-    smallest = std::min(smallest, share);
-    largest = std::max(largest, share);
-  }
-  if (plans.empty()) return std::nullopt;
-  char share[32];
-  if (std::lround(100.0 * smallest) == std::lround(100.0 * largest))
-    std::snprintf(share, sizeof share, "%.0f%%", 100.0 * largest);
-  else
-    std::snprintf(share, sizeof share, "%.0f-%.0f%%", 100.0 * smallest, 100.0 * largest);
-  std::string note = "host-bound: DeepSpeed's Python is busy for " + std::string(share) + " of the step of " + plans +
-                     ", which is timed for ";
-  const double reference = inputs.cluster.eager_op_seconds;
-  const double own = inputs.training.host_eager_op_seconds;
-  char figure[32];
-  if (own > 0.0) {
-    std::snprintf(figure, sizeof figure, "%.2f us", own * 1e6);
-    return note + "the host given by --host-op-seconds (" + figure + " per eager operation)";
-  }
-  if (!(reference > 0.0))
-    return note + "the host " + inputs.cluster.name + "'s per-call costs were measured on (the cluster names no "
-                  "host.eager_op_seconds to time another host from)";
-  std::snprintf(figure, sizeof figure, "%.2f us", reference * 1e6);
-  // The spread: ds_peer.py's probe on nvidia-h200-x2 machines, 2026-11-27 (docs/planner-vs-deepspeed.md, "The host's
-  // speed").
-  return note + "a host whose probe reads " + figure + " per eager operation (" + inputs.cluster.name +
-         " host.eager_op_seconds); machines of one kind differ (5.3-11.9 us measured on H200 hosts, steps up to 2.3x "
-         "apart): run python3 bench/deepspeed/host_probe.py on yours and pass --host-op-seconds";
 }
 
 }  // namespace zeroplan

@@ -11,10 +11,9 @@
 
 #include "core/cluster_description.h"
 #include "core/model_description.h"
+#include "core/plan_inputs.h"
 #include "core/training_config.h"
 #include "sim/memory_margin.h"
-#include "sim/plan_choice.h"
-#include "sim/simulator.h"
 
 namespace zeroplan {
 
@@ -63,12 +62,5 @@ double parse_margin_percent(const std::string& text);
 ResolvedInputs resolve_inputs(const CommonOptions& options);
 
 OutputFormat parse_output_format(const std::string& text);
-
-// A line under the step times where DeepSpeed's Python sets a stage-3 plan's step (the timeline's host_python lane
-// busy for a third of it or more; `steps[i]` is plan `choices[i]`'s simulation, null where it was not timed): which
-// host the step is timed for and how to time it for another (--host-op-seconds scales stage 3's host costs). None
-// where no plan is so bound or the engine is not DeepSpeed's.
-std::optional<std::string> host_bound_note(const ResolvedInputs& inputs, const std::vector<PlanChoice>& choices,
-                                           const std::vector<const StepSimulation*>& steps);
 
 }  // namespace zeroplan

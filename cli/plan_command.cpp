@@ -14,6 +14,7 @@
 #include "core/deepspeed_config.h"
 #include "core/input_error.h"
 #include "core/units.h"
+#include "sim/host_bound_note.h"
 #include "sim/plan_json.h"
 #include "sim/plan_timing.h"
 #include "sim/planner.h"
@@ -384,7 +385,7 @@ int run_plan(const PlanCommandOptions& options) {
       choices.push_back(plans[i].choice);
       steps.push_back(times[i] ? &*times[i] : nullptr);
     }
-    if (const std::optional<std::string> note = host_bound_note(inputs, choices, steps))
+    if (const std::optional<std::string> note = host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
       std::cout << "  " << *note << '\n';
   }
 

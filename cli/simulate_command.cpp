@@ -13,6 +13,7 @@
 #include "core/units.h"
 #include "sim/chrome_trace.h"
 #include "sim/deepspeed_engine.h"
+#include "sim/host_bound_note.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
 #include "sim/simulation_json.h"
@@ -194,7 +195,7 @@ int run_simulate(const SimulateCommandOptions& options) {
       choices.push_back(plan.choice);
       steps.push_back(&plan.simulation);
     }
-    if (const std::optional<std::string> note = host_bound_note(inputs, choices, steps))
+    if (const std::optional<std::string> note = host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
       std::cout << *note << '\n';
   }
   if (plans.size() == 1) {

@@ -1,5 +1,7 @@
 #include "core/plan_inputs.h"
 
+#include <cstdio>
+
 #include "core/deepspeed_config.h"
 #include "core/input_error.h"
 #include "core/number_checks.h"
@@ -56,6 +58,16 @@ bool optimizer_offload_allowed(int stage, OffloadDevice device) {
 
 }  // namespace
 
+// The probe times one small launch: microseconds, not seconds or nanoseconds, on any machine that runs CUDA.
+void require_host_op_seconds(double seconds, const std::string& source, const std::string& name) {
+  if (seconds >= 1e-7 && seconds <= 1e-3) return;
+  char given[32];
+  std::snprintf(given, sizeof given, "%g", seconds);
+  throw InputError(source, name,
+                   std::string("is ") + given + " s; expected seconds per eager operation between 1e-7 and 1e-3 "
+                   "(bench/deepspeed/host_probe.py prints it; about 7e-6 on an H200 host)");
+}
+
 ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputNames& names) {
   const std::string& source = names.source;
   // Sizes first: an absurd value is refused before any file is read or anything is sized from it.
@@ -69,6 +81,7 @@ ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputName
     throw InputError(source, names.stage,
                      "unknown ZeRO stage " + std::to_string(*in.stage) + ": expected 0, 1, 2, 3 or all");
   }
+  if (in.host_op_seconds) require_host_op_seconds(*in.host_op_seconds, source, names.host_op_seconds);
   if (in.model.empty()) throw InputError(source, names.model, "is required: a bundled name or a file");
 
   ResolvedPlanInputs out;
@@ -182,6 +195,21 @@ ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputName
   if (filter.offload_optimizer_set && filter.offload_optimizer != OffloadDevice::none && filter.stage == 0) {
     throw InputError(optimizer_origin.source, optimizer_origin.field,
                      "optimizer offload needs ZeRO stage 1, 2 or 3 (stage 0 asked for)");
+  }
+  if (in.host_op_seconds && training.engine != TrainingEngine::deepspeed) {
+    training.notes.push_back(names.host_op_seconds + " ignored: it scales DeepSpeed's host costs, and the engine "
+                             "planned is " + to_string(training.engine) + "'s, which has none");
+  } else if (in.host_op_seconds) {
+    if (!(out.cluster.eager_op_seconds > 0.0)) {
+      throw InputError(source, names.host_op_seconds,
+                       "cluster " + out.cluster.name + " gives no host.eager_op_seconds (the host its DeepSpeed "
+                       "costs were measured on) to scale from; expected a cluster description that has it");
+    }
+    training.host_eager_op_seconds = *in.host_op_seconds;
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.2f", *in.host_op_seconds / out.cluster.eager_op_seconds);
+    training.notes.push_back(std::string("DeepSpeed's stage-3 per-call host costs x ") + ratio + " (" +
+                             names.host_op_seconds + " against the cluster's host.eager_op_seconds)");
   }
   return out;
 }

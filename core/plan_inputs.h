@@ -32,6 +32,9 @@ struct PlanInputs {
   std::optional<int> stage;                      // 0..3, or kAllStages
   std::optional<OffloadDevice> offload_optimizer;
   std::optional<OffloadDevice> offload_param;
+  // The training host's seconds per small eager CUDA operation (bench/deepspeed/host_probe.py): DeepSpeed's
+  // stage-3 per-call host costs are scaled from the cluster's host.eager_op_seconds (sim/simulator.h).
+  std::optional<double> host_op_seconds;
 
   bool operator==(const PlanInputs&) const = default;
 };
@@ -47,6 +50,7 @@ struct PlanInputNames {
   std::string stage = "--stage";
   std::string offload_optimizer = "--offload-optimizer";
   std::string offload_param = "--offload-param";
+  std::string host_op_seconds = "--host-op-seconds";
 };
 
 // Which plan choices the comparison is narrowed to (sim/plan_choice.h enumerates them): -1 / unset: any.
@@ -70,5 +74,9 @@ struct ResolvedPlanInputs {
 // offloads stay where that stage allows them); an offload given without a stage narrows to the stages that allow
 // it; none of them given (and no DeepSpeed config) compares every plan.
 ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& inputs, const PlanInputNames& names = {});
+
+// Throws InputError naming `name` unless `seconds` is a host speed a probe can read (1e-7..1e-3 s per eager
+// operation); resolve_plan_inputs checks PlanInputs::host_op_seconds with it.
+void require_host_op_seconds(double seconds, const std::string& source, const std::string& name);
 
 }  // namespace zeroplan

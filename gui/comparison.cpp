@@ -16,6 +16,7 @@ PlanInputNames gui_input_names() {
   names.micro_batch = "micro-batch";
   names.seq = "sequence length";
   names.grad_accum = "gradient accumulation";
+  names.host_op_seconds = "host speed";
   return names;
 }
 

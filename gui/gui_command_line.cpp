@@ -44,6 +44,8 @@ std::optional<GuiCommandLine> parse_gui_command_line(const QStringList& argument
       {"ds-config", "A DeepSpeed config file; flags given beside it win.", "FILE"},
       {"engine", "Whose engine the memory model describes: deepspeed (default) or zeroplan (what zeroplan run "
                  "executes).", "E"},
+      {"host-op-seconds", "DeepSpeed engine: the training host's seconds per small eager CUDA operation, as "
+                          "bench/deepspeed/host_probe.py measures it (default: the cluster's own host).", "SECONDS"},
       {"stage", "Select this ZeRO stage's plan (0-3) for the timeline.", "S"},
       {"offload-optimizer", "With --stage: the selected plan's optimizer offload (none, cpu, nvme).", "D"},
       {"offload-param", "With --stage 3: the selected plan's parameter offload (none, cpu, nvme).", "D"},
@@ -84,6 +86,16 @@ std::optional<GuiCommandLine> parse_gui_command_line(const QStringList& argument
   }
   if (parser.isSet("ds-config")) in.ds_config = parser.value("ds-config").toStdString();
   if (parser.isSet("engine")) in.engine = parse_engine(parser.value("engine").toStdString(), kCommandLine, "--engine");
+  if (parser.isSet("host-op-seconds")) {
+    bool ok = false;
+    const double seconds = parser.value("host-op-seconds").toDouble(&ok);
+    if (!ok) {
+      throw InputError(kCommandLine, "--host-op-seconds",
+                       "'" + parser.value("host-op-seconds").toStdString() + "' is not a number of seconds");
+    }
+    require_host_op_seconds(seconds, kCommandLine, "--host-op-seconds");
+    in.host_op_seconds = seconds;
+  }
 
   if (parser.isSet("stage")) {
     const QString stage = parser.value("stage");

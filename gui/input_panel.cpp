@@ -1,6 +1,7 @@
 #include "gui/input_panel.h"
 
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -101,6 +102,18 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
   engine_box_->setToolTip(tr("Whose training engine the memory model describes: DeepSpeed's, the zeroplan "
                              "executor's (what zeroplan run executes and predicts with), or an ideal engine on the "
                              "ZeRO paper's schedule (zeroplan plan --engine ideal)"));
+  // The probe's figure in microseconds (it prints seconds; an H200 host reads 5-12 us). 0 keeps the host the
+  // cluster's DeepSpeed costs were measured on; the box is off where that host is not named (showResolved).
+  host_speed_box_ = new QDoubleSpinBox(this);
+  host_speed_box_->setRange(0.0, 1000.0);
+  host_speed_box_->setDecimals(2);
+  host_speed_box_->setSingleStep(0.5);
+  host_speed_box_->setSuffix(tr(" us per eager op"));
+  host_speed_box_->setSpecialValueText(tr("the cluster's host"));
+  host_speed_box_->setToolTip(tr("DeepSpeed engine: the training host's time per small eager CUDA operation, as "
+                                 "python3 bench/deepspeed/host_probe.py measures it. Stage 3's per-call host costs "
+                                 "are scaled from the cluster's host.eager_op_seconds (zeroplan plan "
+                                 "--host-op-seconds)"));
 
   auto* model_group = new QGroupBox(tr("Model and cluster"), this);
   auto* model_form = new QFormLayout(model_group);
@@ -120,6 +133,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
   training_form->addRow(tr("&Precision"), precision_box_);
   training_form->addRow(tr("&Checkpointing"), checkpointing_box_);
   training_form->addRow(tr("&Engine"), engine_box_);
+  training_form->addRow(tr("&Host speed"), host_speed_box_);
 
   summary_label_ = new QLabel(this);
   summary_label_->setWordWrap(true);
@@ -141,6 +155,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
   connect(precision_box_, &QComboBox::currentIndexChanged, this, &InputPanel::emitValueChanged);
   connect(checkpointing_box_, &QComboBox::currentIndexChanged, this, &InputPanel::emitValueChanged);
   connect(engine_box_, &QComboBox::currentIndexChanged, this, &InputPanel::emitValueChanged);
+  connect(host_speed_box_, &QDoubleSpinBox::valueChanged, this, &InputPanel::emitValueChanged);
   connect(model_open, &QPushButton::clicked, this, &InputPanel::chooseModelFile);
   connect(cluster_open, &QPushButton::clicked, this, &InputPanel::chooseClusterFile);
   connect(ds_open, &QPushButton::clicked, this, &InputPanel::chooseDeepSpeedConfig);
@@ -159,6 +174,9 @@ GuiInputs InputPanel::inputs() const {
   in.precision = static_cast<Precision>(precision_box_->currentData().toInt());
   in.checkpointing = static_cast<Checkpointing>(checkpointing_box_->currentData().toInt());
   in.engine = static_cast<TrainingEngine>(engine_box_->currentData().toInt());
+  // Kept only while DeepSpeed's engine is chosen (a switch to another engine drops it, as the box turns off).
+  if (host_speed_box_->isEnabled() && host_speed_box_->value() > 0.0 && in.engine == TrainingEngine::deepspeed)
+    in.host_op_seconds = host_speed_box_->value() * 1e-6;
   return in;
 }
 
@@ -248,7 +266,8 @@ void InputPanel::chooseDeepSpeedConfig() {
 void InputPanel::showResolved(const Comparison& comparison) {
   const QSignalBlocker block_model(model_box_), block_cluster(cluster_box_), block_gpus(gpus_box_),
       block_micro(micro_batch_box_), block_seq(seq_box_), block_accum(grad_accum_box_),
-      block_precision(precision_box_), block_checkpointing(checkpointing_box_), block_engine(engine_box_);
+      block_precision(precision_box_), block_checkpointing(checkpointing_box_), block_engine(engine_box_),
+      block_host_speed(host_speed_box_);
 
   // Files that failed to load leave no entry behind: keep bundled names and the file now shown.
   const QString model_spec = QString::fromStdString(comparison.inputs.model);
@@ -282,6 +301,22 @@ void InputPanel::showResolved(const Comparison& comparison) {
   precision_box_->setCurrentIndex(precision_box_->findData(static_cast<int>(training.precision)));
   checkpointing_box_->setCurrentIndex(checkpointing_box_->findData(static_cast<int>(training.checkpointing)));
   engine_box_->setCurrentIndex(engine_box_->findData(static_cast<int>(training.engine)));
+  // Only DeepSpeed's engine has host costs to scale, and only from a cluster that names their host.
+  const bool scalable = training.engine == TrainingEngine::deepspeed && comparison.cluster.eager_op_seconds > 0.0;
+  host_speed_box_->setEnabled(scalable);
+  host_speed_box_->setValue(scalable ? training.host_eager_op_seconds * 1e6 : 0.0);
+  host_speed_box_->setToolTip(
+      scalable ? tr("DeepSpeed engine: the training host's time per small eager CUDA operation, as python3 "
+                    "bench/deepspeed/host_probe.py measures it; %1's costs were measured on a host that reads %2 us. "
+                    "Stage 3's per-call host costs are scaled by the ratio (zeroplan plan --host-op-seconds)")
+                     .arg(QString::fromStdString(comparison.cluster.name).toHtmlEscaped())
+                     .arg(comparison.cluster.eager_op_seconds * 1e6, 0, 'f', 2)
+               : training.engine != TrainingEngine::deepspeed
+                     ? tr("Only DeepSpeed's engine is timed with host costs; the zeroplan executor and the ideal "
+                          "engine have none to scale")
+                     : tr("Cluster %1 names no host.eager_op_seconds (the host its DeepSpeed costs were measured "
+                          "on), so there is nothing to scale from")
+                           .arg(QString::fromStdString(comparison.cluster.name).toHtmlEscaped()));
 
   // What the inputs resolved to, and everything that was assumed or resolved on the way (never silent).
   QString summary = tr("<b>%1</b>: %2 parameters (largest layer %3)<br><b>%4</b>: %5 x %6, %7 each")
@@ -300,7 +335,12 @@ void InputPanel::showResolved(const Comparison& comparison) {
     summary += "<br><span style='color:#c01c28'>" + tr("warning: ") +
                QString::fromStdString(warning).toHtmlEscaped() + "</span>";
   }
+  summary_ = summary;
   summary_label_->setText(summary);
+}
+
+void InputPanel::showSimulationNote(const QString& note) {
+  summary_label_->setText(note.isEmpty() ? summary_ : summary_ + "<br><b>" + note.toHtmlEscaped() + "</b>");
 }
 
 }  // namespace zeroplan

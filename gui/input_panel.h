@@ -1,7 +1,7 @@
 // The input panel: model (bundled or a file: zeroplan description or Hugging Face config.json), cluster
 // (bundled or a file), GPU count, DeepSpeed config, micro-batch, sequence length, gradient accumulation,
-// precision, activation checkpointing and whose engine the memory model describes (DeepSpeed's or the zeroplan
-// executor's). Every change emits inputsChanged at once; the window evaluates and
+// precision, activation checkpointing, whose engine the memory model describes (DeepSpeed's or the zeroplan
+// executor's) and, for DeepSpeed's, the training host's speed (bench/deepspeed/host_probe.py's figure). Every change emits inputsChanged at once; the window evaluates and
 // either shows the result (showResolved) or reports the error and puts the previous state back.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include "gui/gui_inputs.h"
 
 class QComboBox;
+class QDoubleSpinBox;
 class QLineEdit;
 class QPushButton;
 class QSpinBox;
@@ -30,6 +31,8 @@ class InputPanel : public QWidget {
   // Shows what a comparison resolved to (the DeepSpeed config's values, the model's sequence length, the
   // cluster's GPU count) without emitting inputsChanged. Also how the previous state is put back after an error.
   void showResolved(const Comparison& comparison);
+  // A line under the resolved inputs from the plans' simulations (sim/host_bound_note.h); empty: none.
+  void showSimulationNote(const QString& note);
 
   // The widgets, for keyboard focus order and for tests.
   QComboBox* modelBox() const { return model_box_; }
@@ -41,6 +44,8 @@ class InputPanel : public QWidget {
   QComboBox* precisionBox() const { return precision_box_; }
   QComboBox* checkpointingBox() const { return checkpointing_box_; }
   QComboBox* engineBox() const { return engine_box_; }
+  QDoubleSpinBox* hostSpeedBox() const { return host_speed_box_; }
+  QLabel* summaryLabel() const { return summary_label_; }
 
  public slots:
   // Select a file as the model / cluster / DeepSpeed config (what the Open... buttons call after their dialog).
@@ -74,7 +79,9 @@ class InputPanel : public QWidget {
   QComboBox* precision_box_ = nullptr;
   QComboBox* checkpointing_box_ = nullptr;
   QComboBox* engine_box_ = nullptr;
+  QDoubleSpinBox* host_speed_box_ = nullptr;  // microseconds per eager operation; 0: the cluster's host
   QLabel* summary_label_ = nullptr;
+  QString summary_;  // what showResolved wrote; showSimulationNote adds to it
   QString ds_config_path_;  // empty: none
 };
 

@@ -163,13 +163,17 @@ bool MainWindow::applyInputs(const GuiInputs& inputs) {
     comparison = build_comparison(inputs);
     simulated = simulate_plans(comparison);
   } catch (const InputError& error) {
-    if (comparison_) input_panel_->showResolved(*comparison_);  // the panel shows the previous state again
+    if (comparison_) {  // the panel shows the previous state again
+      input_panel_->showResolved(*comparison_);
+      input_panel_->showSimulationNote(QString::fromStdString(simulated_.host_bound));
+    }
     reporter_->report(tr("Cannot use these inputs"), QString::fromStdString(error.what()));
     return false;
   }
   comparison_ = std::move(comparison);
   simulated_ = std::move(simulated);
   input_panel_->showResolved(*comparison_);
+  input_panel_->showSimulationNote(QString::fromStdString(simulated_.host_bound));
   showComparison();
   measured_view_->setComparison(&*comparison_);  // the selected report is matched with the new plans
   return true;

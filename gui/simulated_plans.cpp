@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/input_error.h"
+#include "sim/host_bound_note.h"
 #include "sim/plan_timing.h"
 #include "sim/simulator.h"
 
@@ -33,6 +34,14 @@ SimulatedPlans simulate_plans(const Comparison& comparison) {
     timing.mfu_basis = sim.flop_convention + ", against the " + sim.peak_name + " peak";
     out.timings[i] = timing;
   }
+  std::vector<PlanChoice> choices;
+  std::vector<const StepSimulation*> steps;
+  for (const TimedPlan& plan : timed) {
+    choices.push_back(plan.plan.choice);
+    steps.push_back(plan.simulation ? &*plan.simulation : nullptr);
+  }
+  out.host_bound = host_bound_note(comparison.cluster, comparison.training, choices, steps,
+                                   "the host speed field").value_or("");
   // The plan `zeroplan plan` names as the fastest that fits (sim/plan_timing.h), so the star and the CLI agree.
   out.recommended = recommended_plan(timed);
   const std::string unit = comparison.model.transformer ? "tokens/s" : "samples/s";

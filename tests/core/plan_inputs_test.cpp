@@ -159,6 +159,36 @@ TEST(PlanInputs, ALayerListHasNoSequenceAndGuiNamesItsInputs) {
   expect_input_error([&] { resolve_plan_inputs(zero, gui); }, {"GUI input", "micro-batch", ">= 1"});
 }
 
+// The training host's speed: set for DeepSpeed's engine from a cluster that names the host its costs were
+// measured on; refused with the input's own name where out of range or nothing scales from it; a note, not a
+// silent no-op, where the engine has no DeepSpeed host costs.
+TEST(PlanInputs, HostSpeedNeedsAMeasuredHostAndDeepSpeedsEngine) {
+  PlanInputs in;
+  in.model = "gpt2-124m";
+  in.cluster = "h200x2";
+  in.host_op_seconds = 1.4e-5;
+  const ResolvedPlanInputs resolved = resolve_plan_inputs(in);
+  EXPECT_DOUBLE_EQ(resolved.training.host_eager_op_seconds, 1.4e-5);
+  EXPECT_TRUE(any_contains(resolved.training.notes, "--host-op-seconds against the cluster's host.eager_op_seconds"));
+
+  PlanInputNames gui;
+  gui.source = "GUI input";
+  gui.host_op_seconds = "host speed";
+  for (double bad : {0.0, -7e-6, 7.0, 1e-9}) {
+    in.host_op_seconds = bad;
+    expect_input_error([&] { resolve_plan_inputs(in, gui); }, {"GUI input", "host speed", "between 1e-7 and 1e-3"});
+  }
+  in.host_op_seconds = 7e-6;
+  in.cluster = "h100x1";
+  expect_input_error([&] { resolve_plan_inputs(in); }, {"--host-op-seconds", "h100x1", "host.eager_op_seconds"});
+
+  in.cluster = "h200x2";
+  in.engine = TrainingEngine::zeroplan;
+  const ResolvedPlanInputs ours = resolve_plan_inputs(in);
+  EXPECT_EQ(ours.training.host_eager_op_seconds, 0.0);
+  EXPECT_TRUE(any_contains(ours.training.notes, "--host-op-seconds ignored"));
+}
+
 TEST(TrainingConfig, UseEngineZeroplanImpliesItsExecutor) {
   TrainingConfig training;
   training.fused_attention = false;

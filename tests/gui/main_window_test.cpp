@@ -3,6 +3,8 @@
 // reports, CSV export, the timeline and screenshot mode work headless (QT_QPA_PLATFORM=offscreen).
 #include <QBarSet>
 #include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QLabel>
 #include <QFile>
 #include <QImage>
 #include <QLineSeries>
@@ -158,6 +160,63 @@ class MainWindowTest : public QObject {
       expectShows(expected);
     }
     QVERIFY(errors_.isEmpty());
+  }
+
+  // The host speed field (zeroplan plan --host-op-seconds): a slower host slows DeepSpeed's stage-3 plans and no
+  // other, moves no memory, and the note under the inputs says which host the steps are timed for.
+  void hostSpeedScalesStageThreeAndSaysForWhichHost() {
+    InputPanel* panel = window_->inputPanel();
+    panel->clusterBox()->setCurrentIndex(panel->clusterBox()->findData(QString("h200x2")));
+    QVERIFY(errors_.isEmpty());
+    QVERIFY(panel->hostSpeedBox()->isEnabled());
+    QCOMPARE(panel->hostSpeedBox()->value(), 0.0);  // the cluster's own host
+    QVERIFY2(panel->summaryLabel()->text().contains("h200x2 host.eager_op_seconds"),
+             qPrintable(panel->summaryLabel()->text()));
+    const Comparison own = *window_->comparison();
+    const SimulatedPlans own_times = window_->simulated();
+
+    panel->hostSpeedBox()->setValue(11.4);
+    QVERIFY(errors_.isEmpty());
+    QCOMPARE(window_->comparison()->training.host_eager_op_seconds, 11.4e-6);
+    const SimulatedPlans& slow = window_->simulated();
+    int stage3 = 0;
+    for (std::size_t i = 0; i < own.plans.size(); ++i) {
+      QCOMPARE(window_->comparison()->plans[i].memory.gpu.total, own.plans[i].memory.gpu.total);
+      QVERIFY(own_times.timings[i] && slow.timings[i]);
+      const PlanChoice& choice = own.plans[i].choice;
+      if (choice.stage == 3) {
+        // Every stage-3 plan waits longer on the host; without offload (no PCIe or disk to wait for instead)
+        // GPT-2 124M's step is the host's: 134 -> 214 ms for 1.65x the host time per operation.
+        ++stage3;
+        QVERIFY(slow.timings[i]->step_seconds > own_times.timings[i]->step_seconds);
+        if (choice.offload_optimizer == OffloadDevice::none && choice.offload_param == OffloadDevice::none)
+          QVERIFY(slow.timings[i]->step_seconds > 1.5 * own_times.timings[i]->step_seconds);
+      } else {
+        QCOMPARE(slow.timings[i]->step_seconds, own_times.timings[i]->step_seconds);
+      }
+    }
+    QVERIFY(stage3 > 0);
+    QVERIFY2(panel->summaryLabel()->text().contains("the host given by the host speed field (11.40 us"),
+             qPrintable(panel->summaryLabel()->text()));
+
+    // Below what a CUDA launch can take: refused, naming the field, and the previous state stays.
+    panel->hostSpeedBox()->setValue(0.05);
+    QCOMPARE(errors_.size(), 1);
+    QVERIFY2(errors_.front().contains("host speed"), qPrintable(errors_.front()));
+    QCOMPARE(window_->comparison()->training.host_eager_op_seconds, 11.4e-6);
+    QCOMPARE(panel->hostSpeedBox()->value(), 11.4);
+
+    // Our executor has no DeepSpeed host costs: the field turns off and its plans' steps are the planner's own.
+    panel->engineBox()->setCurrentIndex(panel->engineBox()->findData(static_cast<int>(TrainingEngine::zeroplan)));
+    QVERIFY(!panel->hostSpeedBox()->isEnabled());
+    QCOMPARE(window_->comparison()->training.host_eager_op_seconds, 0.0);
+    QVERIFY(!panel->summaryLabel()->text().contains("host-bound"));
+
+    // A cluster that names no measured host has nothing to scale from.
+    panel->engineBox()->setCurrentIndex(panel->engineBox()->findData(static_cast<int>(TrainingEngine::deepspeed)));
+    panel->clusterBox()->setCurrentIndex(panel->clusterBox()->findData(QString("h100x1")));
+    QVERIFY(!panel->hostSpeedBox()->isEnabled());
+    QCOMPARE(errors_.size(), 1);
   }
 
   void badModelFileIsReportedAndThePreviousStateStays() {
