@@ -205,6 +205,10 @@ struct ClusterDescription {
   // forward_module_function, stage3_gradient_hook, stage3_offload_gradient_hook, linear_forward, linear_backward,
   // step_tensor) by the ratio, the ones seen to follow it (sim/simulator.cpp says where). 0: not given.
   double eager_op_seconds = 0.0;
+  // This cluster's own training host on the same probe, where `zeroplan calibrate` measured it (the machine it ran
+  // on; run/host_probe.h): the host plans are timed for unless TrainingConfig::host_eager_op_seconds names
+  // another. 0: not measured (the host of eager_op_seconds).
+  double probed_eager_op_seconds = 0.0;
   // Host-to-device copies from pageable (not page-locked) memory, bytes/s: the driver stages them through its own
   // pinned buffers and the calling thread waits. 0: not given (pcie_bandwidth).
   double pageable_pcie_bandwidth = 0.0;

@@ -60,7 +60,7 @@ bool optimizer_offload_allowed(int stage, OffloadDevice device) {
 
 // The probe times one small launch: microseconds, not seconds or nanoseconds, on any machine that runs CUDA.
 void require_host_op_seconds(double seconds, const std::string& source, const std::string& name) {
-  if (seconds >= 1e-7 && seconds <= 1e-3) return;
+  if (seconds >= kMinHostOpSeconds && seconds <= kMaxHostOpSeconds) return;
   char given[32];
   std::snprintf(given, sizeof given, "%g", seconds);
   throw InputError(source, name,

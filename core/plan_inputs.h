@@ -75,8 +75,12 @@ struct ResolvedPlanInputs {
 // it; none of them given (and no DeepSpeed config) compares every plan.
 ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& inputs, const PlanInputNames& names = {});
 
-// Throws InputError naming `name` unless `seconds` is a host speed a probe can read (1e-7..1e-3 s per eager
-// operation); resolve_plan_inputs checks PlanInputs::host_op_seconds with it.
+// The host speeds a probe can read, seconds per eager operation: a CUDA launch takes microseconds on any machine
+// that runs one, so a figure outside these is in the wrong unit.
+inline constexpr double kMinHostOpSeconds = 1e-7;
+inline constexpr double kMaxHostOpSeconds = 1e-3;
+// Throws InputError naming `name` unless `seconds` is within them; resolve_plan_inputs checks
+// PlanInputs::host_op_seconds with it.
 void require_host_op_seconds(double seconds, const std::string& source, const std::string& name);
 
 }  // namespace zeroplan

@@ -19,6 +19,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +34,7 @@
 #include "exec/exec_config.h"
 #include "exec/offload/cpu_adamw.h"
 #include "run/host_calibration.h"
+#include "run/host_probe.h"
 #include "run/launcher.h"
 #include "run/process_memory.h"
 #include "run/rank_guard.h"
@@ -327,6 +329,8 @@ struct LocalFigures {
   double adamw_node = 0.0, adamw_thread = 0.0;
   int adamw_node_threads = 0;
   std::optional<DiskRates> disk;
+  // DeepSpeed's host speed on this machine (GPU backend): the probe's figures, or why there are none.
+  std::variant<HostProbe, std::string> host_probe = std::string("the CPU backend runs no CUDA launches to time");
 };
 
 std::string gemm_label(std::int64_t m, std::int64_t k, std::int64_t n) {
@@ -364,6 +368,14 @@ void measure_host(const Sweep& sweep, const CalibrationOptions& o, LocalFigures&
   f.host = host_facts();
   row("host", "", f.host.cpu_model + ", " + std::to_string(f.host.logical_cores) + " logical cores, " +
                       fmt("%.1f", to_gib(f.host.memory_bytes)) + " GiB");
+  // First, while nothing else runs: the probe times the host's launches of an idle GPU.
+  if (o.backend == "cuda") {
+    f.host_probe = run_host_probe();
+    if (const HostProbe* probe = std::get_if<HostProbe>(&f.host_probe))
+      row("DeepSpeed host speed (host_probe.py)", "eager op", fmt("%.2f", probe->eager_op_seconds * 1e6) + " us");
+    else
+      row("DeepSpeed host speed (host_probe.py)", "", "not measured: " + std::get<std::string>(f.host_probe));
+  }
   f.host_copy_bandwidth = host_copy_bandwidth(sweep.copy_bytes, f.host.logical_cores, sweep.repeats);
   row("host memory copy (read + write)", size_label(sweep.copy_bytes),
       fmt("%.2f", f.host_copy_bandwidth / 1e9) + " GB/s (" + std::to_string(f.host.logical_cores) + " threads)");
@@ -678,6 +690,14 @@ nlohmann::json describe(const CalibrationOptions& o, const LocalFigures& f, cons
     gpu.erase("executor_attention_forward_flops");  // a base's figures belong to another machine
     gpu.erase("executor_attention_backward_flops");
   }
+  // A GPU base's fused-attention rates (PyTorch's SDPA kernels) describe its GPU, not a CPU backend rank, whose
+  // peak is its own GEMM rate (above them, they would be refused); without them attention is timed at that rate.
+  if (o.backend == "cpu" && (gpu.contains("attention_forward_flops") || gpu.contains("attention_backward_flops"))) {
+    gpu.erase("attention_forward_flops");
+    gpu.erase("attention_backward_flops");
+    provenance["gpu.attention_flops"] = "not measured on the CPU backend; --base's rates describe its GPU and are "
+                                        "left out";
+  }
 
   doc["topology"] = {{"gpus_per_node", world}, {"nodes", 1}};
   if (ranks) {
@@ -708,6 +728,21 @@ nlohmann::json describe(const CalibrationOptions& o, const LocalFigures& f, cons
                                      std::string(exec::offload::cpu_isa_name(exec::offload::detect_cpu_isa())) +
                                      ") over fp32 parameters, gradients and moments with the bf16 copy written, " +
                                      std::to_string(f.adamw_node_threads) + " threads for the node, 1 for the per-thread rate";
+  if (const HostProbe* probe = std::get_if<HostProbe>(&f.host_probe)) {
+    host["probed_eager_op_seconds"] = probe->eager_op_seconds;
+    provenance["host.probed_eager_op_seconds"] =
+        fmt("%.3f", probe->eager_op_seconds * 1e6) + " us per small eager CUDA operation (x.add_ on 256 floats, " +
+        "median of 5 x 20,000; a small Python call " + fmt("%.3f", probe->python_call_seconds * 1e6) + " us): " +
+        probe->command + " on GPU 0 before the other measurements; DeepSpeed's stage-3 per-call host costs are " +
+        "scaled by it over host.eager_op_seconds" +
+        (host.contains("eager_op_seconds") && host["eager_op_seconds"].get<double>() > 0.0
+             ? " (" + fmt("%.3f", host["eager_op_seconds"].get<double>() * 1e6) + " us, the host they were measured on)"
+             : std::string(", which this description does not give: nothing is scaled until it does"));
+  } else {
+    host.erase("probed_eager_op_seconds");  // a base's figure belongs to another machine
+    provenance["host.probed_eager_op_seconds"] = "not measured: " + std::get<std::string>(f.host_probe) +
+                                                 "; plans time DeepSpeed's host costs for host.eager_op_seconds' host";
+  }
   provenance["host.memory_copy"] = "host memory copy " + fmt("%.2f", f.host_copy_bandwidth / 1e9) +
                                    " GB/s (read + write, " + std::to_string(f.host.logical_cores) + " threads)";
 

@@ -38,6 +38,11 @@ std::optional<std::string> host_bound_note(const ClusterDescription& cluster, co
     std::snprintf(figure, sizeof figure, "%.2f us", own * 1e6);
     return note + "the host given by " + host_op_input + " (" + figure + " per eager operation)";
   }
+  if (cluster.probed_eager_op_seconds > 0.0 && reference > 0.0) {
+    std::snprintf(figure, sizeof figure, "%.2f us", cluster.probed_eager_op_seconds * 1e6);
+    return note + "the host zeroplan calibrate probed for " + cluster.name + " (" + figure + " per eager operation, " +
+           "host.probed_eager_op_seconds); " + host_op_input + " times another";
+  }
   if (!(reference > 0.0))
     return note + "the host " + cluster.name + "'s per-call costs were measured on (the cluster names no "
                   "host.eager_op_seconds to time another host from)";

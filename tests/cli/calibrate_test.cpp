@@ -130,6 +130,27 @@ TEST_F(CalibratedCpu, PlanAndSimulateReadIt) {
   EXPECT_TRUE(simulate.status == 0 || simulate.status == 1) << simulate.output << simulate.errors;
 }
 
+// On the CPU backend over a GPU machine's description: the base's DeepSpeed host costs and the host they were
+// measured on stay (the probe times CUDA launches, so it does not run here and says so), and the base's attention
+// rates, which describe its GPU and exceed a CPU rank's peak, are left out instead of failing the written file.
+TEST(CalibrateBase, CpuBackendOverAGpuBase) {
+  const auto out = temp_dir() / "calibrated_cpu_over_h200x2.json";
+  std::filesystem::remove(out);
+  const auto result = run("calibrate --backend cpu --quick --base h200x2 --out " + out.string());
+  ASSERT_EQ(result.status, 0) << result.output << result.errors;
+  const auto doc = nlohmann::json::parse(read_file(out));
+  const zeroplan::ClusterDescription base = zeroplan::load_cluster("h200x2");
+  EXPECT_EQ(doc["host"]["eager_op_seconds"].get<double>(), base.eager_op_seconds);
+  EXPECT_EQ(doc["host"]["deepspeed_module_hook_seconds"].get<double>(), base.deepspeed_module_hook_seconds);
+  EXPECT_EQ(doc["host"]["probed_eager_op_seconds"].get<double>(), 0.0);
+  const std::string provenance = doc["provenance"].get<std::string>();
+  EXPECT_NE(provenance.find("host.probed_eager_op_seconds: not measured: the CPU backend"), std::string::npos);
+  EXPECT_NE(provenance.find("gpu.attention_flops: not measured on the CPU backend"), std::string::npos);
+  // Attention is then timed at the rank's own rates (the loader's default, within its peak), not the H200's.
+  EXPECT_LE(doc["gpu"]["attention_forward_flops"].get<double>(), doc["gpu"]["peak_flops_bf16"].get<double>());
+  EXPECT_LT(doc["gpu"]["attention_forward_flops"].get<double>(), base.attention_forward_flops);
+}
+
 TEST(CalibrateInput, RefusesToOverwriteWithoutForce) {
   const auto path = zeroplan_test::write_temp("keep_me.json", "{\"mine\": true}\n");
   expect_one_line_error(run("calibrate --backend cpu --quick --out " + path.string()), {"--out", "--force"});
@@ -206,6 +227,16 @@ TEST(CalibrateGpu, OneGpuQuick) {
   }
   EXPECT_GT(doc["host"]["pcie_bandwidth"].get<double>(), 1e9);
   EXPECT_LT(doc["host"]["pcie_bandwidth"].get<double>(), 63e9);
+  // DeepSpeed's host speed on this machine: the probe's figure where PyTorch with CUDA runs here, else why not.
+  const double probed = doc["host"]["probed_eager_op_seconds"].get<double>();
+  if (probed > 0.0) {
+    EXPECT_GT(probed, 1e-7);
+    EXPECT_LT(probed, 1e-3);
+    EXPECT_NE(doc["provenance"].get<std::string>().find("bench/deepspeed/host_probe.py on GPU 0"), std::string::npos);
+  } else {
+    EXPECT_NE(doc["provenance"].get<std::string>().find("host.probed_eager_op_seconds: not measured: "),
+              std::string::npos);
+  }
   EXPECT_GT(doc["runtime"]["cuda_context_bytes"].get<std::int64_t>(), 0);
   EXPECT_LT(doc["runtime"]["cuda_context_bytes"].get<std::int64_t>(), gpu["memory_bytes"].get<std::int64_t>());
   const auto plan = run("plan --model gpt2-124m --cluster " + out.string());

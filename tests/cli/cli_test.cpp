@@ -416,6 +416,23 @@ TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
   EXPECT_EQ(run("plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --engine zeroplan").output.find("host-bound"),
             std::string::npos);
 
+  // A cluster that zeroplan calibrate probed (host.probed_eager_op_seconds) is timed for its own host, as the flag
+  // would time it; the flag still wins.
+  nlohmann::json probed =
+      nlohmann::json::parse(zeroplan_test::read_file(std::string(ZEROPLAN_SOURCE_DIR) + "/configs/clusters/h200x2.json"));
+  probed["name"] = "h200x2-probed";
+  probed["host"]["probed_eager_op_seconds"] = 1.14e-5;
+  const std::string probed_file = zeroplan_test::write_temp("h200x2_probed.json", probed.dump()).string();
+  const std::string on_probed = "plan --model gpt2-1.5b --cluster " + probed_file + " --gpus 2 --stage 3 --micro-batch 8 "
+                                "--seq 1024 --format json";
+  EXPECT_DOUBLE_EQ(first_plan(run(on_probed)).at("step_seconds").get<double>(),
+                   slow.at("step_seconds").get<double>());
+  EXPECT_DOUBLE_EQ(first_plan(run(on_probed + " --host-op-seconds 6.895e-6")).at("step_seconds").get<double>(),
+                   own.at("step_seconds").get<double>());
+  const CommandResult probed_table = run("plan --model gpt2-1.5b --cluster " + probed_file + " --gpus 2 --stage 3");
+  EXPECT_NE(probed_table.output.find("timed for the host zeroplan calibrate probed for h200x2-probed (11.40 us"),
+            std::string::npos) << probed_table.output;
+
   expect_one_line_error(run("plan --model gpt2-124m --cluster h100x1 --host-op-seconds 7e-6"),
                         {"--host-op-seconds", "h100x1", "host.eager_op_seconds"});
   for (const char* bad : {"0", "-7e-6", "7", "1e-9"})
