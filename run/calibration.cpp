@@ -33,6 +33,7 @@
 #include "exec/comm/mpi_communicator.h"
 #include "exec/exec_config.h"
 #include "exec/offload/cpu_adamw.h"
+#include "run/calibration_description.h"
 #include "run/host_calibration.h"
 #include "run/host_probe.h"
 #include "run/launcher.h"
@@ -50,12 +51,6 @@ namespace zeroplan {
 namespace {
 
 constexpr const char* kCli = "command line";
-
-std::string fmt(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
 
 std::string size_label(Bytes bytes) {
   if (bytes >= kGiB && bytes % kGiB == 0) return std::to_string(bytes / kGiB) + " GiB";
@@ -197,9 +192,9 @@ std::vector<CollectivePoint> sweep_collectives(exec::Communicator& comm, void* b
       point.iterations = iterations;
       if (!(point.bus_bandwidth > 0.0) || !std::isfinite(point.bus_bandwidth))
         throw std::runtime_error("calibrate: " + to_string(kind) + " of " + size_label(full) + " took " +
-                                 fmt("%g", point.seconds) + " s: no bus bandwidth can be derived");
+                                 format_number("%g", point.seconds) + " s: no bus bandwidth can be derived");
       row(to_string(kind) + " (" + std::to_string(n) + " ranks)", size_label(full),
-          "busbw " + fmt("%.2f", point.bus_bandwidth / 1e9) + " GB/s, " + fmt("%.1f", point.seconds * 1e6) + " us");
+          "busbw " + format_number("%.2f", point.bus_bandwidth / 1e9) + " GB/s, " + format_number("%.1f", point.seconds * 1e6) + " us");
       points.push_back(point);
     }
   }
@@ -268,13 +263,6 @@ int calibration_rank(const CalibrationOptions& o, const RankEnvironment& env, st
 // ---------------------------------------------------------------------------------------------------------------
 // The launcher's side: local measurements and the description.
 
-struct GemmPoint {
-  std::string label;
-  double flops = 0.0;    // of the whole measured call (3 GEMMs for a training pass)
-  double seconds = 0.0;
-  bool model_shape = false;
-};
-
 // The linear layers of one transformer block and the output head: (K, N) with out (M, N) = inp (M, K) W^T at M
 // tokens. SwiGLU's gate and up projections share one shape.
 struct LinearShape {
@@ -306,33 +294,6 @@ std::vector<LinearShape> model_linear_shapes(const ModelDescription& model) {
   return unique;
 }
 
-
-// Everything the launcher measures on this machine, with the words the provenance keeps.
-struct LocalFigures {
-  HostFacts host;
-  std::string gpu_model;
-  Bytes gpu_memory_bytes = 0;
-  std::string gpu_memory_source;
-  double peak_bf16 = 0.0, peak_fp16 = 0.0, peak_fp32 = 0.0, hbm_bandwidth = 0.0;
-  std::string peak_source, hbm_source;
-  std::vector<GemmPoint> gemm;
-  std::string gemm_source;
-  double streaming_bandwidth = 0.0;
-  std::string streaming_source;
-  // The executor's attention kernels at the model's shape (--model, GPU backend), FLOP/s on the causal work.
-  double executor_attention_forward = 0.0, executor_attention_backward = 0.0;
-  std::string executor_attention_source;
-  double pcie_bandwidth = 0.0;
-  std::string pcie_source;
-  std::optional<Bytes> cuda_context_bytes;
-  double host_copy_bandwidth = 0.0;
-  double adamw_node = 0.0, adamw_thread = 0.0;
-  int adamw_node_threads = 0;
-  std::optional<DiskRates> disk;
-  // DeepSpeed's host speed on this machine (GPU backend): the probe's figures, or why there are none.
-  std::variant<HostProbe, std::string> host_probe = std::string("the CPU backend runs no CUDA launches to time");
-};
-
 std::string gemm_label(std::int64_t m, std::int64_t k, std::int64_t n) {
   return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
 }
@@ -347,7 +308,7 @@ std::vector<GemmPoint> sweep_gemms(const Sweep& sweep, const std::optional<Model
     p.label = std::string(precision) + " GEMM " + gemm_label(n, n, n);
     p.flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
     p.seconds = seconds_of(n, n, n, false);
-    row(p.label, "", fmt("%.4g", p.flops / p.seconds / 1e12) + " TFLOP/s");
+    row(p.label, "", format_number("%.4g", p.flops / p.seconds / 1e12) + " TFLOP/s");
     points.push_back(p);
   }
   if (model) {
@@ -357,7 +318,7 @@ std::vector<GemmPoint> sweep_gemms(const Sweep& sweep, const std::optional<Model
       p.flops = 3.0 * 2.0 * static_cast<double>(model_tokens) * static_cast<double>(shape.k) * static_cast<double>(shape.n);
       p.seconds = seconds_of(model_tokens, shape.k, shape.n, true);
       p.model_shape = true;
-      row(p.label, "fwd+dgrad+wgrad", fmt("%.4g", p.flops / p.seconds / 1e12) + " TFLOP/s");
+      row(p.label, "fwd+dgrad+wgrad", format_number("%.4g", p.flops / p.seconds / 1e12) + " TFLOP/s");
       points.push_back(p);
     }
   }
@@ -367,34 +328,34 @@ std::vector<GemmPoint> sweep_gemms(const Sweep& sweep, const std::optional<Model
 void measure_host(const Sweep& sweep, const CalibrationOptions& o, LocalFigures& f) {
   f.host = host_facts();
   row("host", "", f.host.cpu_model + ", " + std::to_string(f.host.logical_cores) + " logical cores, " +
-                      fmt("%.1f", to_gib(f.host.memory_bytes)) + " GiB");
+                      format_number("%.1f", to_gib(f.host.memory_bytes)) + " GiB");
   // First, while nothing else runs: the probe times the host's launches of an idle GPU.
   if (o.backend == "cuda") {
     f.host_probe = run_host_probe();
     if (const HostProbe* probe = std::get_if<HostProbe>(&f.host_probe))
-      row("DeepSpeed host speed (host_probe.py)", "eager op", fmt("%.2f", probe->eager_op_seconds * 1e6) + " us");
+      row("DeepSpeed host speed (host_probe.py)", "eager op", format_number("%.2f", probe->eager_op_seconds * 1e6) + " us");
     else
       row("DeepSpeed host speed (host_probe.py)", "", "not measured: " + std::get<std::string>(f.host_probe));
   }
   f.host_copy_bandwidth = host_copy_bandwidth(sweep.copy_bytes, f.host.logical_cores, sweep.repeats);
   row("host memory copy (read + write)", size_label(sweep.copy_bytes),
-      fmt("%.2f", f.host_copy_bandwidth / 1e9) + " GB/s (" + std::to_string(f.host.logical_cores) + " threads)");
+      format_number("%.2f", f.host_copy_bandwidth / 1e9) + " GB/s (" + std::to_string(f.host.logical_cores) + " threads)");
   // The node's rate: one rank's optimizer with every core (default_optimizer_threads of one local rank); and one
   // thread's, which the planner scales by a rank's thread count (sim/simulator.cpp cpu_optimizer_rate).
   f.adamw_node_threads = exec::offload::default_optimizer_threads(1);
   f.adamw_node = cpu_adamw_params_per_second(sweep.adamw_parameters, f.adamw_node_threads, sweep.repeats);
   row("CPU AdamW (" + std::to_string(f.adamw_node_threads) + " threads)",
-      std::to_string(sweep.adamw_parameters) + " params", fmt("%.3f", f.adamw_node / 1e9) + " Gparam/s");
+      std::to_string(sweep.adamw_parameters) + " params", format_number("%.3f", f.adamw_node / 1e9) + " Gparam/s");
   f.adamw_thread = f.adamw_node_threads == 1 ? f.adamw_node
                                              : cpu_adamw_params_per_second(sweep.adamw_parameters, 1, sweep.repeats);
   row("CPU AdamW (1 thread)", std::to_string(sweep.adamw_parameters) + " params",
-      fmt("%.3f", f.adamw_thread / 1e9) + " Gparam/s");
+      format_number("%.3f", f.adamw_thread / 1e9) + " Gparam/s");
   if (o.nvme_path) {
     f.disk = disk_rates(*o.nvme_path, sweep.disk_bytes, sweep.repeats);
     row("disk write (O_DIRECT, io_uring)", size_label(sweep.disk_bytes),
-        fmt("%.2f", f.disk->write_bytes_per_second / 1e9) + " GB/s");
+        format_number("%.2f", f.disk->write_bytes_per_second / 1e9) + " GB/s");
     row("disk read (O_DIRECT, io_uring)", size_label(sweep.disk_bytes),
-        fmt("%.2f", f.disk->read_bytes_per_second / 1e9) + " GB/s");
+        format_number("%.2f", f.disk->read_bytes_per_second / 1e9) + " GB/s");
   } else {
     row("disk", "", "not measured (no --nvme-path)");
   }
@@ -416,7 +377,7 @@ void measure_cpu_device(const Sweep& sweep, const std::optional<ModelDescription
   for (const GemmPoint& p : f.gemm) best = std::max(best, p.flops / p.seconds);
   f.peak_bf16 = f.peak_fp16 = f.peak_fp32 = best;
   f.peak_source = "no datasheet peak for a CPU: the best fp32 GEMM rate measured here (exec::cpu::matmul_forward, "
-                  "Eigen), " + fmt("%.1f", best / 1e9) + " GFLOP/s, for every precision (the CPU backend runs fp32)";
+                  "Eigen), " + format_number("%.1f", best / 1e9) + " GFLOP/s, for every precision (the CPU backend runs fp32)";
   f.gemm_source = "the CPU backend's fp32 GEMMs (exec::cpu::matmul_forward / matmul_backward, Eigen)";
   f.hbm_bandwidth = f.streaming_bandwidth = f.host_copy_bandwidth;
   f.hbm_source = f.streaming_source = "host memory copy (memcpy by " + std::to_string(f.host.logical_cores) +
@@ -463,8 +424,8 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
   f.gpu_memory_source = "cudaMemGetInfo total on GPU 0";
   f.cuda_context_bytes = facts.context_bytes;
   row("GPU 0", "", facts.name + ", " + std::to_string(facts.multiprocessors) + " SMs, " +
-                       fmt("%.2f", to_gib(facts.total_bytes)) + " GiB, context " +
-                       fmt("%.0f", static_cast<double>(facts.context_bytes) / kMiB) + " MiB");
+                       format_number("%.2f", to_gib(facts.total_bytes)) + " GiB, context " +
+                       format_number("%.0f", static_cast<double>(facts.context_bytes) / kMiB) + " MiB");
   if (const Datasheet* d = datasheet_for(facts.name, facts.multiprocessors)) {
     f.peak_bf16 = d->bf16;
     f.peak_fp16 = d->fp16;
@@ -505,8 +466,8 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
     f.executor_attention_backward = 2.5 * causal_work / t.backward;
     const std::string label = "bf16 attention " + std::to_string(shape.batch) + "x" + std::to_string(seq) + ", " +
                               std::to_string(s.heads) + " heads of " + std::to_string(s.hidden / s.heads);
-    row(label, "forward", fmt("%.4g", f.executor_attention_forward / 1e12) + " TFLOP/s");
-    row(label, "backward", fmt("%.4g", f.executor_attention_backward / 1e12) + " TFLOP/s");
+    row(label, "forward", format_number("%.4g", f.executor_attention_forward / 1e12) + " TFLOP/s");
+    row(label, "backward", format_number("%.4g", f.executor_attention_backward / 1e12) + " TFLOP/s");
     f.executor_attention_source =
         "the executor's attention kernels (exec/cuda/attention.cu) at " + label + " (" + model->name +
         "), random q, k, v and output gradient, CUDA events, median of " + std::to_string(sweep.gemm_repeats) +
@@ -515,47 +476,18 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
   f.streaming_bandwidth = device.device_copy_bandwidth(sweep.copy_bytes, sweep.repeats);
   f.streaming_source = "device-to-device cudaMemcpyAsync of " + size_label(sweep.copy_bytes) +
                        ", bytes read + written, median of " + std::to_string(sweep.repeats);
-  row("device copy (read + write)", size_label(sweep.copy_bytes), fmt("%.1f", f.streaming_bandwidth / 1e9) + " GB/s");
+  row("device copy (read + write)", size_label(sweep.copy_bytes), format_number("%.1f", f.streaming_bandwidth / 1e9) + " GB/s");
   const exec::cuda::PinnedCopyRates pcie = device.pinned_copy_bandwidth(sweep.copy_bytes, sweep.repeats);
-  row("pinned host to device", size_label(sweep.copy_bytes), fmt("%.2f", pcie.host_to_device / 1e9) + " GB/s");
-  row("pinned device to host", size_label(sweep.copy_bytes), fmt("%.2f", pcie.device_to_host / 1e9) + " GB/s");
+  row("pinned host to device", size_label(sweep.copy_bytes), format_number("%.2f", pcie.host_to_device / 1e9) + " GB/s");
+  row("pinned device to host", size_label(sweep.copy_bytes), format_number("%.2f", pcie.device_to_host / 1e9) + " GB/s");
   // One field serves both directions (the planner times uploads and downloads with it): the slower one, so that
   // neither is promised faster than measured.
   f.pcie_bandwidth = std::min(pcie.host_to_device, pcie.device_to_host);
   f.pcie_source = "pinned cudaMemcpyAsync of " + size_label(sweep.copy_bytes) + " on GPU 0: host to device " +
-                  fmt("%.2f", pcie.host_to_device / 1e9) + " GB/s, device to host " +
-                  fmt("%.2f", pcie.device_to_host / 1e9) + " GB/s; the slower is written";
+                  format_number("%.2f", pcie.host_to_device / 1e9) + " GB/s, device to host " +
+                  format_number("%.2f", pcie.device_to_host / 1e9) + " GB/s; the slower is written";
 }
 #endif
-
-// The GEMM efficiency curve (sim/compute_time.h: efficiency of the precision's dense peak, interpolated in
-// log FLOPs). With --model the planner's GEMMs are those shapes, so the curve is the model's training passes,
-// plus the square GEMMs smaller than them (the launch-bound end); without it, the square sweep.
-nlohmann::json efficiency_curve(const LocalFigures& f) {
-  // The curve is looked up at the FLOPs of one GEMM (sim/compute_time.cpp gemm_seconds): a training pass's
-  // point is its rate (three GEMMs' FLOPs over their time) at the FLOPs of each of its GEMMs.
-  const auto one_gemm_flops = [](const GemmPoint& p) { return p.model_shape ? p.flops / 3.0 : p.flops; };
-  double smallest_model = std::numeric_limits<double>::infinity();
-  for (const GemmPoint& p : f.gemm)
-    if (p.model_shape) smallest_model = std::min(smallest_model, one_gemm_flops(p));
-  std::map<double, std::vector<double>> by_flops;
-  for (const GemmPoint& p : f.gemm) {
-    if (!p.model_shape && p.flops >= smallest_model) continue;
-    const double efficiency = p.flops / p.seconds / f.peak_bf16;
-    if (!(efficiency > 0.0) || efficiency > 1.0)
-      throw std::runtime_error("calibrate: " + p.label + " ran at " + fmt("%.1f", p.flops / p.seconds / 1e12) +
-                               " TFLOP/s, above the peak of " + fmt("%.1f", f.peak_bf16 / 1e12) + " (" + f.peak_source +
-                               "): the peak is wrong for this GPU; give --base with its own");
-    by_flops[one_gemm_flops(p)].push_back(efficiency);
-  }
-  nlohmann::json curve = nlohmann::json::array();
-  for (const auto& [flops, efficiencies] : by_flops) {
-    double sum = 0.0;
-    for (double e : efficiencies) sum += e;
-    curve.push_back({{"flops", flops}, {"efficiency", sum / static_cast<double>(efficiencies.size())}});
-  }
-  return curve;
-}
 
 // The interconnect from the ranks' points: the all-reduce busbw at the largest size as the asymptote, and the
 // per-call latency as the cluster files derive it: alpha = t(smallest S) - S factor / busbw(largest S), the least
@@ -594,15 +526,6 @@ nlohmann::json interconnect(const nlohmann::json& results, int world) {
           {"measured", std::move(measured)}};
 }
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M UTC", &tm);
-  return buffer;
-}
-
 // Writes `text` to `path`: a new file unless `force` (O_EXCL, so a file made meanwhile is not overwritten);
 // with `force`, through a temporary file renamed over it, so the old description stays whole until the new one is.
 void write_description(const std::string& path, const std::string& text, bool force) {
@@ -635,160 +558,6 @@ void write_description(const std::string& path, const std::string& text, bool fo
   }
 }
 
-nlohmann::json describe(const CalibrationOptions& o, const LocalFigures& f, const std::optional<ClusterDescription>& base,
-                        const std::optional<nlohmann::json>& ranks, int world) {
-  nlohmann::json doc = base ? cluster_to_json(*base) : nlohmann::json::object();
-  doc.erase("source");
-  doc.erase("inter_node");  // a calibration describes this one machine
-  doc.erase("intra_node");
-  for (const char* section : {"gpu", "host", "runtime"})
-    if (!doc.contains(section)) doc[section] = nlohmann::json::object();
-  nlohmann::json provenance = nlohmann::json::object();
-  provenance["calibrate"] = "zeroplan calibrate --backend " + o.backend + (o.quick ? " --quick" : "") + " on " +
-                            std::to_string(world) + " rank(s), " + utc_now() +
-                            (o.model ? ", GEMM shapes of " + *o.model : std::string());
-  if (base)
-    provenance["base"] = "fields calibrate does not measure come from cluster " + base->name + " (" + base->source +
-                         "), whose provenance was: " + base->provenance;
-  doc["name"] = o.name ? *o.name : "calibrated " + f.gpu_model + " x" + std::to_string(world);
-
-  nlohmann::json& gpu = doc["gpu"];
-  gpu["model"] = f.gpu_model;
-  gpu.erase("memory_mib");
-  gpu.erase("memory_gib");
-  gpu["memory_bytes"] = f.gpu_memory_bytes;
-  provenance["gpu.memory_bytes"] = f.gpu_memory_source;
-  gpu["peak_flops_bf16"] = f.peak_bf16;
-  gpu["peak_flops_fp16"] = f.peak_fp16;
-  gpu["peak_flops_fp32"] = f.peak_fp32;
-  provenance["gpu.peak_flops"] = f.peak_source;
-  gpu["hbm_bandwidth"] = f.hbm_bandwidth;
-  provenance["gpu.hbm_bandwidth"] = f.hbm_source;
-  gpu["gemm_efficiency"] = efficiency_curve(f);
-  provenance["gpu.gemm_efficiency"] =
-      f.gemm_source + (o.model ? "; the training passes (forward, input and weight gradient) of " + *o.model +
-                                     "'s linear layers and the square GEMMs below their size"
-                               : std::string("; square GEMMs"));
-  // measured_gemm_flops_bf16 is the large square GEMM's rate (the cluster files' 8192^3 figure): on the CPU
-  // backend it is the stand-in peak itself, which says nothing, so it is left out there.
-  double largest_square = 0.0, largest_rate = 0.0;
-  for (const GemmPoint& p : f.gemm)
-    if (!p.model_shape && p.flops > largest_square) largest_square = p.flops, largest_rate = p.flops / p.seconds;
-  if (o.backend == "cuda") {
-    gpu["measured_gemm_flops_bf16"] = largest_rate;
-    provenance["gpu.measured_gemm_flops_bf16"] = "the largest square bf16 GEMM of the sweep above";
-  } else {
-    gpu.erase("measured_gemm_flops_bf16");
-  }
-  gpu["streaming_bandwidth"] = f.streaming_bandwidth;
-  provenance["gpu.streaming_bandwidth"] = f.streaming_source;
-  if (f.executor_attention_forward > 0.0) {
-    gpu["executor_attention_forward_flops"] = f.executor_attention_forward;
-    gpu["executor_attention_backward_flops"] = f.executor_attention_backward;
-    provenance["gpu.executor_attention_flops"] = f.executor_attention_source;
-  } else {
-    gpu.erase("executor_attention_forward_flops");  // a base's figures belong to another machine
-    gpu.erase("executor_attention_backward_flops");
-  }
-  // A GPU base's fused-attention rates (PyTorch's SDPA kernels) describe its GPU, not a CPU backend rank, whose
-  // peak is its own GEMM rate (above them, they would be refused); without them attention is timed at that rate.
-  if (o.backend == "cpu" && (gpu.contains("attention_forward_flops") || gpu.contains("attention_backward_flops"))) {
-    gpu.erase("attention_forward_flops");
-    gpu.erase("attention_backward_flops");
-    provenance["gpu.attention_flops"] = "not measured on the CPU backend; --base's rates describe its GPU and are "
-                                        "left out";
-  }
-
-  doc["topology"] = {{"gpus_per_node", world}, {"nodes", 1}};
-  if (ranks) {
-    doc["intra_node"] = interconnect(*ranks, world);
-    provenance["intra_node"] = "measured by calibrate's " + std::to_string(world) + " ranks (" +
-                               ranks->at("link").get<std::string>() +
-                               "): nccl-tests' busbw (doc/PERFORMANCE.md) per collective and size, in place, the "
-                               "slowest rank's time; bus_bandwidth: all-reduce at the largest size; latency_seconds: "
-                               "t(smallest) - S x factor / busbw(largest), the least over the collectives";
-  } else {
-    provenance["intra_node"] = "not measured: one GPU, no collectives";
-  }
-
-  nlohmann::json& host = doc["host"];
-  host.erase("memory_mib");
-  host.erase("memory_gib");
-  host["memory_bytes"] = f.host.memory_bytes;
-  host["cores"] = f.host.logical_cores;
-  provenance["host"] = f.host.cpu_model + ": memory a run can use (/proc/meminfo MemAvailable at calibration; " +
-                       std::to_string(f.host.physical_memory_bytes) +
-                       " bytes physical, sysconf) and logical cores (hardware_concurrency)";
-  host["pcie_bandwidth"] = f.pcie_bandwidth;
-  provenance["host.pcie_bandwidth"] = f.pcie_source;
-  // The node's rate is at least one thread's (a single-core host measures the same thing twice).
-  host["cpu_optimizer_params_per_second"] = std::max(f.adamw_node, f.adamw_thread);
-  host["cpu_adam_params_per_second_per_thread"] = f.adamw_thread;
-  provenance["host.cpu_optimizer"] = "exec::offload::CpuAdamw (" +
-                                     std::string(exec::offload::cpu_isa_name(exec::offload::detect_cpu_isa())) +
-                                     ") over fp32 parameters, gradients and moments with the bf16 copy written, " +
-                                     std::to_string(f.adamw_node_threads) + " threads for the node, 1 for the per-thread rate";
-  if (const HostProbe* probe = std::get_if<HostProbe>(&f.host_probe)) {
-    host["probed_eager_op_seconds"] = probe->eager_op_seconds;
-    provenance["host.probed_eager_op_seconds"] =
-        fmt("%.3f", probe->eager_op_seconds * 1e6) + " us per small eager CUDA operation (x.add_ on 256 floats, " +
-        "median of 5 x 20,000; a small Python call " + fmt("%.3f", probe->python_call_seconds * 1e6) + " us): " +
-        probe->command + " on GPU 0 before the other measurements; DeepSpeed's stage-3 per-call host costs are " +
-        "scaled by it over host.eager_op_seconds" +
-        (host.contains("eager_op_seconds") && host["eager_op_seconds"].get<double>() > 0.0
-             ? " (" + fmt("%.3f", host["eager_op_seconds"].get<double>() * 1e6) + " us, the host they were measured on)"
-             : std::string(", which this description does not give: nothing is scaled until it does"));
-  } else {
-    host.erase("probed_eager_op_seconds");  // a base's figure belongs to another machine
-    provenance["host.probed_eager_op_seconds"] = "not measured: " + std::get<std::string>(f.host_probe) +
-                                                 "; plans time DeepSpeed's host costs for host.eager_op_seconds' host";
-  }
-  provenance["host.memory_copy"] = "host memory copy " + fmt("%.2f", f.host_copy_bandwidth / 1e9) +
-                                   " GB/s (read + write, " + std::to_string(f.host.logical_cores) + " threads)";
-
-  if (f.disk) {
-    doc["nvme"] = {{"capacity_bytes", f.disk->available_bytes},
-                   {"read_bandwidth", f.disk->read_bytes_per_second},
-                   {"write_bandwidth", f.disk->write_bytes_per_second}};
-    provenance["nvme"] = "measured under " + *o.nvme_path + " through exec::offload::NvmeStore (O_DIRECT, io_uring, " +
-                         std::to_string(f.disk->block_bytes) + "-byte blocks, " +
-                         std::to_string(f.disk->queue_depth) + " in flight); capacity: the free space there";
-  } else if (!base) {
-    doc.erase("nvme");
-    provenance["nvme"] = "not measured (no --nvme-path)";
-  } else {
-    provenance["nvme"] = "not measured (no --nvme-path): --base's";
-  }
-
-  nlohmann::json& runtime = doc["runtime"];
-  if (o.backend == "cpu") {
-    runtime = nlohmann::json::object();
-    if (base) runtime["allocator_fragmentation_of_activations"] = base->runtime.allocator_reserve_fraction;
-    runtime["cuda_context_bytes"] = 0;
-    runtime["cublas_workspace_bytes"] = 0;
-    runtime["nccl_buffer_bytes"] = 0;
-    provenance["runtime"] = "the CPU backend has no CUDA context, cuBLAS workspace or NCCL buffers";
-  } else {
-    for (const char* key : {"cuda_context_mib", "nccl_buffer_mib"}) runtime.erase(key);
-    runtime["cuda_context_bytes"] = *f.cuda_context_bytes;
-    provenance["runtime.cuda_context_bytes"] = "cudaMemGetInfo total - free on GPU 0 after cudaFree(0), before any allocation";
-    if (ranks && ranks->contains("nccl_buffer_bytes")) {
-      runtime["nccl_buffer_bytes"] = ranks->at("nccl_buffer_bytes").get<Bytes>();
-      provenance["runtime.nccl_buffer_bytes"] = "rank 0's free device memory before the NCCL communicator against "
-                                                "after every collective ran at every size";
-    }
-    if (ranks && ranks->contains("nccl_host_bytes")) {
-      runtime.erase("nccl_host_mib");
-      runtime["nccl_host_bytes"] = ranks->at("nccl_host_bytes").get<Bytes>();
-      provenance["runtime.nccl_host_bytes"] = "rank 0's resident set (VmRSS) before the NCCL communicator against "
-                                              "after every collective ran at every size";
-    }
-  }
-  if (runtime.empty()) doc.erase("runtime");
-  doc["provenance"] = std::move(provenance);
-  return doc;
-}
-
 void check_options(const CalibrationOptions& o) {
   if (o.backend != "cuda" && o.backend != "cpu")
     throw InputError(kCli, "--backend", "expected cuda or cpu, got \"" + o.backend + "\"");
@@ -796,8 +565,8 @@ void check_options(const CalibrationOptions& o) {
   if (o.name && o.name->empty()) throw InputError(kCli, "--name", "expected a non-empty name");
   if (!(o.collective_timeout_s >= exec::kMinCollectiveTimeoutS && o.collective_timeout_s <= exec::kMaxCollectiveTimeoutS))
     throw InputError(kCli, "--collective-timeout",
-                     "expected seconds in [" + fmt("%g", exec::kMinCollectiveTimeoutS) + ", " +
-                         fmt("%g", exec::kMaxCollectiveTimeoutS) + "], got " + fmt("%g", o.collective_timeout_s));
+                     "expected seconds in [" + format_number("%g", exec::kMinCollectiveTimeoutS) + ", " +
+                         format_number("%g", exec::kMaxCollectiveTimeoutS) + "], got " + format_number("%g", o.collective_timeout_s));
   if (o.out.empty()) throw InputError(kCli, "--out", "expected a file name");
   const std::filesystem::path out(o.out);
   std::error_code error;
@@ -886,8 +655,11 @@ int calibrate_here(const CalibrationOptions& o) {
     row("collectives", "", "not measured: one " + std::string(cpu ? "rank" : "GPU"));
   }
 
+  std::optional<nlohmann::json> intra_node;
+  if (ranks) intra_node = interconnect(*ranks, world);
   // Through the loader: it validates every field and fills (and says in the provenance) what nothing gave.
-  const ClusterDescription cluster = cluster_from_json(describe(o, figures, base, ranks, world), o.out);
+  const ClusterDescription cluster =
+      cluster_from_json(describe_calibration(o, figures, base, ranks, intra_node, world), o.out);
   write_description(o.out, cluster_to_json(cluster).dump(2) + "\n", o.force);
   load_cluster(o.out);  // what plan --cluster will read
   std::printf("wrote %s (%s)\n", o.out.c_str(), cluster.name.c_str());
