@@ -11,6 +11,7 @@
 #include "core/input_error.h"
 #include "core/number_checks.h"
 #include "core/units.h"
+#include "sim/host_bound_note.h"
 #include "sim/plan_json.h"
 #include "sim/recommender.h"
 #include "sim/simulation_json.h"
@@ -121,6 +122,16 @@ int run_recommend(const RecommendCommandOptions& options) {
   }
   std::cout << "MFU: " << result.plans.front().simulation.flop_convention << ", against the "
             << result.plans.front().simulation.peak_name << " peak.\n";
+  // The ranked stage-3 plans whose step DeepSpeed's Python sets: for which host they are timed.
+  std::vector<PlanChoice> choices;
+  std::vector<const StepSimulation*> steps;
+  for (const Recommendation& r : result.plans) {
+    choices.push_back(r.choice);
+    steps.push_back(&r.simulation);
+  }
+  if (const std::optional<std::string> note =
+          host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
+    std::cout << *note << '\n';
   return status;
 }
 

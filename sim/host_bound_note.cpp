@@ -11,7 +11,7 @@ std::optional<std::string> host_bound_note(const ClusterDescription& cluster, co
                                            const std::vector<const StepSimulation*>& steps,
                                            const std::string& host_op_input) {
   if (training.engine != TrainingEngine::deepspeed) return std::nullopt;
-  std::string plans;
+  std::vector<std::string> bound;  // each plan once: recommend ranks one at several batches and GPU counts
   double smallest = 1.0, largest = 0.0;
   for (std::size_t i = 0; i < choices.size() && i < steps.size(); ++i) {
     // Stage 3 only: its host costs are the ones --host-op-seconds scales (sim/simulator.cpp says why).
@@ -19,10 +19,13 @@ std::optional<std::string> host_bound_note(const ClusterDescription& cluster, co
     const double share =
         steps[i]->busy_seconds[static_cast<std::size_t>(Resource::host_python)] / steps[i]->step_seconds;
     if (!(share >= 1.0 / 3.0)) continue;
-    plans += (plans.empty() ? "" : ", ") + choices[i].label();
     smallest = std::min(smallest, share);
     largest = std::max(largest, share);
+    const std::string label = choices[i].label();
+    if (std::find(bound.begin(), bound.end(), label) == bound.end()) bound.push_back(label);
   }
+  std::string plans;
+  for (const std::string& label : bound) plans += (plans.empty() ? "" : ", ") + label;
   if (plans.empty()) return std::nullopt;
   char share[32];
   if (std::lround(100.0 * smallest) == std::lround(100.0 * largest))

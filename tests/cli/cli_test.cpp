@@ -415,6 +415,11 @@ TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
   EXPECT_NE(table.output.find("timed for the host given by --host-op-seconds (11.40 us"), std::string::npos);
   EXPECT_EQ(run("plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --engine zeroplan").output.find("host-bound"),
             std::string::npos);
+  // recommend says it under its ranking, naming each plan once (it ranks one plan at several batches).
+  const CommandResult ranked =
+      run("recommend --model gpt2-1.5b --cluster h200x2 --gpus 2 --micro-batch 8 --seq 1024 --stage 3");
+  EXPECT_NE(ranked.output.find("of the step of stage 3, which is timed for a host whose probe reads 6.90 us"),
+            std::string::npos) << ranked.output;
 
   // A cluster that zeroplan calibrate probed (host.probed_eager_op_seconds) is timed for its own host, as the flag
   // would time it; the flag still wins.
