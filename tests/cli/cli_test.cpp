@@ -438,8 +438,8 @@ TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
   EXPECT_NE(probed_table.output.find("timed for the host zeroplan calibrate probed for h200x2-probed (11.40 us"),
             std::string::npos) << probed_table.output;
 
-  expect_one_line_error(run("plan --model gpt2-124m --cluster h100x1 --host-op-seconds 7e-6"),
-                        {"--host-op-seconds", "h100x1", "host.eager_op_seconds"});
+  expect_one_line_error(run("plan --model gpt2-124m --cluster h200x1 --host-op-seconds 7e-6"),
+                        {"--host-op-seconds", "h200x1", "host.eager_op_seconds"});
   for (const char* bad : {"0", "-7e-6", "7", "1e-9"})
     expect_one_line_error(run(std::string("plan --model gpt2-124m --cluster h200x2 --host-op-seconds ") + bad),
                           {"--host-op-seconds"});

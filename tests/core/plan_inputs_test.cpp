@@ -179,8 +179,8 @@ TEST(PlanInputs, HostSpeedNeedsAMeasuredHostAndDeepSpeedsEngine) {
     expect_input_error([&] { resolve_plan_inputs(in, gui); }, {"GUI input", "host speed", "between 1e-7 and 1e-3"});
   }
   in.host_op_seconds = 7e-6;
-  in.cluster = "h100x1";
-  expect_input_error([&] { resolve_plan_inputs(in); }, {"--host-op-seconds", "h100x1", "host.eager_op_seconds"});
+  in.cluster = "h200x1";
+  expect_input_error([&] { resolve_plan_inputs(in); }, {"--host-op-seconds", "h200x1", "host.eager_op_seconds"});
 
   in.cluster = "h200x2";
   in.engine = TrainingEngine::zeroplan;
