@@ -149,6 +149,7 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "torch_cpu_adamw_params_per_second",
                                             "deepspeed_module_hook_seconds",
                                             "eager_op_seconds",
+                                            "multi_rank_eager_op_seconds",
                                             "probed_eager_op_seconds",
                                             "eager_forward_module_seconds",
                                             "eager_backward_module_seconds",
@@ -439,6 +440,7 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
       host.non_negative_number_or("deepspeed_offload_gradient_hook_seconds", 0.0);
   cluster.deepspeed_tensor_op_seconds = host.non_negative_number_or("deepspeed_tensor_op_seconds", 0.0);
   cluster.eager_op_seconds = host.non_negative_number_or("eager_op_seconds", 0.0);
+  cluster.multi_rank_eager_op_seconds = host.non_negative_number_or("multi_rank_eager_op_seconds", 0.0);
   cluster.probed_eager_op_seconds = host.non_negative_number_or("probed_eager_op_seconds", 0.0);
   if (!host.has("eager_forward_module_seconds") || !host.has("eager_backward_module_seconds"))
     note("host.eager_forward_module_seconds / eager_backward_module_seconds: not given; eager PyTorch's dispatch of "
@@ -566,6 +568,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"torch_cpu_adamw_params_per_second", cluster.torch_cpu_adamw_params_per_second},
         {"deepspeed_module_hook_seconds", cluster.deepspeed_module_hook_seconds},
         {"eager_op_seconds", cluster.eager_op_seconds},
+        {"multi_rank_eager_op_seconds", cluster.multi_rank_eager_op_seconds},
         {"probed_eager_op_seconds", cluster.probed_eager_op_seconds},
         {"eager_forward_module_seconds", cluster.eager_forward_module_seconds},
         {"eager_backward_module_seconds", cluster.eager_backward_module_seconds},

@@ -198,13 +198,18 @@ struct ClusterDescription {
   // stage_1_and_2.py has_overflow_partitioned_grads_serial and get_grad_norm_direct). 0: not given (the GPU's
   // kernel launches bound those loops).
   double deepspeed_tensor_op_seconds = 0.0;
-  // The speed of the host whose Python the DeepSpeed per-call costs above were measured on: seconds per small eager
-  // CUDA operation issued back to back (x.add_ on 256 floats), bench/deepspeed/ds_peer.py host_probe. Machines of
+  // The speed of the host whose Python the DeepSpeed per-call costs above hold on at one rank: seconds per small
+  // eager CUDA operation issued back to back (x.add_ on 256 floats), bench/deepspeed/host_probe.py. Machines of
   // one kind differ here by half and more, and DeepSpeed's stage-3 steps with them; a plan for another host
   // (TrainingConfig::host_eager_op_seconds) scales stage 3's per-call costs above (module_hook,
   // forward_module_function, stage3_gradient_hook, stage3_offload_gradient_hook, linear_forward, linear_backward,
   // step_tensor) by the ratio, the ones seen to follow it (sim/simulator.cpp says where). 0: not given.
   double eager_op_seconds = 0.0;
+  // The same at more than one rank. DeepSpeed's stage-3 hooks cost the host more per call where there are peers
+  // (each fetch, release and gradient hook issues collectives; a two-rank profile's calls took 1.3-1.9x the
+  // one-rank ones'), so the costs above hold on a host whose probe reads less: on h200x2, 6.895 us from two-rank
+  // rows against 8.6 us from one-rank rows. 0: not given (the costs are not scaled at more than one rank).
+  double multi_rank_eager_op_seconds = 0.0;
   // This cluster's own training host on the same probe, where `zeroplan calibrate` measured it (the machine it ran
   // on; run/host_probe.h): the host plans are timed for unless TrainingConfig::host_eager_op_seconds names
   // another. 0: not measured (the host of eager_op_seconds).
@@ -225,6 +230,11 @@ struct ClusterDescription {
   RuntimeOverhead runtime;
 
   int total_gpus() const { return gpus_per_node * nodes; }
+  // The probe reading of the host on which the stage-3 per-call costs hold at this cluster's world size:
+  // eager_op_seconds on one GPU, multi_rank_eager_op_seconds on more (0: not given).
+  double cost_host_eager_op_seconds() const {
+    return total_gpus() > 1 ? multi_rank_eager_op_seconds : eager_op_seconds;
+  }
   double peak_flops(const std::string& precision) const;  // "bf16" | "fp16" | "fp32"
 };
 

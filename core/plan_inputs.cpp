@@ -200,16 +200,20 @@ ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputName
     training.notes.push_back(names.host_op_seconds + " ignored: it scales DeepSpeed's host costs, and the engine "
                              "planned is " + to_string(training.engine) + "'s, which has none");
   } else if (in.host_op_seconds) {
-    if (!(out.cluster.eager_op_seconds > 0.0)) {
+    const bool several = out.cluster.total_gpus() > 1;
+    const std::string field = several ? "host.multi_rank_eager_op_seconds" : "host.eager_op_seconds";
+    const double reference = out.cluster.cost_host_eager_op_seconds();
+    if (!(reference > 0.0)) {
       throw InputError(source, names.host_op_seconds,
-                       "cluster " + out.cluster.name + " gives no host.eager_op_seconds (the host its DeepSpeed "
-                       "costs were measured on) to scale from; expected a cluster description that has it");
+                       "cluster " + out.cluster.name + " gives no " + field + " (the host its DeepSpeed costs hold on " +
+                           (several ? "at more than one rank" : "at one rank") +
+                           ") to scale from; expected a cluster description that has it");
     }
     training.host_eager_op_seconds = *in.host_op_seconds;
     char ratio[32];
-    std::snprintf(ratio, sizeof ratio, "%.2f", *in.host_op_seconds / out.cluster.eager_op_seconds);
+    std::snprintf(ratio, sizeof ratio, "%.2f", *in.host_op_seconds / reference);
     training.notes.push_back(std::string("DeepSpeed's stage-3 per-call host costs x ") + ratio + " (" +
-                             names.host_op_seconds + " against the cluster's host.eager_op_seconds)");
+                             names.host_op_seconds + " against the cluster's " + field + ")");
   }
   return out;
 }

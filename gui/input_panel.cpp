@@ -112,7 +112,7 @@ InputPanel::InputPanel(QWidget* parent) : QWidget(parent) {
   host_speed_box_->setSpecialValueText(tr("the cluster's host"));
   host_speed_box_->setToolTip(tr("DeepSpeed engine: the training host's time per small eager CUDA operation, as "
                                  "python3 bench/deepspeed/host_probe.py measures it. Stage 3's per-call host costs "
-                                 "are scaled from the cluster's host.eager_op_seconds (zeroplan plan "
+                                 "are scaled from the host the cluster's costs hold on (zeroplan plan "
                                  "--host-op-seconds)"));
 
   auto* model_group = new QGroupBox(tr("Model and cluster"), this);
@@ -302,20 +302,21 @@ void InputPanel::showResolved(const Comparison& comparison) {
   checkpointing_box_->setCurrentIndex(checkpointing_box_->findData(static_cast<int>(training.checkpointing)));
   engine_box_->setCurrentIndex(engine_box_->findData(static_cast<int>(training.engine)));
   // Only DeepSpeed's engine has host costs to scale, and only from a cluster that names their host.
-  const bool scalable = training.engine == TrainingEngine::deepspeed && comparison.cluster.eager_op_seconds > 0.0;
+  const double reference = comparison.cluster.cost_host_eager_op_seconds();  // at this world size
+  const bool scalable = training.engine == TrainingEngine::deepspeed && reference > 0.0;
   host_speed_box_->setEnabled(scalable);
   host_speed_box_->setValue(scalable ? training.host_eager_op_seconds * 1e6 : 0.0);
   host_speed_box_->setToolTip(
       scalable ? tr("DeepSpeed engine: the training host's time per small eager CUDA operation, as python3 "
-                    "bench/deepspeed/host_probe.py measures it; %1's costs were measured on a host that reads %2 us. "
+                    "bench/deepspeed/host_probe.py measures it; %1's costs hold on a host that reads %2 us at this GPU count. "
                     "Stage 3's per-call host costs are scaled by the ratio (zeroplan plan --host-op-seconds)")
                      .arg(QString::fromStdString(comparison.cluster.name).toHtmlEscaped())
-                     .arg(comparison.cluster.eager_op_seconds * 1e6, 0, 'f', 2)
+                     .arg(reference * 1e6, 0, 'f', 2)
                : training.engine != TrainingEngine::deepspeed
                      ? tr("Only DeepSpeed's engine is timed with host costs; the zeroplan executor and the ideal "
                           "engine have none to scale")
-                     : tr("Cluster %1 names no host.eager_op_seconds (the host its DeepSpeed costs were measured "
-                          "on), so there is nothing to scale from")
+                     : tr("Cluster %1 names no host its DeepSpeed costs hold on at this GPU count "
+                          "(host.eager_op_seconds, multi_rank_eager_op_seconds), so there is nothing to scale from")
                            .arg(QString::fromStdString(comparison.cluster.name).toHtmlEscaped()));
 
   // What the inputs resolved to, and everything that was assumed or resolved on the way (never silent).

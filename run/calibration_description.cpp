@@ -154,20 +154,23 @@ nlohmann::json describe_calibration(const CalibrationOptions& o, const LocalFigu
                                      std::string(exec::offload::cpu_isa_name(exec::offload::detect_cpu_isa())) +
                                      ") over fp32 parameters, gradients and moments with the bf16 copy written, " +
                                      std::to_string(f.adamw_node_threads) + " threads for the node, 1 for the per-thread rate";
+  // The costs hold on the host of host.eager_op_seconds at one rank, of multi_rank_eager_op_seconds at more.
+  const char* reference_field = world > 1 ? "multi_rank_eager_op_seconds" : "eager_op_seconds";
+  const double reference = host.contains(reference_field) ? host[reference_field].get<double>() : 0.0;
   if (const HostProbe* probe = std::get_if<HostProbe>(&f.host_probe)) {
     host["probed_eager_op_seconds"] = probe->eager_op_seconds;
     provenance["host.probed_eager_op_seconds"] =
         format_number("%.3f", probe->eager_op_seconds * 1e6) + " us per small eager CUDA operation (x.add_ on 256 floats, " +
         "median of 5 x 20,000; a small Python call " + format_number("%.3f", probe->python_call_seconds * 1e6) + " us): " +
         probe->command + " on GPU 0 before the other measurements; DeepSpeed's stage-3 per-call host costs are " +
-        "scaled by it over host.eager_op_seconds" +
-        (host.contains("eager_op_seconds") && host["eager_op_seconds"].get<double>() > 0.0
-             ? " (" + format_number("%.3f", host["eager_op_seconds"].get<double>() * 1e6) + " us, the host they were measured on)"
-             : std::string(", which this description does not give: nothing is scaled until it does"));
+        "scaled by it over host." + reference_field +
+        (reference > 0.0 ? " (" + format_number("%.3f", reference * 1e6) + " us, the host they hold on)"
+                         : std::string(", which this description does not give: nothing is scaled until it does"));
   } else {
     host.erase("probed_eager_op_seconds");  // a base's figure belongs to another machine
     provenance["host.probed_eager_op_seconds"] = "not measured: " + std::get<std::string>(f.host_probe) +
-                                                 "; plans time DeepSpeed's host costs for host.eager_op_seconds' host";
+                                                 "; plans time DeepSpeed's host costs for host." + reference_field +
+                                                 "'s host";
   }
   provenance["host.memory_copy"] = "host memory copy " + format_number("%.2f", f.host_copy_bandwidth / 1e9) +
                                    " GB/s (read + write, " + std::to_string(f.host.logical_cores) + " threads)";

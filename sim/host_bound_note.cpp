@@ -34,7 +34,8 @@ std::optional<std::string> host_bound_note(const ClusterDescription& cluster, co
     std::snprintf(share, sizeof share, "%.0f-%.0f%%", 100.0 * smallest, 100.0 * largest);
   std::string note = "host-bound: DeepSpeed's Python is busy for " + std::string(share) + " of the step of " + plans +
                      ", which is timed for ";
-  const double reference = cluster.eager_op_seconds;
+  const double reference = cluster.cost_host_eager_op_seconds();
+  const std::string field = cluster.total_gpus() > 1 ? "host.multi_rank_eager_op_seconds" : "host.eager_op_seconds";
   const double own = training.host_eager_op_seconds;
   char figure[32];
   if (own > 0.0) {
@@ -47,13 +48,13 @@ std::optional<std::string> host_bound_note(const ClusterDescription& cluster, co
            "host.probed_eager_op_seconds); " + host_op_input + " times another";
   }
   if (!(reference > 0.0))
-    return note + "the host " + cluster.name + "'s per-call costs were measured on (the cluster names no "
-                  "host.eager_op_seconds to time another host from)";
+    return note + "the host " + cluster.name + "'s per-call costs hold on (the cluster names no " + field +
+                  " to time another host from)";
   std::snprintf(figure, sizeof figure, "%.2f us", reference * 1e6);
   // The spread: ds_peer.py's probe on nvidia-h200-x2 machines, 2026-11-27 (docs/planner-vs-deepspeed.md, "The host's
   // speed").
-  return note + "a host whose probe reads " + figure + " per eager operation (" + cluster.name +
-         " host.eager_op_seconds); machines of one kind differ (5.3-11.9 us measured on H200 hosts, steps up to 2.3x "
+  return note + "a host whose probe reads " + figure + " per eager operation (" + cluster.name + " " + field +
+         "); machines of one kind differ (5.3-11.9 us measured on H200 hosts, steps up to 2.3x "
          "apart): run python3 bench/deepspeed/host_probe.py on yours and give its figure as " + host_op_input;
 }
 

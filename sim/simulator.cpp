@@ -141,8 +141,9 @@ std::int64_t linear_calls(const ModelDescription& model, std::size_t layer_index
 double host_speed_factor(const ClusterDescription& cluster, const TrainingConfig& training) {
   const double host = training.host_eager_op_seconds > 0.0 ? training.host_eager_op_seconds
                                                             : cluster.probed_eager_op_seconds;
-  if (!(host > 0.0) || !(cluster.eager_op_seconds > 0.0)) return 1.0;
-  return host / cluster.eager_op_seconds;
+  const double reference = cluster.cost_host_eager_op_seconds();
+  if (!(host > 0.0) || !(reference > 0.0)) return 1.0;
+  return host / reference;
 }
 
 double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfig& training, int ranks_in_node) {

@@ -118,8 +118,8 @@ double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfi
 
 // How much slower (above 1) or faster the training host runs DeepSpeed's Python than the host the cluster's stage-3
 // per-call costs were measured on: training.host_eager_op_seconds (else the cluster's host.probed_eager_op_seconds,
-// its own host as zeroplan calibrate probed it) over the cluster's host.eager_op_seconds, all bench/deepspeed/
-// host_probe.py's figure; 1 where either side is not given.
+// its own host as zeroplan calibrate probed it) over the cluster's host.eager_op_seconds (one GPU) or
+// multi_rank_eager_op_seconds (more), all bench/deepspeed/host_probe.py's figure; 1 where either side is not given.
 double host_speed_factor(const ClusterDescription& cluster, const TrainingConfig& training);
 
 // Simulates one optimizer step of `choice` (applied to `training`) on `cluster` (all its GPUs are the

@@ -438,8 +438,17 @@ TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
   EXPECT_NE(probed_table.output.find("timed for the host zeroplan calibrate probed for h200x2-probed (11.40 us"),
             std::string::npos) << probed_table.output;
 
-  expect_one_line_error(run("plan --model gpt2-124m --cluster h200x1 --host-op-seconds 7e-6"),
-                        {"--host-op-seconds", "h200x1", "host.eager_op_seconds"});
+  expect_one_line_error(run("plan --model gpt2-124m --cluster h200x4 --host-op-seconds 7e-6"),
+                        {"--host-op-seconds", "h200x4", "host.multi_rank_eager_op_seconds"});
+  // The costs hold on one host at one rank and on another at several (the hooks issue collectives where there
+  // are peers): each world size is scaled from its own, so each reference reproduces the unscaled step.
+  for (const auto& [gpus, reference] : {std::pair{"1", "8.7e-6"}, std::pair{"2", "6.895e-6"}}) {
+    const std::string one = std::string("plan --model gpt2-1.5b --cluster h200x2 --stage 3 --micro-batch 8 --seq 1024 "
+                                        "--format json --gpus ") + gpus;
+    EXPECT_DOUBLE_EQ(first_plan(run(one)).at("step_seconds").get<double>(),
+                     first_plan(run(one + " --host-op-seconds " + reference)).at("step_seconds").get<double>())
+        << gpus;
+  }
   for (const char* bad : {"0", "-7e-6", "7", "1e-9"})
     expect_one_line_error(run(std::string("plan --model gpt2-124m --cluster h200x2 --host-op-seconds ") + bad),
                           {"--host-op-seconds"});

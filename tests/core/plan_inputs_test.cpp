@@ -169,7 +169,13 @@ TEST(PlanInputs, HostSpeedNeedsAMeasuredHostAndDeepSpeedsEngine) {
   in.host_op_seconds = 1.4e-5;
   const ResolvedPlanInputs resolved = resolve_plan_inputs(in);
   EXPECT_DOUBLE_EQ(resolved.training.host_eager_op_seconds, 1.4e-5);
-  EXPECT_TRUE(any_contains(resolved.training.notes, "--host-op-seconds against the cluster's host.eager_op_seconds"));
+  // h200x2's two GPUs: the host its costs hold on at more than one rank; on one GPU, the one-rank host.
+  EXPECT_TRUE(any_contains(resolved.training.notes,
+                           "x 2.03 (--host-op-seconds against the cluster's host.multi_rank_eager_op_seconds)"));
+  in.gpus = 1;
+  EXPECT_TRUE(any_contains(resolve_plan_inputs(in).training.notes,
+                           "x 1.61 (--host-op-seconds against the cluster's host.eager_op_seconds)"));
+  in.gpus.reset();
 
   PlanInputNames gui;
   gui.source = "GUI input";
@@ -179,8 +185,9 @@ TEST(PlanInputs, HostSpeedNeedsAMeasuredHostAndDeepSpeedsEngine) {
     expect_input_error([&] { resolve_plan_inputs(in, gui); }, {"GUI input", "host speed", "between 1e-7 and 1e-3"});
   }
   in.host_op_seconds = 7e-6;
-  in.cluster = "h200x1";
-  expect_input_error([&] { resolve_plan_inputs(in); }, {"--host-op-seconds", "h200x1", "host.eager_op_seconds"});
+  in.cluster = "h200x4";
+  expect_input_error([&] { resolve_plan_inputs(in); },
+                     {"--host-op-seconds", "h200x4", "host.multi_rank_eager_op_seconds"});
 
   in.cluster = "h200x2";
   in.engine = TrainingEngine::zeroplan;

@@ -170,7 +170,7 @@ class MainWindowTest : public QObject {
     QVERIFY(errors_.isEmpty());
     QVERIFY(panel->hostSpeedBox()->isEnabled());
     QCOMPARE(panel->hostSpeedBox()->value(), 0.0);  // the cluster's own host
-    QVERIFY2(panel->summaryLabel()->text().contains("h200x2 host.eager_op_seconds"),
+    QVERIFY2(panel->summaryLabel()->text().contains("h200x2 host.multi_rank_eager_op_seconds"),
              qPrintable(panel->summaryLabel()->text()));
     const Comparison own = *window_->comparison();
     const SimulatedPlans own_times = window_->simulated();
@@ -214,7 +214,7 @@ class MainWindowTest : public QObject {
 
     // A cluster that names no measured host has nothing to scale from.
     panel->engineBox()->setCurrentIndex(panel->engineBox()->findData(static_cast<int>(TrainingEngine::deepspeed)));
-    panel->clusterBox()->setCurrentIndex(panel->clusterBox()->findData(QString("h200x1")));
+    panel->clusterBox()->setCurrentIndex(panel->clusterBox()->findData(QString("h200x4")));
     QVERIFY(!panel->hostSpeedBox()->isEnabled());
     QCOMPARE(errors_.size(), 1);
   }
