@@ -385,7 +385,8 @@ int run_plan(const PlanCommandOptions& options) {
       choices.push_back(plans[i].choice);
       steps.push_back(times[i] ? &*times[i] : nullptr);
     }
-    if (const std::optional<std::string> note = host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
+    if (const std::optional<std::string> note =
+            host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
       std::cout << "  " << *note << '\n';
   }
 

@@ -1,5 +1,7 @@
 #include "cli/recommend_command.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -122,16 +124,24 @@ int run_recommend(const RecommendCommandOptions& options) {
   }
   std::cout << "MFU: " << result.plans.front().simulation.flop_convention << ", against the "
             << result.plans.front().simulation.peak_name << " peak.\n";
-  // The ranked stage-3 plans whose step DeepSpeed's Python sets: for which host they are timed.
-  std::vector<PlanChoice> choices;
-  std::vector<const StepSimulation*> steps;
-  for (const Recommendation& r : result.plans) {
-    choices.push_back(r.choice);
-    steps.push_back(&r.simulation);
+  // The ranked stage-3 plans whose step DeepSpeed's Python sets: for which host they are timed, per GPU count (the
+  // costs hold on another host at one rank than at several: ClusterDescription::cost_host_eager_op_seconds).
+  std::vector<int> gpu_counts;
+  for (const Recommendation& r : result.plans)
+    if (std::find(gpu_counts.begin(), gpu_counts.end(), r.gpus) == gpu_counts.end()) gpu_counts.push_back(r.gpus);
+  for (int gpus : gpu_counts) {
+    std::vector<PlanChoice> choices;
+    std::vector<const StepSimulation*> steps;
+    for (const Recommendation& r : result.plans) {
+      if (r.gpus != gpus) continue;
+      choices.push_back(r.choice);
+      steps.push_back(&r.simulation);
+    }
+    if (const std::optional<std::string> note = host_bound_note(with_gpu_count(inputs.cluster, gpus), inputs.training,
+                                                                choices, steps, "--host-op-seconds"))
+      std::cout << (gpu_counts.size() > 1 ? "on " + std::to_string(gpus) + " GPU(s), " : std::string()) << *note
+                << '\n';
   }
-  if (const std::optional<std::string> note =
-          host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
-    std::cout << *note << '\n';
   return status;
 }
 

@@ -195,7 +195,8 @@ int run_simulate(const SimulateCommandOptions& options) {
       choices.push_back(plan.choice);
       steps.push_back(&plan.simulation);
     }
-    if (const std::optional<std::string> note = host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
+    if (const std::optional<std::string> note =
+            host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
       std::cout << *note << '\n';
   }
   if (plans.size() == 1) {

@@ -208,7 +208,7 @@ struct ClusterDescription {
   // The same at more than one rank. DeepSpeed's stage-3 hooks cost the host more per call where there are peers
   // (each fetch, release and gradient hook issues collectives; a two-rank profile's calls took 1.3-1.9x the
   // one-rank ones'), so the costs above hold on a host whose probe reads less: on h200x2, 6.895 us from two-rank
-  // rows against 8.6 us from one-rank rows. 0: not given (the costs are not scaled at more than one rank).
+  // rows against 8.7 us from one-rank rows. 0: not given (the costs are not scaled at more than one rank).
   double multi_rank_eager_op_seconds = 0.0;
   // This cluster's own training host on the same probe, where `zeroplan calibrate` measured it (the machine it ran
   // on; run/host_probe.h): the host plans are timed for unless TrainingConfig::host_eager_op_seconds names

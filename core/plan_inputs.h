@@ -33,7 +33,8 @@ struct PlanInputs {
   std::optional<OffloadDevice> offload_optimizer;
   std::optional<OffloadDevice> offload_param;
   // The training host's seconds per small eager CUDA operation (bench/deepspeed/host_probe.py): DeepSpeed's
-  // stage-3 per-call host costs are scaled from the cluster's host.eager_op_seconds (sim/simulator.h).
+  // stage-3 per-call host costs are scaled from the host they hold on at the plan's GPU count
+  // (ClusterDescription::cost_host_eager_op_seconds, sim/simulator.h host_speed_factor).
   std::optional<double> host_op_seconds;
 
   bool operator==(const PlanInputs&) const = default;
