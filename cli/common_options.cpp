@@ -62,8 +62,8 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
   command.add_option("--host-op-seconds", options.host_op_seconds,
                      "DeepSpeed engine: the training host's seconds per small eager CUDA operation, as "
                      "bench/deepspeed/host_probe.py measures it; stage 3's per-call host costs are scaled from the "
-                     "host the cluster's costs hold on (host.eager_op_seconds on one GPU, multi_rank_eager_op_seconds on more; "
-                     "default: the cluster's own host)")
+                     "host the cluster's costs hold on (host.eager_op_seconds on one GPU, "
+                     "multi_rank_eager_op_seconds on more; default: the cluster's own host)")
       ->type_name("SECONDS");
   command.add_option("--zero-init", options.zero_init,
                      "Stage 3: on (default) if the training script builds the model under deepspeed.zero.Init, as "

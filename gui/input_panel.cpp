@@ -308,8 +308,8 @@ void InputPanel::showResolved(const Comparison& comparison) {
   host_speed_box_->setValue(scalable ? training.host_eager_op_seconds * 1e6 : 0.0);
   host_speed_box_->setToolTip(
       scalable ? tr("DeepSpeed engine: the training host's time per small eager CUDA operation, as python3 "
-                    "bench/deepspeed/host_probe.py measures it; %1's costs hold on a host that reads %2 us at this GPU count. "
-                    "Stage 3's per-call host costs are scaled by the ratio (zeroplan plan --host-op-seconds)")
+                    "bench/deepspeed/host_probe.py measures it; %1's costs hold on a host that reads %2 us at this GPU "
+                    "count. Stage 3's per-call host costs are scaled by the ratio (zeroplan plan --host-op-seconds)")
                      .arg(QString::fromStdString(comparison.cluster.name).toHtmlEscaped())
                      .arg(reference * 1e6, 0, 'f', 2)
                : training.engine != TrainingEngine::deepspeed

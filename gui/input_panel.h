@@ -1,8 +1,9 @@
 // The input panel: model (bundled or a file: zeroplan description or Hugging Face config.json), cluster
 // (bundled or a file), GPU count, DeepSpeed config, micro-batch, sequence length, gradient accumulation,
 // precision, activation checkpointing, whose engine the memory model describes (DeepSpeed's or the zeroplan
-// executor's) and, for DeepSpeed's, the training host's speed (bench/deepspeed/host_probe.py's figure). Every change emits inputsChanged at once; the window evaluates and
-// either shows the result (showResolved) or reports the error and puts the previous state back.
+// executor's) and, for DeepSpeed's, the training host's speed (bench/deepspeed/host_probe.py's figure). Every
+// change emits inputsChanged at once; the window evaluates and either shows the result (showResolved) or reports
+// the error and puts the previous state back.
 #pragma once
 
 #include <QSet>

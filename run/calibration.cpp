@@ -194,7 +194,8 @@ std::vector<CollectivePoint> sweep_collectives(exec::Communicator& comm, void* b
         throw std::runtime_error("calibrate: " + to_string(kind) + " of " + size_label(full) + " took " +
                                  format_number("%g", point.seconds) + " s: no bus bandwidth can be derived");
       row(to_string(kind) + " (" + std::to_string(n) + " ranks)", size_label(full),
-          "busbw " + format_number("%.2f", point.bus_bandwidth / 1e9) + " GB/s, " + format_number("%.1f", point.seconds * 1e6) + " us");
+          "busbw " + format_number("%.2f", point.bus_bandwidth / 1e9) + " GB/s, " +
+              format_number("%.1f", point.seconds * 1e6) + " us");
       points.push_back(point);
     }
   }
@@ -333,13 +334,15 @@ void measure_host(const Sweep& sweep, const CalibrationOptions& o, LocalFigures&
   if (o.backend == "cuda") {
     f.host_probe = run_host_probe();
     if (const HostProbe* probe = std::get_if<HostProbe>(&f.host_probe))
-      row("DeepSpeed host speed (host_probe.py)", "eager op", format_number("%.2f", probe->eager_op_seconds * 1e6) + " us");
+      row("DeepSpeed host speed (host_probe.py)", "eager op",
+          format_number("%.2f", probe->eager_op_seconds * 1e6) + " us");
     else
       row("DeepSpeed host speed (host_probe.py)", "", "not measured: " + std::get<std::string>(f.host_probe));
   }
   f.host_copy_bandwidth = host_copy_bandwidth(sweep.copy_bytes, f.host.logical_cores, sweep.repeats);
   row("host memory copy (read + write)", size_label(sweep.copy_bytes),
-      format_number("%.2f", f.host_copy_bandwidth / 1e9) + " GB/s (" + std::to_string(f.host.logical_cores) + " threads)");
+      format_number("%.2f", f.host_copy_bandwidth / 1e9) + " GB/s (" + std::to_string(f.host.logical_cores) +
+          " threads)");
   // The node's rate: one rank's optimizer with every core (default_optimizer_threads of one local rank); and one
   // thread's, which the planner scales by a rank's thread count (sim/simulator.cpp cpu_optimizer_rate).
   f.adamw_node_threads = exec::offload::default_optimizer_threads(1);
@@ -377,7 +380,8 @@ void measure_cpu_device(const Sweep& sweep, const std::optional<ModelDescription
   for (const GemmPoint& p : f.gemm) best = std::max(best, p.flops / p.seconds);
   f.peak_bf16 = f.peak_fp16 = f.peak_fp32 = best;
   f.peak_source = "no datasheet peak for a CPU: the best fp32 GEMM rate measured here (exec::cpu::matmul_forward, "
-                  "Eigen), " + format_number("%.1f", best / 1e9) + " GFLOP/s, for every precision (the CPU backend runs fp32)";
+                  "Eigen), " + format_number("%.1f", best / 1e9) +
+                      " GFLOP/s, for every precision (the CPU backend runs fp32)";
   f.gemm_source = "the CPU backend's fp32 GEMMs (exec::cpu::matmul_forward / matmul_backward, Eigen)";
   f.hbm_bandwidth = f.streaming_bandwidth = f.host_copy_bandwidth;
   f.hbm_source = f.streaming_source = "host memory copy (memcpy by " + std::to_string(f.host.logical_cores) +
@@ -476,10 +480,13 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
   f.streaming_bandwidth = device.device_copy_bandwidth(sweep.copy_bytes, sweep.repeats);
   f.streaming_source = "device-to-device cudaMemcpyAsync of " + size_label(sweep.copy_bytes) +
                        ", bytes read + written, median of " + std::to_string(sweep.repeats);
-  row("device copy (read + write)", size_label(sweep.copy_bytes), format_number("%.1f", f.streaming_bandwidth / 1e9) + " GB/s");
+  row("device copy (read + write)", size_label(sweep.copy_bytes),
+      format_number("%.1f", f.streaming_bandwidth / 1e9) + " GB/s");
   const exec::cuda::PinnedCopyRates pcie = device.pinned_copy_bandwidth(sweep.copy_bytes, sweep.repeats);
-  row("pinned host to device", size_label(sweep.copy_bytes), format_number("%.2f", pcie.host_to_device / 1e9) + " GB/s");
-  row("pinned device to host", size_label(sweep.copy_bytes), format_number("%.2f", pcie.device_to_host / 1e9) + " GB/s");
+  row("pinned host to device", size_label(sweep.copy_bytes),
+      format_number("%.2f", pcie.host_to_device / 1e9) + " GB/s");
+  row("pinned device to host", size_label(sweep.copy_bytes),
+      format_number("%.2f", pcie.device_to_host / 1e9) + " GB/s");
   // One field serves both directions (the planner times uploads and downloads with it): the slower one, so that
   // neither is promised faster than measured.
   f.pcie_bandwidth = std::min(pcie.host_to_device, pcie.device_to_host);
@@ -566,7 +573,8 @@ void check_options(const CalibrationOptions& o) {
   if (!(o.collective_timeout_s >= exec::kMinCollectiveTimeoutS && o.collective_timeout_s <= exec::kMaxCollectiveTimeoutS))
     throw InputError(kCli, "--collective-timeout",
                      "expected seconds in [" + format_number("%g", exec::kMinCollectiveTimeoutS) + ", " +
-                         format_number("%g", exec::kMaxCollectiveTimeoutS) + "], got " + format_number("%g", o.collective_timeout_s));
+                         format_number("%g", exec::kMaxCollectiveTimeoutS) + "], got " +
+                             format_number("%g", o.collective_timeout_s));
   if (o.out.empty()) throw InputError(kCli, "--out", "expected a file name");
   const std::filesystem::path out(o.out);
   std::error_code error;

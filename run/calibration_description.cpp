@@ -34,8 +34,9 @@ nlohmann::json efficiency_curve(const LocalFigures& f) {
     if (!p.model_shape && p.flops >= smallest_model) continue;
     const double efficiency = p.flops / p.seconds / f.peak_bf16;
     if (!(efficiency > 0.0) || efficiency > 1.0)
-      throw std::runtime_error("calibrate: " + p.label + " ran at " + format_number("%.1f", p.flops / p.seconds / 1e12) +
-                               " TFLOP/s, above the peak of " + format_number("%.1f", f.peak_bf16 / 1e12) + " (" + f.peak_source +
+      throw std::runtime_error("calibrate: " + p.label + " ran at " +
+                               format_number("%.1f", p.flops / p.seconds / 1e12) + " TFLOP/s, above the peak of " +
+                               format_number("%.1f", f.peak_bf16 / 1e12) + " (" + f.peak_source +
                                "): the peak is wrong for this GPU; give --base with its own");
     by_flops[one_gemm_flops(p)].push_back(efficiency);
   }
@@ -160,8 +161,9 @@ nlohmann::json describe_calibration(const CalibrationOptions& o, const LocalFigu
   if (const HostProbe* probe = std::get_if<HostProbe>(&f.host_probe)) {
     host["probed_eager_op_seconds"] = probe->eager_op_seconds;
     provenance["host.probed_eager_op_seconds"] =
-        format_number("%.3f", probe->eager_op_seconds * 1e6) + " us per small eager CUDA operation (x.add_ on 256 floats, " +
-        "median of 5 x 20,000; a small Python call " + format_number("%.3f", probe->python_call_seconds * 1e6) + " us): " +
+        format_number("%.3f", probe->eager_op_seconds * 1e6) +
+        " us per small eager CUDA operation (x.add_ on 256 floats, median of 5 x 20,000; a small Python call " +
+        format_number("%.3f", probe->python_call_seconds * 1e6) + " us): " +
         probe->command + " on GPU 0 before the other measurements; DeepSpeed's stage-3 per-call host costs are " +
         "scaled by it over host." + reference_field +
         (reference > 0.0 ? " (" + format_number("%.3f", reference * 1e6) + " us, the host they hold on)"
