@@ -31,7 +31,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "exec"))
 sys.path.insert(0, HERE)
-from host_probe import host_probe  # noqa: E402 (the harness's own folder, put on the path above)
+from host_probe import eager_op_seconds_now, host_probe  # noqa: E402 (the harness's own folder, put on the path above)
 
 
 def read_host_peak_bytes():
@@ -223,7 +223,7 @@ def main():
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     device_used_peak = 0
-    times, losses, skipped = [], [], []
+    times, losses, skipped, probes_between = [], [], [], []
     for step in range(args.warmup + args.steps):
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -233,6 +233,9 @@ def main():
         torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
+            # After the step's time is taken, before the next one starts: the host's speed during the run. Every
+            # rank reads it (rank 0's is kept), so that no rank's next step waits in a collective for another's.
+            probes_between.append(eager_op_seconds_now(device))
         # fp16's dynamic loss scaling skips the optimizer step on overflow (engine.py _take_model_step counts it in
         # skipped_steps): such a step stops after the overflow test and is much shorter than one that updates.
         skipped.append(getattr(engine, "skipped_steps", 0) > sum(skipped))
@@ -266,8 +269,9 @@ def main():
             "step_seconds_each": times,  # rank 0's, after the warm-up
             "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
             # rank 0's, before the model was built and after the measured steps (host_probe), and their means
+            # and short readings between the measured steps (eager_op_seconds_now), kept beside them
             "host_probe": {**{key: (probe[key] + probe_after[key]) / 2 for key in probe},
-                           "before": probe, "after": probe_after},
+                           "before": probe, "after": probe_after, "between_steps": probes_between},
         }
         omp = os.environ.get("OMP_NUM_THREADS")
         run = {

@@ -14,6 +14,22 @@ import time
 import torch
 
 
+def eager_op_seconds_now(device, ops=2000, repeats=3):
+    """A short reading of the same eager operation, for between training steps (about 50 ms): the median of
+    `repeats` timings of `ops` back to back. The full probe runs before and after a measured run; readings between its
+    steps show how far the host's speed during the run moves from those two."""
+    x = torch.zeros(256, device=device)
+    timings = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(ops):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        timings.append((time.perf_counter() - start) / ops)
+    return statistics.median(timings)
+
+
 def host_probe(device, release_cache=True):
     """The host's speed at the work DeepSpeed's hooks do, before anything else runs: seconds per small eager CUDA
     operation (x.add_ on 256 floats, issued back to back: the host's dispatch and launch bound it, not the GPU) and
