@@ -235,6 +235,10 @@ struct ClusterDescription {
   double cost_host_eager_op_seconds() const {
     return total_gpus() > 1 ? multi_rank_eager_op_seconds : eager_op_seconds;
   }
+  // Its field in the description, for messages: "host.eager_op_seconds" or "host.multi_rank_eager_op_seconds".
+  const char* cost_host_field() const {
+    return total_gpus() > 1 ? "host.multi_rank_eager_op_seconds" : "host.eager_op_seconds";
+  }
   double peak_flops(const std::string& precision) const;  // "bf16" | "fp16" | "fp32"
 };
 

@@ -201,7 +201,7 @@ ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputName
                              "planned is " + to_string(training.engine) + "'s, which has none");
   } else if (in.host_op_seconds) {
     const bool several = out.cluster.total_gpus() > 1;
-    const std::string field = several ? "host.multi_rank_eager_op_seconds" : "host.eager_op_seconds";
+    const std::string field = out.cluster.cost_host_field();
     const double reference = out.cluster.cost_host_eager_op_seconds();
     if (!(reference > 0.0)) {
       throw InputError(source, names.host_op_seconds,

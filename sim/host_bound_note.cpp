@@ -35,7 +35,7 @@ std::optional<std::string> host_bound_note(const ClusterDescription& cluster, co
   std::string note = "host-bound: DeepSpeed's Python is busy for " + std::string(share) + " of the step of " + plans +
                      ", which is timed for ";
   const double reference = cluster.cost_host_eager_op_seconds();
-  const std::string field = cluster.total_gpus() > 1 ? "host.multi_rank_eager_op_seconds" : "host.eager_op_seconds";
+  const std::string field = cluster.cost_host_field();
   const double own = training.host_eager_op_seconds;
   char figure[32];
   if (own > 0.0) {
