@@ -197,23 +197,36 @@ class CachedSegments {
   int allocate(Bytes request, bool early = false) {
     if (request <= 0 || (!early && request <= activation_block_)) return -1;
     const Bytes bytes = sat_mul(ceil_div(request, kMinBlockSize), kMinBlockSize);  // round_size
+    // Best fit; among free blocks of one size the allocator's set orders by address (BlockComparatorSize), here
+    // segment by segment in the order they were made, then by offset.
     int best = -1;
     for (int i = 0; i < count_; ++i) {
       const Block& block = blocks_[static_cast<std::size_t>(i)];
       if (!block.alive || block.used || block.bytes < bytes) continue;
-      if (best < 0 || block.bytes < blocks_[static_cast<std::size_t>(best)].bytes) best = i;
+      if (best < 0) {
+        best = i;
+        continue;
+      }
+      const Block& chosen = blocks_[static_cast<std::size_t>(best)];
+      if (block.bytes < chosen.bytes ||
+          (block.bytes == chosen.bytes &&
+           (block.segment < chosen.segment || (block.segment == chosen.segment && block.offset < chosen.offset))))
+        best = i;
     }
     if (best < 0) {
-      if (count_ == kCapacity) return -1;  // beyond any step DeepSpeed runs (each sub-group reuses the last's)
-      best = count_++;
+      best = free_slot();
+      if (best < 0) return -1;  // beyond any step DeepSpeed runs (each sub-group reuses the last's)
       blocks_[static_cast<std::size_t>(best)] = {segments_++, 0, sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge),
                                                  false, true};
     }
     Block& block = blocks_[static_cast<std::size_t>(best)];
-    if (block.bytes - bytes > kSmallSize && count_ < kCapacity) {
-      blocks_[static_cast<std::size_t>(count_++)] = {block.segment, block.offset + bytes, block.bytes - bytes, false,
-                                                     true};
-      block.bytes = bytes;
+    if (block.bytes - bytes > kSmallSize) {
+      const int rest = free_slot();
+      if (rest >= 0) {
+        blocks_[static_cast<std::size_t>(rest)] = {block.segment, block.offset + bytes, block.bytes - bytes, false,
+                                                   true};
+        block.bytes = bytes;
+      }
     }
     block.used = true;
     return best;
@@ -283,6 +296,12 @@ class CachedSegments {
     bool used;
     bool alive;  // false once merged into a neighbour
   };
+  // A slot for a new block: one a merge emptied (no handle names it: only free blocks merge away), else the next.
+  int free_slot() {
+    for (int i = 0; i < count_; ++i)
+      if (!blocks_[static_cast<std::size_t>(i)].alive) return i;
+    return count_ < kCapacity ? count_++ : -1;
+  }
   Bytes activation_block_;
   std::array<Block, kCapacity> blocks_;  // [0, count_) in use
   int count_ = 0;
@@ -311,7 +330,9 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   // The loss of a micro-step, up to the allocated peak (its backward, three log_probs-sized tensors live) when
   // `peak` is given (its free bytes then), and on to its end otherwise; the first step's LM-head backward also
   // makes autograd's cuBLAS workspace, kept from then on.
-  const auto loss_pass = [&](bool first, Bytes* peak) {
+  // `held_grad`: where stages 0-1 accumulate (accumulates_in_grads below), the first micro-step's embedding .grad
+  // is kept there to the boundary; later micro-steps' LM-head gradients are added into it and freed.
+  const auto loss_pass = [&](bool first, Bytes* peak, int* held_grad) {
     if (loss.log_probs <= 0) return;
     const int logits = cache.allocate(loss.logits, true);
     const int upcast = cache.allocate(loss.upcast, true);
@@ -331,6 +352,10 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
     const int embedding_grad = cache.allocate(loss.embedding_grad, true);
     if (first) cache.allocate(loss.backward_workspace, true);
     cache.release(logits_grad);
+    if (held_grad && *held_grad < 0) {
+      *held_grad = embedding_grad;
+      return;
+    }
     cache.release(embedding_grad);  // reduced into the buckets or the step's copies, freed by the step
   };
   // What a micro-step's backward allocates after its loss and what it holds to the accumulation boundary: the stage
@@ -361,13 +386,51 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
     for (int bucket : held.buckets) cache.release(bucket);
     held.buckets.clear();
   };
+  // Stages 0-1 keep every parameter's .grad from the first micro-step's backward to the accumulation boundary
+  // (engine.py allreduce_gradients; stage_1_and_2.py reduces at the boundary when partition_gradients is off);
+  // stage 2 reduces and frees them in each micro-step's hooks, BF16_Optimizer adds them into its fp32 buffer every
+  // micro-step (bf16_optimizer.py update_hp_grads) and stage 3 partitions them. Held, the .grad tensors keep blocks
+  // the next micro-step's forward would have taken for its activations, so as many bytes of its activations are
+  // served from the cached segments before its loss: by best fit, the free loss-sized segments, so that its loss
+  // takes others, made in the first step before the optimizer's segments existed. GPT-2 1.5B, stage 1, accumulation
+  // 4, one H200 (bench/deepspeed/results-pending/memtrace-2026-11-26-a4/1.5b): the second micro-step's activations
+  // fill two free 786 MiB and one 1572 MiB loss segment (3.1 GB, the model's 16-bit .grad), its loss takes two
+  // 1572 MiB segments of its own, and the step's fp32 segments stay idle at the peak. Replayed as activation-block
+  // requests (the largest activation; at most kDisplacedRequests, larger ones for a model whose .grad exceed that).
+  // The embedding's .grad, made in the LM head's backward from the cached segments, is held there instead.
+  const bool accumulates_in_grads = micro_steps > 1 && in.stage < 2 &&
+                                    path.wrapper != DeepSpeedOptimizerWrapper::bf16_optimizer &&
+                                    path.wrapper != DeepSpeedOptimizerWrapper::zero_3;
+  constexpr int kDisplacedRequests = 48;
+  struct Displaced {
+    std::array<int, kDisplacedRequests> blocks{};
+    int count = 0;
+  };
+  const Bytes displaced_bytes =
+      accumulates_in_grads ? std::max<Bytes>(0, t.backward_grads - (loss.log_probs > 0 ? loss.embedding_grad : 0)) : 0;
+  const Bytes displaced_request =
+      activation_block > 0 ? std::max(activation_block, ceil_div(displaced_bytes, Bytes{kDisplacedRequests})) : 0;
+  const auto displace_activations = [&](Displaced& displaced) {
+    if (displaced_request <= 0) return;
+    for (Bytes left = displaced_bytes; left > 0 && displaced.count < kDisplacedRequests; left -= displaced_request)
+      displaced.blocks[static_cast<std::size_t>(displaced.count++)] =
+          cache.allocate(std::min(left, displaced_request), true);
+  };
+  const auto release_displaced = [&](Displaced& displaced) {  // with the activations, in its backward
+    for (int i = 0; i < displaced.count; ++i) cache.release(displaced.blocks[static_cast<std::size_t>(i)]);
+    displaced.count = 0;
+  };
   // One training step in DeepSpeed's order of allocation and release; the first creates the optimizer states.
   const auto step = [&](bool first) {
     Held held;
     CachedSegments::FreeSizes before;
+    int held_grad = -1;
     for (int micro = 0; micro < micro_steps; ++micro) {
-      loss_pass(first && micro == 0, nullptr);
+      Displaced displaced;
+      if (micro > 0) displace_activations(displaced);
+      loss_pass(first && micro == 0, nullptr, accumulates_in_grads ? &held_grad : nullptr);
       backward(micro, held);
+      release_displaced(displaced);
       // The micro-steps before the boundary are alike (as the optimizer's full sub-groups below): once one leaves
       // the free blocks as the one before it did, so does every later one up to the boundary, which is replayed.
       if (micro >= 1 && micro + 2 < micro_steps) {
@@ -376,6 +439,7 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
         before = after;
       }
     }
+    cache.release(held_grad);  // reduced at the boundary (stage 1 copies it into the partition), freed by the step
     const int partition = held.partition;
     switch (path.wrapper) {
       case DeepSpeedOptimizerWrapper::plain:
@@ -455,11 +519,14 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
     // first one's backward holds is live beside it.
     if (micro_steps > 1) {
       Held held;  // live to the end of this replay: the peak is taken beside it
-      loss_pass(false, nullptr);
+      int held_grad = -1;
+      loss_pass(false, nullptr, accumulates_in_grads ? &held_grad : nullptr);
       backward(0, held);
+      Displaced displaced;  // the next micro-step's forward
+      displace_activations(displaced);
     }
     Bytes at_loss = 0;
-    loss_pass(false, &at_loss);
+    loss_pass(false, &at_loss, nullptr);
     return sat_add(at_loss, in.deepspeed_process_device_extra);
   }
   // The step's peak is in the backward pass, with the activations still live: stage_1_and_2.py setup_buckets
@@ -472,6 +539,8 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
     const int bucket_count = zero.overlap_comm ? 2 : 1;
     for (int i = 0; i < bucket_count; ++i) cache.allocate(t.backward_buckets / bucket_count);
   }
+  Displaced displaced;  // a later micro-step's, live in its backward
+  displace_activations(displaced);
   return sat_add(cache.idle_bytes(), in.deepspeed_process_device_extra);
 }
 
