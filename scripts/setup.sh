@@ -35,3 +35,15 @@ fi
 jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=ON
 cmake --build build -j "$jobs"
+
+# What was built, said at the end where it is seen: the CUDA executor is the one part that depends on what the
+# machine has (a CUDA toolkit and NCCL), so its absence is stated, not left to a configure line.
+echo "zeroplan setup: built build/cli/zeroplan (plan, simulate, recommend, calibrate, run --backend cpu) and" \
+     "build/gui/zeroplan-gui"
+if [ -f build/exec/libzeroplan_exec_cuda.a ]; then
+  echo "zeroplan setup: the CUDA executor is built (zeroplan run --backend cuda, NCCL across GPUs)"
+else
+  echo "zeroplan setup: the CUDA executor is NOT built: no CUDA toolkit with NCCL was found (nvcc in" \
+       "/usr/local/cuda/bin or on PATH, and NCCL's headers and library). Install them and run scripts/setup.sh again" \
+       "to train on GPUs; everything else works without them." >&2
+fi
