@@ -130,7 +130,7 @@ const std::vector<std::string> kClusterKeys = {"name",       "source",     "prov
 const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",    "memory_mib",
                                            "memory_gib",      "peak_flops_bf16", "peak_flops_fp16",
                                            "peak_flops_fp32", "measured_gemm_flops_bf16",
-                                           "hbm_bandwidth",   "gemm_efficiency",
+                                           "hbm_bandwidth",   "gemm_efficiency", "executor_gemm_efficiency",
                                            "streaming_bandwidth", "reduction_bandwidth",
                                            "attention_forward_flops", "attention_backward_flops",
                                            "executor_attention_forward_flops", "executor_attention_backward_flops",
@@ -315,18 +315,25 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
     gpu.fail("measured_gemm_flops_bf16", "exceeds peak_flops_bf16; a measured rate cannot beat the peak");
   }
   cluster.hbm_bandwidth = gpu.positive_number("hbm_bandwidth");
-  if (gpu.has("gemm_efficiency")) {
-    const nlohmann::json& points = gpu.raw("gemm_efficiency");
-    if (!points.is_array() || points.empty()) gpu.fail("gemm_efficiency", "expected a non-empty array of points");
+  // A GEMM curve: points of (GEMM FLOPs, fraction of the bf16 peak), sorted by FLOPs.
+  const auto read_curve = [&](const char* key) {
+    std::vector<GemmEfficiencyPoint> curve;
+    const nlohmann::json& points = gpu.raw(key);
+    if (!points.is_array() || points.empty()) gpu.fail(key, "expected a non-empty array of points");
     for (std::size_t i = 0; i < points.size(); ++i) {
-      const JsonFields point(points[i], source, gpu.field_path("gemm_efficiency") + "[" + std::to_string(i) + "]");
+      const JsonFields point(points[i], source, gpu.field_path(key) + "[" + std::to_string(i) + "]");
       refuse_unknown_keys(point, {"flops", "efficiency"});
       const double efficiency = point.positive_number("efficiency");
       if (efficiency > 1.0) point.fail("efficiency", "expected a fraction of peak in (0, 1]");
-      cluster.gemm_efficiency.push_back({point.positive_number("flops"), efficiency});
+      curve.push_back({point.positive_number("flops"), efficiency});
     }
-    std::sort(cluster.gemm_efficiency.begin(), cluster.gemm_efficiency.end(),
+    std::sort(curve.begin(), curve.end(),
               [](const GemmEfficiencyPoint& a, const GemmEfficiencyPoint& b) { return a.flops < b.flops; });
+    return curve;
+  };
+  if (gpu.has("executor_gemm_efficiency")) cluster.executor_gemm_efficiency = read_curve("executor_gemm_efficiency");
+  if (gpu.has("gemm_efficiency")) {
+    cluster.gemm_efficiency = read_curve("gemm_efficiency");
   } else {
     cluster.gemm_efficiency = default_gemm_curve(cluster.peak_flops_bf16, cluster.measured_gemm_flops_bf16);
     note("gpu.gemm_efficiency: default curve efficiency(F) = F / (peak * (8 us + F / (e_max * peak))), fitted to the "
@@ -535,8 +542,11 @@ nlohmann::json interconnect_to_json(const InterconnectDescription& link) {
 }  // namespace
 
 nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
-  nlohmann::json gemm = nlohmann::json::array();
-  for (const auto& point : cluster.gemm_efficiency) gemm.push_back({{"flops", point.flops}, {"efficiency", point.efficiency}});
+  const auto curve = [](const std::vector<GemmEfficiencyPoint>& points) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& point : points) out.push_back({{"flops", point.flops}, {"efficiency", point.efficiency}});
+    return out;
+  };
   nlohmann::json document = {
       {"name", cluster.name},
       {"source", cluster.source},
@@ -549,7 +559,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"peak_flops_fp32", cluster.peak_flops_fp32},
         {"measured_gemm_flops_bf16", cluster.measured_gemm_flops_bf16},
         {"hbm_bandwidth", cluster.hbm_bandwidth},
-        {"gemm_efficiency", std::move(gemm)},
+        {"gemm_efficiency", curve(cluster.gemm_efficiency)},
         {"streaming_bandwidth", cluster.streaming_bandwidth},
         {"reduction_bandwidth", cluster.reduction_bandwidth},
         {"attention_forward_flops", cluster.attention_forward_flops},
@@ -607,6 +617,9 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
   // cluster_from_json refuses a link whose bandwidth is not positive.
   if (cluster.intra_node.bus_bandwidth > 0.0) document["intra_node"] = interconnect_to_json(cluster.intra_node);
   if (cluster.inter_node.bus_bandwidth > 0.0) document["inter_node"] = interconnect_to_json(cluster.inter_node);
+  // Written only when measured: the loader refuses an empty curve.
+  if (!cluster.executor_gemm_efficiency.empty())
+    document["gpu"]["executor_gemm_efficiency"] = curve(cluster.executor_gemm_efficiency);
   return document;
 }
 

@@ -110,7 +110,13 @@ struct ClusterDescription {
   double peak_flops_fp32 = 0.0;
   double measured_gemm_flops_bf16 = 0.0;  // 0 when not measured
   double hbm_bandwidth = 0.0;      // bytes/s
+  // The GEMM curve of PyTorch's GEMMs (cuBLAS through torch), which the DeepSpeed and ideal engines' plans use.
   std::vector<GemmEfficiencyPoint> gemm_efficiency;
+  // The same curve for zeroplan's executor (its cuBLASLt GEMMs, autotuned per shape), which `zeroplan calibrate`
+  // measures and the zeroplan engine's plans use; empty: not measured (gemm_efficiency). Both are measured on the
+  // machine: at GPT-2 1.5B's shapes on one H200 the executor's reached 10-15% more of the peak than PyTorch's
+  // (docs/planner-vs-deepspeed.md).
+  std::vector<GemmEfficiencyPoint> executor_gemm_efficiency;
   // Achievable rates of the non-GEMM work of a training step (the simulator's compute model, sim/compute_time.h).
   // 0 in a description built in code means "not given": streaming and reduction kernels then run at
   // hbm_bandwidth, attention at the GEMM curve, and kernels cost no fixed time. The file loader fills defaults

@@ -91,11 +91,16 @@ nlohmann::json describe_calibration(const CalibrationOptions& o, const LocalFigu
   provenance["gpu.peak_flops"] = f.peak_source;
   gpu["hbm_bandwidth"] = f.hbm_bandwidth;
   provenance["gpu.hbm_bandwidth"] = f.hbm_source;
+  // The GEMMs measured are the executor's own (cuBLASLt): its curve, and, since nothing here runs PyTorch's, the
+  // curve of the engines that do as well (a base's PyTorch curve belongs to its own machine).
   gpu["gemm_efficiency"] = efficiency_curve(f);
+  gpu["executor_gemm_efficiency"] = gpu["gemm_efficiency"];
   provenance["gpu.gemm_efficiency"] =
       f.gemm_source + (o.model ? "; the training passes (forward, input and weight gradient) of " + *o.model +
                                      "'s linear layers and the square GEMMs below their size"
-                               : std::string("; square GEMMs"));
+                               : std::string("; square GEMMs")) +
+      "; zeroplan's executor GEMMs (cuBLASLt), written as executor_gemm_efficiency and, standing in for PyTorch's "
+      "GEMMs, which this command does not run, as gemm_efficiency";
   // measured_gemm_flops_bf16 is the large square GEMM's rate (the cluster files' 8192^3 figure): on the CPU
   // backend it is the stand-in peak itself, which says nothing, so it is left out there.
   double largest_square = 0.0, largest_rate = 0.0;

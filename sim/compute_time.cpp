@@ -45,8 +45,13 @@ ComputeTimer::ComputeTimer(const ClusterDescription& cluster, Precision precisio
     attention_forward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
     attention_backward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
   }
+  // The zeroplan engine times its own executor's GEMMs where the cluster measured them (`zeroplan calibrate`);
+  // DeepSpeed and the ideal engine run PyTorch's.
+  const std::vector<GemmEfficiencyPoint>& curve =
+      engine == TrainingEngine::zeroplan && !cluster.executor_gemm_efficiency.empty() ? cluster.executor_gemm_efficiency
+                                                                                      : cluster.gemm_efficiency;
   std::vector<std::pair<double, double>> points;
-  for (const GemmEfficiencyPoint& point : cluster.gemm_efficiency) {
+  for (const GemmEfficiencyPoint& point : curve) {
     if (!(point.flops > 0.0) || !(point.efficiency > 0.0) || point.efficiency > 1.0) {
       throw InputError(cluster.source, "gemm_efficiency",
                        "expected points with flops > 0 and 0 < efficiency <= 1");

@@ -26,11 +26,15 @@ export PYTHONPATH="$PYTHONPATH:$repo/bench/exec"
 python3 -c "import deepspeed, torch; print('DeepSpeed', deepspeed.__version__, 'torch', torch.__version__)" |
   tee "$out/versions.txt"
 
-# The rows are planned on h200x2 (its GEMM curve was measured through PyTorch, whose GEMMs DeepSpeed runs) on the
-# H200 kinds; a call for an H200 kind may be given an H100, and then its rows are planned on h100x1.
-cluster=h200x2
-nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && cluster=h100x1
+# The rows are planned on the description of the machine kind they run on: h200x2 on the two-GPU H200 machine (its
+# GEMM curve measured through PyTorch, whose GEMMs DeepSpeed runs), h200x1 on the one-GPU H200 machine and h100x1 on
+# the H100 (zeroplan calibrate on each, with DeepSpeed's terms): the one-GPU machines have 16 cores, the x2 machine
+# 32, and the CPU optimizer's rate under offload is the host's (bench/deepspeed/results-pending/README.md). A call for
+# an H200 kind may be given an H100.
 gpus_here=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+cluster=h200x2
+[ "$gpus_here" -eq 1 ] && cluster=h200x1
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && cluster=h100x1
 summary="$out/summary.txt"
 : > "$summary"
 while read -r line_part name model planner_model gpus config threads; do

@@ -117,6 +117,9 @@ TEST_F(CalibratedCpu, RoundTripsThroughTheLoader) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(once.total_gpus(), 2);
   EXPECT_EQ(once.intra_node.measured.size(), 9u);
+  // The GEMMs calibrate times are the executor's: its curve, standing in for PyTorch's as well.
+  EXPECT_FALSE(once.executor_gemm_efficiency.empty());
+  EXPECT_EQ(document()["gpu"]["executor_gemm_efficiency"], document()["gpu"]["gemm_efficiency"]);
 }
 
 TEST_F(CalibratedCpu, PlanAndSimulateReadIt) {

@@ -120,6 +120,41 @@ TEST(BundledClusters, H200CarriesMeasuredComputeRates) {
   EXPECT_GT(cluster.kernel_overhead_seconds, 0.0);
 }
 
+// One H200 runs two GEMM libraries' worth of plans: DeepSpeed's (PyTorch's GEMMs, measured through torch) and
+// zeroplan's executor's (its cuBLASLt GEMMs, measured by zeroplan calibrate), which reach more of the peak at
+// GPT-2 1.5B's thin training shapes (docs/planner-vs-deepspeed.md); both curves load and survive a round trip.
+TEST(BundledClusters, OneH200CarriesPyTorchsAndTheExecutorsGemmCurves) {
+  const ClusterDescription cluster = load_cluster("h200x1");
+  ASSERT_FALSE(cluster.gemm_efficiency.empty());
+  ASSERT_FALSE(cluster.executor_gemm_efficiency.empty());
+  const auto at = [](const std::vector<GemmEfficiencyPoint>& curve, double flops) {
+    for (const GemmEfficiencyPoint& point : curve)
+      if (point.flops >= flops) return point.efficiency;
+    return curve.back().efficiency;
+  };
+  // GPT-2 1.5B's qkv projection at 8192 tokens: 2 * 8192 * 1600 * 4800 FLOPs.
+  const double qkv = 2.0 * 8192 * 1600 * 4800;
+  EXPECT_GT(at(cluster.executor_gemm_efficiency, qkv), at(cluster.gemm_efficiency, qkv));
+  const ClusterDescription again = cluster_from_json(cluster_to_json(cluster), "roundtrip.json");
+  EXPECT_EQ(again.executor_gemm_efficiency.size(), cluster.executor_gemm_efficiency.size());
+  EXPECT_EQ(again.gemm_efficiency.size(), cluster.gemm_efficiency.size());
+  // A description that measured only one curve writes only that one.
+  EXPECT_FALSE(cluster_to_json(load_cluster("h200x2"))["gpu"].contains("executor_gemm_efficiency"));
+}
+
+TEST(ClusterJson, AnExecutorGemmPointAbovePeakNamesItsField) {
+  nlohmann::json document = cluster_to_json(load_cluster("h200x1"));
+  document["gpu"]["executor_gemm_efficiency"][1]["efficiency"] = 1.5;
+  try {
+    (void)cluster_from_json(document, "mine.json");
+    FAIL() << "an efficiency above 1 was accepted";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("mine.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("executor_gemm_efficiency[1]"), std::string::npos) << message;
+  }
+}
+
 TEST(BundledClusters, MultiNodeA100HasANetwork) {
   const ClusterDescription cluster = load_cluster("a100x8-multinode");
   EXPECT_EQ(cluster.gpus_per_node, 8);

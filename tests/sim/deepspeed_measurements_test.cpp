@@ -38,10 +38,10 @@ struct MeasuredRun {
   nlohmann::json measured;
 };
 
-// The runs stored in bench/deepspeed/<folder>: results (the ones the planner meets) or results-pending.
-std::vector<MeasuredRun> stored_runs(const char* folder = "results") {
+// The runs stored in bench/deepspeed/results (the ones the planner meets; results-pending/ holds the others).
+std::vector<MeasuredRun> stored_runs() {
   std::vector<MeasuredRun> runs;
-  const std::filesystem::path directory = data_directory() / "bench" / "deepspeed" / folder;
+  const std::filesystem::path directory = data_directory() / "bench" / "deepspeed" / "results";
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(directory))
     if (entry.path().extension() == ".json") files.push_back(entry.path());
@@ -148,24 +148,6 @@ TEST(DeepSpeedMeasurements, EveryStoredRunWithinTheIssuesTolerances) {
   }
   // The verdict's default margin is the measured error of the memory model: it must cover every stored run.
   EXPECT_GE(default_memory_margin(TrainingEngine::deepspeed).fraction, largest_device_error);
-}
-
-// Pending runs (bench/deepspeed/results-pending/README.md) miss a tolerance in some figure, and the figures they
-// meet stay held: the step time of stage 2 with the optimizer on the CPU and gradient accumulation, which follows
-// DeepSpeed's async_accumulate_grad_in_cpu_via_gpu (sim/deepspeed_schedule.cpp host_hooks), on ResNet-101 fp16,
-// where the host's per-tensor operations weigh most (GPT-2 350M's row, where the copies weigh most, meets every
-// tolerance and is in results/). The row stays pending for its peak allocated (cuDNN's workspace).
-TEST(DeepSpeedMeasurements, PendingRunsKeepTheStepTimesTheyMeet) {
-  const std::vector<MeasuredRun> runs = stored_runs("results-pending");
-  int checked = 0;
-  for (const MeasuredRun& run : runs) {
-    if (run.name != "resnet101_fp16_1gpu_a4_s2-optcpu_t32") continue;
-    SCOPED_TRACE(run.file + ": " + run.name);
-    std::printf("%s (%s)\n", run.name.c_str(), run.file.c_str());
-    expect_within(predict(run).step_seconds, run.measured.at("step_seconds").get<double>(), kStepTolerance, "step s");
-    ++checked;
-  }
-  EXPECT_EQ(checked, 1) << "the row is stored in results-pending";
 }
 
 // Runs of one setting (same model, cluster, GPUs, micro-batch, sequence) that DeepSpeed's times order: recommend,

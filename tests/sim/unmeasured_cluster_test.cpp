@@ -26,6 +26,30 @@ TEST(UnmeasuredCluster, AnH100IsNotFasterThanTheMeasuredH200) {
   }
 }
 
+// Each engine times the GEMMs it runs: zeroplan's plans follow the executor's curve where the cluster measured one
+// and ignore PyTorch's; DeepSpeed's follow PyTorch's and ignore the executor's.
+TEST(EngineGemmCurves, EachEngineTimesItsOwnGemms) {
+  const ModelDescription model = load_model("gpt2-1.5b");
+  const ClusterDescription measured = load_cluster("h200x1");
+  ASSERT_FALSE(measured.executor_gemm_efficiency.empty());
+  ClusterDescription other_pytorch = measured;  // PyTorch's curve replaced by the executor's
+  other_pytorch.gemm_efficiency = measured.executor_gemm_efficiency;
+  ClusterDescription no_executor = measured;  // the executor's curve not measured
+  no_executor.executor_gemm_efficiency.clear();
+  TrainingConfig training;
+  training.seq_len = 1024;
+  training.micro_batch = 8;
+  const auto step = [&](const ClusterDescription& cluster, TrainingEngine engine) {
+    TrainingConfig t = training;
+    t.engine = engine;
+    return simulate_step(model, cluster, t, PlanChoice{0}).step_seconds;
+  };
+  EXPECT_DOUBLE_EQ(step(measured, TrainingEngine::zeroplan), step(other_pytorch, TrainingEngine::zeroplan));
+  EXPECT_DOUBLE_EQ(step(measured, TrainingEngine::deepspeed), step(no_executor, TrainingEngine::deepspeed));
+  // Without an executor curve the zeroplan engine times PyTorch's, which is slower at these shapes.
+  EXPECT_GT(step(no_executor, TrainingEngine::zeroplan), step(measured, TrainingEngine::zeroplan));
+}
+
 TEST(UnmeasuredCluster, MoreNodesDoNotGiveEachGpuTheNodesNetwork) {
   // GPT-3 175B, stage 3, on 8 and 16 nodes of 8 A100s: each step all-gathers the parameters twice and
   // reduce-scatters the gradients, so every node's network carries at least that traffic at its aggregate
