@@ -28,9 +28,11 @@ parallel=${ZEROPLAN_FUZZ_PARALLEL:-1}
 work=${ZEROPLAN_FUZZ_WORK:-/tmp/zeroplan-fuzz}
 build=build-fuzz
 
-# libFuzzer is part of clang's compiler-rt (scripts/setup.sh installs clang-14 and libclang-rt-14-dev).
+# libFuzzer is part of clang's compiler-rt (scripts/setup.sh installs clang-14 and libclang-rt-14-dev). The
+# compilers are named with their version: Debian's clang-14 package installs clang-14 and clang++-14, and the
+# unversioned names come only with the `clang` package, which a fresh Debian 12 does not have.
 if [ ! -f "$build/build.ninja" ]; then
-  CC=${ZEROPLAN_FUZZ_CC:-clang} CXX=${ZEROPLAN_FUZZ_CXX:-clang++} \
+  CC=${ZEROPLAN_FUZZ_CC:-clang-14} CXX=${ZEROPLAN_FUZZ_CXX:-clang++-14} \
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZEROPLAN_BUILD_FUZZERS=ON \
     -DZEROPLAN_BUILD_CUDA=OFF -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_MPI=OFF -DZEROPLAN_BUILD_TESTS=OFF \
     -DZEROPLAN_BUILD_BENCHMARKS=OFF >/dev/null
