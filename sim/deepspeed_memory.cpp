@@ -367,7 +367,7 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   // micro-step's loss, in the segments the loss had (GPT-2 350M, accumulation 4, one H200: the 953.7 MiB bucket in a
   // 1572 MiB loss segment at stage 1, the 676.9 MiB partition in the 786 MiB logits segment at stage 2,
   // bench/deepspeed/results-pending/memtrace-2026-11-26-a4/). The .grad tensors stages 0-1 keep between micro-steps
-  // are not placed: small, they take activation blocks, and where the activations they displace go is not modelled.
+  // take the activations' blocks; where the activations they displace go is replayed below (displace_activations).
   struct Held {
     std::vector<int> buckets;
     int partition = -1;
