@@ -2,8 +2,9 @@
 // backward, timed by the resource that bounds it, at rates the cluster description carries (measured where the
 // cluster says so, with provenance):
 // - GEMMs: FLOPs / (peak * efficiency(FLOPs)), the efficiency interpolated in log(FLOPs) between the cluster's
-//   gemm_efficiency points (measured at training shapes for h200x4). Biases are added in the GEMM epilogue
-//   (cuBLASLt), not by a kernel of their own.
+//   gemm_efficiency points (measured at training shapes for h200x4; the zeroplan engine uses
+//   executor_gemm_efficiency, its own cuBLASLt GEMMs, where the cluster has them). Biases are added in the GEMM
+//   epilogue (cuBLASLt), not by a kernel of their own.
 // - Fused (flash) attention: its own achievable rate (attention_forward_flops / attention_backward_flops),
 //   applied to the work a causal kernel really does: half of the s^2 products (the masked half is skipped). The
 //   FLOPs reported (and counted for MFU) follow PaLM appendix B and count all of them: 4*s*h per token forward,
