@@ -172,7 +172,11 @@ def main():
     ap.add_argument("--cluster", default="h200x2", help="the zeroplan cluster description of this machine")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up steps at least; with fp16's dynamic loss scale "
+                    "the warm-up goes on until --settled steps in a row updated (none skipped on overflow)")
+    ap.add_argument("--settled", type=int, default=3)
+    ap.add_argument("--max-warmup", type=int, default=40, help="fp16: give up waiting for the loss scale to settle "
+                    "after this many warm-up steps (the run then says so: measured.loss_scale_settled false)")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile", help="after the measured steps, write where DeepSpeed's step spends its time to "
@@ -224,23 +228,46 @@ def main():
     torch.cuda.reset_peak_memory_stats()
     device_used_peak = 0
     times, losses, skipped, probes_between = [], [], [], []
-    for step in range(args.warmup + args.steps):
+
+    def train_step():
+        """One optimizer step (its micro-steps), timed from a synchronised start to the loss read back; whether
+        fp16's dynamic loss scaling skipped its update (engine.py _take_model_step counts it in skipped_steps: such a
+        step stops after the overflow test and is much shorter than one that updates)."""
+        nonlocal device_used_peak
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(accumulation):
             loss = micro_step()
         losses.append(loss.item())  # the loss read back, as a training loop does: one host sync per step
         torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - start)
-            # After the step's time is taken, before the next one starts: the host's speed during the run. Every
-            # rank reads it (rank 0's is kept), so that no rank's next step waits in a collective for another's.
-            probes_between.append(eager_op_seconds_now(device))
-        # fp16's dynamic loss scaling skips the optimizer step on overflow (engine.py _take_model_step counts it in
-        # skipped_steps): such a step stops after the overflow test and is much shorter than one that updates.
+        seconds = time.perf_counter() - start
         skipped.append(getattr(engine, "skipped_steps", 0) > sum(skipped))
         free, total = torch.cuda.mem_get_info()
         device_used_peak = max(device_used_peak, total - free)
+        return seconds
+
+    # Warm-up. fp16's dynamic loss scale starts at 2^16 and halves on every overflow, skipping that step's update:
+    # GPT-2 and ResNet-101 skip their first 2-10 steps, more with gradient accumulation (the summed gradients are
+    # larger). A skipped step times the forward, backward and overflow test without the optimizer's step, and the
+    # first update after them creates the optimizer's states; neither is the step a training run repeats. So the
+    # warm-up goes on until the last --settled steps all updated. Overflow is reduced over the ranks inside
+    # DeepSpeed (CheckOverflow), so every rank takes the same number of warm-up steps; the decision is reduced too.
+    def settled():
+        recent = skipped[-args.settled:] if fp16 else []
+        flag = torch.tensor([1.0 if any(recent) else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return flag.item() == 0.0
+
+    warmup_steps = 0
+    while warmup_steps < args.warmup or (not settled() and warmup_steps < args.max_warmup):
+        train_step()
+        warmup_steps += 1
+    loss_scale_settled = settled()
+    for _ in range(args.steps):
+        times.append(train_step())
+        # After the step's time is taken, before the next one starts: the host's speed during the run. Every
+        # rank reads it (rank 0's is kept), so that no rank's next step waits in a collective for another's.
+        probes_between.append(eager_op_seconds_now(device))
 
     gib = 2.0**30
     pinned = pinned_host_bytes()
@@ -268,6 +295,8 @@ def main():
             "step_seconds": step_seconds.item(),
             "step_seconds_each": times,  # rank 0's, after the warm-up
             "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
+            "warmup_steps": warmup_steps,
+            "loss_scale_settled": loss_scale_settled,  # fp16: the last --settled warm-up steps all updated
             # rank 0's, before the model was built and after the measured steps (host_probe), and their means
             # and short readings between the measured steps (eager_op_seconds_now), kept beside them
             "host_probe": {**{key: (probe[key] + probe_after[key]) / 2 for key in probe},
@@ -297,7 +326,8 @@ def main():
             "measured_as": {
                 "device_used_gib": "peak over the run of cudaMemGetInfo total - free, the larger rank, GiB",
                 "peak_allocated_gib": "torch.cuda.max_memory_allocated, the larger rank, GiB",
-                "step_seconds": f"median of {args.steps} steps after {args.warmup} warm-up steps",
+                "step_seconds": f"median of {args.steps} steps after at least {args.warmup} warm-up steps, with "
+                                f"fp16 until {args.settled} steps in a row updated (measured.warmup_steps ran)",
                 "host_gib_per_rank": "peak resident set (VmHWM) of the rank's process, the larger rank, GiB",
             },
             "runs": [run],
