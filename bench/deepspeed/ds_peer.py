@@ -247,16 +247,15 @@ def main():
         return seconds
 
     # Warm-up. fp16's dynamic loss scale starts at 2^16 and halves on every overflow, skipping that step's update:
-    # GPT-2 and ResNet-101 skip their first 2-10 steps, more with gradient accumulation (the summed gradients are
-    # larger). A skipped step times the forward, backward and overflow test without the optimizer's step, and the
-    # first update after them creates the optimizer's states; neither is the step a training run repeats. So the
-    # warm-up goes on until the last --settled steps all updated. Overflow is reduced over the ranks inside
-    # DeepSpeed (CheckOverflow), so every rank takes the same number of warm-up steps; the decision is reduced too.
+    # ResNet-101 skips its first 7-8 steps at stages 1-3 (device_matrix.sh parts 14-16 on 2026-11-27). A skipped
+    # step times the forward, backward and overflow test without the optimizer's step, and the first update after
+    # them creates the optimizer's states; neither is the step a training run repeats. So the warm-up goes on until
+    # the last --settled steps all updated. Every rank takes the same number: DeepSpeed reduces the overflow flag
+    # over the data-parallel ranks before it skips (runtime/utils.py CheckOverflow), so their skipped_steps agree.
+    # (No collective of our own here: at stages 0-2 on one rank the first use of torch's default NCCL group would
+    # add a communicator, 0.38 GiB of device memory, that DeepSpeed itself never creates.)
     def settled():
-        recent = skipped[-args.settled:] if fp16 else []
-        flag = torch.tensor([1.0 if any(recent) else 0.0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return flag.item() == 0.0
+        return not (fp16 and any(skipped[-args.settled:]))
 
     warmup_steps = 0
     while warmup_steps < args.warmup or (not settled() and warmup_steps < args.max_warmup):
