@@ -385,9 +385,9 @@ int run_plan(const PlanCommandOptions& options) {
       choices.push_back(plans[i].choice);
       steps.push_back(times[i] ? &*times[i] : nullptr);
     }
-    if (const std::optional<std::string> note =
-            host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
-      std::cout << "  " << *note << '\n';
+    for (const std::string& note :
+         host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
+      std::cout << "  " << note << '\n';
   }
 
   if (options.fewest_gpus || options.largest_model) {

@@ -137,9 +137,9 @@ int run_recommend(const RecommendCommandOptions& options) {
       choices.push_back(r.choice);
       steps.push_back(&r.simulation);
     }
-    if (const std::optional<std::string> note = host_bound_note(with_gpu_count(inputs.cluster, gpus), inputs.training,
-                                                                choices, steps, "--host-op-seconds"))
-      std::cout << (gpu_counts.size() > 1 ? "on " + std::to_string(gpus) + " GPU(s), " : std::string()) << *note
+    for (const std::string& note : host_bound_notes(with_gpu_count(inputs.cluster, gpus), inputs.training, choices,
+                                                    steps, "--host-op-seconds"))
+      std::cout << (gpu_counts.size() > 1 ? "on " + std::to_string(gpus) + " GPU(s), " : std::string()) << note
                 << '\n';
   }
   return status;

@@ -195,9 +195,9 @@ int run_simulate(const SimulateCommandOptions& options) {
       choices.push_back(plan.choice);
       steps.push_back(&plan.simulation);
     }
-    if (const std::optional<std::string> note =
-            host_bound_note(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
-      std::cout << *note << '\n';
+    for (const std::string& note :
+         host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
+      std::cout << note << '\n';
   }
   if (plans.size() == 1) {
     print_details(plans.front(), inputs);

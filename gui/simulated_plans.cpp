@@ -40,8 +40,9 @@ SimulatedPlans simulate_plans(const Comparison& comparison) {
     choices.push_back(plan.plan.choice);
     steps.push_back(plan.simulation ? &*plan.simulation : nullptr);
   }
-  out.host_bound = host_bound_note(comparison.cluster, comparison.training, choices, steps,
-                                   "the host speed field").value_or("");
+  for (const std::string& note :
+       host_bound_notes(comparison.cluster, comparison.training, choices, steps, "the host speed field"))
+    out.host_bound += (out.host_bound.empty() ? "" : "\n") + note;
   // The plan `zeroplan plan` names as the fastest that fits (sim/plan_timing.h), so the star and the CLI agree.
   out.recommended = recommended_plan(timed);
   const std::string unit = comparison.model.transformer ? "tokens/s" : "samples/s";

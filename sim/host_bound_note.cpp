@@ -6,34 +6,36 @@
 
 namespace zeroplan {
 
-std::optional<std::string> host_bound_note(const ClusterDescription& cluster, const TrainingConfig& training,
-                                           const std::vector<PlanChoice>& choices,
-                                           const std::vector<const StepSimulation*>& steps,
-                                           const std::string& host_op_input) {
-  if (training.engine != TrainingEngine::deepspeed) return std::nullopt;
-  std::vector<std::string> bound;  // each plan once: recommend ranks one at several batches and GPU counts
+namespace {
+
+// Plans whose timeline keeps the host_python lane busy for a third of the step or more, each once (recommend ranks
+// one plan at several batches and GPU counts), and the smallest and largest share among them.
+struct BoundPlans {
+  std::vector<std::string> labels;
   double smallest = 1.0, largest = 0.0;
-  for (std::size_t i = 0; i < choices.size() && i < steps.size(); ++i) {
-    // Stage 3 only: its host costs are the ones --host-op-seconds scales (sim/simulator.cpp says why).
-    if (choices[i].stage != 3 || !steps[i] || !(steps[i]->step_seconds > 0.0)) continue;
-    const double share =
-        steps[i]->busy_seconds[static_cast<std::size_t>(Resource::host_python)] / steps[i]->step_seconds;
-    if (!(share >= 1.0 / 3.0)) continue;
+
+  void add(const PlanChoice& choice, double share) {
     smallest = std::min(smallest, share);
     largest = std::max(largest, share);
-    const std::string label = choices[i].label();
-    if (std::find(bound.begin(), bound.end(), label) == bound.end()) bound.push_back(label);
+    const std::string label = choice.label();
+    if (std::find(labels.begin(), labels.end(), label) == labels.end()) labels.push_back(label);
   }
-  std::string plans;
-  for (const std::string& label : bound) plans += (plans.empty() ? "" : ", ") + label;
-  if (plans.empty()) return std::nullopt;
-  char share[32];
-  if (std::lround(100.0 * smallest) == std::lround(100.0 * largest))
-    std::snprintf(share, sizeof share, "%.0f%%", 100.0 * largest);
-  else
-    std::snprintf(share, sizeof share, "%.0f-%.0f%%", 100.0 * smallest, 100.0 * largest);
-  std::string note = "host-bound: DeepSpeed's Python is busy for " + std::string(share) + " of the step of " + plans +
-                     ", which is timed for ";
+  std::string busy() const {
+    std::string plans;
+    for (const std::string& label : labels) plans += (plans.empty() ? "" : ", ") + label;
+    char share[32];
+    if (std::lround(100.0 * smallest) == std::lround(100.0 * largest))
+      std::snprintf(share, sizeof share, "%.0f%%", 100.0 * largest);
+    else
+      std::snprintf(share, sizeof share, "%.0f-%.0f%%", 100.0 * smallest, 100.0 * largest);
+    return "DeepSpeed's Python is busy for " + std::string(share) + " of the step of " + plans;
+  }
+};
+
+// Stage 3's plans: which host their per-call costs are timed for, and how to time them for another.
+std::string stage3_note(const ClusterDescription& cluster, const TrainingConfig& training, const BoundPlans& stage3,
+                        const std::string& host_op_input) {
+  std::string note = "host-bound: " + stage3.busy() + ", which is timed for ";
   const double reference = cluster.cost_host_eager_op_seconds();
   const std::string field = cluster.cost_host_field();
   const double own = training.host_eager_op_seconds;
@@ -49,13 +51,54 @@ std::optional<std::string> host_bound_note(const ClusterDescription& cluster, co
   }
   if (!(reference > 0.0))
     return note + "the host " + cluster.name + "'s per-call costs hold on (the cluster names no " + field +
-                  " to time another host from)";
+           " to time another host from)";
   std::snprintf(figure, sizeof figure, "%.2f us", reference * 1e6);
   // The spread: ds_peer.py's probe on nvidia-h200-x2 machines, 2026-11-27 (docs/planner-vs-deepspeed.md, "The host's
   // speed").
   return note + "a host whose probe reads " + figure + " per eager operation (" + cluster.name + " " + field +
          "); machines of one kind differ (5.3-11.9 us measured on H200 hosts, steps up to 2.3x "
          "apart): run python3 bench/deepspeed/host_probe.py on yours and give its figure as " + host_op_input;
+}
+
+}  // namespace
+
+std::vector<std::string> host_bound_notes(const ClusterDescription& cluster, const TrainingConfig& training,
+                                          const std::vector<PlanChoice>& choices,
+                                          const std::vector<const StepSimulation*>& steps,
+                                          const std::string& host_op_input) {
+  if (training.engine != TrainingEngine::deepspeed) return {};
+  BoundPlans stage3, below;
+  for (std::size_t i = 0; i < choices.size() && i < steps.size(); ++i) {
+    if (!steps[i] || !(steps[i]->step_seconds > 0.0)) continue;
+    const double share =
+        steps[i]->busy_seconds[static_cast<std::size_t>(Resource::host_python)] / steps[i]->step_seconds;
+    if (!(share >= 1.0 / 3.0)) continue;
+    if (choices[i].stage == 3) {
+      stage3.add(choices[i], share);
+      continue;
+    }
+    // Below stage 3 the host's Python mostly runs beside the GPU (GPT-2 1.5B's stage-2 hooks: 63% of the step, all
+    // of it under the backward's kernels): a plan is bound by it where the GPU also waits on the host for a third of
+    // the step.
+    if (steps[i]->offload_wait_seconds / steps[i]->step_seconds >= 1.0 / 3.0) below.add(choices[i], share);
+  }
+  // Stages 0-2: their host costs (the per-tensor loops at the accumulation boundary, the gradient hooks, eager
+  // dispatch per module) are the cluster's own and the host input does not scale them: on 2026-11-27 they did not
+  // follow the probe (bench/deepspeed/results-pending/README.md, "A probe of the host's speed"). What the user should
+  // know is how far machines of one kind spread on such a step: ResNet-101 fp16 stage 0 (micro-batch 128, one GPU,
+  // the loss scale settled or never overflowing) took 0.087, 0.094, 0.114, 0.145 and 0.199 s on five nvidia-h100-x1
+  // machines (bench/deepspeed/results*/ resnet101_fp16_1gpu_*), and two of them, minutes apart, ran the same
+  // configurations up to 1.48x apart (results-pending/README.md, "The loss scale settled").
+  const std::string below_note =
+      below.labels.empty()
+          ? std::string()
+          : "host-bound: " + below.busy() + ", timed at " + cluster.name + "'s own host costs, which " +
+                host_op_input + " does not scale: such steps differ from machine to machine (ResNet-101 stage 0 "
+                "measured 0.087-0.199 s on five H100 machines of one kind)";
+  std::vector<std::string> notes;
+  if (!stage3.labels.empty()) notes.push_back(stage3_note(cluster, training, stage3, host_op_input));
+  if (!below_note.empty()) notes.push_back(below_note);
+  return notes;
 }
 
 }  // namespace zeroplan

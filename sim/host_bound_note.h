@@ -1,9 +1,9 @@
-// The line plan, simulate and the GUI show where DeepSpeed's Python sets a stage-3 plan's step: which host the step
+// The line plan, simulate and the GUI show where DeepSpeed's Python sets a plan's step: for stage 3, which host the step
 // is timed for and how to time it for another (the host speed input scales stage 3's per-call host costs,
-// sim/simulator.h host_speed_factor).
+// sim/simulator.h host_speed_factor); for stages 0-2, that the input does not scale them and how far machines of one
+// kind were measured apart on such a step.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,13 +14,13 @@
 
 namespace zeroplan {
 
-// A note where the timeline's host_python lane is busy for a third of a stage-3 plan's step or more (`steps[i]` is
-// plan `choices[i]`'s simulation, null where it was not timed); `host_op_input` names the input that sets the
-// host's speed (the CLI's --host-op-seconds, the GUI's field). None where no plan is so bound or the engine is not
-// DeepSpeed's.
-std::optional<std::string> host_bound_note(const ClusterDescription& cluster, const TrainingConfig& training,
-                                           const std::vector<PlanChoice>& choices,
-                                           const std::vector<const StepSimulation*>& steps,
-                                           const std::string& host_op_input);
+// Notes where the timeline's host_python lane is busy for a third of a plan's step or more (`steps[i]` is plan
+// `choices[i]`'s simulation, null where it was not timed): one line for such stage-3 plans, one for such plans at
+// stages 0-2; `host_op_input` names the input that sets the host's speed (the CLI's --host-op-seconds, the GUI's
+// field). None where no plan is so bound or the engine is not DeepSpeed's.
+std::vector<std::string> host_bound_notes(const ClusterDescription& cluster, const TrainingConfig& training,
+                                          const std::vector<PlanChoice>& choices,
+                                          const std::vector<const StepSimulation*>& steps,
+                                          const std::string& host_op_input);
 
 }  // namespace zeroplan

@@ -415,6 +415,16 @@ TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
   EXPECT_NE(table.output.find("timed for the host given by --host-op-seconds (11.40 us"), std::string::npos);
   EXPECT_EQ(run("plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --engine zeroplan").output.find("host-bound"),
             std::string::npos);
+  // A plan bound by DeepSpeed's Python at stages 0-2 (ResNet-101's per-tensor loops and eager dispatch) says that the
+  // input does not time it and how far machines were measured apart; a GPU-bound one (GPT-2 1.5B stage 2) says nothing.
+  const CommandResult resnet =
+      run("plan --model resnet101 --cluster h100x1 --gpus 1 --ds-config " + std::string(ZEROPLAN_SOURCE_DIR) +
+          "/bench/deepspeed/matrix/resnet101_fp16_1gpu_a1_s0_t32.json");
+  EXPECT_NE(resnet.output.find("of the step of stage 0, timed at h100x1's own host costs, which --host-op-seconds "
+                               "does not scale"), std::string::npos) << resnet.output;
+  EXPECT_EQ(resnet.output.find("which is timed for"), std::string::npos) << resnet.output;
+  const CommandResult gpt2_stage2 = run("plan --model gpt2-1.5b --cluster h200x2 --gpus 2 --stage 2 --micro-batch 8");
+  EXPECT_EQ(gpt2_stage2.output.find("host-bound"), std::string::npos) << gpt2_stage2.output;
   // recommend says it under its ranking, naming each plan once (it ranks one plan at several batches).
   const CommandResult ranked =
       run("recommend --model gpt2-1.5b --cluster h200x2 --gpus 2 --micro-batch 8 --seq 1024 --stage 3");
