@@ -120,7 +120,7 @@ struct StepScheduleInputs {
   double step_tensor_seconds = 0.0;       // stage 3: the step's host work per parameter tensor (gradient norm)
   double gradient_hook_seconds = 0.0;     // stages 1-2: per parameter tensor's gradient hook in backward (host)
   double bookkeeping_gradient_hook_seconds = 0.0;  // the same hook where it reduces nothing (stage 1)
-  double offload_gradient_hook_seconds = 0.0;  // the same with the optimizer on the CPU (stages 1-2), less its copy
+  double offload_gradient_hook_seconds = 0.0;  // its extra with the optimizer on the CPU (stages 1-2), its copy apart
   double tensor_op_seconds = 0.0;         // stages 0-2: one small eager op DeepSpeed's per-tensor loops issue (host)
   double pageable_pcie_bandwidth = 0.0;   // bytes/s host-to-device from pageable memory (the host waits)
   double fresh_pageable_write_bandwidth = 0.0;  // bytes/s the host fills a newly allocated pageable buffer at
