@@ -89,15 +89,12 @@ std::vector<std::string> host_bound_notes(const ClusterDescription& cluster, con
   // the loss scale settled or never overflowing) took 0.087, 0.094, 0.114, 0.145 and 0.199 s on five nvidia-h100-x1
   // machines (bench/deepspeed/results*/ resnet101_fp16_1gpu_*), and two of them, minutes apart, ran the same
   // configurations up to 1.48x apart (results-pending/README.md, "The loss scale settled").
-  const std::string below_note =
-      below.labels.empty()
-          ? std::string()
-          : "host-bound: " + below.busy() + ", timed at " + cluster.name + "'s own host costs, which " +
-                host_op_input + " does not scale: such steps differ from machine to machine (ResNet-101 stage 0 "
-                "measured 0.087-0.199 s on five H100 machines of one kind)";
   std::vector<std::string> notes;
   if (!stage3.labels.empty()) notes.push_back(stage3_note(cluster, training, stage3, host_op_input));
-  if (!below_note.empty()) notes.push_back(below_note);
+  if (!below.labels.empty())
+    notes.push_back("host-bound: " + below.busy() + ", timed at " + cluster.name + "'s own host costs, which " +
+                    host_op_input + " does not scale: such steps differ from machine to machine (ResNet-101 stage 0 "
+                    "measured 0.087-0.199 s on five H100 machines of one kind)");
   return notes;
 }
 
