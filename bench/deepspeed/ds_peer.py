@@ -189,6 +189,10 @@ def main():
                     help="with --memory-trace: record from before deepspeed.initialize through every step instead "
                     "(where the first step's lazy states and buffers land)")
     args = ap.parse_args()
+    if args.settled < 1:
+        ap.error(f"--settled {args.settled}: the number of updating steps in a row that ends the warm-up, at least 1")
+    if args.max_warmup < args.warmup:
+        ap.error(f"--max-warmup {args.max_warmup}: below --warmup {args.warmup}; give at least as many")
     if args.memory_trace_from_start and not args.memory_trace:
         ap.error("--memory-trace-from-start needs --memory-trace FILE (where the trace goes)")
 
