@@ -6,6 +6,7 @@
 
 #include "core/input_error.h"
 #include "core/json_input.h"
+#include "core/model_description.h"
 
 namespace zeroplan {
 
@@ -106,6 +107,11 @@ ModelDescription import_gpt2(const JsonFields& fields, const std::string& source
 // Biases: Llama's attention_bias puts a bias on q, k, v and o_proj, mlp_bias on gate/up/down; Mistral has none;
 // Qwen2 hard-codes biases on q/k/v and none on o_proj (modeling_qwen2.py), whatever the config says.
 ModelDescription import_llama_like(const JsonFields& fields, const std::string& source, const std::string& model_type) {
+  // Mixtral-style mixture-of-experts configs carry the Llama fields plus an expert count: a dense model of those
+  // fields would be planned and run as something else entirely.
+  for (const char* moe : {"num_local_experts", "num_experts"})
+    if (fields.has(moe) && !fields.raw(moe).is_null())
+      fields.fail(moe, "mixture-of-experts configs are not supported (zeroplan plans and trains dense models)");
   TransformerShape shape;
   shape.family = ModelFamily::llama;
   shape.vocab_size = fields.positive_integer("vocab_size");
@@ -143,6 +149,22 @@ ModelDescription import_llama_like(const JsonFields& fields, const std::string& 
   shape.learned_positions = false;  // rotary
   shape.embedding_norm = false;
   shape.dropout = dropout_or(fields, "attention_dropout", 0.0);
+  // LlamaConfig defaults: rms_norm_eps 1e-6, rope_theta 10000 (Qwen2Config: 1e-6, 10000; MistralConfig: 1e-6, 10000).
+  shape.norm_eps = fields.has("rms_norm_eps") && !fields.raw("rms_norm_eps").is_null() ? fields.positive_number("rms_norm_eps") : 1e-6;
+  shape.rope_theta = fields.has("rope_theta") && !fields.raw("rope_theta").is_null() ? fields.positive_number("rope_theta") : 10000.0;
+  if (fields.has("rope_scaling") && !fields.raw("rope_scaling").is_null()) read_rope_scaling(fields, shape, "rope_scaling");
+  // transformers 5 writes both into "rope_parameters" {"rope_theta", "rope_type" ("default": no scaling), and the
+  // scaling's own fields} (configuration_utils.py, RotaryEmbeddingConfigMixin).
+  if (fields.has("rope_parameters") && !fields.raw("rope_parameters").is_null()) {
+    const JsonFields rope = fields.object("rope_parameters");
+    if (rope.has("rope_theta")) shape.rope_theta = rope.positive_number("rope_theta");
+    const std::string type = rope.string_or("rope_type", "default");
+    if (type != "default") read_rope_scaling(fields, shape, "rope_parameters");
+  }
+  // Mistral's sliding_window (null: none); Qwen2 applies its sliding_window only with use_sliding_window true.
+  const bool window_used = model_type != "qwen2" || fields.boolean_or("use_sliding_window", false);
+  if (window_used && fields.has("sliding_window") && !fields.raw("sliding_window").is_null())
+    shape.sliding_window = fields.positive_integer("sliding_window");
 
   TransformerFieldNames names;
   names.hidden = "hidden_size";

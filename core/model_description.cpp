@@ -209,7 +209,8 @@ const std::vector<std::string> kTransformerKeys = {
     "family",          "vocab_size",     "hidden",          "layers",           "heads",
     "kv_heads",        "ffn_hidden",     "max_seq",         "norm",             "activation",
     "attention_bias",  "attention_output_bias", "mlp_bias", "tied_embeddings",  "learned_positions",
-    "embedding_norm",  "dropout"};
+    "embedding_norm",  "dropout",        "norm_eps",        "rope_theta",       "rope_scaling",
+    "sliding_window"};
 
 const std::vector<std::string> kModelKeys = {"name",   "source", "reference", "notes", "family",
                                              "params", "largest_layer_params",  "transformer",
@@ -226,6 +227,28 @@ void refuse_unknown_keys(const JsonFields& fields, const std::vector<std::string
   for (const auto& key : known) list += (list.empty() ? "" : ", ") + key;
   fields.fail(unknown.front(), "unknown key in " + where + "; expected one of " + list);
 }
+
+}  // namespace
+
+void read_rope_scaling(const JsonFields& fields, TransformerShape& shape, const std::string& key_name) {
+  const JsonFields scaling = key_name.empty() ? fields : fields.object(key_name);
+  // transformers writes "rope_type" (older configs "type").
+  const std::string key = scaling.has("rope_type") ? "rope_type" : "type";
+  shape.rope_scaling_type = scaling.string(key);
+  if (shape.rope_scaling_type == "llama3") {
+    shape.rope_scaling_factor = scaling.positive_number("factor");
+    shape.rope_low_freq_factor = scaling.positive_number("low_freq_factor");
+    shape.rope_high_freq_factor = scaling.positive_number("high_freq_factor");
+    shape.rope_original_max_position = scaling.positive_integer("original_max_position_embeddings");
+    if (!(shape.rope_high_freq_factor > shape.rope_low_freq_factor))
+      scaling.fail("high_freq_factor", "expected more than low_freq_factor (" +
+                                           std::to_string(shape.rope_low_freq_factor) + ")");
+  } else if (scaling.has("factor")) {
+    shape.rope_scaling_factor = scaling.positive_number("factor");
+  }
+}
+
+namespace {
 
 TransformerShape shape_from_json(const JsonFields& fields) {
   refuse_unknown_keys(fields, kTransformerKeys, "the transformer shape");
@@ -262,6 +285,10 @@ TransformerShape shape_from_json(const JsonFields& fields) {
   shape.learned_positions = fields.boolean_or("learned_positions", gpt2);
   shape.embedding_norm = fields.boolean_or("embedding_norm", false);
   shape.dropout = fields.non_negative_number_or("dropout", 0.0);
+  shape.norm_eps = fields.positive_number_or("norm_eps", 1e-5);
+  shape.rope_theta = fields.positive_number_or("rope_theta", 10000.0);
+  if (fields.has("rope_scaling") && !fields.raw("rope_scaling").is_null()) read_rope_scaling(fields, shape, "rope_scaling");
+  shape.sliding_window = fields.non_negative_integer_or("sliding_window", 0);
   return shape;
 }
 
@@ -381,7 +408,19 @@ nlohmann::json model_to_json(const ModelDescription& model) {
         {"learned_positions", shape.learned_positions},
         {"embedding_norm", shape.embedding_norm},
         {"dropout", shape.dropout},
+        {"norm_eps", shape.norm_eps},
+        {"rope_theta", shape.rope_theta},
+        {"sliding_window", shape.sliding_window},
     };
+    if (!shape.rope_scaling_type.empty()) {
+      nlohmann::json scaling = {{"rope_type", shape.rope_scaling_type}, {"factor", shape.rope_scaling_factor}};
+      if (shape.rope_scaling_type == "llama3") {
+        scaling["low_freq_factor"] = shape.rope_low_freq_factor;
+        scaling["high_freq_factor"] = shape.rope_high_freq_factor;
+        scaling["original_max_position_embeddings"] = shape.rope_original_max_position;
+      }
+      document["transformer"]["rope_scaling"] = scaling;
+    }
   } else {
     document["input_elements_per_sample"] = model.input_elements_per_sample;
   }

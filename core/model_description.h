@@ -45,6 +45,17 @@ struct TransformerShape {
   bool learned_positions = true; // a max_seq x h position embedding table (gpt2)
   bool embedding_norm = false;   // a norm right after the embedding (BLOOM's word_embeddings_layernorm)
   double dropout = 0.0;          // dropout probability (adds 1-byte masks to the activations when > 0)
+  // What changes the math but not the sizes (the executor reads them; the planner needs none):
+  double norm_eps = 1e-5;        // LayerNorm eps / rms_norm_eps
+  double rope_theta = 10000.0;   // rotary base (rope_theta)
+  // rope_scaling: empty (none), or its rope_type as written ("llama3" is the one the executor implements:
+  // transformers modeling_rope_utils.py _compute_llama3_parameters, with the four numbers below).
+  std::string rope_scaling_type;
+  double rope_scaling_factor = 8.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  std::int64_t rope_original_max_position = 8192;
+  std::int64_t sliding_window = 0;  // Mistral's sliding-window attention span in tokens (0: full causal attention)
 
   std::int64_t head_dim() const { return hidden / heads; }
   std::int64_t kv_dim() const { return head_dim() * kv_heads; }
@@ -110,6 +121,11 @@ ModelDescription expand_transformer(const std::string& name, const TransformerSh
 // 64 bytes per parameter still fits) and kMaxTransformerLayers layers (a description, not a hang).
 inline constexpr std::int64_t kMaxModelParams = INT64_MAX / 64;
 inline constexpr std::int64_t kMaxTransformerLayers = 100'000;
+
+// Reads a rope_scaling object ({"rope_type": ..., "factor": ...}; llama3's four numbers required) into shape:
+// fields' member `key` ("rope_scaling", or transformers 5's "rope_parameters"), or fields itself when key is empty.
+class JsonFields;
+void read_rope_scaling(const JsonFields& fields, TransformerShape& shape, const std::string& key);
 
 // Reads a zeroplan model description (JSON object with "transformer" or "layers").
 ModelDescription model_from_json(const nlohmann::json& document, const std::string& source);
