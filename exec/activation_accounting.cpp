@@ -1,5 +1,7 @@
 #include "exec/activation_accounting.h"
 
+#include <algorithm>
+
 #include "exec/param_layout.h"
 #include "exec/zero/zero_buffer_layout.h"
 #include "exec/zero/zero_partition.h"
@@ -12,18 +14,45 @@ std::vector<std::pair<std::string, std::int64_t>> ExpectedMemory::components() c
           {"workspace", workspace}};
 }
 
-std::int64_t backward_working_set_bytes(const ExecConfig& c) {
-  const std::int64_t e = element_bytes(c.precision);
-  const std::int64_t sbh = c.micro_batch * c.seq_len * c.shape.hidden, sb = c.micro_batch * c.seq_len;
-  return 6 * e * sbh + 4 * c.shape.heads * sb;
+std::int64_t column_sum_width(const ModelShape& s) {
+  std::int64_t w = s.norm == NormKind::layer_norm ? 2 * s.hidden : s.hidden;  // norm weight (and bias) gradients
+  if (s.qkv_bias) w = std::max(w, s.qkv_dim());
+  if (s.attn_out_bias || s.mlp_bias) w = std::max(w, s.hidden);
+  if (s.mlp_bias) w = std::max(w, s.mlp_in_dim());
+  return w;
 }
 
+std::int64_t backward_working_set_bytes(const ExecConfig& c) {
+  const ModelShape& s = c.shape;
+  const std::int64_t e = element_bytes(c.precision), sb = c.micro_batch * c.seq_len;
+  // dresidual (h), d(norm input / attention output) (max(h, q)), d(MLP / QKV) (max(qkv, F)), D (fp32 per head)
+  return e * sb * (s.hidden + std::max(s.hidden, s.q_dim()) + std::max(s.qkv_dim(), s.ffn_hidden)) + 4 * s.heads * sb;
+}
+
+namespace {
+
+// One kept block's saved tensors, by kind (exec/cuda/cuda_trainer.cu allocate): element counts per token of the
+// model-precision tensors [norm 1 out, qkv, attention out, norm 2 in, norm 2 out, MLP pre-activation, MLP
+// activation], whether selective recompute rebuilds it instead, and the fp32 bytes per token.
+struct BlockSaved {
+  std::int64_t width;
+  bool recomputed;
+};
+std::vector<BlockSaved> block_saved(const ModelShape& s) {
+  return {{s.hidden, true}, {s.qkv_dim(), false}, {s.q_dim(), false}, {s.hidden, false},
+          {s.hidden, true}, {s.mlp_in_dim(), false}, {s.ffn_hidden, true}};
+}
+std::int64_t norm_stat_rows(const ModelShape& s) { return s.norm == NormKind::layer_norm ? 2 : 1; }  // per norm
+
+}  // namespace
+
 ExpectedMemory expected_device_memory(const ExecConfig& c) {
-  const ParamLayout layout(c.shape);
+  const ModelShape& s = c.shape;
+  const ParamLayout layout(s);
   const std::int64_t P = layout.total();
   const std::int64_t e = element_bytes(c.precision);
-  const std::int64_t B = c.micro_batch, T = c.seq_len, C = c.shape.hidden, L = c.shape.layers, a = c.shape.heads;
-  const std::int64_t sbh = B * T * C, sb = B * T;
+  const std::int64_t B = c.micro_batch, T = c.seq_len, C = s.hidden, L = s.layers, a = s.heads;
+  const std::int64_t sb = B * T;
   ExpectedMemory m;
   m.params = e * P;
   // fp32 gradient accumulation: fp32 gradients beside the micro-step gradients backward writes (zero_buffer_layout.h)
@@ -31,19 +60,25 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   m.master_params = c.precision == ExecPrecision::fp32 ? 0 : 4 * P;
   m.optimizer_states = 8 * P;
   if (c.zero.offload_optimizer) m.master_params = m.optimizer_states = 0;  // in host memory (ZeRO-Offload)
-  const std::int64_t block = 16 * e * sbh + 16 * sb + 4 * a * sb;
+  // Per kept block: the saved tensors (recomputed ones left out under selective), the two norms' statistics and
+  // the logsumexp (fp32).
+  std::int64_t kept = 0, rebuilt = 0;
+  for (const BlockSaved& t : block_saved(s)) (t.recomputed ? rebuilt : kept) += t.width;
+  const std::int64_t stats = 4 * 2 * norm_stat_rows(s) * sb + 4 * a * sb;
+  const std::int64_t final_norm = e * sb * C + 4 * norm_stat_rows(s) * sb;  // output and statistics
   if (c.recompute == ExecRecompute::none) {
-    m.activations = L * block + 2 * e * sbh + 8 * sb;
+    m.activations = e * (L + 1) * sb * C + L * (e * sb * (kept + rebuilt) + stats) + final_norm;
   } else if (c.recompute == ExecRecompute::selective) {
-    m.activations = L * (block - 6 * e * sbh) + 2 * e * sbh + 8 * sb;
+    m.activations = e * (L + 1) * sb * C + L * (e * sb * kept + stats) + final_norm;
   } else {
-    m.activations = (L + 1) * e * sbh + (block - e * sbh) + e * sbh + 8 * sb;
+    m.activations = e * (L + 1) * sb * C + (e * sb * (kept + rebuilt) + stats) + final_norm;
   }
   m.activations += backward_working_set_bytes(c);
-  m.logits = e * sb * c.shape.padded_vocab + 4 * sb;
+  m.logits = e * sb * s.padded_vocab + 4 * sb;
   const bool det = c.zero.deterministic;
-  m.workspace = 4 * (column_sum_scratch_floats(sb, 4 * C, det) + 1) + (det ? 4 * (3 * sb + 1) : 0) +
-                4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + kCublasWorkspaceBytes;
+  const std::int64_t rope = s.position == PositionKind::rope ? 4 * T * s.head_size : 0;  // cos and sin, T x HS/2 each
+  m.workspace = 4 * (column_sum_scratch_floats(sb, column_sum_width(s), det) + 1) + (det ? 4 * (3 * sb + 1) : 0) +
+                4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + rope + kCublasWorkspaceBytes;
   return m;
 }
 
@@ -78,26 +113,28 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   a.push_back({"workspace", 4 * kNormSlots});
   a.push_back({"workspace", 4 * (kNormPartials + 1)});
   // exec/cuda/cuda_trainer.cu allocate(), in its order.
-  const std::int64_t B = c.micro_batch, T = c.seq_len, C = c.shape.hidden, L = c.shape.layers, H = c.shape.heads;
+  const ModelShape& s = c.shape;
+  const std::int64_t B = c.micro_batch, T = c.seq_len, C = s.hidden, L = s.layers, H = s.heads;
   const std::int64_t bt = B * T, nb = c.recompute == ExecRecompute::full ? 1 : L;
   a.push_back({"activations", e * (L + 1) * bt * C});  // block inputs (residual stream)
-  // LN1, QKV, attention, LN2 input, LN2, FC, GELU; selective keeps no LN1, LN2 or GELU outputs
   const bool selective = c.recompute == ExecRecompute::selective;
-  for (auto [width, recomputed] : {std::pair{C, true}, {3 * C, false}, {C, false}, {C, false}, {C, true},
-                                   {4 * C, false}, {4 * C, true}})
-    if (!(selective && recomputed)) a.push_back({"activations", e * nb * bt * width});
-  a.push_back({"activations", 4 * nb * 4 * bt});  // LayerNorm mean/rstd
-  a.push_back({"activations", 4 * nb * bt * H});  // attention logsumexp
-  a.push_back({"activations", e * bt * C});       // final LN output
-  a.push_back({"activations", 4 * 2 * bt});       // final LN mean/rstd
-  a.push_back({"logits", e * bt * c.shape.padded_vocab});
+  for (const BlockSaved& t : block_saved(s))
+    if (!(selective && t.recomputed)) a.push_back({"activations", e * nb * bt * t.width});
+  a.push_back({"activations", 4 * nb * 2 * norm_stat_rows(s) * bt});  // norm statistics
+  a.push_back({"activations", 4 * nb * bt * H});                      // attention logsumexp
+  a.push_back({"activations", e * bt * C});                           // final norm output
+  a.push_back({"activations", 4 * norm_stat_rows(s) * bt});           // final norm statistics
+  a.push_back({"logits", e * bt * s.padded_vocab});
   a.push_back({"logits", 4 * bt});
-  for (std::int64_t width : {C, C, 4 * C}) a.push_back({"activations", e * bt * width});  // backward working set
-  a.push_back({"activations", 4 * bt * H});                                               // rowsum(dO*O)
+  // backward working set
+  for (std::int64_t width : {C, std::max(C, s.q_dim()), std::max(s.qkv_dim(), s.ffn_hidden)})
+    a.push_back({"activations", e * bt * width});
+  a.push_back({"activations", 4 * bt * H});  // rowsum(dO*O)
   const bool det = c.zero.deterministic;
-  a.push_back({"workspace", 4 * (column_sum_scratch_floats(bt, 4 * C, det) + 1)});
+  a.push_back({"workspace", 4 * (column_sum_scratch_floats(bt, column_sum_width(s), det) + 1)});
   a.push_back({"workspace", 4 * 2 * bt});
   if (det) a.push_back({"workspace", 4 * (3 * bt + 1)});
+  if (s.position == PositionKind::rope) a.push_back({"workspace", 4 * T * s.head_size});  // RoPE cos and sin
   a.push_back({"workspace", kCublasWorkspaceBytes});
   return a;
 }

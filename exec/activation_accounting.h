@@ -2,33 +2,37 @@
 // allocator measures the same buffers; a GPU test checks the two agree exactly, and the planner
 // (sim/memory_model) is meant to model these formulas.
 //
-// Notation: B micro-batch, T sequence, C hidden, L layers, a heads, Vp padded vocabulary, P = flat parameter
-// count (padded vocabulary rows included), e = element bytes (2 for bf16/fp16, 4 for fp32).
+// Notation: B micro-batch, T sequence, C hidden, L layers, a heads, HS head size, q = a*HS, qkv = q + 2*kv_heads*HS,
+// F the MLP's inner width, FI its first projection's rows (F for GELU, 2F for SwiGLU's gate and up), Vp padded
+// vocabulary, P = flat parameter count (padded vocabulary rows included), e = element bytes (2 for bf16/fp16, 4
+// for fp32), n = norm statistics per norm (2: LayerNorm's mean and rstd; 1: RMSNorm's rstd).
 //
 // params            e*P                     (16-bit model weights; fp32 in fp32 mode)
 // grads             e*P                     (gradients in the model precision, accumulated over micro-steps)
 // master_params     4*P in bf16/fp16, 0 in fp32 (fp32 master weights)
 // optimizer_states  8*P                     (AdamW momentum and variance, fp32)
-// activations       saved for backward, no recompute: per layer, exactly the tensors Korthikanti et al. 2022
-//                   (arXiv 2205.05198, sec. 4.1) count without dropout:
-//                     LN1 input e*sbh, LN1 output e*sbh, QKV 3e*sbh, attention output e*sbh, LN2 input e*sbh,
-//                     LN2 output e*sbh, FC output 4e*sbh, GELU output 4e*sbh          = 16e*sbh (32sbh in 16-bit)
-//                     + LN1/LN2 mean and rstd, fp32                                   = 16*sb
+// activations       saved for backward, no recompute: per layer, the tensors Korthikanti et al. 2022
+//                   (arXiv 2205.05198, sec. 4.1) count without dropout, in the block's kinds:
+//                     norm 1 input e*sbh, norm 1 output e*sbh, QKV e*sb*qkv, attention output e*sb*q, norm 2
+//                     input e*sbh, norm 2 output e*sbh, MLP pre-activation e*sb*FI, MLP activation e*sb*F
+//                     (GPT-2: 16e*sbh; Llama 7B, F = 2.69h: 14.1e*sbh)
+//                     + the norms' statistics, fp32                                   = 8n*sb
 //                     + flash-attention logsumexp, fp32 (replaces the 5as^2b softmax)  = 4*a*s*b
-//                   plus the output layer: final-LN input and output 2e*sbh and its mean/rstd 8*sb;
-//                   selective recompute: per layer the list above less LN1 output, LN2 output and GELU output
-//                   (6e*sbh), rebuilt in backward inside the backward working set below;
-//                   full recompute: every block's input (L+1)*e*sbh (the last is the final-LN input), plus one
-//                   block's recompute buffers (the list above less the LN1 input: 15e*sbh + 16sb + 4asb), plus the
-//                   final-LN output and stats e*sbh + 8sb;
+//                   plus the output layer: final-norm input and output 2e*sbh and its statistics 4n*sb;
+//                   selective recompute: per layer the list above less norm 1 output, norm 2 output and MLP
+//                   activation, rebuilt in backward inside the backward working set below;
+//                   full recompute: every block's input (L+1)*e*sbh (the last is the final-norm input), plus one
+//                   block's recompute buffers (the list above less the norm 1 input), plus the final-norm output
+//                   and statistics;
 //                   plus, in both modes, the backward working set (live at the backward peak, as the planner's
-//                   activation component counts it): dresidual e*sbh, d(LN input) e*sbh, d(FC/QKV) 4e*sbh,
-//                   and the flash-attention D = rowsum(dO*O) 4*a*s*b (fp32).
+//                   activation component counts it): dresidual e*sbh, d(norm input) e*sb*max(h, q), d(MLP/QKV)
+//                   e*sb*max(qkv, F), and the flash-attention D = rowsum(dO*O) 4*a*s*b (fp32).
 // logits            e*s*b*Vp (the fused cross-entropy writes dlogits in place) + 4*s*b (per-token losses, fp32)
-// workspace         bias/LN-gradient partials and their counter 4*(4C+1) (--deterministic: one 4C row per 256
-//                   rows of s*b, and the token positions of the ordered dwte 4*(3sb+1)), grad-norm partials and result
-//                   (kNormPartials + 1 floats), the ZeRO engine's norm slots (kNormSlots floats), the micro-batch's input and target token ids 8*s*b (int32), and the
-//                   cuBLASLt workspace (32 MiB, customary on Hopper)
+// workspace         bias/norm-gradient partials and their counter 4*(W+1), W = column_sum_width (--deterministic:
+//                   one W row per 256 rows of s*b, and the token positions of the ordered dwte 4*(3sb+1)),
+//                   grad-norm partials and result (kNormPartials + 1 floats), the ZeRO engine's norm slots
+//                   (kNormSlots floats), the micro-batch's input and target token ids 8*s*b (int32), the RoPE
+//                   cos/sin tables 4*T*HS (rotary models), and the cuBLASLt workspace (32 MiB, customary on Hopper)
 #pragma once
 
 #include <cstdint>
@@ -82,7 +86,9 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& config, int w
 // bytes asked for: each large allocation's round-up, and the small ones' pages less their bytes.
 inline constexpr std::int64_t kDeviceAllocationGranularity = 2ll << 20;
 std::int64_t allocation_granularity_bytes(const std::vector<DeviceAllocation>& allocations);
-// The backward working set inside `activations` (dresidual, d(LN input), d(FC/QKV), D).
+// The backward working set inside `activations` (dresidual, d(norm input), d(MLP/QKV), D).
 std::int64_t backward_working_set_bytes(const ExecConfig& config);
+// Columns of the widest bias / norm-weight gradient reduction (the column-sum scratch's width).
+std::int64_t column_sum_width(const ModelShape& shape);
 
 }  // namespace zeroplan::exec

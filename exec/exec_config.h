@@ -1,5 +1,5 @@
-// The executor's own view of what it trains: a GPT-2 shape (learned positions, LayerNorm, tanh-GELU, biases,
-// tied embeddings) and the training settings the step needs. cli/run_command.cpp fills it from the shared
+// The executor's own view of what it trains: the model's shape (a configuration of one block pipeline) and the
+// training settings the step needs. cli/run_command.cpp fills it from the shared
 // ModelDescription / TrainingConfig (core/), so exec/ itself has no dependency on core/ or sim/.
 #pragma once
 
@@ -21,22 +21,73 @@ enum class ExecRecompute { none, selective, full };
 std::string to_string(ExecPrecision precision);
 int element_bytes(ExecPrecision precision);  // bytes of a parameter / activation / gradient element
 
-struct Gpt2Shape {
+// What the model is, as the executor builds it: one block pipeline (embedding, L pre-norm blocks, final norm,
+// head) whose op kinds come from the shared model description (core/model_description.h; cli/run_command.cpp
+// fills this from it). GPT-2 (Radford et al. 2019): learned positions, LayerNorm, tanh-GELU MLP of 4h, biases
+// everywhere, tied head. Llama (Touvron et al. 2023, arXiv 2302.13971, 2307.09288; transformers'
+// modeling_llama.py): rotary positions, RMSNorm, SwiGLU MLP (gate, up, down), grouped-query attention, no biases
+// (Qwen2: q/k/v biases), an untied head. The trainers read only the kinds, never a family name.
+enum class NormKind { layer_norm, rms_norm };
+enum class MlpKind { gelu, swiglu };
+enum class PositionKind { learned, rope };
+// Which names the tensors carry in checkpoints and exports (run/hf_tensor_names.h) and how they are initialized:
+// GPT-2's (nanoGPT's init, residual projections scaled) or transformers' Llama names (normal(0, 0.02) for every
+// matrix, transformers LlamaPreTrainedModel._init_weights).
+enum class TensorNaming { gpt2, llama };
+
+// Llama 3's rope_scaling {"rope_type": "llama3"} (transformers modeling_rope_utils.py,
+// _compute_llama3_parameters): inverse frequencies of long wavelengths divided by `factor`, a smooth blend
+// between low_freq_factor and high_freq_factor.
+struct RopeScaling {
+  bool llama3 = false;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::int64_t original_max_position = 8192;
+};
+
+struct ModelShape {
   std::int64_t vocab = 0;          // V: real vocabulary (softmax runs over these columns only)
-  std::int64_t padded_vocab = 0;   // Vp: rows of the token embedding, V rounded up to a multiple of 128
+  std::int64_t padded_vocab = 0;   // Vp: rows of the token embedding (and head), V rounded up to a multiple of 128
   std::int64_t hidden = 0;         // h (C)
   std::int64_t layers = 0;         // L
-  std::int64_t heads = 0;          // a
-  std::int64_t max_seq = 0;        // rows of the position embedding
+  std::int64_t heads = 0;          // a: query heads
+  std::int64_t kv_heads = 0;       // key/value heads (== heads without grouped-query attention)
+  std::int64_t head_size = 0;      // HS (hidden / heads for every model the executor trains)
+  std::int64_t ffn_hidden = 0;     // F: the MLP's inner width (4h for GPT-2, intermediate_size for Llama)
+  std::int64_t max_seq = 0;        // longest sequence (GPT-2: rows of the position embedding)
+  NormKind norm = NormKind::layer_norm;
+  double norm_eps = 1e-5;          // LayerNorm eps (GPT-2: 1e-5) or rms_norm_eps
+  PositionKind position = PositionKind::learned;
+  double rope_theta = 10000.0;     // RoPE base (Su et al. 2021, arXiv 2104.09864)
+  RopeScaling rope_scaling;
+  MlpKind mlp = MlpKind::gelu;
+  bool qkv_bias = true;            // biases on the q/k/v projections
+  bool attn_out_bias = true;       // a bias on the attention output projection
+  bool mlp_bias = true;            // biases on the MLP projections
+  bool norm_bias = true;           // LayerNorm's bias (RMSNorm has none)
+  bool tied_head = true;           // the head is the token embedding (false: its own lm_head matrix)
+  TensorNaming naming = TensorNaming::gpt2;
 
-  std::int64_t head_dim() const { return hidden / heads; }
+  std::int64_t head_dim() const { return head_size; }
+  std::int64_t q_dim() const { return heads * head_size; }             // attention output width
+  std::int64_t kv_dim() const { return kv_heads * head_size; }
+  std::int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }     // fused q, k, v projection rows
+  // The MLP's first projection's rows: fc (F) for GELU, gate and up fused (2F) for SwiGLU.
+  std::int64_t mlp_in_dim() const { return mlp == MlpKind::swiglu ? 2 * ffn_hidden : ffn_hidden; }
 };
 
 // V rounded up to a multiple of 128 (tensor-core friendly GEMM width, as llm.c pads 50257 to 50304; 50304
 // is already a multiple of 128).
 std::int64_t pad_vocab(std::int64_t vocab);
-Gpt2Shape make_shape(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
-                     std::int64_t max_seq);
+// GPT-2's shape (llm.c / nanoGPT): heads of hidden/heads, F = 4h, learned positions, LayerNorm, GELU, biases, tied.
+ModelShape make_shape(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
+                      std::int64_t max_seq);
+// A Llama shape: RMSNorm (eps), RoPE (theta), SwiGLU of ffn_hidden, kv_heads key/value heads, no biases, untied;
+// the caller sets qkv_bias, tied_head and rope_scaling where the model has them.
+ModelShape make_llama_shape(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
+                            std::int64_t kv_heads, std::int64_t ffn_hidden, std::int64_t max_seq,
+                            double rope_theta = 10000.0, double norm_eps = 1e-5);
 
 struct OptimizerSettings {
   double learning_rate = 3e-4;
@@ -116,7 +167,7 @@ struct ZeroSettings {
 constexpr std::int64_t kOffloadPieceElements = std::int64_t{1} << 24;
 
 struct ExecConfig {
-  Gpt2Shape shape;
+  ModelShape shape;
   std::int64_t micro_batch = 1;  // B
   std::int64_t seq_len = 1024;   // T
   std::int64_t grad_accum = 1;

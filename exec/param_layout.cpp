@@ -18,15 +18,36 @@ int element_bytes(ExecPrecision precision) { return precision == ExecPrecision::
 
 std::int64_t pad_vocab(std::int64_t vocab) { return (vocab + 127) / 128 * 128; }
 
-Gpt2Shape make_shape(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
-                     std::int64_t max_seq) {
-  Gpt2Shape s;
+ModelShape make_shape(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
+                      std::int64_t max_seq) {
+  ModelShape s;
   s.vocab = vocab;
   s.padded_vocab = pad_vocab(vocab);
   s.hidden = hidden;
   s.layers = layers;
   s.heads = heads;
+  s.kv_heads = heads;
+  s.head_size = heads > 0 ? hidden / heads : 0;
+  s.ffn_hidden = 4 * hidden;
   s.max_seq = max_seq;
+  return s;  // the defaults are GPT-2's kinds
+}
+
+ModelShape make_llama_shape(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t heads,
+                            std::int64_t kv_heads, std::int64_t ffn_hidden, std::int64_t max_seq, double rope_theta,
+                            double norm_eps) {
+  ModelShape s = make_shape(vocab, hidden, layers, heads, max_seq);
+  s.kv_heads = kv_heads;
+  s.ffn_hidden = ffn_hidden;
+  s.norm = NormKind::rms_norm;
+  s.norm_eps = norm_eps;
+  s.norm_bias = false;
+  s.position = PositionKind::rope;
+  s.rope_theta = rope_theta;
+  s.mlp = MlpKind::swiglu;
+  s.qkv_bias = s.attn_out_bias = s.mlp_bias = false;
+  s.tied_head = false;
+  s.naming = TensorNaming::llama;
   return s;
 }
 
@@ -34,12 +55,18 @@ void validate(const ExecConfig& c) {
   auto fail = [](const std::string& field, const std::string& what) {
     throw std::invalid_argument("executor: " + field + ": " + what);
   };
-  const Gpt2Shape& s = c.shape;
+  const ModelShape& s = c.shape;
   if (s.vocab < 1) fail("vocab_size", "expected a positive vocabulary size");
   if (s.padded_vocab < s.vocab || s.padded_vocab % 128 != 0) fail("padded_vocab", "expected pad_vocab(vocab)");
   if (s.hidden < 8 || s.hidden % 8 != 0) fail("hidden", "expected a positive multiple of 8 (16-byte vector access)");
-  if (s.heads < 1 || s.hidden % s.heads != 0) fail("heads", "expected a divisor of hidden");
-  if (s.head_dim() % 8 != 0) fail("heads", "expected hidden/heads to be a multiple of 8");
+  if (s.heads < 1) fail("heads", "expected at least one head");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
+    fail("kv_heads", "expected a divisor of heads (" + std::to_string(s.heads) + "), got " + std::to_string(s.kv_heads));
+  if (s.head_size < 8 || s.head_size % 8 != 0) fail("head_dim", "expected a multiple of 8");
+  if (s.position == PositionKind::rope && s.head_size % 2 != 0) fail("head_dim", "rotary embeddings need an even head size");
+  if (s.ffn_hidden < 8 || s.ffn_hidden % 8 != 0) fail("intermediate_size", "expected a positive multiple of 8");
+  if (!(s.norm_eps > 0)) fail("norm_eps", "expected > 0");
+  if (s.position == PositionKind::rope && !(s.rope_theta > 0)) fail("rope_theta", "expected > 0");
   if (s.layers < 1) fail("layers", "expected at least one layer");
   if (c.seq_len < 1 || c.seq_len > s.max_seq)
     fail("seq_len", "expected 1 <= seq_len <= max_seq (" + std::to_string(s.max_seq) + "), got " +
@@ -58,9 +85,13 @@ void validate(const ExecConfig& c) {
   if (c.zero.max_reuse_distance < 0) fail("stage3_max_reuse_distance", "expected >= 0 elements");
 }
 
-ParamLayout::ParamLayout(const Gpt2Shape& shape, std::int64_t align) : shape_(shape), align_(align) {
+ParamLayout::ParamLayout(const ModelShape& shape, std::int64_t align) : shape_(shape), align_(align) {
   if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
   const std::int64_t C = shape.hidden;
+  const bool llama = shape.naming == TensorNaming::llama;
+  // GPT-2 scales its two residual output projections (nanoGPT); transformers' Llama initializes every matrix
+  // with N(0, initializer_range = 0.02) (LlamaPreTrainedModel._init_weights).
+  const InitKind residual = llama ? InitKind::normal : InitKind::residual_normal;
   std::int64_t dense = 0;  // offset in the unaligned layout
   auto round_up = [align](std::int64_t x) { return (x + align - 1) / align * align; };
   auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, bool decay, InitKind init) {
@@ -68,35 +99,76 @@ ParamLayout::ParamLayout(const Gpt2Shape& shape, std::int64_t align) : shape_(sh
     total_ = round_up(total_ + rows * cols);
     dense += rows * cols;
   };
-  add("wte", shape.padded_vocab, C, true, InitKind::normal);
-  add("wpe", shape.max_seq, C, true, InitKind::normal);
+  add(llama ? "embed_tokens" : "wte", shape.padded_vocab, C, true, InitKind::normal);
+  if (has_wpe()) add("wpe", shape.max_seq, C, true, InitKind::normal);
+  first_block_tensor_ = tensors_.size();
   blocks_begin_ = total_;
+  // A block's tensors in their order, with the name each carries (GPT-2's, or transformers' Llama module names
+  // with q/k/v and gate/up fused: run/hf_tensor_names.cpp splits them).
+  struct Role {
+    BlockTensor which;
+    const char* gpt2;
+    const char* llama;
+    std::int64_t rows, cols;
+    bool present;
+    InitKind init;
+  };
+  const std::int64_t Q = shape.q_dim(), QKV = shape.qkv_dim(), F = shape.ffn_hidden, FI = shape.mlp_in_dim();
+  const InitKind norm_w = InitKind::ones;
+  const Role roles[kBlockTensorCount] = {
+      {kQkvW, "attn.c_attn.weight", "self_attn.qkv_proj.weight", QKV, C, true, InitKind::normal},
+      {kAttProjW, "attn.c_proj.weight", "self_attn.o_proj.weight", C, Q, true, residual},
+      {kFcW, "mlp.c_fc.weight", "mlp.gate_up_proj.weight", FI, C, true, InitKind::normal},
+      {kFcProjW, "mlp.c_proj.weight", "mlp.down_proj.weight", C, F, true, residual},
+      {kLn1W, "ln_1.weight", "input_layernorm.weight", 1, C, true, norm_w},
+      {kLn1B, "ln_1.bias", "input_layernorm.bias", 1, C, shape.norm_bias, InitKind::zeros},
+      {kQkvB, "attn.c_attn.bias", "self_attn.qkv_proj.bias", 1, QKV, shape.qkv_bias, InitKind::zeros},
+      {kAttProjB, "attn.c_proj.bias", "self_attn.o_proj.bias", 1, C, shape.attn_out_bias, InitKind::zeros},
+      {kLn2W, "ln_2.weight", "post_attention_layernorm.weight", 1, C, true, norm_w},
+      {kLn2B, "ln_2.bias", "post_attention_layernorm.bias", 1, C, shape.norm_bias, InitKind::zeros},
+      {kFcB, "mlp.c_fc.bias", "mlp.gate_up_proj.bias", 1, FI, shape.mlp_bias, InitKind::zeros},
+      {kFcProjB, "mlp.c_proj.bias", "mlp.down_proj.bias", 1, C, shape.mlp_bias, InitKind::zeros},
+  };
+  block_tensor_count_ = 0;
+  for (const Role& r : roles) block_index_[r.which] = r.present ? static_cast<int>(block_tensor_count_++) : -1;
   for (std::int64_t l = 0; l < shape.layers; ++l) {
-    const std::string p = "h." + std::to_string(l) + ".";
+    const std::string p = (llama ? "layers." : "h.") + std::to_string(l) + ".";
     const std::int64_t start = total_;
-    add(p + "attn.c_attn.weight", 3 * C, C, true, InitKind::normal);
-    add(p + "attn.c_proj.weight", C, C, true, InitKind::residual_normal);
-    add(p + "mlp.c_fc.weight", 4 * C, C, true, InitKind::normal);
-    add(p + "mlp.c_proj.weight", C, 4 * C, true, InitKind::residual_normal);
-    block_decay_ = total_ - start;
-    add(p + "ln_1.weight", 1, C, false, InitKind::ones);
-    add(p + "ln_1.bias", 1, C, false, InitKind::zeros);
-    add(p + "attn.c_attn.bias", 1, 3 * C, false, InitKind::zeros);
-    add(p + "attn.c_proj.bias", 1, C, false, InitKind::zeros);
-    add(p + "ln_2.weight", 1, C, false, InitKind::ones);
-    add(p + "ln_2.bias", 1, C, false, InitKind::zeros);
-    add(p + "mlp.c_fc.bias", 1, 4 * C, false, InitKind::zeros);
-    add(p + "mlp.c_proj.bias", 1, C, false, InitKind::zeros);
+    for (const Role& r : roles) {
+      if (!r.present) continue;
+      add(p + (llama ? r.llama : r.gpt2), r.rows, r.cols, r.rows > 1, r.init);
+      if (r.which == kFcProjW) block_decay_ = total_ - start;
+    }
     block_stride_ = total_ - start;
   }
-  add("ln_f.weight", 1, C, false, InitKind::ones);
-  add("ln_f.bias", 1, C, false, InitKind::zeros);
+  tail_first_ = tensors_.size();
+  if (!shape.tied_head) add("lm_head", shape.padded_vocab, C, true, InitKind::normal);
+  tail_decay_end_ = total_;
+  final_norm_first_ = tensors_.size();
+  add(llama ? "norm.weight" : "ln_f.weight", 1, C, false, InitKind::ones);
+  if (shape.norm_bias) add(llama ? "norm.bias" : "ln_f.bias", 1, C, false, InitKind::zeros);
+}
+
+const ParamTensor& ParamLayout::wpe() const {
+  if (!has_wpe()) throw std::logic_error("ParamLayout: this model has no position embedding");
+  return tensors_[1];
+}
+
+const ParamTensor& ParamLayout::final_norm_b() const {
+  if (!shape_.norm_bias) throw std::logic_error("ParamLayout: this model's final norm has no bias");
+  return tensors_[final_norm_first_ + 1];
+}
+
+std::int64_t ParamLayout::live_elements(const ParamTensor& t) const {
+  // the token embedding and an untied head have padded_vocab rows, of which vocab hold values
+  if (&t == &tensors_[0] || (!shape_.tied_head && &t == &tensors_[tail_first_])) return shape_.vocab * t.cols;
+  return t.numel();
 }
 
 std::int64_t ParamLayout::model_params() const {
   std::int64_t n = 0;
-  for (const ParamTensor& t : tensors_) n += t.numel();
-  return n - (shape_.padded_vocab - shape_.vocab) * shape_.hidden;
+  for (const ParamTensor& t : tensors_) n += live_elements(t);
+  return n;
 }
 
 float ParamLayout::residual_std() const {
@@ -106,8 +178,7 @@ float ParamLayout::residual_std() const {
 void ParamLayout::initialize(std::uint64_t seed, float* flat) const {
   const float rstd = residual_std();
   for (const ParamTensor& t : tensors_) {
-    std::int64_t live = t.numel();
-    if (&t == &tensors_[0]) live = shape_.vocab * shape_.hidden;  // padded vocabulary rows stay 0
+    const std::int64_t live = live_elements(t);  // padded vocabulary rows stay 0
     for (std::int64_t i = 0; i < t.numel(); ++i)
       flat[t.offset + i] =
           i < live ? init_value(t.init, seed, static_cast<std::uint64_t>(t.init_index + i), rstd) : 0.0f;
@@ -118,7 +189,7 @@ void ParamLayout::initialize(std::uint64_t seed, float* flat) const {
 
 bool ParamLayout::decayed(std::int64_t i) const {
   if (i < blocks_begin_) return true;
-  if (i >= blocks_end()) return false;
+  if (i >= blocks_end()) return i < tail_decay_end_;
   return (i - blocks_begin_) % block_stride_ < block_decay_;
 }
 

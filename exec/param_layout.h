@@ -1,10 +1,13 @@
 // Flat parameter layout: every parameter tensor is a contiguous range [offset, offset + numel) of one flat
 // buffer, and the gradients, fp32 master weights and Adam moments use the same offsets in their own flat
-// buffers. ZeRO (next issue) partitions these buffers into contiguous per-rank ranges, so the layout is
-// layer-major: the embeddings, then each block's tensors together, then the final LayerNorm.
+// buffers. ZeRO partitions these buffers into contiguous per-rank ranges, so the layout is unit-major, in the
+// order forward uses the units: the embeddings unit (token embedding, GPT-2's position embedding), each block
+// together, then the head unit (an untied lm_head, then the final norm). Backward runs the units in reverse.
 //
-// Inside a block the four 2-D weights come first and the eight 1-D tensors (LayerNorm weights/biases and
-// linear biases) last, so weight decay (applied to 2-D weights and embeddings only) is one range test.
+// Inside a block the four 2-D weights come first and the 1-D tensors (norm weights/biases and linear biases)
+// last, so weight decay (2-D weights and embeddings only) is one range test per block; in the head unit the
+// lm_head matrix (decayed) comes before the final norm (not decayed). A block's tensors are the same roles for
+// every model (BlockTensor); a model without biases (Llama) or without LayerNorm biases simply lacks those.
 #pragma once
 
 #include <cstdint>
@@ -17,19 +20,21 @@
 namespace zeroplan::exec {
 
 struct ParamTensor {
-  std::string name;       // "h.3.attn.c_attn.weight" (GPT-2 / nanoGPT naming)
+  std::string name;       // "h.3.attn.c_attn.weight" (GPT-2) or "layers.3.self_attn.qkv_proj.weight" (Llama)
   std::int64_t offset;    // elements from the start of the flat buffer
   std::int64_t rows;      // out features (1 for vectors)
   std::int64_t cols;      // in features
   bool weight_decay;      // 2-D weights and embeddings
-  InitKind init;          // GPT-2 initialization of this tensor (exec/init_rng.h)
+  InitKind init;          // initialization of this tensor (exec/init_rng.h)
   // Position of the tensor in the unaligned layout: the index the initialization hashes, so that a layout
   // aligned for N ranks holds the same values as the one-rank layout.
   std::int64_t init_index;
   std::int64_t numel() const { return rows * cols; }
 };
 
-// Indices into a block's tensors (BlockTensors::t).
+// A block's tensor roles (ParamLayout::block): the fused q/k/v projection (rows q, then k, then v), the attention
+// output projection, the MLP's first projection (GELU: fc; SwiGLU: gate and up fused, gate rows first) and its
+// output projection; then the norms' weights and biases and the linear biases. Roles a model lacks are absent.
 enum BlockTensor : int {
   kQkvW = 0, kAttProjW, kFcW, kFcProjW,                        // 2-D, decayed
   kLn1W, kLn1B, kQkvB, kAttProjB, kLn2W, kLn2B, kFcB, kFcProjB,  // 1-D, not decayed
@@ -41,9 +46,9 @@ class ParamLayout {
   // `align` (elements): every tensor starts at a multiple of it and the total is rounded up to it, the gaps
   // holding zeros. The ZeRO engine aligns to world * 64 so that every gradient bucket (whole tensors) splits
   // into equal, 128-byte-aligned per-rank chunks (exec/zero/zero_partition.h); 1 is the dense layout.
-  explicit ParamLayout(const Gpt2Shape& shape, std::int64_t align = 1);
+  explicit ParamLayout(const ModelShape& shape, std::int64_t align = 1);
 
-  const Gpt2Shape& shape() const { return shape_; }
+  const ModelShape& shape() const { return shape_; }
   std::int64_t total() const { return total_; }                 // elements in the flat buffer (padded vocab)
   std::int64_t align() const { return align_; }
   // Parameters of the model as described (real vocabulary rows only): the N of the 6N FLOP convention.
@@ -51,34 +56,58 @@ class ParamLayout {
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
 
   const ParamTensor& wte() const { return tensors_[0]; }
-  const ParamTensor& wpe() const { return tensors_[1]; }
+  bool has_wpe() const { return shape_.position == PositionKind::learned; }
+  const ParamTensor& wpe() const;  // learned positions only
+  // The head's matrix: the token embedding when tied, else lm_head (first tensor of the head unit).
+  const ParamTensor& head() const { return shape_.tied_head ? tensors_[0] : tensors_[tail_first_]; }
+  bool has(BlockTensor which) const { return block_index_[which] >= 0; }
   const ParamTensor& block(std::int64_t layer, BlockTensor which) const {
-    return tensors_[2 + layer * kBlockTensorCount + which];
+    return tensors_[first_block_tensor_ + layer * block_tensor_count_ + block_index_[which]];
   }
-  const ParamTensor& lnf_w() const { return tensors_[tensors_.size() - 2]; }
-  const ParamTensor& lnf_b() const { return tensors_[tensors_.size() - 1]; }
+  // Final norm: weight, and bias (LayerNorm only).
+  const ParamTensor& final_norm_w() const { return tensors_[final_norm_first_]; }
+  const ParamTensor& final_norm_b() const;
 
-  // Block-major geometry used by the fused AdamW kernel to decide weight decay without a table:
+  // Tensor indices (into tensors()) where the blocks and the head unit begin, and tensors per block.
+  std::size_t first_block_tensor() const { return first_block_tensor_; }
+  std::size_t tail_first_tensor() const { return tail_first_; }
+  std::size_t block_tensor_count() const { return block_tensor_count_; }
+  // Flat ranges of the units: [0, block_begin(0)) embeddings, [block_begin(l), block_end(l)) block l,
+  // [tail_begin(), total()) the head unit.
+  std::int64_t block_begin(std::int64_t layer) const { return tensors_[first_block_tensor_ + layer * block_tensor_count_].offset; }
+  std::int64_t block_end(std::int64_t layer) const {
+    return layer + 1 < shape_.layers ? block_begin(layer + 1) : tail_begin();
+  }
+  std::int64_t tail_begin() const { return tensors_[tail_first_].offset; }
+
+  // Block-major geometry used by the fused AdamW kernels to decide weight decay without a table:
   // [0, blocks_begin) embeddings (decayed); each block is block_stride elements whose first
-  // block_decay_elements are the 2-D weights; [blocks_end, total) the final LayerNorm (not decayed).
+  // block_decay_elements are the 2-D weights; [blocks_end, tail_decay_end) the untied lm_head (decayed);
+  // [tail_decay_end, total) the final norm (not decayed).
   std::int64_t blocks_begin() const { return blocks_begin_; }
   std::int64_t block_stride() const { return block_stride_; }
   std::int64_t block_decay_elements() const { return block_decay_; }
   std::int64_t blocks_end() const { return blocks_begin_ + shape_.layers * block_stride_; }
+  std::int64_t tail_decay_end() const { return tail_decay_end_; }
   bool decayed(std::int64_t flat_index) const;
   // std of the residual projections' init: 0.02 / sqrt(2L) (GPT-2 paper sec. 2.3, nanoGPT)
   float residual_std() const;
   // Fills the flat buffer with the initialization of every element (the CUDA backend does the same on the GPU).
   void initialize(std::uint64_t seed, float* flat) const;
+  // Rows of tensor t that hold values (the padded vocabulary rows of the embedding and the head stay 0).
+  std::int64_t live_elements(const ParamTensor& t) const;
 
  private:
-  Gpt2Shape shape_;
+  ModelShape shape_;
   std::int64_t align_ = 1;
   std::vector<ParamTensor> tensors_;
   std::int64_t total_ = 0;
+  std::size_t first_block_tensor_ = 0, block_tensor_count_ = 0, tail_first_ = 0, final_norm_first_ = 0;
+  int block_index_[kBlockTensorCount];  // role -> index inside a block, or -1
   std::int64_t blocks_begin_ = 0;
   std::int64_t block_stride_ = 0;
   std::int64_t block_decay_ = 0;
+  std::int64_t tail_decay_end_ = 0;
 };
 
 }  // namespace zeroplan::exec

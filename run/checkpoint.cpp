@@ -62,9 +62,62 @@ std::vector<Piece> pieces_of(const exec::ParamLayout& layout, const std::vector<
   return out;
 }
 
-nlohmann::json shape_json(const exec::Gpt2Shape& s) {
-  return {{"vocab", s.vocab}, {"padded_vocab", s.padded_vocab}, {"hidden", s.hidden}, {"layers", s.layers},
-          {"heads", s.heads}, {"max_seq", s.max_seq}};
+// Every field of the shape: the layout (and the export's names) are rebuilt from it. Checkpoints written before
+// the Llama family existed carry the first six only, and are GPT-2's (make_shape's defaults).
+nlohmann::json shape_json(const exec::ModelShape& s) {
+  return {{"vocab", s.vocab},
+          {"padded_vocab", s.padded_vocab},
+          {"hidden", s.hidden},
+          {"layers", s.layers},
+          {"heads", s.heads},
+          {"max_seq", s.max_seq},
+          {"kv_heads", s.kv_heads},
+          {"head_size", s.head_size},
+          {"ffn_hidden", s.ffn_hidden},
+          {"norm", s.norm == exec::NormKind::rms_norm ? "rms_norm" : "layer_norm"},
+          {"norm_eps", s.norm_eps},
+          {"position", s.position == exec::PositionKind::rope ? "rope" : "learned"},
+          {"rope_theta", s.rope_theta},
+          {"rope_scaling_llama3", s.rope_scaling.llama3},
+          {"rope_scaling_factor", s.rope_scaling.factor},
+          {"rope_low_freq_factor", s.rope_scaling.low_freq_factor},
+          {"rope_high_freq_factor", s.rope_scaling.high_freq_factor},
+          {"rope_original_max_position", s.rope_scaling.original_max_position},
+          {"mlp", s.mlp == exec::MlpKind::swiglu ? "swiglu" : "gelu"},
+          {"qkv_bias", s.qkv_bias},
+          {"attn_out_bias", s.attn_out_bias},
+          {"mlp_bias", s.mlp_bias},
+          {"norm_bias", s.norm_bias},
+          {"tied_head", s.tied_head},
+          {"naming", s.naming == exec::TensorNaming::llama ? "llama" : "gpt2"}};
+}
+
+exec::ModelShape shape_from_json(const JsonFields& sh) {
+  exec::ModelShape s = exec::make_shape(sh.positive_integer("vocab"), sh.positive_integer("hidden"),
+                                        sh.positive_integer("layers"), sh.positive_integer("heads"),
+                                        sh.positive_integer("max_seq"));
+  s.padded_vocab = sh.positive_integer("padded_vocab");
+  if (!sh.has("naming")) return s;  // an older checkpoint: GPT-2
+  s.kv_heads = sh.positive_integer("kv_heads");
+  s.head_size = sh.positive_integer("head_size");
+  s.ffn_hidden = sh.positive_integer("ffn_hidden");
+  s.norm = sh.one_of("norm", {"layer_norm", "rms_norm"}) == "rms_norm" ? exec::NormKind::rms_norm : exec::NormKind::layer_norm;
+  s.norm_eps = sh.positive_number("norm_eps");
+  s.position = sh.one_of("position", {"learned", "rope"}) == "rope" ? exec::PositionKind::rope : exec::PositionKind::learned;
+  s.rope_theta = sh.positive_number("rope_theta");
+  s.rope_scaling.llama3 = sh.boolean("rope_scaling_llama3");
+  s.rope_scaling.factor = sh.positive_number("rope_scaling_factor");
+  s.rope_scaling.low_freq_factor = sh.positive_number("rope_low_freq_factor");
+  s.rope_scaling.high_freq_factor = sh.positive_number("rope_high_freq_factor");
+  s.rope_scaling.original_max_position = sh.positive_integer("rope_original_max_position");
+  s.mlp = sh.one_of("mlp", {"gelu", "swiglu"}) == "swiglu" ? exec::MlpKind::swiglu : exec::MlpKind::gelu;
+  s.qkv_bias = sh.boolean("qkv_bias");
+  s.attn_out_bias = sh.boolean("attn_out_bias");
+  s.mlp_bias = sh.boolean("mlp_bias");
+  s.norm_bias = sh.boolean("norm_bias");
+  s.tied_head = sh.boolean("tied_head");
+  s.naming = sh.one_of("naming", {"gpt2", "llama"}) == "llama" ? exec::TensorNaming::llama : exec::TensorNaming::gpt2;
+  return s;
 }
 
 }  // namespace
@@ -202,13 +255,7 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& fl
   state_.world = static_cast<int>(f.positive_integer("world"));
   state_.stage = static_cast<int>(f.non_negative_integer("stage"));
   state_.precision = f.one_of("precision", {"fp32", "fp16", "bf16"});
-  const JsonFields sh = f.object("shape");
-  state_.shape.vocab = sh.positive_integer("vocab");
-  state_.shape.padded_vocab = sh.positive_integer("padded_vocab");
-  state_.shape.hidden = sh.positive_integer("hidden");
-  state_.shape.layers = sh.positive_integer("layers");
-  state_.shape.heads = sh.positive_integer("heads");
-  state_.shape.max_seq = sh.positive_integer("max_seq");
+  state_.shape = shape_from_json(f.object("shape"));
   const nlohmann::json& list = f.raw("files");
   if (!list.is_array() || static_cast<int>(list.size()) != state_.world)
     f.fail("files", "expected one entry per rank (" + std::to_string(state_.world) + ")");
@@ -336,14 +383,17 @@ void CheckpointReader::read(const std::string& tensor, std::int64_t offset, std:
 }
 
 void CheckpointReader::restore(exec::Trainer& trainer) {
-  const exec::Gpt2Shape& have = trainer.config().shape;
-  const exec::Gpt2Shape& saved = state_.shape;
-  if (have.vocab != saved.vocab || have.hidden != saved.hidden || have.layers != saved.layers ||
-      have.heads != saved.heads || have.max_seq != saved.max_seq)
-    throw InputError(dir_, flag_, "saved for vocab " + std::to_string(saved.vocab) + ", hidden " +
-                                      std::to_string(saved.hidden) + ", " + std::to_string(saved.layers) +
-                                      " layers, " + std::to_string(saved.heads) + " heads, max_seq " +
-                                      std::to_string(saved.max_seq) + "; this run's model differs");
+  const exec::ModelShape& have = trainer.config().shape;
+  const exec::ModelShape& saved = state_.shape;
+  const nlohmann::json have_json = shape_json(have), saved_json = shape_json(saved);
+  if (have_json != saved_json) {
+    std::string differences;
+    for (const auto& [key, value] : saved_json.items())
+      if (have_json.at(key) != value)
+        differences += (differences.empty() ? "" : ", ") + key + " " + value.dump() + " (this run: " +
+                       have_json.at(key).dump() + ")";
+    throw InputError(dir_, flag_, "this run's model differs from the one saved: " + differences);
+  }
   const exec::ParamLayout& layout = trainer.layout();
   auto source = [&](std::int64_t begin, std::int64_t n, float* master, float* m, float* v) {
     for (float* d : {master, m, v})

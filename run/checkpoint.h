@@ -37,7 +37,7 @@ struct CheckpointState {
   int world = 1;
   int stage = 0;
   std::string precision;
-  exec::Gpt2Shape shape;
+  exec::ModelShape shape;
 };
 
 // SAVE_DIR/step-NNNNNNNN for a step.

@@ -38,7 +38,7 @@ struct Exported {
   bool transpose;
 };
 
-Exported exported(const exec::ParamTensor& t, const exec::Gpt2Shape& shape) {
+Exported exported(const exec::ParamTensor& t, const exec::ModelShape& shape) {
   if (t.name == "wte") return {"wte.weight", shape.vocab, t.cols, false};
   if (t.name == "wpe") return {"wpe.weight", t.rows, t.cols, false};
   if (t.rows > 1) return {t.name, t.cols, t.rows, true};  // block weights: [in, out]
@@ -51,7 +51,7 @@ void export_safetensors(const std::string& checkpoint_dir, const std::string& ou
   if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
     throw InputError("command line", "--dtype", "expected fp32, bf16 or fp16, got '" + dtype + "'");
   CheckpointReader reader(checkpoint_dir, "--checkpoint");
-  const exec::Gpt2Shape& shape = reader.state().shape;
+  const exec::ModelShape& shape = reader.state().shape;
   const exec::ParamLayout layout(shape, 1);
   const int element = dtype == "fp32" ? 4 : 2;
 

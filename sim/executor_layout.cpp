@@ -9,22 +9,31 @@ namespace zeroplan {
 
 namespace {
 
-// Why the executor cannot train this model, or empty.
+// Why the executor cannot train this model, or empty: the block pipeline (exec/exec_config.h ModelShape) takes
+// LayerNorm or RMSNorm, learned or rotary positions, GELU or SwiGLU, grouped-query attention, any of the biases,
+// a tied or untied head.
 std::pair<std::string, std::string> executor_gap(const ModelDescription& model) {
-  if (!model.transformer || model.transformer->family != ModelFamily::gpt2)
-    return {"transformer.family", "the executor trains gpt2-family transformers; got " + to_string(model.family)};
+  if (!model.transformer)
+    return {"transformer.family", "the executor trains transformers (the gpt2 and llama families); got a " +
+                                      to_string(model.family) + " layer list"};
   const TransformerShape& t = *model.transformer;
-  if (t.kv_heads != t.heads) return {"kv_heads", "the gpt2 executor needs kv_heads == heads (no grouped-query attention)"};
-  if (t.ffn_hidden != 4 * t.hidden) return {"ffn_hidden", "the gpt2 executor needs ffn_hidden == 4 * hidden"};
-  if (t.norm != NormKind::layer_norm) return {"norm", "the gpt2 executor needs layer_norm"};
-  if (t.activation != ActivationKind::gelu) return {"activation", "the gpt2 executor needs gelu"};
-  if (!(t.attention_bias && t.mlp_bias)) return {"attention_bias", "the gpt2 executor needs biases on every linear layer"};
-  if (!t.tied_embeddings) return {"tied_embeddings", "the gpt2 executor needs tied embeddings"};
-  if (!t.learned_positions) return {"learned_positions", "the gpt2 executor needs learned positions"};
-  if (t.embedding_norm) return {"embedding_norm", "the gpt2 executor needs no embedding norm"};
-  if (t.hidden % 8 != 0) return {"hidden", "the gpt2 executor needs a multiple of 8"};
+  const bool llama = t.family == ModelFamily::llama;
+  if (t.embedding_norm) return {"embedding_norm", "the executor has no norm after the embedding (BLOOM's)"};
+  if (!llama && !t.learned_positions)
+    return {"learned_positions", "ALiBi positions (a gpt2-family model without a position table) are not implemented"};
+  if (llama && t.learned_positions)
+    return {"learned_positions", "the executor's llama family uses rotary positions, not a position table"};
+  if (t.activation == ActivationKind::relu) return {"activation", "the executor's MLPs are gelu or swiglu; got relu"};
+  if (t.norm == NormKind::layer_norm && t.norm_eps != 1e-5)
+    return {"norm_eps", "the executor's LayerNorm uses eps 1e-5 (GPT-2's); got " + std::to_string(t.norm_eps)};
+  if (!t.rope_scaling_type.empty() && t.rope_scaling_type != "llama3")
+    return {"rope_scaling", "rope_type \"" + t.rope_scaling_type + "\" is not implemented (the executor implements "
+                            "Llama 3's \"llama3\" scaling, or none)"};
+  if (t.hidden % 8 != 0) return {"hidden", "the executor needs a multiple of 8"};
   if (t.heads < 1 || t.hidden % t.heads != 0 || (t.hidden / t.heads) % 8 != 0)
-    return {"heads", "the gpt2 executor needs hidden/heads a multiple of 8"};
+    return {"heads", "the executor needs hidden/heads (the head size) a multiple of 8"};
+  if (t.kv_heads < 1 || t.heads % t.kv_heads != 0) return {"kv_heads", "the executor needs kv_heads to divide heads"};
+  if (t.ffn_hidden % 8 != 0) return {"ffn_hidden", "the executor needs a multiple of 8"};
   return {};
 }
 
@@ -32,11 +41,42 @@ std::pair<std::string, std::string> executor_gap(const ModelDescription& model) 
 
 bool executor_trains(const ModelDescription& model) { return executor_gap(model).first.empty(); }
 
-exec::Gpt2Shape executor_shape(const ModelDescription& model) {
+exec::ModelShape executor_shape(const ModelDescription& model) {
   const auto [field, why] = executor_gap(model);
   if (!field.empty()) throw InputError(model.source, field == "transformer.family" ? field : "transformer." + field, why);
   const TransformerShape& t = *model.transformer;
-  return exec::make_shape(t.vocab_size, t.hidden, t.layers, t.heads, t.max_seq);
+  exec::ModelShape s = exec::make_shape(t.vocab_size, t.hidden, t.layers, t.heads, t.max_seq);
+  s.kv_heads = t.kv_heads;
+  s.ffn_hidden = t.ffn_hidden;
+  s.norm = t.norm == NormKind::rms_norm ? exec::NormKind::rms_norm : exec::NormKind::layer_norm;
+  s.norm_eps = t.norm_eps;
+  s.norm_bias = s.norm == exec::NormKind::layer_norm;
+  s.position = t.learned_positions ? exec::PositionKind::learned : exec::PositionKind::rope;
+  s.rope_theta = t.rope_theta;
+  s.rope_scaling.llama3 = t.rope_scaling_type == "llama3";
+  s.rope_scaling.factor = t.rope_scaling_factor;
+  s.rope_scaling.low_freq_factor = t.rope_low_freq_factor;
+  s.rope_scaling.high_freq_factor = t.rope_high_freq_factor;
+  s.rope_scaling.original_max_position = t.rope_original_max_position;
+  s.mlp = t.activation == ActivationKind::swiglu ? exec::MlpKind::swiglu : exec::MlpKind::gelu;
+  s.qkv_bias = t.attention_bias;
+  s.attn_out_bias = t.attention_bias && t.attention_output_bias;
+  s.mlp_bias = t.mlp_bias;
+  s.tied_head = t.tied_embeddings;
+  s.naming = t.family == ModelFamily::llama ? exec::TensorNaming::llama : exec::TensorNaming::gpt2;
+  return s;
+}
+
+void check_executor_sequence_length(const ModelDescription& model, std::int64_t seq_len, const std::string& source,
+                                    const std::string& field) {
+  if (model.transformer && model.transformer->sliding_window > 0 && seq_len > model.transformer->sliding_window)
+    // Sliding-window attention (Mistral) masks keys more than sliding_window tokens back; within the window it is
+    // full causal attention, which is what the executor's attention computes.
+    throw InputError(source, field,
+                     std::to_string(seq_len) + " exceeds the model's sliding_window (" +
+                         std::to_string(model.transformer->sliding_window) +
+                         " tokens): sliding-window attention is not implemented by the executor; use --seq " +
+                         std::to_string(model.transformer->sliding_window) + " or less");
 }
 
 exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int stage) {

@@ -14,10 +14,16 @@
 
 namespace zeroplan {
 
-// The executor trains the gpt2 family (learned positions, LayerNorm, GELU, biases, tied embeddings, 4h MLP).
+// The executor trains transformers of the gpt2 family (learned positions, LayerNorm, GELU, biases, tied) and the
+// llama family (rotary positions with optional llama3 scaling, RMSNorm, SwiGLU, grouped-query attention, optional
+// q/k/v biases, tied or untied): one block pipeline configured by exec::ModelShape.
 // Throws InputError naming the model's field the executor cannot train.
-exec::Gpt2Shape executor_shape(const ModelDescription& model);
+exec::ModelShape executor_shape(const ModelDescription& model);
 bool executor_trains(const ModelDescription& model);
+// Throws InputError (source, field) when the executor cannot run seq_len tokens of this model (Mistral's
+// sliding window shorter than the sequence).
+void check_executor_sequence_length(const ModelDescription& model, std::int64_t seq_len, const std::string& source,
+                                    const std::string& field);
 
 // The engine's ZeRO settings for a training configuration (DeepSpeed's zero_optimization fields).
 exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int stage);

@@ -29,7 +29,7 @@ void CpuZeroDevice::FreeHost::operator()(void* p) const { std::free(p); }
 CpuZeroDevice::CpuZeroDevice(const ParamLayout& layout, std::uint64_t seed, int optimizer_threads)
     : layout_(layout), seed_(seed), adamw_(optimizer_threads) {
   decay_ = offload::DecayGeometry{layout.blocks_begin(), layout.block_stride(), layout.block_decay_elements(),
-                                  layout.blocks_end()};
+                                  layout.blocks_end(), layout.tail_decay_end()};
 }
 
 void* CpuZeroDevice::allocate(const char* component, const char* /*what*/, std::int64_t elements, CommDtype type) {

@@ -54,7 +54,7 @@ __global__ void norm_final_kernel(float* out, const float* partials, int count) 
 
 __device__ __forceinline__ bool is_decayed(i64 i, const DecayGeometry& d) {
   if (i < d.blocks_begin) return true;
-  if (i >= d.blocks_end) return false;
+  if (i >= d.blocks_end) return i < d.tail_decay_end;
   return (i - d.blocks_begin) % d.block_stride < d.block_decay;
 }
 
@@ -174,7 +174,8 @@ void adamw_update(T* params, float* master, const G* grads, float* m, float* v, 
                        1.0f - std::pow(beta2, static_cast<float>(t)), eps, weight_decay, grad_scale};
   const bool vector = aligned16(params) && (!master || aligned16(master)) && aligned16(grads) && aligned16(m) &&
                       aligned16(v) && decay.base % kAdamwPerThread == 0 && decay.blocks_begin % 8 == 0 &&
-                      decay.block_stride % 8 == 0 && decay.block_decay % 8 == 0 && decay.blocks_end % 8 == 0;
+                      decay.block_stride % 8 == 0 && decay.block_decay % 8 == 0 && decay.blocks_end % 8 == 0 &&
+                      decay.tail_decay_end % 8 == 0;
   const auto blocks = ceil_div(ceil_div(n, kAdamwPerThread), 256);
   if (vector) adamw_kernel<T, G, true><<<blocks, 256, 0, stream>>>(params, master, grads, m, v, n, s, decay);
   else adamw_kernel<T, G, false><<<blocks, 256, 0, stream>>>(params, master, grads, m, v, n, s, decay);

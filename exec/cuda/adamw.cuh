@@ -16,6 +16,7 @@ namespace zeroplan::exec::cuda {
 // being updated, so a ZeRO rank can update its own contiguous partition [base, base + n) in place.
 struct DecayGeometry {
   std::int64_t blocks_begin, block_stride, block_decay, blocks_end;
+  std::int64_t tail_decay_end;  // [blocks_end, tail_decay_end) decays too: an untied lm_head (param_layout.h)
   std::int64_t base = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "exec/cuda/attention.cuh"
 
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -170,7 +171,7 @@ constexpr int kFwdSmem = (kFwdRows + 4 * kTile) * (HD + 8) * 2;
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kFwdThreads, HD == 64 ? 2 : 1)
-    flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int C, int NH, float scale_log2) {
+    flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int NH, int NKV, float scale_log2) {
   constexpr int kRows = kFwdRows, kThr = kFwdThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Row = TileRow<T, HD>;
@@ -181,10 +182,12 @@ __global__ void __launch_bounds__(kFwdThreads, HD == 64 ? 2 : 1)
   const int qb = nqb - 1 - static_cast<int>(blockIdx.x);  // longest rows first
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const i64 stride = 3ll * C;
-  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * HD;
-  const T* kbase = qbase + C;
-  const T* vbase = qbase + 2 * C;
+  const i64 stride = static_cast<i64>(NH + 2 * NKV) * HD;
+  const int kvh = h / (NH / NKV);  // grouped-query attention: the key/value head of this query head (repeat_kv)
+  const T* rows = qkv + static_cast<i64>(b) * Tn * stride;
+  const T* qbase = rows + h * HD;
+  const T* kbase = rows + (NH + kvh) * HD;
+  const T* vbase = rows + (NH + NKV + kvh) * HD;
   const int q0 = qb * kRows;
   const int last_kb = (min(q0 + kRows, Tn) - 1) / kTile;
   const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
@@ -280,7 +283,7 @@ __global__ void __launch_bounds__(kFwdThreads, HD == 64 ? 2 : 1)
   for (int r = 0; r < 2; ++r) {
     if (q_row[r] >= Tn) continue;
     const float inv = 1.0f / l[r];
-    T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * C + h * HD;
+    T* orow = out + (static_cast<i64>(b) * Tn + q_row[r]) * NH * HD + h * HD;
 #pragma unroll
     for (int j = 0; j < HD / 8; ++j)
       *reinterpret_cast<std::uint32_t*>(orow + j * 8 + tig * 2) = pack2<T>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
@@ -290,12 +293,12 @@ __global__ void __launch_bounds__(kFwdThreads, HD == 64 ? 2 : 1)
 
 // D = rowsum(dO * O) per (b, h, t), FlashAttention-2 Algorithm 2 line 4.
 template <typename T>
-__global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T* out, int B, int Tn, int C, int NH) {
+__global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T* out, int B, int Tn, int NH, int HS) {
   const i64 idx = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;  // over B*T*NH, h fastest
   if (idx >= static_cast<i64>(B) * Tn * NH) return;
   const int h = static_cast<int>(idx % NH);
   const i64 bt = idx / NH;
-  const int HS = C / NH;
+  const i64 C = static_cast<i64>(NH) * HS;
   const T* o = out + bt * C + h * HS;
   const T* d = dout + bt * C + h * HS;
   float acc = 0.0f;
@@ -308,9 +311,14 @@ __global__ void attention_rowsum_kernel(float* d_rowsum, const T* dout, const T*
   d_rowsum[(b * NH + h) * Tn + t] = acc;
 }
 
-// dK and dV: a block owns 64 keys (4 warps of 16; 8 warps measured slower, bench/exec/NOTES.md v10) and walks
-// the query tiles from the diagonal on; flash_backward_dq_kernel computes dQ from its own recomputation, so
-// neither kernel needs atomics (a fused kernel accumulating dQ with fp32 atomics measured slower, NOTES v10).
+// dK and dV: a block owns 64 keys of one key/value head (4 warps of 16; 8 warps measured slower,
+// bench/exec/NOTES.md v10) and walks the query tiles from the diagonal on; flash_backward_dq_kernel computes dQ from
+// its own recomputation, so neither kernel needs atomics (a fused kernel accumulating dQ with fp32 atomics measured
+// slower, NOTES v10). Grouped-query attention: the key/value head feeds the NH/NKV query heads of its group, so its
+// dK and dV are sums over them (the backward of transformers' repeat_kv). The block walks (head of the group, query
+// tile) as one sequence, heads in ascending order, each from the diagonal on, accumulating into the same registers:
+// a fixed summation order without atomics, so dK and dV stay bit-reproducible, and the Q/dO pipeline runs across the
+// head boundaries. With NKV == NH (GPT-2) the sequence is the one head's query tiles, as before.
 // Head size 128: the K and V fragments (64 registers) are not kept across query tiles but read again from the
 // block's shared K and V before each use, which leaves the dK and dV accumulators (128 registers) room.
 template <int HD>
@@ -318,8 +326,8 @@ constexpr int kBwdSmem = (2 * kTile + 2 * kBwdStages * kTile) * (HD + 8) * 2 + 2
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, const float* d_rowsum, const T* dout,
-                                                                       const T* qkv, const float* lse, int Tn, int C,
-                                                                       int NH, float scale) {
+                                                                       const T* qkv, const float* lse, int Tn, int NH,
+                                                                       int NKV, float scale) {
   constexpr int kKeys = kTile, kThr = kThreads;
   constexpr bool kKeepFrags = HD == 64;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -334,23 +342,34 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
 
   const int nqb = (Tn + kTile - 1) / kTile;
   const int kb = blockIdx.x;  // blocks with small kb have the most query tiles and are scheduled first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int kvh = blockIdx.y, b = blockIdx.z;
+  const int group = NH / NKV;  // query heads kvh * group .. kvh * group + group - 1 read this key/value head
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const i64 stride = 3ll * C;
-  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * HD;
-  const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * HD;
-  const float* lse_row = lse + (static_cast<i64>(b) * NH + h) * Tn;
-  const float* d_row = d_rowsum + (static_cast<i64>(b) * NH + h) * Tn;
+  const i64 stride = static_cast<i64>(NH + 2 * NKV) * HD, out_stride = static_cast<i64>(NH) * HD;
+  const T* rows = qkv + static_cast<i64>(b) * Tn * stride;
+  const T* kbase = rows + (NH + kvh) * HD;
+  const T* vbase = rows + (NH + NKV + kvh) * HD;
   const float scale_log2 = scale * kLog2e;
   const int k0 = kb * kKeys;
   const int qb_first = k0 / kTile;
   const int warp_first_key = k0 + warp * 16;
+  const int tiles_per_head = nqb - qb_first, steps = group * tiles_per_head;
 
-  auto load_q_stage = [&](int qb, int stage) {
+  // Loads step (query head of the group, query tile qb) into a stage. Steps are loaded in order, so the next one
+  // is tracked by its tile and its head's base pointers, which move on by one head when the tiles wrap (no division
+  // or pointer arithmetic per step beyond the single-head kernel's).
+  const int h_first = kvh * group;
+  const T* qbase = rows + h_first * HD;
+  const T* dobase = dout + static_cast<i64>(b) * Tn * out_stride + h_first * HD;
+  const float* lse_row = lse + (static_cast<i64>(b) * NH + h_first) * Tn;
+  const float* d_row = d_rowsum + (static_cast<i64>(b) * NH + h_first) * Tn;
+  int next_qb = qb_first;
+  auto load_next_step = [&](int stage) {
+    const int qb = next_qb;
     load_tile<T, HD, kTile, kThr>(sQ0 + stage * kTile, qbase + static_cast<i64>(qb) * kTile * stride, stride,
                                   Tn - qb * kTile);
-    load_tile<T, HD, kTile, kThr>(sdO0 + stage * kTile, dobase + static_cast<i64>(qb) * kTile * C, C,
-                                  Tn - qb * kTile);
+    load_tile<T, HD, kTile, kThr>(sdO0 + stage * kTile, dobase + static_cast<i64>(qb) * kTile * out_stride,
+                                  out_stride, Tn - qb * kTile);
     // asynchronous like the tiles: a plain load here stalled the loading threads on the critical path
     // (ncu: long-scoreboard stalls); rows past T are zero-filled
     for (int i = threadIdx.x; i < kTile; i += kThr) {
@@ -359,26 +378,33 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
       cp_async4(&sLse[stage * kTile + i], lse_row + (valid ? q : 0), valid);
       cp_async4(&sD[stage * kTile + i], d_row + (valid ? q : 0), valid);
     }
+    if (++next_qb == nqb) {  // the group's next query head (past the last one: never loaded)
+      next_qb = qb_first;
+      qbase += HD;
+      dobase += HD;
+      lse_row += Tn;
+      d_row += Tn;
+    }
   };
 
-  load_tile<T, HD, kKeys, kThr>(sK, qbase + C + static_cast<i64>(k0) * stride, stride, Tn - k0);
-  load_tile<T, HD, kKeys, kThr>(sV, qbase + 2 * C + static_cast<i64>(k0) * stride, stride, Tn - k0);
-  load_q_stage(qb_first, 0);
+  load_tile<T, HD, kKeys, kThr>(sK, kbase + static_cast<i64>(k0) * stride, stride, Tn - k0);
+  load_tile<T, HD, kKeys, kThr>(sV, vbase + static_cast<i64>(k0) * stride, stride, Tn - k0);
+  load_next_step(0);
   cp_async_commit();
-  if (qb_first + 1 < nqb) load_q_stage(qb_first + 1, 1);
+  if (1 < steps) load_next_step(1);
   cp_async_commit();  // possibly empty: every iteration waits on the same group count
 
   std::uint32_t kf[HD / 16][4], vf[HD / 16][4];
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
   const int key[2] = {warp_first_key + g, warp_first_key + g + 8};
 
-  for (int qb = qb_first; qb < nqb; ++qb) {
-    const int stage = (qb - qb_first) % kBwdStages;
-    if (qb + 2 < nqb) load_q_stage(qb + 2, (qb - qb_first + 2) % kBwdStages);
+  for (int step = 0, qb = qb_first; step < steps; ++step) {
+    const int stage = step % kBwdStages;
+    if (step + 2 < steps) load_next_step((step + 2) % kBwdStages);
     cp_async_commit();
     cp_async_wait<2>();  // this iteration's group is complete; the two after it may be in flight
     __syncthreads();
-    if (kKeepFrags && qb == qb_first) {
+    if (kKeepFrags && step == 0) {
       load_a_frags<T, HD>(kf, sK, warp * 16);
       load_a_frags<T, HD>(vf, sV, warp * 16);
     }
@@ -417,15 +443,18 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(T* dqkv, 
       mma_c_tile<T, HD>(dk, ds, sQ);  // dK += dS^T Q
     }  // warp has live keys
     __syncthreads();
+    if (++qb == nqb) qb = qb_first;  // the next head of the group starts again at the diagonal
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (key[r] >= Tn) continue;
-    T* row = dqkv + (static_cast<i64>(b) * Tn + key[r]) * stride + h * HD;
+    T* row = dqkv + (static_cast<i64>(b) * Tn + key[r]) * stride;
 #pragma unroll
     for (int j = 0; j < HD / 8; ++j) {
-      *reinterpret_cast<std::uint32_t*>(row + C + j * 8 + tig * 2) = pack2<T>(dk[j][2 * r], dk[j][2 * r + 1]);
-      *reinterpret_cast<std::uint32_t*>(row + 2 * C + j * 8 + tig * 2) = pack2<T>(dv[j][2 * r], dv[j][2 * r + 1]);
+      *reinterpret_cast<std::uint32_t*>(row + (NH + kvh) * HD + j * 8 + tig * 2) =
+          pack2<T>(dk[j][2 * r], dk[j][2 * r + 1]);
+      *reinterpret_cast<std::uint32_t*>(row + (NH + NKV + kvh) * HD + j * 8 + tig * 2) =
+          pack2<T>(dv[j][2 * r], dv[j][2 * r + 1]);
     }
   }
 }
@@ -440,7 +469,7 @@ constexpr int kDqSmem = 6 * kTile * (HD + 8) * 2;
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv, float* d_rowsum, const T* dout,
                                                                         const T* qkv, const T* out, const float* lse,
-                                                                        int Tn, int C, int NH, float scale) {
+                                                                        int Tn, int NH, int NKV, float scale) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Row = TileRow<T, HD>;
   Row* const sQ = reinterpret_cast<Row*>(smem_raw);
@@ -451,10 +480,12 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
   const int qb = nqb - 1 - static_cast<int>(blockIdx.x);  // longest rows first
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const i64 stride = 3ll * C;
-  const T* qbase = qkv + static_cast<i64>(b) * Tn * stride + h * HD;
-  const T* kbase = qbase + C;
-  const T* vbase = qbase + 2 * C;
+  const i64 stride = static_cast<i64>(NH + 2 * NKV) * HD, C = static_cast<i64>(NH) * HD;  // qkv and out rows
+  const int kvh = h / (NH / NKV);  // grouped-query attention: the key/value head of this query head
+  const T* rows = qkv + static_cast<i64>(b) * Tn * stride;
+  const T* qbase = rows + h * HD;
+  const T* kbase = rows + (NH + kvh) * HD;
+  const T* vbase = rows + (NH + NKV + kvh) * HD;
   const T* dobase = dout + static_cast<i64>(b) * Tn * C + h * HD;
   const int q0 = qb * kTile;
   const float scale_log2 = scale * kLog2e;
@@ -540,19 +571,23 @@ __global__ void __launch_bounds__(kThreads, 2) flash_backward_dq_kernel(T* dqkv,
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Plain path (fp32, any head size <= 256): one warp per query row, online softmax in fp32.
+// Plain path (fp32, any head size <= 256): one warp per query row, online softmax in fp32. Query head h reads
+// key/value head h / (NH / NKV); the dK/dV kernel owns one key row of one key/value head and sums over the query
+// heads of its group in ascending order (no atomics).
 // ---------------------------------------------------------------------------------------------------------
 constexpr int kMaxPerLane = 8;  // head size up to 256
 
 template <typename T>
-__global__ void plain_forward_kernel(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, float scale) {
+__global__ void plain_forward_kernel(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int NKV, int HS,
+                                     float scale) {
   const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, h, t)
   const int lane = threadIdx.x % 32;
   if (row >= static_cast<i64>(B) * NH * Tn) return;
   const int t = static_cast<int>(row % Tn), h = static_cast<int>((row / Tn) % NH);
   const i64 b = row / (static_cast<i64>(Tn) * NH);
-  const int HS = C / NH;
-  const i64 stride = 3ll * C;
+  const int kvh = h / (NH / NKV);
+  const i64 stride = static_cast<i64>(NH + 2 * NKV) * HS, C = static_cast<i64>(NH) * HS;
+  const i64 k_col = static_cast<i64>(NH + kvh) * HS, v_col = static_cast<i64>(NH + NKV + kvh) * HS;
   const T* q = qkv + (b * Tn + t) * stride + h * HS;
   float qv[kMaxPerLane], acc[kMaxPerLane];
   for (int i = 0; i < kMaxPerLane; ++i) {
@@ -562,8 +597,8 @@ __global__ void plain_forward_kernel(T* out, float* lse, const T* qkv, int B, in
   }
   float m = -INFINITY, l = 0.0f;
   for (int u = 0; u <= t; ++u) {
-    const T* k = qkv + (b * Tn + u) * stride + C + h * HS;
-    const T* v = k + C;
+    const T* k = qkv + (b * Tn + u) * stride + k_col;
+    const T* v = qkv + (b * Tn + u) * stride + v_col;
     float dot = 0.0f;
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + 32 * i;
@@ -590,14 +625,15 @@ __global__ void plain_forward_kernel(T* out, float* lse, const T* qkv, int B, in
 // dQ for one query row per warp.
 template <typename T>
 __global__ void plain_backward_dq_kernel(T* dqkv, const float* d_rowsum, const T* dout, const T* qkv,
-                                         const float* lse, int B, int Tn, int C, int NH, float scale) {
+                                         const float* lse, int B, int Tn, int NH, int NKV, int HS, float scale) {
   const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= static_cast<i64>(B) * NH * Tn) return;
   const int t = static_cast<int>(row % Tn), h = static_cast<int>((row / Tn) % NH);
   const i64 b = row / (static_cast<i64>(Tn) * NH);
-  const int HS = C / NH;
-  const i64 stride = 3ll * C;
+  const int kvh = h / (NH / NKV);
+  const i64 stride = static_cast<i64>(NH + 2 * NKV) * HS, C = static_cast<i64>(NH) * HS;
+  const i64 k_col = static_cast<i64>(NH + kvh) * HS, v_col = static_cast<i64>(NH + NKV + kvh) * HS;
   const T* q = qkv + (b * Tn + t) * stride + h * HS;
   const T* dO = dout + (b * Tn + t) * C + h * HS;
   const float L = lse[(b * NH + h) * Tn + t], D = d_rowsum[(b * NH + h) * Tn + t];
@@ -609,8 +645,8 @@ __global__ void plain_backward_dq_kernel(T* dqkv, const float* d_rowsum, const T
     dq[i] = 0.0f;
   }
   for (int u = 0; u <= t; ++u) {
-    const T* k = qkv + (b * Tn + u) * stride + C + h * HS;
-    const T* v = k + C;
+    const T* k = qkv + (b * Tn + u) * stride + k_col;
+    const T* v = qkv + (b * Tn + u) * stride + v_col;
     float s = 0.0f, dp = 0.0f;
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + 32 * i;
@@ -635,19 +671,20 @@ __global__ void plain_backward_dq_kernel(T* dqkv, const float* d_rowsum, const T
   }
 }
 
-// dK, dV for one key row per warp.
+// dK, dV for one key row of one key/value head per warp, summed over the query heads of its group.
 template <typename T>
 __global__ void plain_backward_dkv_kernel(T* dqkv, const float* d_rowsum, const T* dout, const T* qkv,
-                                          const float* lse, int B, int Tn, int C, int NH, float scale) {
-  const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+                                          const float* lse, int B, int Tn, int NH, int NKV, int HS, float scale) {
+  const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, kv head, u)
   const int lane = threadIdx.x % 32;
-  if (row >= static_cast<i64>(B) * NH * Tn) return;
-  const int u = static_cast<int>(row % Tn), h = static_cast<int>((row / Tn) % NH);
-  const i64 b = row / (static_cast<i64>(Tn) * NH);
-  const int HS = C / NH;
-  const i64 stride = 3ll * C;
-  const T* k = qkv + (b * Tn + u) * stride + C + h * HS;
-  const T* v = k + C;
+  if (row >= static_cast<i64>(B) * NKV * Tn) return;
+  const int u = static_cast<int>(row % Tn), kvh = static_cast<int>((row / Tn) % NKV);
+  const i64 b = row / (static_cast<i64>(Tn) * NKV);
+  const int group = NH / NKV;
+  const i64 stride = static_cast<i64>(NH + 2 * NKV) * HS, C = static_cast<i64>(NH) * HS;
+  const i64 k_col = static_cast<i64>(NH + kvh) * HS, v_col = static_cast<i64>(NH + NKV + kvh) * HS;
+  const T* k = qkv + (b * Tn + u) * stride + k_col;
+  const T* v = qkv + (b * Tn + u) * stride + v_col;
   float kv[kMaxPerLane], vv[kMaxPerLane], dk[kMaxPerLane], dv[kMaxPerLane];
   for (int i = 0; i < kMaxPerLane; ++i) {
     const int d = lane + 32 * i;
@@ -655,39 +692,39 @@ __global__ void plain_backward_dkv_kernel(T* dqkv, const float* d_rowsum, const 
     vv[i] = d < HS ? to_f(v[d]) : 0.0f;
     dk[i] = dv[i] = 0.0f;
   }
-  for (int t = u; t < Tn; ++t) {
-    const T* q = qkv + (b * Tn + t) * stride + h * HS;
-    const T* dO = dout + (b * Tn + t) * C + h * HS;
-    float s = 0.0f, dp = 0.0f;
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < HS) {
-        s += to_f(q[d]) * kv[i];
-        dp += to_f(dO[d]) * vv[i];
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h)
+    for (int t = u; t < Tn; ++t) {
+      const T* q = qkv + (b * Tn + t) * stride + h * HS;
+      const T* dO = dout + (b * Tn + t) * C + h * HS;
+      float s = 0.0f, dp = 0.0f;
+      for (int i = 0; i < kMaxPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < HS) {
+          s += to_f(q[d]) * kv[i];
+          dp += to_f(dO[d]) * vv[i];
+        }
+      }
+      s = warp_sum(s);
+      dp = warp_sum(dp);
+      const float p = expf(s * scale - lse[(b * NH + h) * Tn + t]);
+      const float ds = p * (dp - d_rowsum[(b * NH + h) * Tn + t]) * scale;
+      for (int i = 0; i < kMaxPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < HS) {
+          dv[i] += p * to_f(dO[d]);
+          dk[i] += ds * to_f(q[d]);
+        }
       }
     }
-    s = warp_sum(s);
-    dp = warp_sum(dp);
-    const float p = expf(s * scale - lse[(b * NH + h) * Tn + t]);
-    const float ds = p * (dp - d_rowsum[(b * NH + h) * Tn + t]) * scale;
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < HS) {
-        dv[i] += p * to_f(dO[d]);
-        dk[i] += ds * to_f(q[d]);
-      }
-    }
-  }
-  T* dst = dqkv + (b * Tn + u) * stride + h * HS;
+  T* dst = dqkv + (b * Tn + u) * stride;
   for (int i = 0; i < kMaxPerLane; ++i) {
     const int d = lane + 32 * i;
     if (d < HS) {
-      dst[C + d] = from_f<T>(dk[i]);
-      dst[2 * C + d] = from_f<T>(dv[i]);
+      dst[k_col + d] = from_f<T>(dk[i]);
+      dst[v_col + d] = from_f<T>(dv[i]);
     }
   }
 }
-
 
 // Kernel attributes (here: dynamic shared memory above the 48 KiB default) belong to a device. A launcher
 // configures its kernels on each device before its first launch there, once per device (a table per launcher
@@ -713,7 +750,8 @@ class PerDeviceOnce {
 // The tensor-core kernels of one head size: each launcher configures its kernels once per device (a table per
 // type and head size).
 template <typename T, int HD>
-void flash_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, float scale, cudaStream_t stream) {
+void flash_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int NKV, float scale,
+                   cudaStream_t stream) {
   static PerDeviceOnce configured;
   configured([] {
     CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -722,13 +760,14 @@ void flash_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int N
                                     static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   });
   dim3 grid((Tn + kFwdRows - 1) / kFwdRows, NH, B);
-  flash_forward_kernel<T, HD><<<grid, kFwdThreads, kFwdSmem<HD>, stream>>>(out, lse, qkv, Tn, C, NH, scale * kLog2e);
+  flash_forward_kernel<T, HD><<<grid, kFwdThreads, kFwdSmem<HD>, stream>>>(out, lse, qkv, Tn, NH, NKV,
+                                                                           scale * kLog2e);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int HD>
 void flash_backward(T* dqkv, float* d_rowsum, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                    int Tn, int C, int NH, float scale, cudaStream_t stream) {
+                    int Tn, int NH, int NKV, float scale, cudaStream_t stream) {
   static PerDeviceOnce configured;
   configured([] {
     CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dq_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -736,14 +775,23 @@ void flash_backward(T* dqkv, float* d_rowsum, const T* dout, const T* qkv, const
     CUDA_CHECK(cudaFuncSetAttribute(flash_backward_dkdv_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     kBwdSmem<HD>));
   });
-  dim3 grid((Tn + kTile - 1) / kTile, NH, B);
-  // dQ first: it also computes D = rowsum(dO * O), which the dK/dV kernel reads (stream order)
-  flash_backward_dq_kernel<T, HD><<<grid, kThreads, kDqSmem<HD>, stream>>>(dqkv, d_rowsum, dout, qkv, out, lse, Tn, C,
-                                                                           NH, scale);
+  const int tiles = (Tn + kTile - 1) / kTile;
+  // dQ first: it also computes D = rowsum(dO * O), which the dK/dV kernel reads (stream order). dQ has a block per
+  // query head, dK/dV one per key/value head (each summing over its group's query heads).
+  flash_backward_dq_kernel<T, HD><<<dim3(tiles, NH, B), kThreads, kDqSmem<HD>, stream>>>(dqkv, d_rowsum, dout, qkv,
+                                                                                        out, lse, Tn, NH, NKV, scale);
   CUDA_CHECK_LAUNCH();
-  flash_backward_dkdv_kernel<T, HD><<<grid, kThreads, kBwdSmem<HD>, stream>>>(dqkv, d_rowsum, dout, qkv, lse, Tn, C,
-                                                                              NH, scale);
+  flash_backward_dkdv_kernel<T, HD><<<dim3(tiles, NKV, B), kThreads, kBwdSmem<HD>, stream>>>(dqkv, d_rowsum, dout,
+                                                                                            qkv, lse, Tn, NH, NKV,
+                                                                                            scale);
   CUDA_CHECK_LAUNCH();
+}
+
+void check_heads(int NH, int NKV, int HS) {
+  if (NH <= 0 || NKV <= 0 || NH % NKV != 0)
+    throw CudaError("attention: " + std::to_string(NH) + " query heads do not split into groups over " +
+                    std::to_string(NKV) + " key/value heads");
+  if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
 }
 
 }  // namespace
@@ -754,42 +802,44 @@ bool attention_uses_tensor_cores(int head_size) {
 }
 
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
-  const int HS = C / NH;
+void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int NKV, int HS,
+                       cudaStream_t stream) {
+  check_heads(NH, NKV, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
-    if (HS == 64) return flash_forward<T, 64>(out, lse, qkv, B, Tn, C, NH, scale, stream);
-    if (HS == 128) return flash_forward<T, 128>(out, lse, qkv, B, Tn, C, NH, scale, stream);
+    if (HS == 64) return flash_forward<T, 64>(out, lse, qkv, B, Tn, NH, NKV, scale, stream);
+    if (HS == 128) return flash_forward<T, 128>(out, lse, qkv, B, Tn, NH, NKV, scale, stream);
   }
-  if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
   const i64 rows = static_cast<i64>(B) * NH * Tn;
-  plain_forward_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(out, lse, qkv, B, Tn, C, NH, scale);
+  plain_forward_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(out, lse, qkv, B, Tn, NH, NKV, HS, scale);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void attention_backward(T* dqkv, float* d_rowsum, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                        int Tn, int C, int NH, cudaStream_t stream) {
-  const int HS = C / NH;
+                        int Tn, int NH, int NKV, int HS, cudaStream_t stream) {
+  check_heads(NH, NKV, HS);
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   if constexpr (!std::is_same_v<T, float>) {
-    if (HS == 64) return flash_backward<T, 64>(dqkv, d_rowsum, dout, qkv, out, lse, B, Tn, C, NH, scale, stream);
-    if (HS == 128) return flash_backward<T, 128>(dqkv, d_rowsum, dout, qkv, out, lse, B, Tn, C, NH, scale, stream);
+    if (HS == 64) return flash_backward<T, 64>(dqkv, d_rowsum, dout, qkv, out, lse, B, Tn, NH, NKV, scale, stream);
+    if (HS == 128) return flash_backward<T, 128>(dqkv, d_rowsum, dout, qkv, out, lse, B, Tn, NH, NKV, scale, stream);
   }
-  if (HS > 32 * kMaxPerLane) throw CudaError("attention: head size above 256 is not supported");
-  const i64 rows = static_cast<i64>(B) * NH * Tn;
-  attention_rowsum_kernel<T><<<ceil_div(rows, 256), 256, 0, stream>>>(d_rowsum, dout, out, B, Tn, C, NH);
+  if (HS % Pack<T>::kSize != 0) throw CudaError("attention_backward: head size must be a multiple of the 16-byte pack");
+  const i64 rows = static_cast<i64>(B) * NH * Tn, kv_rows = static_cast<i64>(B) * NKV * Tn;
+  attention_rowsum_kernel<T><<<ceil_div(rows, 256), 256, 0, stream>>>(d_rowsum, dout, out, B, Tn, NH, HS);
   CUDA_CHECK_LAUNCH();
-  plain_backward_dq_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
+  plain_backward_dq_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, NH, NKV,
+                                                                     HS, scale);
   CUDA_CHECK_LAUNCH();
-  plain_backward_dkv_kernel<T><<<ceil_div(rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, C, NH, scale);
+  plain_backward_dkv_kernel<T><<<ceil_div(kv_rows, 4), 128, 0, stream>>>(dqkv, d_rowsum, dout, qkv, lse, B, Tn, NH,
+                                                                         NKV, HS, scale);
   CUDA_CHECK_LAUNCH();
 }
 
 #define ZP_INSTANTIATE(T)                                                                                       \
-  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t);                   \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, int, cudaStream_t);              \
   template void attention_backward<T>(T*, float*, const T*, const T*, const T*, const float*, int, int, int, int, \
-                                      cudaStream_t);                                                            \
+                                      int, cudaStream_t);                                                       \
   template bool attention_uses_tensor_cores<T>(int);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)

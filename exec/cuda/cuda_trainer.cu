@@ -1,7 +1,9 @@
-// The GPU training step, read top to bottom: forward (embedding, blocks, final LayerNorm, logits, fused loss),
-// backward (the same in reverse, recomputing each block first under full checkpointing, or its LayerNorm and GELU
-// outputs under selective), then the gradient norm, the fp16 overflow check and AdamW. Kernels live one layer per
-// file beside their launchers (exec/cuda/*.cu).
+// The GPU training step, read top to bottom: forward (embedding, blocks, final norm, logits, fused loss),
+// backward (the same in reverse, recomputing each block first under full checkpointing, or its norm and MLP
+// activation outputs under selective), then the gradient norm, the fp16 overflow check and AdamW. The block is one
+// pipeline whose op kinds come from the shape (LayerNorm or RMSNorm, learned or rotary positions, GELU or SwiGLU,
+// multi-head or grouped-query attention, tied or untied head): GPT-2 and Llama are two configurations of it.
+// Kernels live one op kind per file beside their launchers (exec/cuda/*.cu).
 #include "exec/cuda/cuda_trainer.h"
 
 #include <algorithm>
@@ -24,6 +26,10 @@
 #include "exec/cuda/gelu.cuh"
 #include "exec/cuda/layernorm.cuh"
 #include "exec/cuda/matmul.cuh"
+#include "exec/cuda/rmsnorm.cuh"
+#include "exec/cuda/rope.cuh"
+#include "exec/cuda/swiglu.cuh"
+#include "exec/cpu/cpu_ops.h"
 #include "exec/comm/nccl_communicator.h"
 #include "exec/cuda/cuda_zero_device.h"
 #include "exec/loss_scaler.h"
@@ -66,10 +72,12 @@ float host_to_float(T x) {
   }
 }
 
-// One block's saved tensors (activation_accounting.h lists them and their sizes).
+// One block's saved tensors (activation_accounting.h lists them and their sizes): norm outputs, q/k/v (after the
+// rotary embedding), attention output, the second norm's input, the MLP's pre-activation (GELU: fc; SwiGLU: gate
+// and up) and activation output; the norms' fp32 statistics (mean for LayerNorm only) and the logsumexp.
 template <typename T>
 struct BlockBuffers {
-  T *ln1, *qkv, *att, *res2, *ln2, *fc, *gelu;
+  T *ln1, *qkv, *att, *res2, *ln2, *fc, *act;
   float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
 };
 
@@ -270,18 +278,41 @@ class CudaTrainer final : public Trainer {
   i64 BT() const { return config_.micro_batch * config_.seq_len; }
   T* P(const ParamTensor& t) const { return static_cast<T*>(engine_->param_at(t.offset)); }
   T* G(const ParamTensor& t) const { return static_cast<T*>(engine_->grad_at(t.offset)); }
-  i64 block_begin(i64 l) const { return layout_.block(l, kQkvW).offset; }
-  i64 block_end(i64 l) const { return l + 1 < config_.shape.layers ? block_begin(l + 1) : layout_.lnf_w().offset; }
-  // Stage 3 gathers each unit's parameters before it computes (a no-op at stages 0-2).
-  void need_embeddings() { engine_->params_needed(0, block_begin(0)); }
-  void need_block(i64 l) { engine_->params_needed(block_begin(l), block_end(l)); }
-  void need_final_norm() { engine_->params_needed(layout_.lnf_w().offset, layout_.total()); }
+  // A block tensor's parameters / gradients, or null when the model lacks the role (a bias Llama has not).
+  T* P(i64 l, BlockTensor which) const { return layout_.has(which) ? P(layout_.block(l, which)) : nullptr; }
+  T* G(i64 l, BlockTensor which) const { return layout_.has(which) ? G(layout_.block(l, which)) : nullptr; }
+  // Stage 3 gathers each unit's parameters before it computes (a no-op at stages 0-2), in the order
+  // exec/zero/zero_buffer_layout.cpp plans: embeddings, blocks, head unit, the embeddings again when tied.
+  void need_embeddings() { engine_->params_needed(0, layout_.block_begin(0)); }
+  void need_block(i64 l) { engine_->params_needed(layout_.block_begin(l), layout_.block_end(l)); }
+  void need_head_unit() { engine_->params_needed(layout_.tail_begin(), layout_.total()); }
+  bool rope() const { return config_.shape.position == PositionKind::rope; }
+  bool swiglu() const { return config_.shape.mlp == MlpKind::swiglu; }
+
+  // The two norm kinds: LayerNorm (eps 1e-5, mean and rstd, bias) or RMSNorm (rstd only, rms_norm_eps).
+  void norm_forward(T* out, float* mean, float* rstd, const T* x, const T* w, const T* b) {
+    const auto& s = config_.shape;
+    if (s.norm == NormKind::layer_norm) cuda::layernorm_forward<T>(out, mean, rstd, x, w, b, BT(), s.hidden, stream_);
+    else cuda::rmsnorm_forward<T>(out, rstd, x, w, BT(), s.hidden, static_cast<float>(s.norm_eps), stream_);
+  }
+  void norm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const float* mean, const float* rstd,
+                     bool acc) {
+    const auto& s = config_.shape;
+    if (s.norm == NormKind::layer_norm)
+      cuda::layernorm_backward<T>(dx, dw, db, sums_, dout, x, w, mean, rstd, BT(), s.hidden, acc, stream_);
+    else cuda::rmsnorm_backward<T>(dx, dw, sums_, dout, x, w, rstd, BT(), s.hidden, acc, stream_);
+  }
+  // The MLP activation's forward (out from the pre-activation): GELU, or SwiGLU over gate and up.
+  void activation_forward(T* out, const T* pre) {
+    const auto& s = config_.shape;
+    if (swiglu()) cuda::swiglu_forward<T>(out, pre, BT(), s.ffn_hidden, stream_);
+    else cuda::gelu_forward<T>(out, pre, BT() * s.ffn_hidden, stream_);
+  }
   static CommDtype element_type() {
     if constexpr (std::is_same_v<T, float>) return CommDtype::f32;
     else if constexpr (std::is_same_v<T, __half>) return CommDtype::f16;
     else return CommDtype::bf16;
   }
-  const ParamTensor& W(i64 l, BlockTensor which) const { return layout_.block(l, which); }
 
   void check_tokens(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg, i64 micro) const {
     const i64 need = micro * BT();
@@ -294,52 +325,79 @@ class CudaTrainer final : public Trainer {
 
   void allocate() {
     const auto& s = config_.shape;
-    const i64 n = layout_.total(), C = s.hidden, L = s.layers, bt = BT();
+    const i64 C = s.hidden, L = s.layers, bt = BT();
+    const i64 Q = s.q_dim(), QKV = s.qkv_dim(), F = s.ffn_hidden, FI = s.mlp_in_dim();
     const i64 nb = config_.recompute == ExecRecompute::full ? 1 : L;  // blocks whose tensors are kept
-    // selective: no LN1, LN2 or GELU outputs are kept; forward writes them into the backward working set (free
-    // until backward) and backward rebuilds each there just before the weight gradient that reads it.
+    // selective: no norm or MLP activation outputs are kept; forward writes them into the backward working set
+    // (free until backward) and backward rebuilds each there just before the weight gradient that reads it.
     const bool selective = config_.recompute == ExecRecompute::selective;
-    (void)n;  // params, grads, master params and AdamW moments belong to the ZeRO engine
+    const bool layer_norm = s.norm == NormKind::layer_norm;
+    // params, grads, master params and AdamW moments belong to the ZeRO engine
     residual_ = alloc_->allocate_n<T>("activations", "block inputs (residual stream)", (L + 1) * bt * C);
-    // with full recompute the one set of block buffers also holds layer 0's LN1 input (it is residual_[0])
+    // with full recompute the one set of block buffers also holds layer 0's norm input (it is residual_[0])
     blocks_.resize(L);
     auto A = [&](const char* what, i64 count) { return alloc_->allocate_n<T>("activations", what, count); };
-    auto F = [&](const char* what, i64 count) { return alloc_->allocate_n<float>("activations", what, count); };
-    T* ln1 = selective ? nullptr : A("LN1 outputs", nb * bt * C);
-    T* qkv = A("QKV outputs", nb * bt * 3 * C);
-    T* att = A("attention outputs", nb * bt * C);
-    T* res2 = A("LN2 inputs", nb * bt * C);
-    T* ln2 = selective ? nullptr : A("LN2 outputs", nb * bt * C);
-    T* fc = A("FC outputs (pre-GELU)", nb * bt * 4 * C);
-    T* gelu = selective ? nullptr : A("GELU outputs", nb * bt * 4 * C);
-    float* stats = F("LayerNorm mean/rstd", nb * 4 * bt);
-    float* lse = F("attention logsumexp", nb * bt * s.heads);
-    lnf_ = A("final LN output", bt * C);
-    lnf_stats_ = F("final LN mean/rstd", 2 * bt);
+    auto F32 = [&](const char* what, i64 count) { return alloc_->allocate_n<float>("activations", what, count); };
+    T* ln1 = selective ? nullptr : A("norm 1 outputs", nb * bt * C);
+    T* qkv = A("QKV outputs", nb * bt * QKV);
+    T* att = A("attention outputs", nb * bt * Q);
+    T* res2 = A("norm 2 inputs", nb * bt * C);
+    T* ln2 = selective ? nullptr : A("norm 2 outputs", nb * bt * C);
+    T* fc = A("MLP pre-activations (FC, or gate and up)", nb * bt * FI);
+    T* act = selective ? nullptr : A("MLP activation outputs", nb * bt * F);
+    const i64 stats_rows = layer_norm ? 4 : 2;  // mean and rstd of both norms, or rstd alone
+    float* stats = F32("norm statistics", nb * stats_rows * bt);
+    float* lse = F32("attention logsumexp", nb * bt * s.heads);
+    lnf_ = A("final norm output", bt * C);
+    lnf_stats_ = F32("final norm statistics", (layer_norm ? 2 : 1) * bt);
     logits_ = alloc_->allocate_n<T>("logits", "logits / dlogits (in place)", bt * s.padded_vocab);
     losses_ = alloc_->allocate_n<float>("logits", "per-token losses", bt);
     // the backward working set, live at the backward peak: the planner's activation component counts it there
     dres_ = alloc_->allocate_n<T>("activations", "residual gradient", bt * C);
-    dln_ = alloc_->allocate_n<T>("activations", "LayerNorm-input gradient", bt * C);
-    d4_ = alloc_->allocate_n<T>("activations", "FC / QKV gradient", bt * 4 * C);
+    dln_ = alloc_->allocate_n<T>("activations", "norm-input / attention-output gradient", bt * std::max(C, Q));
+    d4_ = alloc_->allocate_n<T>("activations", "MLP / QKV gradient", bt * std::max(QKV, F));
     d_rowsum_ = alloc_->allocate_n<float>("activations", "attention rowsum(dO*O)", bt * s.heads);
     for (i64 l = 0; l < L; ++l) {
       const i64 k = nb == L ? l : 0;
-      blocks_[l] = BlockBuffers<T>{selective ? dln_ : ln1 + k * bt * C, qkv + k * bt * 3 * C, att + k * bt * C,
-                                   res2 + k * bt * C, selective ? dln_ : ln2 + k * bt * C, fc + k * bt * 4 * C,
-                                   selective ? d4_ : gelu + k * bt * 4 * C,
-                                   stats + (k * 4 + 0) * bt, stats + (k * 4 + 1) * bt, stats + (k * 4 + 2) * bt,
-                                   stats + (k * 4 + 3) * bt, lse + k * bt * s.heads};
+      float* st = stats + k * stats_rows * bt;
+      BlockBuffers<T>& b = blocks_[l];
+      b.ln1 = selective ? dln_ : ln1 + k * bt * C;
+      b.qkv = qkv + k * bt * QKV;
+      b.att = att + k * bt * Q;
+      b.res2 = res2 + k * bt * C;
+      b.ln2 = selective ? dln_ : ln2 + k * bt * C;
+      b.fc = fc + k * bt * FI;
+      b.act = selective ? d4_ : act + k * bt * F;
+      b.ln1_mean = layer_norm ? st : nullptr;
+      b.ln1_rstd = layer_norm ? st + bt : st;
+      b.ln2_mean = layer_norm ? st + 2 * bt : nullptr;
+      b.ln2_rstd = layer_norm ? st + 3 * bt : st + bt;
+      b.lse = lse + k * bt * s.heads;
     }
-    // column-sum partials (4C floats) and their arrival counter; kept zeroed between reductions
-    // --deterministic: one row of partials per 256 rows, added in order, and the ordered dwte's token positions.
+    // column-sum partials (the widest norm/bias gradient) and their arrival counter; kept zeroed between
+    // reductions. --deterministic: one row of partials per 256 rows, added in order, and the ordered dwte's token
+    // positions.
     const bool det = config_.zero.deterministic;
-    const i64 partial_floats = column_sum_scratch_floats(bt, 4 * C, det);
-    float* partial = alloc_->allocate_n<float>("workspace", "bias/LayerNorm gradient partials", partial_floats + 1);
+    const i64 partial_floats = column_sum_scratch_floats(bt, column_sum_width(s), det);
+    float* partial = alloc_->allocate_n<float>("workspace", "bias/norm gradient partials", partial_floats + 1);
     CUDA_CHECK(cudaMemset(partial, 0, (partial_floats + 1) * sizeof(float)));
     sums_ = cuda::ColumnSums{partial, reinterpret_cast<unsigned*>(partial + partial_floats), det};
     tokens_ = alloc_->allocate_n<int>("workspace", "input and target tokens", 2 * bt);
     if (det) token_positions_d_ = alloc_->allocate_n<int>("workspace", "token positions (ordered dwte)", 3 * bt + 1);
+    if (rope()) {
+      // cos and sin of every (position, frequency) of the sequence, fp32, computed once on the host by the CPU
+      // reference's own function so both backends rotate by the same angles.
+      const i64 half = config_.seq_len * s.head_size / 2;
+      std::vector<float> cos(half), sin(half);
+      const cpu::RopeScalingLlama3 llama3{s.rope_scaling.factor, s.rope_scaling.low_freq_factor,
+                                          s.rope_scaling.high_freq_factor, s.rope_scaling.original_max_position};
+      cpu::rope_tables(cos.data(), sin.data(), config_.seq_len, s.head_size, s.rope_theta,
+                       s.rope_scaling.llama3 ? &llama3 : nullptr);
+      rope_cos_ = alloc_->allocate_n<float>("workspace", "RoPE cos/sin tables", 2 * half);
+      rope_sin_ = rope_cos_ + half;
+      CUDA_CHECK(cudaMemcpy(rope_cos_, cos.data(), half * sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(rope_sin_, sin.data(), half * sizeof(float), cudaMemcpyHostToDevice));
+    }
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * bt));
     for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
@@ -348,18 +406,27 @@ class CudaTrainer final : public Trainer {
   // One block's forward. `recompute` (full checkpointing, in backward) skips the block output, already stored.
   void block_forward(i64 l, bool recompute) {
     const auto& s = config_.shape;
-    const i64 C = s.hidden, bt = BT();
+    const i64 C = s.hidden, bt = BT(), Q = s.q_dim(), QKV = s.qkv_dim(), F = s.ffn_hidden, FI = s.mlp_in_dim();
     const BlockBuffers<T>& a = blocks_[l];
     const T* x = residual_ + l * bt * C;
     T* y = residual_ + (l + 1) * bt * C;
-    cuda::layernorm_forward<T>(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(W(l, kLn1W)), P(W(l, kLn1B)), bt, C, stream_);
-    matmul_->forward<T>(a.qkv, a.ln1, P(W(l, kQkvW)), P(W(l, kQkvB)), nullptr, bt, C, 3 * C, stream_);
-    cuda::attention_forward<T>(a.att, a.lse, a.qkv, config_.micro_batch, config_.seq_len, C, s.heads, stream_);
-    matmul_->forward<T>(a.res2, a.att, P(W(l, kAttProjW)), P(W(l, kAttProjB)), x, bt, C, C, stream_);
-    cuda::layernorm_forward<T>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(W(l, kLn2W)), P(W(l, kLn2B)), bt, C, stream_);
-    matmul_->forward_gelu<T>(a.gelu, a.fc, a.ln2, P(W(l, kFcW)), P(W(l, kFcB)), bt, C, 4 * C, stream_);
-    if (!recompute)
-      matmul_->forward<T>(y, a.gelu, P(W(l, kFcProjW)), P(W(l, kFcProjB)), a.res2, bt, 4 * C, C, stream_);
+    const int B = static_cast<int>(config_.micro_batch), Tn = static_cast<int>(config_.seq_len);
+    norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(l, kLn1W), P(l, kLn1B));
+    matmul_->forward<T>(a.qkv, a.ln1, P(l, kQkvW), P(l, kQkvB), nullptr, bt, C, QKV, stream_);
+    if (rope())
+      cuda::rope_forward<T>(a.qkv, rope_cos_, rope_sin_, B, Tn, static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
+                            static_cast<int>(s.head_size), stream_);
+    cuda::attention_forward<T>(a.att, a.lse, a.qkv, B, Tn, static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
+                               static_cast<int>(s.head_size), stream_);
+    matmul_->forward<T>(a.res2, a.att, P(l, kAttProjW), P(l, kAttProjB), x, bt, Q, C, stream_);
+    norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(l, kLn2W), P(l, kLn2B));
+    if (swiglu()) {
+      matmul_->forward<T>(a.fc, a.ln2, P(l, kFcW), P(l, kFcB), nullptr, bt, C, FI, stream_);
+      activation_forward(a.act, a.fc);
+    } else {
+      matmul_->forward_gelu<T>(a.act, a.fc, a.ln2, P(l, kFcW), P(l, kFcB), bt, C, FI, stream_);
+    }
+    if (!recompute) matmul_->forward<T>(y, a.act, P(l, kFcProjW), P(l, kFcProjB), a.res2, bt, F, C, stream_);
   }
 
   void forward(const int* in, const int* tg, bool want_grad, i64 micro, float dloss = 0.0f) {
@@ -380,17 +447,18 @@ class CudaTrainer final : public Trainer {
       token_positions_view_ = cuda::DeviceTokenPositions{d, d + bt, d + 2 * bt + 1, distinct};
     }
     need_embeddings();
-    cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), P(layout_.wpe()), config_.micro_batch,
-                             config_.seq_len, C, stream_);
+    cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), layout_.has_wpe() ? P(layout_.wpe()) : nullptr,
+                             config_.micro_batch, config_.seq_len, C, stream_);
     for (i64 l = 0; l < s.layers; ++l) {
       need_block(l);
       block_forward(l, false);
     }
-    need_final_norm();
-    cuda::layernorm_forward<T>(lnf_, lnf_stats_, lnf_stats_ + bt, residual_ + s.layers * bt * C, P(layout_.lnf_w()),
-                               P(layout_.lnf_b()), bt, C, stream_);
-    need_embeddings();  // the tied LM head
-    matmul_->forward<T>(logits_, lnf_, P(layout_.wte()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
+    need_head_unit();
+    norm_forward(lnf_, lnf_stats_, s.norm == NormKind::layer_norm ? lnf_stats_ + bt : lnf_stats_,
+                 residual_ + s.layers * bt * C, P(layout_.final_norm_w()),
+                 s.norm_bias ? P(layout_.final_norm_b()) : nullptr);
+    if (s.tied_head) need_embeddings();
+    matmul_->forward<T>(logits_, lnf_, P(layout_.head()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
     cuda::crossentropy_forward_backward<T>(losses_, logits_, tokens_ + bt, bt, s.vocab, s.padded_vocab, dloss,
                                            want_grad, stream_);
     CUDA_CHECK(cudaMemcpyAsync(host_losses_.get() + micro * bt, losses_, bt * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -402,58 +470,71 @@ class CudaTrainer final : public Trainer {
   // backward goes on).
   void backward() {  // the micro-step's tokens are already on the device
     const auto& s = config_.shape;
-    const i64 C = s.hidden, bt = BT(), B = config_.micro_batch, Tn = config_.seq_len;
+    const i64 C = s.hidden, bt = BT(), Q = s.q_dim(), QKV = s.qkv_dim(), F = s.ffn_hidden, FI = s.mlp_in_dim();
+    const int B = static_cast<int>(config_.micro_batch), Tn = static_cast<int>(config_.seq_len);
+    const int NH = static_cast<int>(s.heads), NKV = static_cast<int>(s.kv_heads), HS = static_cast<int>(s.head_size);
     const bool acc = engine_->kernels_accumulate();
-    engine_->prepare_gradients(0, block_begin(0));                       // embeddings (wte by the logits)
-    engine_->prepare_gradients(layout_.lnf_w().offset, layout_.total());  // ln_f
-    // logits = lnf wte^T
-    need_embeddings();
-    matmul_->backward_input<T>(dln_, logits_, P(layout_.wte()), bt, C, s.padded_vocab, stream_);
-    matmul_->backward_weight<T>(G(layout_.wte()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
+    const bool layer_norm = s.norm == NormKind::layer_norm;
+    engine_->prepare_gradients(0, layout_.block_begin(0));              // embeddings (wte by the tied head)
+    engine_->prepare_gradients(layout_.tail_begin(), layout_.total());  // the head unit
+    // logits = lnf head^T
+    if (s.tied_head) need_embeddings();
+    else need_head_unit();
+    matmul_->backward_input<T>(dln_, logits_, P(layout_.head()), bt, C, s.padded_vocab, stream_);
+    matmul_->backward_weight<T>(G(layout_.head()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
     CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
-    need_final_norm();
-    cuda::layernorm_backward<T>(dres_, G(layout_.lnf_w()), G(layout_.lnf_b()), sums_, dln_,
-                                residual_ + s.layers * bt * C, P(layout_.lnf_w()), lnf_stats_, lnf_stats_ + bt, bt, C,
-                                acc, stream_);
-    engine_->gradients_final_from(layout_.lnf_w().offset);
+    if (s.tied_head) need_head_unit();
+    norm_backward(dres_, G(layout_.final_norm_w()), s.norm_bias ? G(layout_.final_norm_b()) : nullptr, dln_,
+                  residual_ + s.layers * bt * C, P(layout_.final_norm_w()), lnf_stats_,
+                  layer_norm ? lnf_stats_ + bt : lnf_stats_, acc);
+    engine_->gradients_final_from(layout_.tail_begin());
     for (i64 l = s.layers - 1; l >= 0; --l) {
-      engine_->prepare_gradients(block_begin(l), block_end(l));
+      engine_->prepare_gradients(layout_.block_begin(l), layout_.block_end(l));
       need_block(l);
       if (config_.recompute == ExecRecompute::full) block_forward(l, true);
       const BlockBuffers<T>& a = blocks_[l];
       const T* x = residual_ + l * bt * C;
-      // Selective recompute rebuilds the LN2, GELU and LN1 outputs in the working set (a.ln1/a.ln2 are dln_,
-      // a.gelu is d4_): each weight gradient runs before the input gradient that overwrites its input there.
+      // Selective recompute rebuilds the norm and MLP activation outputs in the working set (a.ln1/a.ln2 are
+      // dln_, a.act is d4_): each weight gradient runs before the input gradient that overwrites its input there.
       const bool rebuild = config_.recompute == ExecRecompute::selective;
-      // y = res2 + gelu Wfcproj^T + b
-      if (rebuild) cuda::gelu_forward<T>(a.gelu, a.fc, bt * 4 * C, stream_);
-      matmul_->backward_weight<T>(G(W(l, kFcProjW)), dres_, a.gelu, bt, 4 * C, C, acc, stream_);
-      matmul_->backward_input_dgelu<T>(d4_, dres_, P(W(l, kFcProjW)), a.fc, bt, 4 * C, C, stream_);
-      cuda::bias_backward<T>(G(W(l, kFcProjB)), dres_, sums_, bt, C, acc, stream_);
-      if (rebuild)
-        cuda::layernorm_forward<T>(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(W(l, kLn2W)), P(W(l, kLn2B)), bt, C,
-                                   stream_);
-      matmul_->backward_weight<T>(G(W(l, kFcW)), d4_, a.ln2, bt, C, 4 * C, acc, stream_);
-      matmul_->backward_input<T>(dln_, d4_, P(W(l, kFcW)), bt, C, 4 * C, stream_);
-      cuda::bias_backward<T>(G(W(l, kFcB)), d4_, sums_, bt, 4 * C, acc, stream_);
-      cuda::layernorm_backward<T>(dres_, G(W(l, kLn2W)), G(W(l, kLn2B)), sums_, dln_, a.res2, P(W(l, kLn2W)),
-                                  a.ln2_mean, a.ln2_rstd, bt, C, acc, stream_);
-      // res2 = x + att Wproj^T + b
-      matmul_->backward_input<T>(dln_, dres_, P(W(l, kAttProjW)), bt, C, C, stream_);
-      matmul_->backward_weight<T>(G(W(l, kAttProjW)), dres_, a.att, bt, C, C, acc, stream_);
-      cuda::bias_backward<T>(G(W(l, kAttProjB)), dres_, sums_, bt, C, acc, stream_);
-      cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, C, s.heads, stream_);
-      if (rebuild)
-        cuda::layernorm_forward<T>(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(W(l, kLn1W)), P(W(l, kLn1B)), bt, C, stream_);
-      matmul_->backward_weight<T>(G(W(l, kQkvW)), d4_, a.ln1, bt, C, 3 * C, acc, stream_);
-      matmul_->backward_input<T>(dln_, d4_, P(W(l, kQkvW)), bt, C, 3 * C, stream_);
-      cuda::bias_backward<T>(G(W(l, kQkvB)), d4_, sums_, bt, 3 * C, acc, stream_);
-      cuda::layernorm_backward<T>(dres_, G(W(l, kLn1W)), G(W(l, kLn1B)), sums_, dln_, x, P(W(l, kLn1W)),
-                                  a.ln1_mean, a.ln1_rstd, bt, C, acc, stream_);
-      engine_->gradients_final_from(block_begin(l));
+      // y = res2 + act Wdown^T + b
+      if (rebuild) activation_forward(a.act, a.fc);
+      matmul_->backward_weight<T>(G(l, kFcProjW), dres_, a.act, bt, F, C, acc, stream_);
+      // d(pre-activation): GELU's fused into the GEMM epilogue, into d4_; SwiGLU's in place over gate and up
+      // (they are read for the last time here), so dfc is a.fc.
+      T* dfc = d4_;
+      if (swiglu()) {
+        matmul_->backward_input<T>(d4_, dres_, P(l, kFcProjW), bt, F, C, stream_);
+        cuda::swiglu_backward<T>(a.fc, a.fc, d4_, bt, F, stream_);
+        dfc = a.fc;
+      } else {
+        matmul_->backward_input_dgelu<T>(d4_, dres_, P(l, kFcProjW), a.fc, bt, F, C, stream_);
+      }
+      if (layout_.has(kFcProjB)) cuda::bias_backward<T>(G(l, kFcProjB), dres_, sums_, bt, C, acc, stream_);
+      if (rebuild) norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(l, kLn2W), P(l, kLn2B));
+      matmul_->backward_weight<T>(G(l, kFcW), dfc, a.ln2, bt, C, FI, acc, stream_);
+      matmul_->backward_input<T>(dln_, dfc, P(l, kFcW), bt, C, FI, stream_);
+      if (layout_.has(kFcB)) cuda::bias_backward<T>(G(l, kFcB), dfc, sums_, bt, FI, acc, stream_);
+      norm_backward(dres_, G(l, kLn2W), G(l, kLn2B), dln_, a.res2, P(l, kLn2W), a.ln2_mean, a.ln2_rstd, acc);
+      // res2 = x + att Wo^T + b
+      matmul_->backward_input<T>(dln_, dres_, P(l, kAttProjW), bt, Q, C, stream_);
+      matmul_->backward_weight<T>(G(l, kAttProjW), dres_, a.att, bt, Q, C, acc, stream_);
+      if (layout_.has(kAttProjB)) cuda::bias_backward<T>(G(l, kAttProjB), dres_, sums_, bt, C, acc, stream_);
+      cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, NH, NKV, HS, stream_);
+      if (rope()) cuda::rope_backward<T>(d4_, rope_cos_, rope_sin_, B, Tn, NH, NKV, HS, stream_);
+      if (rebuild) norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(l, kLn1W), P(l, kLn1B));
+      matmul_->backward_weight<T>(G(l, kQkvW), d4_, a.ln1, bt, C, QKV, acc, stream_);
+      matmul_->backward_input<T>(dln_, d4_, P(l, kQkvW), bt, C, QKV, stream_);
+      if (layout_.has(kQkvB)) cuda::bias_backward<T>(G(l, kQkvB), d4_, sums_, bt, QKV, acc, stream_);
+      norm_backward(dres_, G(l, kLn1W), G(l, kLn1B), dln_, x, P(l, kLn1W), a.ln1_mean, a.ln1_rstd, acc);
+      engine_->gradients_final_from(layout_.block_begin(l));
     }
-    cuda::encoder_backward<T>(G(layout_.wte()), G(layout_.wpe()), dres_, tokens_, B, Tn, C, acc,
-                              config_.zero.deterministic ? &token_positions_view_ : nullptr, stream_);
+    // The token embedding's gradient: the tied head wrote it first; untied, the first micro-step starts it at 0
+    // (the scatter below adds).
+    if (!s.tied_head && !acc)
+      CUDA_CHECK(cudaMemsetAsync(G(layout_.wte()), 0, layout_.wte().numel() * sizeof(T), stream_));
+    cuda::encoder_backward<T>(G(layout_.wte()), layout_.has_wpe() ? G(layout_.wpe()) : nullptr, dres_, tokens_, B, Tn,
+                              C, acc, config_.zero.deterministic ? &token_positions_view_ : nullptr, stream_);
     engine_->gradients_final_from(0);
   }
 
@@ -503,6 +584,7 @@ class CudaTrainer final : public Trainer {
   float* losses_ = nullptr;
   T *dres_ = nullptr, *dln_ = nullptr, *d4_ = nullptr;
   float* d_rowsum_ = nullptr;
+  float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // (T, HS/2) each, rotary models only
   cuda::ColumnSums sums_;  // bias/LayerNorm gradient column sums (deterministic with --deterministic)
   int* tokens_ = nullptr;
   // --deterministic: where each token of the micro-batch occurs (host, then its device copy) for the ordered dwte

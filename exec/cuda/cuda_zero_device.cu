@@ -167,7 +167,7 @@ void CudaZeroDevice::init_params(void* params, float* master, std::int64_t flat_
   for (const ParamTensor& t : layout_.tensors()) {
     const std::int64_t lo = std::max(flat_begin, t.offset), hi = std::min(flat_end, t.offset + t.numel());
     if (lo >= hi) continue;
-    const std::int64_t live_rows = &t == &layout_.wte() ? layout_.shape().vocab * layout_.shape().hidden : t.numel();
+    const std::int64_t live_rows = layout_.live_elements(t);
     const std::int64_t skip = lo - t.offset;  // elements of the tensor before the range
     by_type(element_, [&](auto zero) {
       using T = decltype(zero);
@@ -213,7 +213,7 @@ void CudaZeroDevice::read_sum_squares(double* out, int count) {
 void CudaZeroDevice::adamw(const AdamwRange& r, float lr, float beta1, float beta2, float eps, float weight_decay,
                            float grad_scale, int step) {
   const cuda::DecayGeometry decay{layout_.blocks_begin(), layout_.block_stride(), layout_.block_decay_elements(),
-                                  layout_.blocks_end(), r.flat_base};
+                                  layout_.blocks_end(), layout_.tail_decay_end(), r.flat_base};
   by_type(element_, [&](auto zero) {
     using T = decltype(zero);
     if (r.fp32_grads)

@@ -151,14 +151,14 @@ AttentionSeconds DeviceCalibrator::attention_seconds(const AttentionShape& a, in
   const auto* q = static_cast<const bf16*>(qkv->data());
   auto* l = static_cast<float*>(lse.data());
   AttentionSeconds s;
-  s.forward = st.time([&] { attention_forward<bf16>(o, l, q, a.batch, a.seq, a.hidden, a.heads, st.stream); },
+  s.forward = st.time([&] { attention_forward<bf16>(o, l, q, a.batch, a.seq, a.heads, a.heads, a.hidden / a.heads, st.stream); },
                       repeats);
   // The backward reads the forward's output and logsumexp as training does (the last forward above wrote them).
   s.backward = st.time(
       [&] {
         attention_backward<bf16>(static_cast<bf16*>(dqkv->data()), static_cast<float*>(d_rowsum.data()),
-                                 static_cast<const bf16*>(dout->data()), q, o, l, a.batch, a.seq, a.hidden, a.heads,
-                                 st.stream);
+                                 static_cast<const bf16*>(dout->data()), q, o, l, a.batch, a.seq, a.heads, a.heads,
+                                 a.hidden / a.heads, st.stream);
       },
       repeats);
   return s;

@@ -10,17 +10,23 @@ namespace zeroplan::exec::cuda {
 namespace {
 using i64 = std::int64_t;
 
-template <typename T>
+// kPositions: GPT-2's learned position embedding is added; rotary models (wpe null) copy the token rows.
+template <typename T, bool kPositions>
 __global__ void encoder_forward_kernel(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C) {
   using P = Pack<T>;
   const i64 idx = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * P::kSize;
   if (idx >= static_cast<i64>(B) * Tn * C) return;
   const i64 bt = idx / C, c = idx % C, t = bt % Tn;
-  const P e = P::load(wte + static_cast<i64>(tokens[bt]) * C + c), p = P::load(wpe + t * C + c);
-  P o;
+  const P e = P::load(wte + static_cast<i64>(tokens[bt]) * C + c);
+  if constexpr (kPositions) {
+    const P p = P::load(wpe + t * C + c);
+    P o;
 #pragma unroll
-  for (int j = 0; j < P::kSize; ++j) o.v[j] = from_f<T>(to_f(e.v[j]) + to_f(p.v[j]));
-  o.store(out + idx);
+    for (int j = 0; j < P::kSize; ++j) o.v[j] = from_f<T>(to_f(e.v[j]) + to_f(p.v[j]));
+    o.store(out + idx);
+  } else {
+    e.store(out + idx);
+  }
 }
 
 __device__ __forceinline__ void atomic_add_pair(float* p, float a, float b) {
@@ -69,7 +75,8 @@ __global__ void encoder_backward_wpe_kernel(T* dwpe, const T* dout, int B, int T
 template <typename T>
 void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C, cudaStream_t stream) {
   const i64 packs = static_cast<i64>(B) * Tn * C / Pack<T>::kSize;
-  encoder_forward_kernel<T><<<ceil_div(packs, 256), 256, 0, stream>>>(out, tokens, wte, wpe, B, Tn, C);
+  if (wpe) encoder_forward_kernel<T, true><<<ceil_div(packs, 256), 256, 0, stream>>>(out, tokens, wte, wpe, B, Tn, C);
+  else encoder_forward_kernel<T, false><<<ceil_div(packs, 256), 256, 0, stream>>>(out, tokens, wte, wpe, B, Tn, C);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -87,6 +94,7 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int B,
     encoder_backward_wte_kernel<T><<<ceil_div(pairs, 256), 256, 0, stream>>>(dwte, dout, tokens, B, Tn, C);
     CUDA_CHECK_LAUNCH();
   }
+  if (!dwpe) return;  // rotary models have no position embedding
   encoder_backward_wpe_kernel<T><<<ceil_div(static_cast<i64>(Tn) * C, 256), 256, 0, stream>>>(dwpe, dout, B, Tn, C,
                                                                                               accumulate);
   CUDA_CHECK_LAUNCH();

@@ -1,4 +1,5 @@
-// Token + position embedding: out[b,t,:] = wte[token[b,t],:] + wpe[t,:], and its backward (dwte by atomic adds
+// Token + position embedding: out[b,t,:] = wte[token[b,t],:] + wpe[t,:] (wpe null: rotary models, the token row
+// alone), and its backward (dwpe null likewise) (dwte by atomic adds
 // of 16-byte-aligned pairs, or in a fixed order from the positions of each token; dwpe by a per-position sum
 // over the batch).
 #pragma once

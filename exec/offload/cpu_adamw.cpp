@@ -59,7 +59,7 @@ struct DecayRun {
 DecayRun decay_run(const DecayGeometry& d, std::int64_t f) {
   constexpr std::int64_t kNoEnd = std::numeric_limits<std::int64_t>::max();
   if (f < d.blocks_begin) return {true, d.blocks_begin};
-  if (f >= d.blocks_end) return {false, kNoEnd};
+  if (f >= d.blocks_end) return f < d.tail_decay_end ? DecayRun{true, d.tail_decay_end} : DecayRun{false, kNoEnd};
   const std::int64_t block_start = f - (f - d.blocks_begin) % d.block_stride;
   if (f - block_start < d.block_decay) return {true, std::min(block_start + d.block_decay, d.blocks_end)};
   return {false, std::min(block_start + d.block_stride, d.blocks_end)};

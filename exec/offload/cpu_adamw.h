@@ -61,6 +61,8 @@ struct DecayGeometry {
   std::int64_t block_stride = 0;
   std::int64_t block_decay = 0;
   std::int64_t blocks_end = std::numeric_limits<std::int64_t>::max();
+  // [blocks_end, tail_decay_end) decays too: an untied lm_head before the final norm (param_layout.h).
+  std::int64_t tail_decay_end = 0;
 };
 
 // The arrays of one update, `count` elements each. Exactly one of grads / grads_bf16 / grads_fp16 is set. params_half (may be

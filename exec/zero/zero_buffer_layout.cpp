@@ -6,17 +6,12 @@ namespace zeroplan::exec {
 
 namespace {
 
-// The flat ranges backward writes at once (ParamLayout order): the head (ln_f), each block, the embeddings.
+// The flat ranges backward writes at once (ParamLayout order): the head unit, each block, the embeddings.
 std::vector<std::pair<std::int64_t, std::int64_t>> backward_ranges(const ParamLayout& layout) {
   std::vector<std::pair<std::int64_t, std::int64_t>> r;
-  const std::int64_t L = layout.shape().layers;
-  r.emplace_back(layout.lnf_w().offset, layout.total());
-  for (std::int64_t l = L - 1; l >= 0; --l) {
-    const std::int64_t lo = layout.block(l, kQkvW).offset;
-    const std::int64_t hi = l + 1 < L ? layout.block(l + 1, kQkvW).offset : layout.lnf_w().offset;
-    r.emplace_back(lo, hi);
-  }
-  r.emplace_back(0, layout.block(0, kQkvW).offset);
+  r.emplace_back(layout.tail_begin(), layout.total());
+  for (std::int64_t l = layout.shape().layers - 1; l >= 0; --l) r.emplace_back(layout.block_begin(l), layout.block_end(l));
+  r.emplace_back(0, layout.block_begin(0));
   return r;
 }
 
@@ -95,16 +90,17 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
     z.unit_gather_lo[u] = lo;
     unit_elements[u] = hi - lo;
   }
-  // The model's uses of its units (exec/cpu/cpu_trainer.cpp, exec/cuda/cuda_trainer.cu call params_needed in
-  // this order): forward [embeddings, blocks, final norm, embeddings as the LM head], backward [LM head,
-  // final norm, blocks top down]; the encoder's backward reads no parameters.
+  // The model's uses of its units (exec/model_pipeline.h: both trainers call params_needed in this order):
+  // forward [embeddings, blocks, head unit, and the embeddings again when they are the tied LM head], backward
+  // [the tied LM head's embeddings, head unit, blocks top down]; the embedding's backward reads no parameters.
+  const bool tied = layout.shape().tied_head;
   std::vector<int> forward, train;
   forward.push_back(0);
   for (int u = 1; u + 1 < U; ++u) forward.push_back(u);
   forward.push_back(U - 1);
-  forward.push_back(0);
+  if (tied) forward.push_back(0);
   train = forward;
-  train.push_back(0);
+  if (tied) train.push_back(0);
   train.push_back(U - 1);
   for (int u = U - 2; u >= 1; --u) train.push_back(u);
   Zero3FetchRules rules;

@@ -90,7 +90,7 @@ void ZeroEngine::setup_offload() {
                                                        ? config_.zero.cpu_optimizer_threads
                                                        : offload::default_optimizer_threads(world_));
   decay_ = offload::DecayGeometry{layout_.blocks_begin(), layout_.block_stride(), layout_.block_decay_elements(),
-                                  layout_.blocks_end()};
+                                  layout_.blocks_end(), layout_.tail_decay_end()};
   const int stage = config_.zero.stage;
   const auto& buckets = partition_.buckets();
   bucket_pieces_.assign(buckets.size(), {});

@@ -11,11 +11,9 @@ std::int64_t zero_alignment(int world) { return world <= 1 ? 1 : 64 * static_cas
 std::vector<std::pair<std::int64_t, std::int64_t>> gather_unit_ranges(const ParamLayout& layout) {
   std::vector<std::pair<std::int64_t, std::int64_t>> units;
   const std::int64_t L = layout.shape().layers;
-  units.emplace_back(0, layout.block(0, kQkvW).offset);
-  for (std::int64_t l = 0; l < L; ++l)
-    units.emplace_back(layout.block(l, kQkvW).offset,
-                       l + 1 < L ? layout.block(l + 1, kQkvW).offset : layout.lnf_w().offset);
-  units.emplace_back(layout.lnf_w().offset, layout.total());
+  units.emplace_back(0, layout.block_begin(0));
+  for (std::int64_t l = 0; l < L; ++l) units.emplace_back(layout.block_begin(l), layout.block_end(l));
+  units.emplace_back(layout.tail_begin(), layout.total());
   return units;
 }
 
@@ -48,7 +46,8 @@ ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, con
   const std::size_t count = tensors.size();
   // Tensor i occupies [start(i), start(i+1)) with its alignment gap; the last one runs to total().
   auto start = [&](std::size_t i) { return i < count ? tensors[i].offset : layout.total(); };
-  const std::size_t first_block_tensor = 2;  // wte, wpe come first (param_layout.cpp)
+  const std::size_t first_block_tensor = layout.first_block_tensor();  // the embeddings come first
+  const std::size_t per_block = layout.block_tensor_count();
   auto persistent = [&](std::size_t i) {
     return rules.stage3 && rules.persistence_threshold > 0 && tensors[i].numel() <= rules.persistence_threshold;
   };
@@ -59,14 +58,13 @@ ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, con
   // The blocks at both ends: segments doubling from block 0 and from the last block (doubling_bucket_cuts).
   const std::int64_t L = layout.shape().layers;
   if (L >= 1) {
-    const std::int64_t block_elements =
-        (L >= 2 ? layout.block(1, kQkvW).offset : layout.lnf_w().offset) - layout.block(0, kQkvW).offset;
+    const std::int64_t block_elements = layout.block_end(0) - layout.block_begin(0);
     for (std::int64_t b : doubling_bucket_cuts(L, block_elements, rules.bucket_elements))
-      cuts.push_back(first_block_tensor + static_cast<std::size_t>(b) * kBlockTensorCount);
+      cuts.push_back(first_block_tensor + static_cast<std::size_t>(b) * per_block);
   }
   if (rules.stage3) {
     for (std::size_t i = first_block_tensor; i < count; ++i) {
-      const bool unit_start = i == count - 2 || (i - first_block_tensor) % kBlockTensorCount == 0;
+      const bool unit_start = i == layout.tail_first_tensor() || (i - first_block_tensor) % per_block == 0;
       if (unit_start || persistent(i) != persistent(i - 1)) cuts.push_back(i);
     }
     for (std::size_t i = 1; i < first_block_tensor; ++i)

@@ -40,7 +40,8 @@ struct GradientBucket {
   std::int64_t begin = 0, end = 0;     // flat range of whole tensors
   std::int64_t chunk = 0;              // (end - begin) / world: each rank's share
   std::int64_t partition_offset = 0;   // where this bucket's chunk sits in the rank's partition
-  bool embeddings = false;             // holds wte/wpe: written at the start and the end of backward
+  bool embeddings = false;             // holds the embeddings: written at the end of backward (and at its start
+                                       //   when they are the tied head), so they keep buffers of their own
   bool persistent = false;             // stage 3: whole on every rank (below the persistence threshold)
   std::int64_t elements() const { return end - begin; }
   // flat index of rank r's chunk

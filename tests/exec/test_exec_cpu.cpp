@@ -1,5 +1,6 @@
 // CPU-side executor tests (run in CI without a GPU): parameter layout, token data, DeepSpeed loss-scaler
 // semantics, the reference operators against finite differences, and short training runs.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -182,14 +183,14 @@ TEST(CpuOps, BackwardsMatchFiniteDifferences) {
   auto dout = randn(B * T * C, 2);
   auto objective = [&](const std::vector<float>& in) {
     std::vector<float> out(B * T * C), lse(B * NH * T);
-    cpu::attention_forward(out.data(), lse.data(), in.data(), B, T, C, NH);
+    cpu::attention_forward(out.data(), lse.data(), in.data(), B, T, NH, NH, C / NH);
     double s = 0;
     for (std::size_t i = 0; i < out.size(); ++i) s += out[i] * dout[i];
     return s;
   };
   std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(qkv.size());
-  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NH, C / NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH, C / NH);
   for (std::size_t i = 0; i < qkv.size(); i += 7) {
     auto p = qkv, m = qkv;
     p[i] += 1e-2f;
@@ -226,6 +227,278 @@ TEST(CpuOps, BackwardsMatchFiniteDifferences) {
     cpu::gelu_forward(&fc, &c, 1);
     EXPECT_NEAR(gdx[i], (fa - fc) / 2e-3f * gd[i], 5e-3 * (1 + std::fabs(gd[i])));
   }
+}
+
+// The Llama block's operators (RMSNorm, RoPE, SwiGLU, grouped-query attention).
+namespace {
+// Central difference of a scalar objective in each sampled coordinate of x, against the analytic gradient.
+template <typename Objective>
+void expect_gradient(const std::vector<float>& x, const std::vector<float>& grad, Objective objective, int every,
+                     float h, double abs_tol, double rel_tol, const char* what) {
+  for (std::size_t i = 0; i < x.size(); i += every) {
+    auto p = x, m = x;
+    p[i] += h;
+    m[i] -= h;
+    const double fd = (objective(p) - objective(m)) / (2.0 * h);
+    EXPECT_NEAR(grad[i], fd, abs_tol + rel_tol * std::fabs(fd)) << what << " element " << i;
+  }
+}
+
+double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Causal attention written the plain way, independently of cpu::attention_forward: for each batch and query head,
+// the key and value heads expanded per query head as transformers' repeat_kv does (kv head h / (NH / NKV)), the
+// full T x T score matrix in double, the causal mask as -inf, a softmax per row and P V.
+void naive_attention(std::vector<double>& out, std::vector<double>& lse, const std::vector<float>& qkv, int B, int T,
+                     int NH, int NKV, int HS) {
+  const int stride = (NH + 2 * NKV) * HS;
+  out.assign(static_cast<std::size_t>(B) * T * NH * HS, 0.0);
+  lse.assign(static_cast<std::size_t>(B) * NH * T, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const int kv = h / (NH / NKV);
+      auto Q = [&](int t, int d) { return static_cast<double>(qkv[(b * T + t) * stride + h * HS + d]); };
+      auto K = [&](int t, int d) { return static_cast<double>(qkv[(b * T + t) * stride + (NH + kv) * HS + d]); };
+      auto V = [&](int t, int d) { return static_cast<double>(qkv[(b * T + t) * stride + (NH + NKV + kv) * HS + d]); };
+      std::vector<double> S(static_cast<std::size_t>(T) * T);
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j < T; ++j) {
+          double s = 0;
+          for (int d = 0; d < HS; ++d) s += Q(i, d) * K(j, d);
+          S[i * T + j] = j > i ? -INFINITY : s / std::sqrt(static_cast<double>(HS));
+        }
+      for (int i = 0; i < T; ++i) {
+        double mx = -INFINITY, z = 0;
+        for (int j = 0; j < T; ++j) mx = std::max(mx, S[i * T + j]);
+        for (int j = 0; j < T; ++j) z += std::exp(S[i * T + j] - mx);
+        lse[(b * NH + h) * T + i] = mx + std::log(z);
+        for (int j = 0; j < T; ++j) {
+          const double p = std::exp(S[i * T + j] - mx) / z;
+          for (int d = 0; d < HS; ++d) out[(static_cast<std::size_t>(b) * T + i) * NH * HS + h * HS + d] += p * V(j, d);
+        }
+      }
+    }
+}
+}  // namespace
+
+TEST(CpuOps, RmsNormMatchesItsDefinitionAndFiniteDifferences) {
+  const std::int64_t N = 6, C = 16;
+  const float eps = 1e-5f;
+  auto x = randn(N * C, 21, 1.5f), w = randn(C, 22), d = randn(N * C, 23);
+  std::vector<float> o(N * C), rs(N);
+  cpu::rmsnorm_forward(o.data(), rs.data(), x.data(), w.data(), N, C, eps);
+  for (std::int64_t i = 0; i < N; ++i) {
+    double ms = 0;
+    for (std::int64_t c = 0; c < C; ++c) ms += static_cast<double>(x[i * C + c]) * x[i * C + c] / C;
+    const double r = 1.0 / std::sqrt(ms + eps);
+    EXPECT_NEAR(rs[i], r, 1e-6 * r);
+    for (std::int64_t c = 0; c < C; ++c) EXPECT_NEAR(o[i * C + c], x[i * C + c] * r * w[c], 1e-5) << i << "," << c;
+  }
+  auto objective = [&](const std::vector<float>& in, const std::vector<float>& weight) {
+    std::vector<float> out(N * C), r(N);
+    cpu::rmsnorm_forward(out.data(), r.data(), in.data(), weight.data(), N, C, eps);
+    return dot(out, d);
+  };
+  // both gradients accumulate onto what is there
+  auto dx0 = randn(N * C, 24), dw0 = randn(C, 25);
+  auto dx = dx0, dw = dw0;
+  cpu::rmsnorm_backward(dx.data(), dw.data(), d.data(), x.data(), w.data(), rs.data(), N, C);
+  for (std::size_t i = 0; i < dx.size(); ++i) dx[i] -= dx0[i];
+  for (std::size_t i = 0; i < dw.size(); ++i) dw[i] -= dw0[i];
+  expect_gradient(x, dx, [&](const std::vector<float>& in) { return objective(in, w); }, 1, 1e-2f, 3e-3, 1e-2,
+                  "rmsnorm input");
+  expect_gradient(w, dw, [&](const std::vector<float>& in) { return objective(x, in); }, 1, 1e-2f, 3e-3, 1e-2,
+                  "rmsnorm weight");
+}
+
+TEST(CpuOps, RopeTablesFollowTheDefaultFrequencies) {
+  const std::int64_t T = 5, HS = 8;
+  std::vector<float> c(T * HS / 2), s(T * HS / 2);
+  cpu::rope_tables(c.data(), s.data(), T, HS, 10000.0, nullptr);
+  // inv_freq = 10000^(-2i/8) = 1, 0.1, 0.01, 0.001; angle(t, i) = t * inv_freq[i]
+  const double inv_freq[4] = {1.0, 0.1, 0.01, 0.001};
+  for (std::int64_t t = 0; t < T; ++t)
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_NEAR(c[t * 4 + i], std::cos(t * inv_freq[i]), 1e-6) << t << "," << i;
+      EXPECT_NEAR(s[t * 4 + i], std::sin(t * inv_freq[i]), 1e-6) << t << "," << i;
+    }
+  EXPECT_EQ(c[0], 1.0f);
+  EXPECT_EQ(s[0], 0.0f);
+}
+
+// Llama 3.1's rope_scaling {factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings
+// 8192} with theta 500000 and head size 128. Wavelengths 2 pi / inv_freq below 8192 / 4 = 2048 keep their
+// frequency (i <= 28), above 8192 / 1 are slowed 8x (i >= 35), and i = 29..34 interpolate: the ratio to the
+// unscaled frequency is (1 - s) / 8 + s with s = (8192 / wavelen - 1) / (4 - 1) (transformers
+// _compute_llama3_parameters). The frequencies are read back from the t = 1 row of the tables (angle = inv_freq).
+TEST(CpuOps, RopeTablesApplyLlama3Scaling) {
+  const std::int64_t T = 2, HS = 128, half = HS / 2;
+  std::vector<float> c0(T * half), s0(T * half), c1(T * half), s1(T * half);
+  const cpu::RopeScalingLlama3 llama3{8.0, 1.0, 4.0, 8192};
+  cpu::rope_tables(c0.data(), s0.data(), T, HS, 500000.0, nullptr);
+  cpu::rope_tables(c1.data(), s1.data(), T, HS, 500000.0, &llama3);
+  int kept = 0, slowed = 0, between = 0;
+  for (std::int64_t i = 0; i < half; ++i) {
+    const double f = std::pow(500000.0, -2.0 * i / HS);
+    const double plain = std::atan2(s0[half + i], c0[half + i]);
+    const double scaled = std::atan2(s1[half + i], c1[half + i]);
+    EXPECT_NEAR(plain, f, 2e-6 * f) << i;
+    const double wavelen = 2 * M_PI / f;
+    double ratio;
+    if (wavelen < 2048) {
+      ratio = 1.0;
+      ++kept;
+    } else if (wavelen > 8192) {
+      ratio = 1.0 / 8;
+      ++slowed;
+    } else {
+      const double smooth = (8192 / wavelen - 1.0) / 3.0;
+      ratio = (1 - smooth) / 8 + smooth;
+      EXPECT_GT(ratio, 1.0 / 8) << i;
+      EXPECT_LT(ratio, 1.0) << i;
+      ++between;
+    }
+    EXPECT_NEAR(scaled, f * ratio, 2e-6 * f * ratio) << i;
+  }
+  EXPECT_EQ(kept, 29);
+  EXPECT_EQ(between, 6);
+  EXPECT_EQ(slowed, 29);
+}
+
+TEST(CpuOps, RopeRotatesQueriesAndKeysAndItsBackwardIsTheTranspose) {
+  const std::int64_t B = 2, T = 7, NH = 4, NKV = 2, HS = 8, half = HS / 2, W = (NH + 2 * NKV) * HS;
+  std::vector<float> c(T * half), s(T * half);
+  cpu::rope_tables(c.data(), s.data(), T, HS, 10000.0, nullptr);
+  const auto x = randn(B * T * W, 31);
+  auto y = x;
+  cpu::rope_forward(y.data(), c.data(), s.data(), B, T, NH, NKV, HS);
+  for (std::int64_t r = 0; r < B * T; ++r) {
+    const std::int64_t t = r % T;
+    for (std::int64_t col = 0; col < W; ++col) {
+      const std::int64_t head = col / HS, i = col % HS;
+      const float got = y[r * W + col];
+      if (head >= NH + NKV) {
+        EXPECT_EQ(got, x[r * W + col]) << "values untouched";
+        continue;
+      }
+      // rotate-half: (x[i], x[i + HS/2]) as the complex number x[i] + i x[i + HS/2], times e^(i angle)
+      const std::int64_t j = i % half;
+      const double a = t * std::pow(10000.0, -2.0 * j / HS);
+      const double re = x[r * W + head * HS + j], im = x[r * W + head * HS + j + half];
+      const double want = i < half ? re * std::cos(a) - im * std::sin(a) : im * std::cos(a) + re * std::sin(a);
+      EXPECT_NEAR(got, want, 1e-5 * (1 + std::fabs(want))) << "row " << r << " column " << col;
+    }
+  }
+  // The point of RoPE: q_t . k_u depends on t - u only. Query head 1 and key head 0 (its kv head) at positions
+  // (2, 0) and (6, 4) carry the same vectors before rotation, so their scores agree.
+  auto z = x;
+  for (std::int64_t col = 0; col < W; ++col) {
+    z[6 * W + col] = x[2 * W + col];
+    z[4 * W + col] = x[0 * W + col];
+  }
+  cpu::rope_forward(z.data(), c.data(), s.data(), 1, T, NH, NKV, HS);
+  double s20 = 0, s64 = 0;
+  for (std::int64_t d = 0; d < HS; ++d) {
+    s20 += static_cast<double>(z[2 * W + 1 * HS + d]) * z[0 * W + NH * HS + d];
+    s64 += static_cast<double>(z[6 * W + 1 * HS + d]) * z[4 * W + NH * HS + d];
+  }
+  EXPECT_NEAR(s20, s64, 1e-5 * (1 + std::fabs(s20)));
+  // Linear map: the backward is its transpose, <R x, g> = <x, R^T g>, and undoes the forward (R orthogonal).
+  const auto g = randn(B * T * W, 32);
+  auto gt = g;
+  cpu::rope_backward(gt.data(), c.data(), s.data(), B, T, NH, NKV, HS);
+  EXPECT_NEAR(dot(y, g), dot(x, gt), 1e-5 * std::fabs(dot(y, g)) + 1e-4);
+  auto back = y;
+  cpu::rope_backward(back.data(), c.data(), s.data(), B, T, NH, NKV, HS);
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-5 * (1 + std::fabs(x[i]))) << i;
+}
+
+TEST(CpuOps, SwiGluMatchesItsDefinitionAndFiniteDifferencesInPlace) {
+  const std::int64_t N = 5, F = 6;
+  const auto gu = randn(N * 2 * F, 41, 2.0f), d = randn(N * F, 42);
+  std::vector<float> out(N * F);
+  cpu::swiglu_forward(out.data(), gu.data(), N, F);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t j = 0; j < F; ++j) {
+      const double g = gu[n * 2 * F + j], u = gu[n * 2 * F + F + j];
+      EXPECT_NEAR(out[n * F + j], g / (1 + std::exp(-g)) * u, 1e-5 * (1 + std::fabs(g * u)));
+    }
+  std::vector<float> dgu(N * 2 * F);
+  cpu::swiglu_backward(dgu.data(), gu.data(), d.data(), N, F);
+  expect_gradient(gu, dgu,
+                  [&](const std::vector<float>& in) {
+                    std::vector<float> o(N * F);
+                    cpu::swiglu_forward(o.data(), in.data(), N, F);
+                    return dot(o, d);
+                  },
+                  1, 1e-2f, 2e-3, 1e-2, "swiglu gate_up");
+  auto inplace = gu;
+  cpu::swiglu_backward(inplace.data(), inplace.data(), d.data(), N, F);
+  EXPECT_EQ(inplace, dgu);
+}
+
+// Grouped-query attention against the naive repeat_kv attention above: multi-head (NKV == NH, GPT-2), grouped
+// (NKV = NH/2) and multi-query (NKV = 1).
+TEST(CpuOps, GroupedQueryAttentionMatchesNaiveRepeatKv) {
+  const int B = 2, T = 9, NH = 4, HS = 8;
+  for (int NKV : {4, 2, 1}) {
+    const auto qkv = randn(static_cast<std::size_t>(B) * T * (NH + 2 * NKV) * HS, 50 + NKV);
+    std::vector<float> out(B * T * NH * HS), lse(B * NH * T);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, HS);
+    std::vector<double> ro, rl;
+    naive_attention(ro, rl, qkv, B, T, NH, NKV, HS);
+    for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], ro[i], 1e-5) << "NKV " << NKV << " out " << i;
+    for (std::size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], rl[i], 1e-5) << "NKV " << NKV << " lse " << i;
+  }
+}
+
+TEST(CpuOps, GroupedQueryAttentionBackwardMatchesFiniteDifferences) {
+  const std::int64_t B = 2, T = 5, NH = 4, NKV = 2, HS = 4, W = (NH + 2 * NKV) * HS;
+  const auto qkv = randn(B * T * W, 61), dout = randn(B * T * NH * HS, 62);
+  std::vector<float> out(B * T * NH * HS), lse(B * NH * T), dqkv(qkv.size(), 123.0f);  // overwritten
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NKV, HS);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NKV, HS);
+  expect_gradient(qkv, dqkv,
+                  [&](const std::vector<float>& in) {
+                    std::vector<float> o(B * T * NH * HS), l(B * NH * T);
+                    cpu::attention_forward(o.data(), l.data(), in.data(), B, T, NH, NKV, HS);
+                    return dot(o, dout);
+                  },
+                  3, 1e-2f, 2e-3, 1e-2, "gqa qkv");
+  // The same attention as multi-head attention on explicitly repeated key/value heads: outputs equal, and each
+  // shared head's dK, dV are the sums of its copies' (repeat_kv's backward).
+  const std::int64_t W2 = 3 * NH * HS, G = NH / NKV;
+  std::vector<float> rep(B * T * W2);
+  for (std::int64_t r = 0; r < B * T; ++r)
+    for (std::int64_t h = 0; h < NH; ++h)
+      for (std::int64_t d = 0; d < HS; ++d) {
+        rep[r * W2 + h * HS + d] = qkv[r * W + h * HS + d];
+        rep[r * W2 + (NH + h) * HS + d] = qkv[r * W + (NH + h / G) * HS + d];
+        rep[r * W2 + (2 * NH + h) * HS + d] = qkv[r * W + (NH + NKV + h / G) * HS + d];
+      }
+  std::vector<float> out2(out.size()), lse2(lse.size()), drep(rep.size());
+  cpu::attention_forward(out2.data(), lse2.data(), rep.data(), B, T, NH, NH, HS);
+  cpu::attention_backward(drep.data(), dout.data(), rep.data(), out2.data(), lse2.data(), B, T, NH, NH, HS);
+  EXPECT_EQ(out2, out);
+  EXPECT_EQ(lse2, lse);
+  for (std::int64_t r = 0; r < B * T; ++r)
+    for (std::int64_t d = 0; d < HS; ++d) {
+      for (std::int64_t h = 0; h < NH; ++h)
+        EXPECT_NEAR(dqkv[r * W + h * HS + d], drep[r * W2 + h * HS + d], 1e-6) << "dQ";
+      for (std::int64_t g = 0; g < NKV; ++g) {
+        double dk = 0, dv = 0;
+        for (std::int64_t j = 0; j < G; ++j) {
+          dk += drep[r * W2 + (NH + g * G + j) * HS + d];
+          dv += drep[r * W2 + (2 * NH + g * G + j) * HS + d];
+        }
+        EXPECT_NEAR(dqkv[r * W + (NH + g) * HS + d], dk, 1e-5) << "dK";
+        EXPECT_NEAR(dqkv[r * W + (NH + NKV + g) * HS + d], dv, 1e-5) << "dV";
+      }
+    }
 }
 
 TEST(CpuOps, CrossEntropyIgnoresPaddedColumns) {

@@ -30,10 +30,22 @@ using namespace zeroplan::exec;
 namespace {
 
 Communicator* world_comm = nullptr;
+// --model=llama (ctest runs the binary once per model): the same tests over a Llama-family block (RMSNorm, RoPE,
+// SwiGLU, grouped-query attention 4/2, q/k/v biases, untied head, vocabulary 256) instead of GPT-2's.
+bool llama_model = false;
+
+std::int64_t vocab() { return llama_model ? 256 : 257; }
+
+ModelShape small_shape() {
+  if (!llama_model) return make_shape(257, 64, 3, 2, 32);
+  ModelShape s = make_llama_shape(256, 64, 3, 4, 2, 160, 32, 10000.0, 1e-5);
+  s.qkv_bias = true;
+  return s;
+}
 
 ExecConfig small_config(int stage, std::int64_t grad_accum, std::int64_t bucket_elements) {
   ExecConfig c;
-  c.shape = make_shape(257, 64, 3, 2, 32);
+  c.shape = small_shape();
   c.micro_batch = 2;
   c.seq_len = 16;
   c.grad_accum = grad_accum;
@@ -82,7 +94,7 @@ void expect_equal_to_one_rank(const Case& k) {
   ExecConfig one = small_config(0, k.grad_accum * comm.world(), k.bucket_elements);
   auto ranks = make_cpu_trainer(many, &comm);
   auto reference = make_cpu_trainer(one);
-  TokenSource data_many = TokenSource::synthetic(257, 5), data_one = TokenSource::synthetic(257, 5);
+  TokenSource data_many = TokenSource::synthetic(vocab(), 5), data_one = TokenSource::synthetic(vocab(), 5);
   for (int step = 0; step < 20; ++step) {
     const TokenBatch mine = next_rank_share(data_many, many.micro_batch, many.seq_len, many.grad_accum, comm.world(),
                                             comm.rank());
@@ -148,7 +160,7 @@ namespace {
 void expect_equal_runs(Trainer& a, Trainer& b, const ExecConfig& c,
                        const std::function<void(const StepResult&, const StepResult&)>& each) {
   Communicator& comm = *world_comm;
-  TokenSource data_a = TokenSource::synthetic(257, 5), data_b = TokenSource::synthetic(257, 5);
+  TokenSource data_a = TokenSource::synthetic(vocab(), 5), data_b = TokenSource::synthetic(vocab(), 5);
   int clipped = 0;
   for (int step = 0; step < 8; ++step) {
     const TokenBatch ba = next_rank_share(data_a, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
@@ -245,7 +257,7 @@ void expect_restored_continues(Trainer& b, Trainer& c, const ExecConfig& config)
         std::copy(pb.begin() + flat, pb.begin() + flat + n, master);
       },
       b.optimizer_step(), b.loss_scaler_state());
-  TokenSource data_b = TokenSource::synthetic(257, 6);
+  TokenSource data_b = TokenSource::synthetic(vocab(), 6);
   for (int step = 0; step < 2; ++step) {
     const TokenBatch bb = next_rank_share(data_b, config.micro_batch, config.seq_len, config.grad_accum, comm.world(),
                                           comm.rank());
@@ -424,7 +436,7 @@ TEST(ZeroOverMpi, CommunicationBytesAreTwoPsi) {
     ExecConfig c = small_config(stage, 2, 20000);
     comm.reset_counters();
     auto t = make_cpu_trainer(c, &comm);
-    TokenSource data = TokenSource::synthetic(257, 9);
+    TokenSource data = TokenSource::synthetic(vocab(), 9);
     const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
     t->step(b.inputs, b.targets);
     const std::int64_t P = t->layout().total() * 4;
@@ -452,7 +464,7 @@ TEST(ZeroOverMpi, Stage3CommunicationBytesAreThreePsi) {
     c.zero.max_reuse_distance = 0;
     comm.reset_counters();
     auto t = make_cpu_trainer(c, &comm);
-    TokenSource data = TokenSource::synthetic(257, 9);
+    TokenSource data = TokenSource::synthetic(vocab(), 9);
     const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
     t->step(b.inputs, b.targets);
     if (comm.world() == 1) continue;
@@ -535,7 +547,7 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
       EXPECT_EQ(offload || param, host > 0);
       // The bytes of a step after the first: with the optimizer on the CPU at stages 1-2 a step's parameter
       // all-gathers run in the next step's forward (the deferred update, exec/zero/zero_engine.h).
-      TokenSource data = TokenSource::synthetic(257, 9);
+      TokenSource data = TokenSource::synthetic(vocab(), 9);
       for (int s = 0; s < 2; ++s) {
         comm.reset_counters();
         const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
@@ -552,7 +564,7 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
 }
 
 TEST(ZeroPartition, BucketsSplitIntoEqualAlignedChunks) {
-  const Gpt2Shape s = make_shape(257, 64, 3, 2, 32);
+  const ModelShape s = make_shape(257, 64, 3, 2, 32);
   for (int world : {1, 2, 3, 4}) {
     const ParamLayout layout(s, zero_alignment(world));
     for (std::int64_t bucket : {1, 5000, 20000, 1 << 30}) {
@@ -580,7 +592,7 @@ TEST(ZeroPartition, BucketsSplitIntoEqualAlignedChunks) {
 // no bucket exceeds 5e8, and stage 2 then needs two rotating bucket buffers (each block writes one bucket, plus
 // the one being reduced) instead of three: 0.98 GB less at the peak on 2x H200.
 TEST(ZeroPartition, TheBlocksAtBothEndsAreCutIntoDoublingBuckets) {
-  const Gpt2Shape s = make_shape(50304, 1600, 48, 25, 1024);
+  const ModelShape s = make_shape(50304, 1600, 48, 25, 1024);
   const ParamLayout layout(s, zero_alignment(2));
   PartitionRules rules;  // 5e8 elements
   const ZeroPartition p(layout, 2, 0, rules);
@@ -606,7 +618,7 @@ TEST(ZeroPartition, TheBlocksAtBothEndsAreCutIntoDoublingBuckets) {
 }
 
 TEST(ZeroPartition, Stage3BucketsStayInsideUnitsAndSeparatePersistentTensors) {
-  const Gpt2Shape s = make_shape(257, 64, 3, 2, 32);
+  const ModelShape s = make_shape(257, 64, 3, 2, 32);
   for (int world : {1, 2, 4}) {
     const ParamLayout layout(s, zero_alignment(world));
     const auto units = gather_unit_ranges(layout);
@@ -635,6 +647,8 @@ TEST(ZeroPartition, Stage3BucketsStayInsideUnitsAndSeparatePersistentTensors) {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--model=llama") llama_model = true;
   auto comm = make_mpi_communicator();
   world_comm = comm.get();
   // only rank 0 prints gtest's report; every rank runs every test (collectives need all of them)
