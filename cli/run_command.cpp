@@ -21,8 +21,9 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--backend", options->backend, "cuda (the GPU executor) or cpu (the Eigen fp32 reference)")
       ->capture_default_str();
   cmd->add_option("--data", options->data,
-                  "Token file (llm.c .bin with header, or nanoGPT raw uint16 .bin) or any text file (byte-level "
-                  "tokens); synthetic tokens when absent");
+                  "Token file (llm.c .bin with its header: uint16 tokens, or uint32 for vocabularies above 65,536; "
+                  "nanoGPT's headerless uint16 .bin) or any text file (byte-level tokens); synthetic tokens when "
+                  "absent");
   cmd->add_option("--report", options->report, "Write the plan JSON plus the measurements (\"measured\") here");
   cmd->add_flag("--force", options->force, "Run even when the planner says it does not fit");
   cmd->add_option("--seed", options->seed, "Seed of the parameter initialization and synthetic data")
@@ -38,6 +39,12 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--resume", options->resume,
                   "Continue from a checkpoint: a step directory, or a save directory (its latest complete step); "
                   "any world size and stage (the partitions are resharded)");
+  cmd->add_option("--init-from", options->init_from,
+                  "Start from a Hugging Face checkpoint by its transformers names: a model.safetensors file, a sharded "
+                  "model.safetensors.index.json, or the folder holding either; each rank reads its own partition");
+  cmd->add_option("--save-grads", options->save_grads,
+                  "Write the first step's gradients (reduced, unscaled, fp32) under the transformers / GPT-2 "
+                  "checkpoint names to this safetensors file (one rank, or stage 0)");
   cmd->add_option("--nvme-path", options->nvme_path,
                   "With --offload-optimizer nvme: the directory on a local disk (NVMe) the optimizer states swap to "
                   "(DeepSpeed's offload_optimizer.nvme_path)");

@@ -51,8 +51,13 @@ TokenSource TokenSource::from_file(const std::string& path, std::int64_t vocab) 
     const std::int64_t count = header[2];
     const int width = version == 1 ? 2 : version == 2 ? 4 : 0;
     if (width == 0) fail(path, "llm.c header[1] (version): expected 1 (uint16) or 2 (uint32), got " + std::to_string(version));
-    if (count < 0 || static_cast<std::int64_t>(bytes.size()) < 1024 + count * width)
-      fail(path, "llm.c header[2] (token count " + std::to_string(count) + ") exceeds the file size");
+    const std::int64_t body = static_cast<std::int64_t>(bytes.size()) - 1024;
+    if (body % width != 0)
+      fail(path, "llm.c tokens v" + std::to_string(version) + ": the " + std::to_string(body) +
+                     " bytes after the header are not a whole number of " + std::to_string(width) + "-byte tokens");
+    if (count < 0 || body != count * width)
+      fail(path, "llm.c header[2] (token count " + std::to_string(count) + ") disagrees with the file: it holds " +
+                     std::to_string(body / width) + " tokens after the header");
     s.tokens_.resize(count);
     for (std::int64_t i = 0; i < count; ++i) {
       if (width == 2) {
@@ -67,7 +72,12 @@ TokenSource TokenSource::from_file(const std::string& path, std::int64_t vocab) 
     }
     s.description_ = path + " (llm.c tokens v" + std::to_string(version) + ", " + std::to_string(count) + " tokens)";
   } else if (ends_with(path, ".bin")) {
-    if (bytes.size() % 2 != 0) fail(path, "nanoGPT .bin: expected raw uint16 tokens (even byte count)");
+    if (bytes.size() % 2 != 0)
+      fail(path, "nanoGPT .bin: expected raw uint16 tokens, but its " + std::to_string(bytes.size()) +
+                     " bytes are not a whole number of 2-byte tokens");
+    if (vocab > 65536)
+      fail(path, "a headerless .bin holds uint16 tokens (nanoGPT), which cannot hold this model's vocabulary of " +
+                     std::to_string(vocab) + "; write llm.c's header with version 2 (uint32 tokens)");
     s.tokens_.resize(bytes.size() / 2);
     for (std::size_t i = 0; i < s.tokens_.size(); ++i) {
       std::uint16_t t;
@@ -82,9 +92,15 @@ TokenSource TokenSource::from_file(const std::string& path, std::int64_t vocab) 
     s.tokens_ = tokenize_bytes(std::string(bytes.begin(), bytes.end()), vocab);
     s.description_ = path + " (text, byte-level tokens, " + std::to_string(s.tokens_.size()) + " tokens)";
   }
+  // Where each token's bytes are, for the message: after llm.c's 1024-byte header, 2 or 4 bytes a token.
+  const std::int64_t header = magic == kLlmcMagic ? 1024 : 0;
+  const std::int64_t width = magic == kLlmcMagic ? (bytes.size() >= 8 && bytes[4] == 2 ? 4 : 2) : ends_with(path, ".bin") ? 2 : 0;
   for (std::size_t i = 0; i < s.tokens_.size(); ++i)
     if (s.tokens_[i] < 0 || s.tokens_[i] >= vocab)
-      fail(path, "token " + std::to_string(s.tokens_[i]) + " at position " + std::to_string(i) +
+      fail(path, "token " + std::to_string(static_cast<std::uint32_t>(s.tokens_[i])) + " at position " +
+                     std::to_string(i) +
+                     (width > 0 ? " (byte offset " + std::to_string(header + static_cast<std::int64_t>(i) * width) + ")"
+                                : std::string()) +
                      " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")");
   if (s.tokens_.size() < 2) fail(path, "needs at least 2 tokens");
   return s;

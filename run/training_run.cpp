@@ -28,6 +28,7 @@
 #include "exec/comm/mpi_communicator.h"
 #include "exec/trainer.h"
 #include "run/checkpoint.h"
+#include "run/hf_checkpoint.h"
 #include "sim/executor_device_memory.h"
 #include "sim/executor_layout.h"
 #include "sim/plan_json.h"
@@ -91,6 +92,17 @@ double median(std::vector<double> v) {
 
 // The launcher (starts the ranks and watches them) or one rank (trains); `guard` is set once this process is a
 // rank, so that run_training can end the run cleanly when this rank fails.
+// --save-grads: the step's gradients as every rank holds them at stage 0 (whole, reduced), written by rank 0.
+void save_first_step_gradients(const std::string& path, exec::Trainer& trainer, const exec::StepResult& step) {
+  const std::vector<float> grads = trainer.grads();
+  if (trainer.rank() != 0) return;
+  write_hf_safetensors(path, trainer.layout(),
+                       [&](const exec::ParamTensor& t, std::int64_t first, std::int64_t count, float* out) {
+                         std::copy_n(grads.begin() + t.offset + first, count, out);
+                       },
+                       "F32", {{"format", "pt"}, {"loss", fmt("%.9g", step.loss)}, {"what", "zeroplan run gradients of step 1"}});
+}
+
 static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) {
   ResolvedPlanInputs& in = o.inputs;
   TrainingConfig& tr = in.training;
@@ -186,6 +198,17 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     throw InputError(kCli, "--nvme-path", "is read with --offload-optimizer nvme only (the optimizer offload here is " +
                                               to_string(tr.zero.offload_optimizer) + ")");
   }
+  check_executor_sequence_length(in.model, tr.seq_len, kCli, "--seq");
+  // --init-from: the checkpoint checked against the model before any rank starts (one line naming the file and
+  // the tensor); each rank opens it itself to read its share.
+  if (o.save_grads && tr.zero.stage != 0 && world > 1)
+    throw InputError(kCli, "--save-grads", "needs every rank to hold the whole reduced gradients: stage 0, or one rank");
+  if (o.init_from && o.resume)
+    throw InputError(kCli, "--init-from", "cannot be combined with --resume (a checkpoint of ours holds the states "
+                                          "to continue from)");
+  const exec::ParamLayout init_layout(exec_config(in.model, tr, o.seed).shape, exec::zero_alignment(world));
+  std::unique_ptr<HfCheckpointSource> init_from;
+  if (o.init_from) init_from = std::make_unique<HfCheckpointSource>(*o.init_from, init_layout, "--init-from");
   if (!env.launched && world > 1) {
     // A damaged checkpoint is one line here, before any rank starts.
     if (resume) resume->verify();
@@ -320,6 +343,12 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // divided by one GPU's peak and printed twice the true figure.
   const double job_peak = peak * world;
   const std::int64_t tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
+  if (init_from) {
+    // Each rank reads its share of the model states from the checkpoint (exec/zero/zero_engine.h restore_state:
+    // its partition at stage 3, the whole 16-bit parameters at stages 0-2), AdamW from step 0.
+    trainer->restore_state(init_from->state_source(), 0, trainer->loss_scaler_state());
+    std::cout << "initialized from " << init_from->description() << '\n';
+  }
   if (resume) {
     // The checkpoint's states (resharded to this world and stage), optimizer step, loss scaler and data position.
     resume->restore(*trainer);
@@ -367,6 +396,7 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
         exec::next_rank_share(data, cfg.micro_batch, cfg.seq_len, cfg.grad_accum, world, env.rank);
     const exec::StepResult r = trainer->step(b.inputs, b.targets);
     losses.push_back(r.loss);
+    if (k == 0 && o.save_grads) save_first_step_gradients(*o.save_grads, *trainer, r);
     if (k >= *o.warmup_steps) {
       step_s.push_back(r.times.step_s);
       fwd_s.push_back(r.times.forward_s);

@@ -35,6 +35,11 @@ struct RunOptions {
   std::optional<std::string> save_dir;
   std::int64_t save_every = 0;
   std::optional<std::string> resume;
+  // A Hugging Face checkpoint to start from (run/hf_checkpoint.h): file, index or folder.
+  std::optional<std::string> init_from;
+  // The first step's gradients (reduced, unscaled), written under the checkpoint names as fp32 safetensors: for
+  // checking the executor against another framework (bench/llama/hf_reference.py compare).
+  std::optional<std::string> save_grads;
   // --nvme-path: where offload_optimizer nvme swaps (else the DeepSpeed config's offload_optimizer.nvme_path).
   std::optional<std::string> nvme_path;
 };
