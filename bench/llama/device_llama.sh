@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# zeroplan's Llama path on a GPU machine, in one device call (N = the machine's GPUs); carry
+# ["bench/deps", "bench/deepspeed/wheels", "bench/llama/wheels"]:
+#   run(command="PARTS='build tests correct speed' bash bench/llama/device_llama.sh", carry=[...], kind="nvidia-h200-x2")
+# PARTS (default "build tests correct speed"):
+#   build    the CLI and the GPU tests in build-dev (bench/exec/device_common.sh's configuration)
+#   tests    the executor's GPU tests (kernels against the CPU reference, whole steps)
+#   correct  transformers (bench/llama/hf_reference.py make: LlamaForCausalLM / Qwen2ForCausalLM, eager, fp32 and
+#            bf16) against `zeroplan run --init-from` on the same weights and tokens, step 1's loss and every
+#            parameter's gradient (--save-grads), for TinyLlama-, Llama-3- and Qwen2-shaped configs; then an
+#            exported checkpoint loaded by LlamaForCausalLM.from_pretrained gives the same loss
+#   speed    TinyLlama 1.1B, micro-batch 4 x 2048, bf16, stages 0-3 on N GPUs beside their plans (SPEED_STAGES)
+#   peers    bench/llama/hf_peer.py on N GPUs in the same call (PEER_MODES; default ddp fsdp2 fsdp2_compile ds_s3)
+#   big      Llama-2 7B, micro-batch 2 x 2048, stage 3, with and without the optimizer on the CPU (BIG_ROWS)
+# Logs in $OUT/logs.tar.gz, the summary printed last and kept in $OUT/summary.txt.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+PARTS=${PARTS:-build tests correct speed}
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+FINAL_OUT=${OUT:-/tmp/zeroplan-out}
+L=$(mktemp -d /tmp/llama-logs.XXXX)
+mkdir -p "$FINAL_OUT"
+N=$(nvidia-smi -L | wc -l)
+summary=("GPUs: $N x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores")
+say() { summary+=("$*"); echo "$*"; }
+# The call's own deadline (DEADLINE seconds after start, default 540): a part that would start later is skipped and
+# says so, so that the logs always come back inside the call's limit.
+START=$(date +%s)
+time_left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - START) )); }
+need() {  # seconds a step needs; false (and said) when the deadline would pass
+  if [ "$(time_left)" -lt "$1" ]; then say "skipped (deadline): $2"; return 1; fi
+}
+finish() {
+  printf '%s\n' "${summary[@]}" > "$FINAL_OUT/summary.txt"
+  tar czf "$FINAL_OUT/logs.tar.gz" -C "$L" .
+  echo "================ summary ($PARTS) ================"; cat "$FINAL_OUT/summary.txt"
+}
+trap finish EXIT
+BUILD=build-dev
+RUN=$BUILD/cli/zeroplan
+C=bench/llama/configs
+R="python3 bench/llama/hf_reference.py"
+W=/tmp/llama-work
+site=/tmp/llama-site
+if [ ! -d $site ] && { [ -d bench/deepspeed/wheels ] || [ -d bench/llama/wheels ]; }; then
+  wheels=()
+  for w in bench/deepspeed/wheels/*.whl bench/llama/wheels/*.whl; do
+    [ -f "$w" ] || continue
+    case $(basename "$w") in numpy-*) python3 -c "import numpy" 2>/dev/null && continue ;; esac
+    wheels+=("$w")
+  done
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $site "${wheels[@]}" \
+    > "$L/install.log" 2>&1 || say "wheel install FAILED"
+fi
+[ -d $site ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+
+if has build; then
+  t0=$(date +%s)
+  [ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
+  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
+    -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$L/build.log" 2>&1
+  if ! ninja -C $BUILD -j"$(nproc)" zeroplan zeroplan_exec_cuda_tests >> "$L/build.log" 2>&1; then
+    grep -E "error|FAILED" "$L/build.log" | head -30; say "build FAILED"; exit 1
+  fi
+  say "build: $(( $(date +%s) - t0 )) s"
+fi
+
+# The GPU tests run on the last GPU while the correctness checks use the first (both are small).
+tests_pid=""
+if has tests; then
+  CUDA_VISIBLE_DEVICES=$((N - 1)) timeout 240 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$L/gpu_tests.log" 2>&1 &
+  tests_pid=$!
+fi
+tests_done() {
+  [ -z "$tests_pid" ] && return
+  wait $tests_pid; local rc=$?
+  grep -E "^\[  FAILED|Failure" "$L/gpu_tests.log" | head -30
+  say "gpu tests rc=$rc: $(grep -c '\[       OK' "$L/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$L/gpu_tests.log") failed lines: $(grep '^\[  FAILED' "$L/gpu_tests.log" | head -8 | cut -c14-80 | tr '\n' ' ')"
+  tests_pid=""
+}
+
+# ours: zeroplan run on one GPU from a `make` folder: the same weights, tokens, batch; step 1's gradients saved
+ours() {  # folder, precision, extra flags...
+  local dir=$1 prec=$2; shift 2
+  local B T; B=$(python3 -c "import json; print(json.load(open('$dir/reference.json'))['batch'])")
+  T=$(python3 -c "import json; print(json.load(open('$dir/reference.json'))['seq'])")
+  CUDA_VISIBLE_DEVICES=0 timeout 120 $RUN run --model $dir/config.json --init-from $dir --data $dir/tokens.bin --micro-batch $B --seq $T \
+    --steps 1 --warmup-steps 0 --precision $prec --gpus 1 --deterministic --force --save-grads $dir/ours_$prec.safetensors "$@" \
+    > "$dir/ours_$prec.log" 2>&1
+  local rc=$?
+  grep -oE 'loss [0-9.]+' "$dir/ours_$prec.log" | head -1 | cut -d' ' -f2
+  return $rc
+}
+if has correct; then
+  rm -rf $W; mkdir -p $W
+  for cfg in tiny-tinyllama tiny-llama3 tiny-qwen2; do
+    need 60 "correctness $cfg" || break
+    CUDA_VISIBLE_DEVICES=0 $R make --config $C/$cfg.json --out $W/$cfg --batch 2 --seq 256 > "$L/make_$cfg.log" 2>&1 || { say "make $cfg FAILED: $(tail -2 "$L/make_$cfg.log" | tr '\n' ' ')"; continue; }
+    loss=$(ours $W/$cfg fp32); rc=$?
+    cp $W/$cfg/ours_fp32.log "$L/ours_fp32_$cfg.log"
+    [ $rc -ne 0 ] && { say "ours $cfg fp32 FAILED rc=$rc: $(grep -iE 'error|zeroplan:' $W/$cfg/ours_fp32.log | head -2 | tr '\n' ' ')"; continue; }
+    # our loss from the file we wrote (9 digits) rather than the table
+    loss=$(python3 -c "
+from safetensors import safe_open
+with safe_open('$W/$cfg/ours_fp32.safetensors', 'np') as f: print(f.metadata()['loss'])")
+    $R compare --ref $W/$cfg --ours $W/$cfg/ours_fp32.safetensors --loss $loss --json "$L/cmp_fp32_$cfg.json" > "$L/cmp_fp32_$cfg.log" 2>&1
+    say "fp32 $cfg vs transformers rc=$? (0: within tolerance): $(tail -1 "$L/cmp_fp32_$cfg.log" | cut -c1-300)"
+    # bf16: transformers in bf16 against ours in bf16, each against the fp32 reference (the first config only)
+    [ $cfg = tiny-llama3 ] || continue
+    CUDA_VISIBLE_DEVICES=0 $R make --config $C/$cfg.json --out $W/${cfg}_bf16 --batch 2 --seq 256 --dtype bf16 > "$L/make_${cfg}_bf16.log" 2>&1
+    ours $W/$cfg bf16 > /dev/null; cp $W/$cfg/ours_bf16.log "$L/ours_bf16_$cfg.log"
+    lb=$(python3 -c "
+from safetensors import safe_open
+with safe_open('$W/$cfg/ours_bf16.safetensors', 'np') as f: print(f.metadata()['loss'])" 2>/dev/null)
+    lt=$(python3 -c "import json; print(json.load(open('$W/${cfg}_bf16/reference.json'))['loss'])" 2>/dev/null)
+    $R compare --ref $W/$cfg --ours $W/$cfg/ours_bf16.safetensors --loss ${lb:-nan} --rtol 1 --max-rtol 100 --loss-rtol 1 --json "$L/cmp_bf16_ours_$cfg.json" > "$L/cmp_bf16_ours_$cfg.log" 2>&1
+    $R compare --ref $W/$cfg --ours $W/${cfg}_bf16/grads.safetensors --loss ${lt:-nan} --rtol 1 --max-rtol 100 --loss-rtol 1 --json "$L/cmp_bf16_hf_$cfg.json" > "$L/cmp_bf16_hf_$cfg.log" 2>&1
+    say "bf16 $cfg against the fp32 reference: ours $(tail -1 "$L/cmp_bf16_ours_$cfg.log" | cut -c1-200) | transformers bf16 $(tail -1 "$L/cmp_bf16_hf_$cfg.log" | cut -c1-200)"
+  done
+  # export: 2 steps saved, exported under transformers' names, loaded by from_pretrained: the same loss
+  cfg=tiny-llama3; d=$W/$cfg
+  export CUDA_VISIBLE_DEVICES=0
+  if [ -d $d ] && need 60 "export check"; then
+    timeout 120 $RUN run --model $d/config.json --init-from $d --data $d/tokens.bin --micro-batch 2 --seq 256 --steps 2 \
+      --warmup-steps 0 --precision fp32 --gpus 1 --force --save-dir $W/ck > "$L/export_run.log" 2>&1
+    mkdir -p $W/exported && cp $d/config.json $W/exported/
+    $RUN export --checkpoint $W/ck --out $W/exported/model.safetensors --dtype fp32 > "$L/export.log" 2>&1
+    # our loss on the exported weights: a fresh run from them (step 1's loss is the forward before any update)
+    l2=$(timeout 120 $RUN run --model $d/config.json --init-from $W/exported --data $d/tokens.bin --micro-batch 2 \
+      --seq 256 --steps 1 --warmup-steps 0 --precision fp32 --gpus 1 --deterministic --force \
+      --save-grads $W/exported_grads.safetensors > "$L/export_ours.log" 2>&1 && python3 -c "
+from safetensors import safe_open
+with safe_open('$W/exported_grads.safetensors', 'np') as f: print(f.metadata()['loss'])")
+    $R load-check --dir $W/exported --tokens $d/tokens.bin --batch 2 --seq 256 --expect-loss ${l2:-nan} > "$L/load_check.log" 2>&1
+    say "export -> LlamaForCausalLM.from_pretrained rc=$? (ours on the export: $l2): $(head -2 "$L/load_check.log" | tr '\n' ' ' | cut -c1-300)"
+  fi
+  unset CUDA_VISIBLE_DEVICES
+fi
+tests_done
+
+if has speed; then
+  for s in ${SPEED_STAGES:-0 3 1 2}; do
+    need 45 "TinyLlama stage $s" || break
+    timeout 200 $RUN run --model $C/tinyllama-1.1b.json --gpus $N --stage $s --micro-batch 4 --seq 2048 --precision bf16 \
+      --steps ${STEPS:-12} --force --report "$L/speed_s$s.json" > "$L/speed_s$s.log" 2>&1
+    say "ours TinyLlama s$s rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/speed_s$s.log" | cut -c1-90) | $(grep -E 'step .*predicted' "$L/speed_s$s.log" | head -1 | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/speed_s$s.log" | tr -s ' ')"
+  done
+fi
+
+if has peers; then
+  P="torchrun --nproc_per_node $N bench/llama/hf_peer.py --config $C/tinyllama-1.1b.json --micro-batch 4 --seq 2048 --steps 12 --warmup 4"
+  for m in ${PEER_MODES:-fsdp2 fsdp2_compile ddp ds_s3}; do
+    need 70 "peer $m" || break
+    case $m in ds_s*) args="--mode deepspeed --stage ${m#ds_s}" ;; *) args="--mode $m" ;; esac
+    timeout 240 $P $args > "$L/peer_$m.log" 2>&1
+    say "peer $m rc=$?: $(grep '^{' "$L/peer_$m.log" | tail -1 | cut -c1-300)"
+  done
+fi
+
+if has big; then
+  for row in ${BIG_ROWS:-s3 s3_optcpu}; do
+    need 90 "Llama-2 7B $row" || break
+    extra=""; [ $row = s3_optcpu ] && extra="--offload-optimizer cpu"
+    timeout 300 $RUN run --model $C/llama2-7b.json --gpus $N --stage 3 $extra --micro-batch 2 --seq 2048 --precision bf16 \
+      --steps 8 --force --report "$L/big_$row.json" > "$L/big_$row.log" 2>&1
+    say "ours Llama-2 7B $row rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/big_$row.log" | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/big_$row.log" | tr -s ' ')"
+  done
+fi
