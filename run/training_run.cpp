@@ -103,14 +103,31 @@ void save_first_step_gradients(const std::string& path, exec::Trainer& trainer, 
                        "F32", {{"format", "pt"}, {"loss", fmt("%.9g", step.loss)}, {"what", "zeroplan run gradients of step 1"}});
 }
 
-static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) {
+// The run's inputs resolved and checked before any rank starts: every problem is an InputError naming the flag
+// or the file, raised by the launcher (or the only rank) before anything is allocated or written.
+struct ResolvedRun {
+  RankEnvironment env;
+  int world = 1;
+  std::unique_ptr<CheckpointReader> resume;
+  std::int64_t first_step = 0;  // the checkpoint's step when resuming
+  std::int64_t run_steps = 0;   // steps this run makes
+  // Where the NVMe path came from, for its errors.
+  std::string nvme_source = "--ds-config", nvme_field = "zero_optimization.offload_optimizer.nvme_path";
+  // --init-from, checked against the layout every rank builds.
+  std::unique_ptr<exec::ParamLayout> init_layout;
+  std::unique_ptr<HfCheckpointSource> init_from;
+};
+
+// Step 1, resolve: the flags, the checkpoint to resume, the ranks, the offload and dtype choices.
+ResolvedRun resolve_run(RunOptions& o) {
+  ResolvedRun r;
   ResolvedPlanInputs& in = o.inputs;
   TrainingConfig& tr = in.training;
   if (o.steps < 1) throw InputError(kCli, "--steps", "must be at least 1");
   if (o.save_every < 0) throw InputError(kCli, "--save-every", "must be >= 0, got " + std::to_string(o.save_every));
   if (o.save_every > 0 && !o.save_dir) throw InputError(kCli, "--save-every", "needs --save-dir");
   // Resuming: --steps counts from the start of training, so only the steps after the checkpoint run.
-  std::unique_ptr<CheckpointReader> resume;
+  auto& resume = r.resume;
   if (o.resume) {
     resume = std::make_unique<CheckpointReader>(*o.resume, "--resume");
     if (resume->state().step >= o.steps)
@@ -118,8 +135,9 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                                             std::to_string(resume->state().step) +
                                             "; --steps is the total number of steps, expected more than that");
   }
-  const std::int64_t first_step = resume ? resume->state().step : 0;
-  const std::int64_t run_steps = o.steps - first_step;
+  r.first_step = resume ? resume->state().step : 0;
+  r.run_steps = o.steps - r.first_step;
+  const std::int64_t first_step = r.first_step, run_steps = r.run_steps;
   if (o.save_dir) {
     std::vector<std::int64_t> saves;
     for (std::int64_t s = first_step + 1; s <= o.steps; ++s)
@@ -141,8 +159,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     tr.learning_rate = *o.learning_rate;
   }
   // The ranks: --gpus N on this machine (started below), or the world mpirun made.
-  const RankEnvironment env = rank_environment();
-  int world = o.gpus ? *o.gpus : (env.launched ? env.world : 1);
+  r.env = rank_environment();
+  const RankEnvironment& env = r.env;
+  r.world = o.gpus ? *o.gpus : (env.launched ? env.world : 1);
+  const int world = r.world;
   if (env.launched && env.world != world)
     throw InputError(kCli, "--gpus", "the launcher started " + std::to_string(env.world) + " ranks but --gpus says " +
                                          std::to_string(world) + " (leave --gpus out under mpirun)");
@@ -184,7 +204,8 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
                                                       " needs --stage 1, 2 or 3 (the partitioned optimizer states)");
   // ZeRO-Infinity's optimizer offload swaps the states to files under nvme_path (exec/offload/optimizer_swapper.h):
   // --nvme-path, else the DeepSpeed config's (which must name one with device nvme: core/deepspeed_config.cpp).
-  std::string nvme_source = "--ds-config", nvme_field = "zero_optimization.offload_optimizer.nvme_path";
+  std::string& nvme_source = r.nvme_source;
+  std::string& nvme_field = r.nvme_field;
   if (tr.zero.offload_optimizer == OffloadDevice::nvme) {
     if (o.nvme_path) {
       tr.zero.nvme_path = *o.nvme_path;
@@ -206,9 +227,17 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   if (o.init_from && o.resume)
     throw InputError(kCli, "--init-from", "cannot be combined with --resume (a checkpoint of ours holds the states "
                                           "to continue from)");
-  const exec::ParamLayout init_layout(exec_config(in.model, tr, o.seed).shape, exec::zero_alignment(world));
-  std::unique_ptr<HfCheckpointSource> init_from;
-  if (o.init_from) init_from = std::make_unique<HfCheckpointSource>(*o.init_from, init_layout, "--init-from");
+  r.init_layout = std::make_unique<exec::ParamLayout>(exec_config(in.model, tr, o.seed).shape, exec::zero_alignment(world));
+  if (o.init_from) r.init_from = std::make_unique<HfCheckpointSource>(*o.init_from, *r.init_layout, "--init-from");
+  return r;
+}
+
+// Step 2, launch: this process is the launcher when the ranks are not started yet (--gpus N > 1): it starts them
+// (local processes, or mpirun for the CPU backend) and returns their exit status; a rank returns nullopt.
+std::optional<int> launch_ranks(RunOptions& o, ResolvedRun& r) {
+  const RankEnvironment& env = r.env;
+  const int world = r.world;
+  auto& resume = r.resume;
   if (!env.launched && world > 1) {
     // A damaged checkpoint is one line here, before any rank starts.
     if (resume) resume->verify();
@@ -234,12 +263,42 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
 #endif
   }
-  // A rank: only rank 0 prints the run; the others speak on stderr when something goes wrong.
-  guard.emplace(env.rank, world, o.steps, o.collective_timeout_s, o.backend);
+  return std::nullopt;
+}
+
+// One rank's engine: its plan, communicators, trainer and data. The communicators are declared before the
+// trainer so that they outlive it: the trainer's destructor waits on the communicator's stream (a destroyed NCCL
+// stream crashed every 2-GPU run at its end, and every rank that failed by an exception, on the first 2xH200 run).
+struct RankEngine {
   // The node's available host memory from here to the report (start-up included: a plan's host peak may come
   // while the offloaded states are allocated). The baseline is the launcher's reading before it started the ranks.
-  const HostMemoryWatch host_watch;
-  std::int64_t host_available_at_start = host_watch.first_bytes();
+  std::unique_ptr<HostMemoryWatch> host_watch;
+  std::int64_t host_available_at_start = 0;
+  exec::ExecConfig cfg;
+  int offload_threads = 0;
+  PlanChoice choice;
+  PlanResult plan;
+  std::optional<StepSimulation> sim;
+  std::unique_ptr<exec::Communicator> mpi, comm;
+  std::unique_ptr<exec::Trainer> trainer;
+  exec::TokenSource data;
+  double flops_per_token = 0, peak = 0, job_peak = 0;
+  std::int64_t tokens_per_step = 0;  // the global batch
+  exec::Communicator* ranks_comm = nullptr;
+};
+
+// Step 3, build the engine: the plan first (false when it does not fit and --force was not given: nothing is
+// allocated), then the communicators, the trainer, the data, and the states from --init-from or --resume.
+bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e) {
+  ResolvedPlanInputs& in = o.inputs;
+  TrainingConfig& tr = in.training;
+  const RankEnvironment& env = r.env;
+  const int world = r.world;
+  // The node's available host memory from here to the report (start-up included: a plan's host peak may come
+  // while the offloaded states are allocated). The baseline is the launcher's reading before it started the ranks.
+  e.host_watch = std::make_unique<HostMemoryWatch>();
+  std::int64_t& host_available_at_start = e.host_available_at_start;
+  host_available_at_start = e.host_watch->first_bytes();
   if (const char* at_launch = std::getenv(kHostAvailableAtLaunchVariable)) {
     char* end = nullptr;
     const long long v = std::strtoll(at_launch, &end, 10);
@@ -254,7 +313,8 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   }
   // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
   use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
-  exec::ExecConfig cfg = exec_config(in.model, tr, o.seed);
+  exec::ExecConfig& cfg = e.cfg;
+  cfg = exec_config(in.model, tr, o.seed);
   // DeepSpeed's overlap_comm when a DeepSpeed config gives it; otherwise our executor's default (it overlaps),
   // resolved by the planner's own rule (sim/plan_choice.h apply_choice), so that the plan below and
   // `zeroplan plan --engine zeroplan` count the same gradient bucket buffers as the executor allocates.
@@ -262,8 +322,8 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   cfg.zero = executor_zero_settings(tr, tr.zero.stage);
   if (tr.zero.offload_optimizer == OffloadDevice::nvme) {
     cfg.zero.nvme_path = tr.zero.nvme_path;
-    cfg.zero.nvme_path_source = nvme_source;
-    cfg.zero.nvme_path_field = nvme_field;
+    cfg.zero.nvme_path_source = r.nvme_source;
+    cfg.zero.nvme_path_field = r.nvme_field;
     cfg.zero.optimizer_buffer_count = tr.zero.optimizer_buffer_count;
   }
   if (!tr.zero.overlap_comm_given && world > 1 && cfg.zero.stage > 0)
@@ -276,14 +336,16 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   // run-to-run deterministic at a fixed world size.
   cfg.zero.deterministic = o.deterministic;
   // The CPU AdamW's threads: --cpu-threads-per-rank, else the node's cores among its ranks (all on this node).
-  const int offload_threads = cfg.zero.cpu_optimizer_threads > 0 ? cfg.zero.cpu_optimizer_threads
+  e.offload_threads = cfg.zero.cpu_optimizer_threads > 0 ? cfg.zero.cpu_optimizer_threads
                                                                  : exec::offload::default_optimizer_threads(world);
 
   // The plan first: stop before allocating when the planner says it does not fit.
   PlannerOptions popts;
   popts.search_max_micro_batch = false;
-  const PlanChoice choice{tr.zero.stage, tr.zero.offload_optimizer, tr.zero.offload_param};
-  const PlanResult plan = evaluate_plan(in.model, in.cluster, tr, choice, popts);
+  e.choice = PlanChoice{tr.zero.stage, tr.zero.offload_optimizer, tr.zero.offload_param};
+  const PlanChoice& choice = e.choice;
+  e.plan = evaluate_plan(in.model, in.cluster, tr, choice, popts);
+  const PlanResult& plan = e.plan;
   const GpuMemoryBreakdown& pred = plan.memory.gpu;
   std::cout << "plan: " << in.model.name << " on " << world << "x " << in.cluster.gpu_model << ", "
             << choice.label() << ", micro-batch " << tr.micro_batch
@@ -297,10 +359,10 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     std::cout << "  total: " << gib(pred.total) << " GiB > capacity " << gib(in.cluster.gpu_memory_bytes) << " GiB\n";
     if (!o.force) {
       std::cout << "stopped before allocating (--force runs it anyway)\n";
-      return 1;
+      return false;
     }
   }
-  const std::optional<StepSimulation> sim = [&]() -> std::optional<StepSimulation> {
+  e.sim = [&]() -> std::optional<StepSimulation> {
     try {
       return simulate_step(in.model, in.cluster, tr, choice);
     } catch (const InputError& e) {
@@ -309,12 +371,11 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     }
   }();
 
-  // The communicators before the trainer, so that they outlive it: the trainer's destructor waits on the
-  // communicator's stream (a destroyed NCCL stream crashed every 2-GPU run at its end, and every rank that
-  // failed by an exception, on the first 2xH200 run).
-  std::unique_ptr<exec::Communicator> mpi, comm;
-  std::unique_ptr<exec::Trainer> trainer;
-  if (env.by_mpi || (o.backend == "cpu" && world > 1)) mpi = exec::make_mpi_communicator(guard->comm_watch());
+  // The communicators before the trainer (RankEngine's order), so that they outlive it.
+  auto& mpi = e.mpi;
+  auto& comm = e.comm;
+  auto& trainer = e.trainer;
+  if (env.by_mpi || (o.backend == "cpu" && world > 1)) mpi = exec::make_mpi_communicator(guard.comm_watch());
   if (o.backend == "cpu") {
     trainer = exec::make_cpu_trainer(cfg, mpi.get());
   } else {
@@ -322,13 +383,14 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     std::string why;
     if (!exec::cuda_device_available(&why)) throw InputError(kCli, "--backend", "cuda: " + why + " (try --backend cpu)");
     if (world > 1) comm = exec::make_nccl_communicator(env.rank, world, env.local_rank, env.nccl_id_hex, mpi.get(),
-                                                         guard->comm_watch());
+                                                         guard.comm_watch());
     trainer = exec::make_cuda_trainer(cfg, comm.get());
 #else
     throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");
 #endif
   }
-  exec::TokenSource data = exec::TokenSource::synthetic(cfg.shape.vocab, o.seed + 1);
+  exec::TokenSource& data = e.data;
+  data = exec::TokenSource::synthetic(cfg.shape.vocab, o.seed + 1);
   if (o.data) {
     try {
       data = exec::TokenSource::from_file(*o.data, cfg.shape.vocab);
@@ -337,29 +399,57 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     }
   }
   // PaLM appendix B (zero-formulas.md sec. 6): 6N + 12 L h s per token, recompute not counted.
-  const double flops_per_token = model_flops_per_token(in.model, tr);
-  const double peak = in.cluster.peak_flops(to_string(tr.precision));  // per GPU
+  e.flops_per_token = model_flops_per_token(in.model, tr);
+  e.peak = in.cluster.peak_flops(to_string(tr.precision));  // per GPU
   // MFU of the job: the global batch's FLOPs over every rank's peak (PaLM appendix B); the first 2-GPU run
   // divided by one GPU's peak and printed twice the true figure.
-  const double job_peak = peak * world;
-  const std::int64_t tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
-  if (init_from) {
+  e.job_peak = e.peak * world;
+  e.tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
+  if (r.init_from) {
     // Each rank reads its share of the model states from the checkpoint (exec/zero/zero_engine.h restore_state:
     // its partition at stage 3, the whole 16-bit parameters at stages 0-2), AdamW from step 0.
-    trainer->restore_state(init_from->state_source(), 0, trainer->loss_scaler_state());
-    std::cout << "initialized from " << init_from->description() << '\n';
+    trainer->restore_state(r.init_from->state_source(), 0, trainer->loss_scaler_state());
+    std::cout << "initialized from " << r.init_from->description() << '\n';
   }
-  if (resume) {
+  if (const auto& resume = r.resume) {
     // The checkpoint's states (resharded to this world and stage), optimizer step, loss scaler and data position.
     resume->restore(*trainer);
     if (resume->state().data != data.description())
       tr.notes.push_back("resume: the checkpoint was trained on " + resume->state().data + ", this run reads " +
                          data.description());
     data.seek(resume->state().data_position);
-    std::cout << "resumed from " << resume->directory() << " at step " << first_step << " (saved with "
+    std::cout << "resumed from " << resume->directory() << " at step " << r.first_step << " (saved with "
               << resume->state().world << " rank(s), stage " << resume->state().stage << ")\n";
   }
-  exec::Communicator* ranks_comm = comm ? comm.get() : mpi.get();
+  e.ranks_comm = comm ? comm.get() : mpi.get();
+  return true;
+}
+
+// What the timed steps measured, per step after the warm-up.
+struct TrainingRecord {
+  std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s;
+  std::vector<double> param_h2d_s, param_d2h_s, nvme_wait_s, nvme_read_bytes, nvme_write_bytes;
+  std::vector<double> comm_s[exec::kCommKinds], exposed_s;
+  exec::CommCounters counters_before;
+};
+
+// Step 4, train: the steps, each printed; checkpoints saved as asked.
+TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& guard) {
+  ResolvedPlanInputs& in = o.inputs;
+  TrainingConfig& tr = in.training;
+  const RankEnvironment& env = r.env;
+  const int world = r.world;
+  const std::int64_t first_step = r.first_step;
+  exec::ExecConfig& cfg = e.cfg;
+  exec::Trainer* trainer = e.trainer.get();
+  exec::TokenSource& data = e.data;
+  exec::Communicator* ranks_comm = e.ranks_comm;
+  const double flops_per_token = e.flops_per_token, job_peak = e.job_peak;
+  const std::int64_t tokens_per_step = e.tokens_per_step;
+  RankGuard* guard_ptr = &guard;
+  TrainingRecord t;
+  auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
+         nvme_wait_s, nvme_read_bytes, nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
   auto save = [&](std::int64_t step) {
     CheckpointState st;
     st.step = step;
@@ -384,13 +474,9 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
   std::cout << "run: " << o.steps << " steps on " << trainer->device_name() << " (" << trainer->backend() << "), data "
             << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
 
-  std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s;
-  std::vector<double> param_h2d_s, param_d2h_s, nvme_wait_s, nvme_read_bytes, nvme_write_bytes;
-  std::vector<double> comm_s[exec::kCommKinds], exposed_s;
-  exec::CommCounters counters_before;
   for (std::int64_t s = first_step; s < o.steps; ++s) {
     const std::int64_t k = s - first_step;  // steps made by this run
-    guard->before_step(s + 1);
+    guard_ptr->before_step(s + 1);
     if (k == *o.warmup_steps) counters_before = trainer->comm_counters();
     const exec::TokenBatch b =
         exec::next_rank_share(data, cfg.micro_batch, cfg.seq_len, cfg.grad_accum, world, env.rank);
@@ -424,7 +510,33 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     if (o.save_dir && (s + 1 == o.steps || (o.save_every > 0 && (s + 1) % o.save_every == 0))) save(s + 1);
   }
 
-  guard->set_phase("report");
+  return t;
+}
+
+// Step 5, report: measured beside predicted (memory per component and per rank, step time and its phases,
+// communication per collective kind), and the --report document.
+void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& t, RankGuard& guard) {
+  ResolvedPlanInputs& in = o.inputs;
+  TrainingConfig& tr = in.training;
+  const RankEnvironment& env = r.env;
+  const int world = r.world;
+  const std::int64_t run_steps = r.run_steps;
+  const exec::ExecConfig& cfg = e.cfg;
+  exec::Trainer* trainer = e.trainer.get();
+  const exec::TokenSource& data = e.data;
+  exec::Communicator* ranks_comm = e.ranks_comm;
+  const PlanResult& plan = e.plan;
+  const GpuMemoryBreakdown& pred = plan.memory.gpu;
+  const std::optional<StepSimulation>& sim = e.sim;
+  const double flops_per_token = e.flops_per_token, peak = e.peak, job_peak = e.job_peak;
+  const std::int64_t tokens_per_step = e.tokens_per_step;
+  const int offload_threads = e.offload_threads;
+  const HostMemoryWatch& host_watch = *e.host_watch;
+  const std::int64_t host_available_at_start = e.host_available_at_start;
+  const auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
+               nvme_wait_s, nvme_read_bytes, nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
+  RankGuard* guard_ptr = &guard;
+  guard_ptr->set_phase("report");
   const exec::MemoryReport mem = trainer->memory();
   const double step_med = median(step_s);
   const double tps = tokens_per_step / step_med;
@@ -705,8 +817,20 @@ static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) 
     f << doc.dump(2) << '\n';
     std::cout << "report written to " << *o.report << '\n';
   }
+}
+
+static int run_launcher_or_rank(RunOptions& o, std::optional<RankGuard>& guard) {
+  ResolvedRun r = resolve_run(o);
+  if (const std::optional<int> status = launch_ranks(o, r)) return *status;
+  // A rank: only rank 0 prints the run; the others speak on stderr when something goes wrong.
+  guard.emplace(r.env.rank, r.world, o.steps, o.collective_timeout_s, o.backend);
+  RankEngine e;
+  if (!build_engine(o, r, *guard, e)) return 1;
+  const TrainingRecord t = train(o, r, e, *guard);
+  report(o, r, e, t, *guard);
   return 0;
 }
+
 
 int run_training(RunOptions& o) {
   std::optional<RankGuard> guard;
