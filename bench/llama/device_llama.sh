@@ -38,6 +38,9 @@ finish() {
 trap finish EXIT
 BUILD=build-dev
 RUN=$BUILD/cli/zeroplan
+# The machine's own description (configs/clusters/h200xN.json): without --cluster a run plans on the default
+# (h200x4, resized), whose runtime section is not this host's.
+CLUSTER=(--cluster h200x$N)
 C=bench/llama/configs
 R="python3 bench/llama/hf_reference.py"
 W=/tmp/llama-work
@@ -142,7 +145,7 @@ tests_done
 if has speed; then
   for s in ${SPEED_STAGES:-0 3 1 2}; do
     need 45 "TinyLlama stage $s" || break
-    timeout 200 $RUN run --model $C/tinyllama-1.1b.json --gpus $N --stage $s --micro-batch 4 --seq 2048 --precision bf16 \
+    timeout 200 $RUN run --model $C/tinyllama-1.1b.json "${CLUSTER[@]}" --gpus $N --stage $s --micro-batch 4 --seq 2048 --precision bf16 \
       --steps ${STEPS:-12} --force --report "$L/speed_s$s.json" > "$L/speed_s$s.log" 2>&1
     say "ours TinyLlama s$s rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/speed_s$s.log" | cut -c1-90) | $(grep -E 'step .*predicted' "$L/speed_s$s.log" | head -1 | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/speed_s$s.log" | tr -s ' ')"
   done
@@ -162,7 +165,7 @@ if has big; then
   for row in ${BIG_ROWS:-s3 s3_optcpu}; do
     need 90 "Llama-2 7B $row" || break
     extra=""; [ $row = s3_optcpu ] && extra="--offload-optimizer cpu"
-    timeout 300 $RUN run --model $C/llama2-7b.json --gpus $N --stage 3 $extra --micro-batch 2 --seq 2048 --precision bf16 \
+    timeout 300 $RUN run --model $C/llama2-7b.json "${CLUSTER[@]}" --gpus $N --stage 3 $extra --micro-batch 2 --seq 2048 --precision bf16 \
       --steps 8 --force --report "$L/big_$row.json" > "$L/big_$row.log" 2>&1
     say "ours Llama-2 7B $row rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/big_$row.log" | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/big_$row.log" | tr -s ' ')"
   done

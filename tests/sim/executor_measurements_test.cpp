@@ -314,6 +314,44 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
   }
 }
 
+// The Llama family on two H200 (bench/llama/results/2026-11-28-h200x2/, bench/llama/README.md gives the commands):
+// TinyLlama 1.1B (GQA 32/4, untied, vocab 32,000) at micro-batch 4 x 2048, stages 0, 2 and 3, and Llama-2 7B at
+// micro-batch 2 x 2048, stage 3, bf16, from their transformers config.json files. The runs planned themselves on the
+// default cluster (h200x4 resized to 2 GPUs, whose runtime section predates the x2 host's calibration); planned
+// here on h200x2, the description of the machine they ran on, as for GPT-2 above: each memory component within 3%,
+// the device total within 5%, the step within 10%, the bytes of each collective kind exactly.
+TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
+  struct Run {
+    const char* report;
+    const char* model;
+    int stage;
+    int micro_batch;
+  };
+  for (const Run& run : {Run{"speed_s0.json", "tinyllama-1.1b.json", 0, 4},
+                         Run{"speed_s2.json", "tinyllama-1.1b.json", 2, 4},
+                         Run{"speed_s3.json", "tinyllama-1.1b.json", 3, 4},
+                         Run{"call2/big_s3.json", "llama2-7b.json", 3, 2}}) {
+    SCOPED_TRACE(run.report);
+    std::printf("two H200, Llama: %s\n", run.report);
+    const std::filesystem::path folder = data_directory() / "bench" / "llama" / "results" / "2026-11-28-h200x2";
+    const nlohmann::json m = read_json_file(folder / run.report).at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+    ASSERT_EQ(m.at("world_size").get<int>(), 2);
+    PlanInputs inputs;
+    inputs.model = (data_directory() / "bench" / "llama" / "configs" / run.model).string();
+    inputs.cluster = (data_directory() / "configs" / "clusters" / "h200x2.json").string();
+    inputs.gpus = 2;
+    inputs.micro_batch = run.micro_batch;
+    inputs.seq = 2048;
+    inputs.precision = Precision::bf16;
+    inputs.stage = run.stage;
+    const Planned p = plan_as_run(inputs);
+    expect_memory_within(p, m, false);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    expect_comm_bytes_equal(p, m);
+  }
+}
+
 // Two H100 (bench/exec/results/2026-11-26-two-gpu-h100-grad-precision/, its README gives the command), planned on
 // h100x2: stages 0-1 as before, and the gradient precisions of DeepSpeed's data_types.grad_accum_dtype and
 // communication_data_type: stage 1 accumulating and reducing in fp32 (2 micro-steps,
