@@ -214,11 +214,11 @@ const std::vector<std::string> kTransformerKeys = {
 
 const std::vector<std::string> kModelKeys = {"name",   "source", "reference", "notes", "family",
                                              "params", "largest_layer_params",  "transformer",
-                                             "input_elements_per_sample",       "layers"};
+                                             "input_elements_per_sample",       "layers", "input_shape"};
 
 const std::vector<std::string> kLayerKeys = {"name",          "kind",  "params", "largest_module_params",
                                              "module_count",  "module_calls", "small_module_params",
-                                             "activation_elements_per_sample", "forward_flops_per_sample"};
+                                             "activation_elements_per_sample", "forward_flops_per_sample", "ops"};
 
 void refuse_unknown_keys(const JsonFields& fields, const std::vector<std::string>& known, const std::string& where) {
   const auto unknown = fields.unknown_keys(known);
@@ -300,6 +300,7 @@ LayerDescription layer_from_json(const JsonFields& fields) {
   layer.kind = fields.string_or("kind", "generic");
   layer.params = fields.non_negative_integer("params");
   layer.activation_elements_per_sample = fields.non_negative_integer("activation_elements_per_sample");
+  if (fields.has("ops")) layer.ops = layer_ops_from_json(fields.raw("ops"), fields.source(), fields.field_path("ops"));
   layer.forward_flops_per_sample = fields.non_negative_number_or("forward_flops_per_sample", 0.0);
   // A layer given as one block of parameters is one module unless the file says otherwise.
   layer.largest_module_params = fields.non_negative_integer_or("largest_module_params", layer.params);
@@ -337,6 +338,36 @@ void check_stated(const JsonFields& fields, const std::string& key, std::int64_t
 
 }  // namespace
 
+namespace {
+
+// A layer list that says what it computes: every layer has ops, the input's shape is given and agrees with
+// input_elements_per_sample, and the network checks out (core/layer_ops.h check_layer_ops).
+void read_layer_ops(const JsonFields& fields, ModelDescription& model) {
+  std::size_t with_ops = 0;
+  for (const LayerDescription& layer : model.layers) with_ops += !layer.ops.empty();
+  if (with_ops == 0) {
+    if (fields.has("input_shape")) fields.fail("input_shape", "is read with the layers' \"ops\", which no layer has");
+    return;
+  }
+  for (std::size_t i = 0; i < model.layers.size(); ++i)
+    if (model.layers[i].ops.empty())
+      fields.fail("layers[" + std::to_string(i) + "].ops",
+                  "missing: layer " + model.layers[i].name + " has no ops while others do (every layer or none)");
+  const nlohmann::json& shape = fields.raw("input_shape");
+  if (!shape.is_array() || shape.size() != 3 || !shape[0].is_number_integer() || !shape[1].is_number_integer() ||
+      !shape[2].is_number_integer() || shape[0].get<std::int64_t>() < 1 || shape[1].get<std::int64_t>() < 1 ||
+      shape[2].get<std::int64_t>() < 1)
+    fields.fail("input_shape", "expected [channels, height, width] of one sample, positive integers");
+  const TensorShape input{shape[0].get<std::int64_t>(), shape[1].get<std::int64_t>(), shape[2].get<std::int64_t>()};
+  if (input.elements() != model.input_elements_per_sample)
+    fields.fail("input_shape", "holds " + std::to_string(input.elements()) + " elements but input_elements_per_sample "
+                               "says " + std::to_string(model.input_elements_per_sample));
+  model.input_shape = input;
+  model.classes = check_layer_ops(model.layers, input, fields.source());
+}
+
+}  // namespace
+
 ModelDescription model_from_json(const nlohmann::json& document, const std::string& source) {
   const JsonFields fields(document, source);
   refuse_unknown_keys(fields, kModelKeys, "a model description");
@@ -368,6 +399,7 @@ ModelDescription model_from_json(const nlohmann::json& document, const std::stri
       model.layers.push_back(layer_from_json(JsonFields(layers[i], source, "layers[" + std::to_string(i) + "]")));
     }
     check_total(model, source, "layers");
+    read_layer_ops(fields, model);
   } else {
     fields.fail("transformer", "missing: a model description needs \"transformer\" (a shape) or \"layers\"");
   }
@@ -423,6 +455,8 @@ nlohmann::json model_to_json(const ModelDescription& model) {
     }
   } else {
     document["input_elements_per_sample"] = model.input_elements_per_sample;
+    if (model.input_shape)
+      document["input_shape"] = {model.input_shape->channels, model.input_shape->height, model.input_shape->width};
   }
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& layer : model.layers) {
@@ -435,6 +469,7 @@ nlohmann::json model_to_json(const ModelDescription& model) {
                       {"small_module_params", layer.small_module_params},
                       {"activation_elements_per_sample", layer.activation_elements_per_sample},
                       {"forward_flops_per_sample", layer.forward_flops_per_sample}});
+    if (!layer.ops.empty()) layers.back()["ops"] = layer_ops_to_json(layer.ops);
   }
   document["layers"] = std::move(layers);
   return document;

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/layer_ops.h"
+
 namespace zeroplan {
 
 enum class ModelFamily { gpt2, llama, generic };
@@ -80,6 +82,9 @@ struct LayerDescription {
   // Generic form only (transformer layers derive these from the shape, the sequence and the micro-batch):
   std::int64_t activation_elements_per_sample = 0;  // elements saved for backward, per sample
   double forward_flops_per_sample = 0.0;            // forward FLOPs per sample (0: 2 * params, a dense layer)
+  // Generic form, optional: what the layer computes (core/layer_ops.h), so that the executor can run it. Either
+  // every layer has ops or none does.
+  std::vector<LayerOp> ops;
 };
 
 struct ModelDescription {
@@ -90,6 +95,10 @@ struct ModelDescription {
   std::optional<TransformerShape> transformer;
   std::vector<LayerDescription> layers;
   std::int64_t input_elements_per_sample = 0;  // generic form: size of one input sample (e.g. 3*32*32)
+  // Generic form with ops: one sample's (channels, height, width) ("input_shape") and the logits' size.
+  std::optional<TensorShape> input_shape;
+  std::int64_t classes = 0;
+  bool has_ops() const { return !layers.empty() && !layers.front().ops.empty(); }
 
   std::int64_t params() const;
   // DeepSpeed's largest_layer_params: the largest sum of parameters owned directly by one module
