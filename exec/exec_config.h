@@ -4,7 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "core/layer_ops.h"
 
 namespace zeroplan::exec {
 
@@ -166,8 +170,18 @@ struct ZeroSettings {
 // piece's CPU update (~30 ms at 5e8 elements/s) dwarfs its thread-pool wake-up.
 constexpr std::int64_t kOffloadPieceElements = std::int64_t{1} << 24;
 
+// A layer-list network as the model description gives it (core/layer_ops.h: each layer's ops over named tensors,
+// PyTorch's semantics), and one sample's input: what the executor runs for ResNet-101 on CIFAR-10.
+struct NetworkShape {
+  std::vector<std::string> layer_names;
+  std::vector<std::vector<LayerOp>> layers;
+  TensorShape input;
+  std::int64_t classes = 0;
+};
+
 struct ExecConfig {
-  ModelShape shape;
+  ModelShape shape;               // a transformer (unused when network is set)
+  std::optional<NetworkShape> network;  // a layer list
   std::int64_t micro_batch = 1;  // B
   std::int64_t seq_len = 1024;   // T
   std::int64_t grad_accum = 1;

@@ -94,13 +94,16 @@ ParamLayout::ParamLayout(const ModelShape& shape, std::int64_t align) : shape_(s
   const InitKind residual = llama ? InitKind::normal : InitKind::residual_normal;
   std::int64_t dense = 0;  // offset in the unaligned layout
   auto round_up = [align](std::int64_t x) { return (x + align - 1) / align * align; };
+  const float spread_residual = residual_std();
   auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, bool decay, InitKind init) {
-    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, decay, init, dense});
+    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, decay, init, dense,
+                                   init == InitKind::residual_normal ? spread_residual : 0.02f});
     total_ = round_up(total_ + rows * cols);
     dense += rows * cols;
   };
   add(llama ? "embed_tokens" : "wte", shape.padded_vocab, C, true, InitKind::normal);
   if (has_wpe()) add("wpe", shape.max_seq, C, true, InitKind::normal);
+  add_unit(0, 0);
   first_block_tensor_ = tensors_.size();
   blocks_begin_ = total_;
   // A block's tensors in their order, with the name each carries (GPT-2's, or transformers' Llama module names
@@ -134,19 +137,78 @@ ParamLayout::ParamLayout(const ModelShape& shape, std::int64_t align) : shape_(s
   for (std::int64_t l = 0; l < shape.layers; ++l) {
     const std::string p = (llama ? "layers." : "h.") + std::to_string(l) + ".";
     const std::int64_t start = total_;
+    const std::size_t first = tensors_.size();
     for (const Role& r : roles) {
       if (!r.present) continue;
       add(p + (llama ? r.llama : r.gpt2), r.rows, r.cols, r.rows > 1, r.init);
       if (r.which == kFcProjW) block_decay_ = total_ - start;
     }
     block_stride_ = total_ - start;
+    add_unit(first, start);
   }
   tail_first_ = tensors_.size();
+  const std::int64_t tail_start = total_;
   if (!shape.tied_head) add("lm_head", shape.padded_vocab, C, true, InitKind::normal);
   tail_decay_end_ = total_;
   final_norm_first_ = tensors_.size();
   add(llama ? "norm.weight" : "ln_f.weight", 1, C, false, InitKind::ones);
   if (shape.norm_bias) add(llama ? "norm.bias" : "ln_f.bias", 1, C, false, InitKind::zeros);
+  add_unit(tail_first_, tail_start);
+}
+
+void ParamLayout::add_unit(std::size_t first_tensor, std::int64_t begin) {
+  units_.push_back(ParamUnit{first_tensor, tensors_.size() - first_tensor, begin, total_});
+}
+
+ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align) : network_(true), align_(align) {
+  if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
+  std::int64_t dense = 0;
+  auto round_up = [align](std::int64_t x) { return (x + align - 1) / align * align; };
+  auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, InitKind init, float spread) {
+    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, true, init, dense, spread});
+    total_ = round_up(total_ + rows * cols);
+    dense += rows * cols;
+  };
+  for (const std::vector<LayerOp>& layer : network.layers) {
+    const std::size_t first = tensors_.size();
+    const std::int64_t start = total_;
+    for (const LayerOp& op : layer) {
+      switch (op.kind) {
+        case LayerOpKind::conv2d: {
+          // torchvision ResNet: kaiming_normal_(mode="fan_out", nonlinearity="relu"), std sqrt(2 / fan_out)
+          const std::int64_t fan_out = op.out_channels * op.kernel * op.kernel;
+          add(op.name + ".weight", op.out_channels, op.in_channels / op.groups * op.kernel * op.kernel,
+              InitKind::normal, std::sqrt(2.0f / static_cast<float>(fan_out)));
+          if (op.bias) add(op.name + ".bias", 1, op.out_channels, InitKind::zeros, 0.0f);
+          break;
+        }
+        case LayerOpKind::batch_norm:  // nn.init.constant_(weight, 1), constant_(bias, 0)
+          add(op.name + ".weight", 1, op.channels, InitKind::ones, 0.0f);
+          add(op.name + ".bias", 1, op.channels, InitKind::zeros, 0.0f);
+          break;
+        case LayerOpKind::linear: {  // nn.Linear.reset_parameters: U(-1/sqrt(in), 1/sqrt(in)) for both
+          const float bound = 1.0f / std::sqrt(static_cast<float>(op.in_features));
+          add(op.name + ".weight", op.out_features, op.in_features, InitKind::uniform, bound);
+          if (op.bias) add(op.name + ".bias", 1, op.out_features, InitKind::uniform, bound);
+          break;
+        }
+        case LayerOpKind::relu:
+        case LayerOpKind::max_pool2d:
+        case LayerOpKind::add:
+        case LayerOpKind::adaptive_avg_pool2d:
+        case LayerOpKind::flatten: break;
+      }
+    }
+    add_unit(first, start);
+  }
+  // Every tensor decays: [0, total) is the "embeddings" range of the decay geometry.
+  blocks_begin_ = total_;
+  block_stride_ = 0;
+  block_decay_ = 0;
+  tail_decay_end_ = total_;
+  first_block_tensor_ = tail_first_ = final_norm_first_ = tensors_.size();
+  block_tensor_count_ = 0;
+  for (int& i : block_index_) i = -1;
 }
 
 const ParamTensor& ParamLayout::wpe() const {
@@ -160,6 +222,7 @@ const ParamTensor& ParamLayout::final_norm_b() const {
 }
 
 std::int64_t ParamLayout::live_elements(const ParamTensor& t) const {
+  if (network_) return t.numel();
   // the token embedding and an untied head have padded_vocab rows, of which vocab hold values
   if (&t == &tensors_[0] || (!shape_.tied_head && &t == &tensors_[tail_first_])) return shape_.vocab * t.cols;
   return t.numel();
@@ -176,18 +239,18 @@ float ParamLayout::residual_std() const {
 }
 
 void ParamLayout::initialize(std::uint64_t seed, float* flat) const {
-  const float rstd = residual_std();
   for (const ParamTensor& t : tensors_) {
     const std::int64_t live = live_elements(t);  // padded vocabulary rows stay 0
     for (std::int64_t i = 0; i < t.numel(); ++i)
       flat[t.offset + i] =
-          i < live ? init_value(t.init, seed, static_cast<std::uint64_t>(t.init_index + i), rstd) : 0.0f;
+          i < live ? init_value(t.init, seed, static_cast<std::uint64_t>(t.init_index + i), t.init_std) : 0.0f;
     const std::int64_t end = &t == &tensors_.back() ? total_ : (&t)[1].offset;
     for (std::int64_t i = t.offset + t.numel(); i < end; ++i) flat[i] = 0.0f;  // alignment gaps
   }
 }
 
 bool ParamLayout::decayed(std::int64_t i) const {
+  if (network_) return i < total_;
   if (i < blocks_begin_) return true;
   if (i >= blocks_end()) return i < tail_decay_end_;
   return (i - blocks_begin_) % block_stride_ < block_decay_;

@@ -29,7 +29,16 @@ struct ParamTensor {
   // Position of the tensor in the unaligned layout: the index the initialization hashes, so that a layout
   // aligned for N ranks holds the same values as the one-rank layout.
   std::int64_t init_index;
+  // The spread of its initialization: the std of normal and residual_normal, the bound of uniform.
+  float init_std = 0.02f;
   std::int64_t numel() const { return rows * cols; }
+};
+
+// A unit of the layout: what the model reads together (stage 3 gathers it whole) and backward finishes together.
+// Transformers: the embeddings, each block, the head unit; layer lists: each layer of the description.
+struct ParamUnit {
+  std::size_t first_tensor = 0, tensor_count = 0;  // tensors()[first_tensor, first_tensor + tensor_count)
+  std::int64_t begin = 0, end = 0;                 // flat range
 };
 
 // A block's tensor roles (ParamLayout::block): the fused q/k/v projection (rows q, then k, then v), the attention
@@ -47,6 +56,22 @@ class ParamLayout {
   // holding zeros. The ZeRO engine aligns to world * 64 so that every gradient bucket (whole tensors) splits
   // into equal, 128-byte-aligned per-rank chunks (exec/zero/zero_partition.h); 1 is the dense layout.
   explicit ParamLayout(const ModelShape& shape, std::int64_t align = 1);
+  // A layer-list network (exec_config.h NetworkShape): one unit per layer, its parameterised ops' tensors in op
+  // order (conv/linear weight, then bias; BatchNorm weight, then bias), initialized as torchvision does; every
+  // tensor decays (the DeepSpeed tutorial's optimizer has one parameter group).
+  ParamLayout(const NetworkShape& network, std::int64_t align);
+
+  // The units in forward order. Transformers: unit 0 the embeddings, 1..L the blocks, the last the head unit.
+  const std::vector<ParamUnit>& units() const { return units_; }
+  // Transformers: whether the embeddings unit is read again as the tied head (end of forward, start of backward).
+  bool embeddings_reread() const { return !network_ && shape_.tied_head; }
+  // The units that repeat with one size (transformer blocks: units [1, 1 + L)); none for a layer list.
+  std::size_t repeated_first() const { return network_ ? 0 : 1; }
+  std::size_t repeated_count() const { return network_ ? 0 : static_cast<std::size_t>(shape_.layers); }
+  // Units whose gradients have buffers of their own at stage 2 (the embeddings: written at both ends of backward
+  // when tied). None for a layer list.
+  bool own_gradient_buffer(std::size_t unit) const { return !network_ && unit == 0; }
+  bool is_network() const { return network_; }
 
   const ModelShape& shape() const { return shape_; }
   std::int64_t total() const { return total_; }                 // elements in the flat buffer (padded vocab)
@@ -98,9 +123,12 @@ class ParamLayout {
   std::int64_t live_elements(const ParamTensor& t) const;
 
  private:
+  void add_unit(std::size_t first_tensor, std::int64_t begin);
   ModelShape shape_;
+  bool network_ = false;  // a layer list (shape_ then describes nothing)
   std::int64_t align_ = 1;
   std::vector<ParamTensor> tensors_;
+  std::vector<ParamUnit> units_;
   std::int64_t total_ = 0;
   std::size_t first_block_tensor_ = 0, block_tensor_count_ = 0, tail_first_ = 0, final_norm_first_ = 0;
   int block_index_[kBlockTensorCount];  // role -> index inside a block, or -1

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,7 +30,8 @@ struct StepTimes {
 };
 
 struct StepResult {
-  double loss = 0;         // mean cross-entropy over the step's B*T*grad_accum tokens (nats)
+  double loss = 0;         // mean cross-entropy over the step's B*T*grad_accum tokens (or samples) (nats)
+  std::int64_t correct = -1;  // layer lists: the global batch's samples whose largest logit is their label
   double grad_norm = 0;    // global L2 norm of the unscaled gradients before clipping
   double loss_scale = 1;   // loss scale used in this step (fp16)
   bool skipped = false;    // fp16 overflow: parameters unchanged
@@ -74,6 +76,14 @@ class Trainer {
   // One optimizer step over grad_accum micro-batches; inputs/targets hold grad_accum * B * T tokens of this
   // rank. The loss is the mean over the global batch (all ranks).
   virtual StepResult step(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
+  // A layer-list network (ExecConfig::network): one optimizer step over grad_accum micro-batches of this rank's
+  // images (B samples each, one sample's input shape, NCHW fp32) and class labels. Token trainers refuse it.
+  virtual StepResult step_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels) {
+    (void)images;
+    (void)labels;
+    throw std::invalid_argument("this trainer trains transformers on tokens; images need a layer-list network");
+  }
+
   // Forward and loss of one micro-batch (B*T tokens), no gradients; logits() then holds its logits.
   virtual double forward_loss(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
   // Forward and backward of one micro-batch into zeroed gradients (no optimizer step); returns the loss.
@@ -98,6 +108,8 @@ class Trainer {
 };
 
 // `comm` (not owned) joins the ranks; null means one rank. The layout is aligned for comm's world size.
+// A layer-list network when config.network is set, else the transformer pipeline.
 std::unique_ptr<Trainer> make_cpu_trainer(const ExecConfig& config, Communicator* comm = nullptr);
+std::unique_ptr<Trainer> make_cpu_network_trainer(const ExecConfig& config, Communicator* comm);
 
 }  // namespace zeroplan::exec

@@ -11,7 +11,7 @@
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cpu/cpu_zero_device.h"
 #include "exec/loss_scaler.h"
-#include "exec/trainer.h"
+#include "exec/engine_trainer.h"
 #include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
@@ -25,7 +25,7 @@ struct LayerActivations {
   std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, lse, res2, ln2, ln2_mean, ln2_rstd, fc, act;
 };
 
-class CpuTrainer final : public Trainer {
+class CpuTrainer final : public EngineTrainer {
  public:
   CpuTrainer(const ExecConfig& config, Communicator* comm)
       : config_(config),
@@ -40,6 +40,7 @@ class CpuTrainer final : public Trainer {
                                                   ? config_.zero.cpu_optimizer_threads
                                                   : offload::default_optimizer_threads(comm_.world()));
     engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
+    attach(*engine_, scaler_);
     const auto& s = config_.shape;
     const std::int64_t BT = config_.micro_batch * config_.seq_len, C = s.hidden;
     const bool layer_norm = s.norm == NormKind::layer_norm;
@@ -113,38 +114,12 @@ class CpuTrainer final : public Trainer {
     }
     const auto o0 = clock::now();
     r.loss = engine_->sum_over_ranks(loss) / global_tokens;
-    r.grad_norm = engine_->finish_step(scaler_.scale(), [&](double norm) {
-      r.skipped = scaler_.update(!std::isfinite(norm));
-      return r.skipped;
-    });
-    const auto t1 = clock::now();
-    const CommTimes& ct = engine_->last_comm_times();
-    r.times.forward_s = fwd;
-    r.times.backward_s = bwd;
-    r.times.optimizer_s = std::chrono::duration<double>(t1 - o0).count();
-    r.times.step_s = std::chrono::duration<double>(t1 - t0).count();
-    for (int k = 0; k < kCommKinds; ++k) r.times.comm_s[k] = ct.seconds[k];
-    r.times.exposed_comm_s = ct.exposed_s;
-    r.times.offload = engine_->last_offload_times();
+    finish_host_step(r, fwd, bwd, t0, o0);
     return r;
   }
 
-  std::vector<float> params() const override { return engine_->gathered_params(); }
-  std::vector<float> grads() const override { return engine_->gathered_grads(scaler_.scale()); }
   std::vector<float> logits() const override { return logits_; }
-  void set_params(const std::vector<float>& flat) override { engine_->set_params(flat); }
 
-  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override { return engine_->owned_ranges(); }
-  void read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) override {
-    engine_->read_owned_state(master, m, v);
-  }
-  int optimizer_step() const override { return engine_->optimizer_step(); }
-  LossScalerState loss_scaler_state() const override { return scaler_.state(); }
-  void restore_state(const ZeroEngine::StateSource& source, int optimizer_step,
-                     const LossScalerState& scaler) override {
-    engine_->restore_state(source, optimizer_step);
-    scaler_.restore(scaler);
-  }
 
   MemoryReport memory() const override {
     // fp32 everywhere; the parameters are their own master copy (no separate master_params).
@@ -302,6 +277,7 @@ class CpuTrainer final : public Trainer {
 }  // namespace
 
 std::unique_ptr<Trainer> make_cpu_trainer(const ExecConfig& config, Communicator* comm) {
+  if (config.network) return make_cpu_network_trainer(config, comm);
   return std::make_unique<CpuTrainer>(config, comm);
 }
 

@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 
 #include "exec/activation_accounting.h"
+#include "exec/engine_trainer.h"
 #include "exec/cuda/adamw.cuh"
 #include "exec/cuda/attention.cuh"
 #include "exec/cuda/crossentropy.cuh"
@@ -133,7 +134,7 @@ double elapsed_s(const CudaEvent& a, const CudaEvent& b) {
 }
 
 template <typename T>
-class CudaTrainer final : public Trainer {
+class CudaTrainer final : public EngineTrainer {
  public:
   CudaTrainer(const ExecConfig& config, Communicator* comm)
       : config_(config), layout_(config.shape, zero_alignment(comm ? comm->world() : 1)),
@@ -155,6 +156,7 @@ class CudaTrainer final : public Trainer {
       zero_device_ = std::make_unique<CudaZeroDevice>(layout_, config_.seed, element_type(), *alloc_, stream_,
                                                       static_cast<cudaStream_t>(comm_->comm_stream()));
       engine_ = std::make_unique<ZeroEngine>(config_, layout_, *zero_device_, *comm_);
+      attach(*engine_, scaler_);
       allocate();
       matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes),
                                                /*tune=*/!config_.zero.deterministic);
@@ -233,34 +235,17 @@ class CudaTrainer final : public Trainer {
       fwd += elapsed_s(*micro_events_[3 * k], *micro_events_[3 * k + 1]);
       bwd += elapsed_s(*micro_events_[3 * k + 1], *micro_events_[3 * k + 2]);
     }
-    const CommTimes& ct = engine_->last_comm_times();
     r.times.forward_s = fwd;
     r.times.backward_s = bwd;
     r.times.step_s = elapsed_s(ev_start_, ev_end_);
     r.times.optimizer_s = std::max(0.0, r.times.step_s - fwd - bwd);
-    for (int k = 0; k < kCommKinds; ++k) r.times.comm_s[k] = ct.seconds[k];
-    r.times.exposed_comm_s = ct.exposed_s;
-    r.times.offload = engine_->last_offload_times();
+    record_engine_times(r.times);
     alloc_->sample();
     return r;
   }
 
-  std::vector<float> params() const override { return engine_->gathered_params(); }
-  std::vector<float> grads() const override { return engine_->gathered_grads(scaler_.scale()); }
   std::vector<float> logits() const override { return download(logits_, BT() * config_.shape.padded_vocab, 1.0); }
-  void set_params(const std::vector<float>& flat) override { engine_->set_params(flat); }
 
-  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges() const override { return engine_->owned_ranges(); }
-  void read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) override {
-    engine_->read_owned_state(master, m, v);
-  }
-  int optimizer_step() const override { return engine_->optimizer_step(); }
-  LossScalerState loss_scaler_state() const override { return scaler_.state(); }
-  void restore_state(const ZeroEngine::StateSource& source, int optimizer_step,
-                     const LossScalerState& scaler) override {
-    engine_->restore_state(source, optimizer_step);
-    scaler_.restore(scaler);
-  }
 
   MemoryReport memory() const override {
     MemoryReport r;
@@ -607,6 +592,9 @@ int cuda_device_count() {
 }
 
 std::unique_ptr<Trainer> make_cuda_trainer(const ExecConfig& config, Communicator* comm) {
+  if (config.network)
+    throw std::invalid_argument("executor: layer-list networks run on the CPU backend (--backend cpu); the CUDA "
+                                "executor's convolutions and BatchNorm are not built yet");
   switch (config.precision) {
     case ExecPrecision::fp32: return std::make_unique<CudaTrainer<float>>(config, comm);
     case ExecPrecision::fp16: return std::make_unique<CudaTrainer<__half>>(config, comm);

@@ -163,7 +163,6 @@ void CudaZeroDevice::init_params(void* params, float* master, std::int64_t flat_
   // gaps between tensors (alignment) are zero
   if (params) CUDA_CHECK(cudaMemsetAsync(params, 0, n * e, compute_));
   if (master) CUDA_CHECK(cudaMemsetAsync(master, 0, n * sizeof(float), compute_));
-  const float rstd = layout_.residual_std();
   for (const ParamTensor& t : layout_.tensors()) {
     const std::int64_t lo = std::max(flat_begin, t.offset), hi = std::min(flat_end, t.offset + t.numel());
     if (lo >= hi) continue;
@@ -173,7 +172,7 @@ void CudaZeroDevice::init_params(void* params, float* master, std::int64_t flat_
       using T = decltype(zero);
       T* p = params ? static_cast<T*>(params) + (lo - flat_begin) : nullptr;
       float* m = master ? master + (lo - flat_begin) : nullptr;
-      cuda::init_tensor<T>(p, m, hi - lo, t.init_index + skip, live_rows - skip, t.init, seed_, rstd, compute_);
+      cuda::init_tensor<T>(p, m, hi - lo, t.init_index + skip, live_rows - skip, t.init, seed_, t.init_std, compute_);
     });
   }
 }

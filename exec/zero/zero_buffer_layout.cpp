@@ -6,12 +6,10 @@ namespace zeroplan::exec {
 
 namespace {
 
-// The flat ranges backward writes at once (ParamLayout order): the head unit, each block, the embeddings.
+// The flat ranges backward writes at once: the units from the last (a transformer's head unit) to the first.
 std::vector<std::pair<std::int64_t, std::int64_t>> backward_ranges(const ParamLayout& layout) {
   std::vector<std::pair<std::int64_t, std::int64_t>> r;
-  r.emplace_back(layout.tail_begin(), layout.total());
-  for (std::int64_t l = layout.shape().layers - 1; l >= 0; --l) r.emplace_back(layout.block_begin(l), layout.block_end(l));
-  r.emplace_back(0, layout.block_begin(0));
+  for (auto u = layout.units().rbegin(); u != layout.units().rend(); ++u) r.emplace_back(u->begin, u->end);
   return r;
 }
 
@@ -90,19 +88,18 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
     z.unit_gather_lo[u] = lo;
     unit_elements[u] = hi - lo;
   }
-  // The model's uses of its units (exec/model_pipeline.h: both trainers call params_needed in this order):
-  // forward [embeddings, blocks, head unit, and the embeddings again when they are the tied LM head], backward
-  // [the tied LM head's embeddings, head unit, blocks top down]; the embedding's backward reads no parameters.
-  const bool tied = layout.shape().tied_head;
+  // The model's uses of its units (the trainers call params_needed in this order). A transformer: forward
+  // [embeddings, blocks, head unit, and the embeddings again when they are the tied LM head], backward [the tied
+  // LM head's embeddings, head unit, blocks top down]; the embedding's backward reads no parameters. A layer
+  // list: forward every layer, backward every layer top down (each layer's input gradient reads its weights).
+  const bool reread = layout.embeddings_reread();
   std::vector<int> forward, train;
-  forward.push_back(0);
-  for (int u = 1; u + 1 < U; ++u) forward.push_back(u);
-  forward.push_back(U - 1);
-  if (tied) forward.push_back(0);
+  for (int u = 0; u < U; ++u) forward.push_back(u);
+  if (reread) forward.push_back(0);
   train = forward;
-  if (tied) train.push_back(0);
-  train.push_back(U - 1);
-  for (int u = U - 2; u >= 1; --u) train.push_back(u);
+  if (reread) train.push_back(0);
+  const int lowest_backward = layout.is_network() ? 0 : 1;
+  for (int u = U - 1; u >= lowest_backward; --u) train.push_back(u);
   Zero3FetchRules rules;
   rules.prefetch_elements = zero.prefetch_bucket_elements;
   rules.max_live_elements = zero.max_live_parameters;

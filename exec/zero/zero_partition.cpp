@@ -10,10 +10,7 @@ std::int64_t zero_alignment(int world) { return world <= 1 ? 1 : 64 * static_cas
 
 std::vector<std::pair<std::int64_t, std::int64_t>> gather_unit_ranges(const ParamLayout& layout) {
   std::vector<std::pair<std::int64_t, std::int64_t>> units;
-  const std::int64_t L = layout.shape().layers;
-  units.emplace_back(0, layout.block_begin(0));
-  for (std::int64_t l = 0; l < L; ++l) units.emplace_back(layout.block_begin(l), layout.block_end(l));
-  units.emplace_back(layout.tail_begin(), layout.total());
+  for (const ParamUnit& u : layout.units()) units.emplace_back(u.begin, u.end);
   return units;
 }
 
@@ -46,28 +43,38 @@ ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, con
   const std::size_t count = tensors.size();
   // Tensor i occupies [start(i), start(i+1)) with its alignment gap; the last one runs to total().
   auto start = [&](std::size_t i) { return i < count ? tensors[i].offset : layout.total(); };
-  const std::size_t first_block_tensor = layout.first_block_tensor();  // the embeddings come first
-  const std::size_t per_block = layout.block_tensor_count();
+  const std::vector<ParamUnit>& units = layout.units();
   auto persistent = [&](std::size_t i) {
     return rules.stage3 && rules.persistence_threshold > 0 && tensors[i].numel() <= rules.persistence_threshold;
   };
+  // Tensors of units with gradient buffers of their own (the embeddings of a transformer).
+  std::vector<bool> own_buffer(count, false);
+  for (std::size_t u = 0; u < units.size(); ++u)
+    if (layout.own_gradient_buffer(u))
+      for (std::size_t i = units[u].first_tensor; i < units[u].first_tensor + units[u].tensor_count; ++i) own_buffer[i] = true;
 
-  // Segments of tensors [lo, hi) no bucket crosses: the embeddings always; at stage 3 every gather unit and
-  // every change between persistent and partitioned tensors.
-  std::vector<std::size_t> cuts = {0, first_block_tensor, count};
-  // The blocks at both ends: segments doubling from block 0 and from the last block (doubling_bucket_cuts).
-  const std::int64_t L = layout.shape().layers;
-  if (L >= 1) {
-    const std::int64_t block_elements = layout.block_end(0) - layout.block_begin(0);
-    for (std::int64_t b : doubling_bucket_cuts(L, block_elements, rules.bucket_elements))
-      cuts.push_back(first_block_tensor + static_cast<std::size_t>(b) * per_block);
+  // Segments of tensors [lo, hi) no bucket crosses: a unit with its own gradient buffer always; at stage 3 every
+  // gather unit and every change between persistent and partitioned tensors.
+  std::vector<std::size_t> cuts = {0, count};
+  for (std::size_t u = 0; u < units.size(); ++u)
+    if (layout.own_gradient_buffer(u)) {
+      cuts.push_back(units[u].first_tensor);
+      cuts.push_back(units[u].first_tensor + units[u].tensor_count);
+    }
+  // Repeated units (transformer blocks) at both ends: segments doubling from the first and from the last
+  // (doubling_bucket_cuts).
+  const std::size_t R = layout.repeated_count(), first_repeated = layout.repeated_first();
+  if (R >= 1) {
+    const ParamUnit& block0 = units[first_repeated];
+    for (std::int64_t b : doubling_bucket_cuts(static_cast<std::int64_t>(R), block0.end - block0.begin,
+                                               rules.bucket_elements))
+      cuts.push_back(b < static_cast<std::int64_t>(R) ? units[first_repeated + static_cast<std::size_t>(b)].first_tensor
+                                                     : units[first_repeated + R - 1].first_tensor +
+                                                           units[first_repeated + R - 1].tensor_count);
   }
   if (rules.stage3) {
-    for (std::size_t i = first_block_tensor; i < count; ++i) {
-      const bool unit_start = i == layout.tail_first_tensor() || (i - first_block_tensor) % per_block == 0;
-      if (unit_start || persistent(i) != persistent(i - 1)) cuts.push_back(i);
-    }
-    for (std::size_t i = 1; i < first_block_tensor; ++i)
+    for (const ParamUnit& u : units) cuts.push_back(u.first_tensor);
+    for (std::size_t i = 1; i < count; ++i)
       if (persistent(i) != persistent(i - 1)) cuts.push_back(i);
   }
   std::sort(cuts.begin(), cuts.end());
@@ -83,7 +90,7 @@ ZeroPartition::ZeroPartition(const ParamLayout& layout, int world, int rank, con
       GradientBucket b;
       b.begin = start(lo);
       b.end = start(hi);
-      b.embeddings = lo < first_block_tensor;
+      b.embeddings = own_buffer[lo];
       b.persistent = persistent(lo);
       buckets_.push_back(b);
       hi = lo;
