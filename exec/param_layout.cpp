@@ -1,5 +1,6 @@
 #include "exec/param_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -246,6 +247,16 @@ void ParamLayout::initialize(std::uint64_t seed, float* flat) const {
           i < live ? init_value(t.init, seed, static_cast<std::uint64_t>(t.init_index + i), t.init_std) : 0.0f;
     const std::int64_t end = &t == &tensors_.back() ? total_ : (&t)[1].offset;
     for (std::int64_t i = t.offset + t.numel(); i < end; ++i) flat[i] = 0.0f;  // alignment gaps
+  }
+}
+
+void ParamLayout::initialize_range(std::uint64_t seed, std::int64_t begin, std::int64_t n, float* out) const {
+  std::fill(out, out + n, 0.0f);  // alignment gaps and padded vocabulary rows
+  const std::int64_t end = begin + n;
+  for (const ParamTensor& t : tensors_) {
+    const std::int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + live_elements(t));
+    for (std::int64_t f = lo; f < hi; ++f)
+      out[f - begin] = init_value(t.init, seed, static_cast<std::uint64_t>(t.init_index + (f - t.offset)), t.init_std);
   }
 }
 

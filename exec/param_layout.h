@@ -119,6 +119,9 @@ class ParamLayout {
   float residual_std() const;
   // Fills the flat buffer with the initialization of every element (the CUDA backend does the same on the GPU).
   void initialize(std::uint64_t seed, float* flat) const;
+  // The same values for the flat range [begin, begin + n) only, into out[0, n) (a ZeRO rank's chunk: the work is
+  // that of the range, not of the whole buffer).
+  void initialize_range(std::uint64_t seed, std::int64_t begin, std::int64_t n, float* out) const;
   // Rows of tensor t that hold values (the padded vocabulary rows of the embedding and the head stay 0).
   std::int64_t live_elements(const ParamTensor& t) const;
 

@@ -65,11 +65,11 @@ void CpuZeroDevice::init_host_master(float* master, std::int64_t flat_begin, std
 }
 
 void CpuZeroDevice::init_params(void* params, float* master, std::int64_t flat_begin, std::int64_t n) {
-  // The layout's initialization of the whole buffer is the reference; copy the asked-for range.
-  std::vector<float> all(layout_.total());
-  layout_.initialize(seed_, all.data());
-  if (params) std::memcpy(params, all.data() + flat_begin, n * sizeof(float));
-  if (master) std::memcpy(master, all.data() + flat_begin, n * sizeof(float));
+  // The layout's initialization of the asked-for range (the same values as of the whole buffer).
+  std::vector<float> range(static_cast<std::size_t>(n));
+  layout_.initialize_range(seed_, flat_begin, n, range.data());
+  if (params) std::memcpy(params, range.data(), n * sizeof(float));
+  if (master) std::memcpy(master, range.data(), n * sizeof(float));
 }
 
 void CpuZeroDevice::zero(void* p, std::int64_t elements, CommDtype type, Lane) {

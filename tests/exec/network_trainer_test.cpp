@@ -181,3 +181,31 @@ TEST(NetworkTrainer, LearnsTheSyntheticCifarSet) {
 
 }  // namespace
 }  // namespace zeroplan::exec
+
+namespace zeroplan::exec {
+namespace {
+
+// A rank's chunk initializes from its range alone (ParamLayout::initialize_range, what CpuZeroDevice does per
+// bucket chunk) with the values the whole buffer's initialization gives there: transformer and layer-list layouts,
+// aligned for 4 ranks, ranges cutting tensors anywhere.
+TEST(ParamLayoutInit, ARangeEqualsTheWholeBuffersSlice) {
+  ModelShape llama = make_llama_shape(256, 64, 2, 4, 2, 160, 32);
+  llama.qkv_bias = true;
+  const ParamLayout layouts[] = {ParamLayout(make_shape(257, 64, 2, 2, 32), 256), ParamLayout(llama, 256),
+                                 ParamLayout(small_resnet(12, 4), 256)};
+  for (const ParamLayout& layout : layouts) {
+    std::vector<float> whole(static_cast<std::size_t>(layout.total()));
+    layout.initialize(9, whole.data());
+    for (const auto& [begin, n] : {std::pair<std::int64_t, std::int64_t>{0, layout.total()},
+                                   {1, 333},
+                                   {layout.total() / 3, layout.total() / 3},
+                                   {layout.total() - 77, 77}}) {
+      std::vector<float> range(static_cast<std::size_t>(n));
+      layout.initialize_range(9, begin, n, range.data());
+      EXPECT_TRUE(std::equal(range.begin(), range.end(), whole.begin() + begin)) << "range " << begin << " + " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zeroplan::exec
