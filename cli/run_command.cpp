@@ -22,7 +22,8 @@ void add_run_command(CLI::App& app, int* status) {
       ->capture_default_str();
   cmd->add_option("--data", options->data,
                   "Token file (llm.c .bin with its header: uint16 tokens, or uint32 for vocabularies above 65,536; "
-                  "nanoGPT's headerless uint16 .bin) or any text file (byte-level tokens); synthetic tokens when "
+                  "nanoGPT's headerless uint16 .bin) or any text file (byte-level tokens); for an image classifier "
+                  "(resnet101), CIFAR-10's binary folder (data_batch_1..5.bin, test_batch.bin); synthetic data when "
                   "absent");
   cmd->add_option("--report", options->report, "Write the plan JSON plus the measurements (\"measured\") here");
   cmd->add_flag("--force", options->force, "Run even when the planner says it does not fit");
@@ -42,6 +43,9 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--init-from", options->init_from,
                   "Start from a Hugging Face checkpoint by its transformers names: a model.safetensors file, a sharded "
                   "model.safetensors.index.json, or the folder holding either; each rank reads its own partition");
+  cmd->add_flag("--eval", options->eval,
+               "After training an image classifier (a layer-list model such as resnet101 with --data DIR): its "
+               "accuracy on CIFAR-10's test split");
   cmd->add_option("--save-grads", options->save_grads,
                   "Write the first step's gradients (reduced, unscaled, fp32) under the transformers / GPT-2 "
                   "checkpoint names to this safetensors file (one rank, or stage 0)");

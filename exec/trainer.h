@@ -84,6 +84,16 @@ class Trainer {
     throw std::invalid_argument("this trainer trains transformers on tokens; images need a layer-list network");
   }
 
+  // A layer-list network in evaluation mode (BatchNorm from its running statistics, no gradients): one
+  // micro-batch of this rank's images; returns the summed cross-entropy of its samples and counts the correct ones.
+  virtual double evaluate_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels,
+                                 std::int64_t& correct) {
+    (void)images;
+    (void)labels;
+    (void)correct;
+    throw std::invalid_argument("this trainer trains transformers on tokens; images need a layer-list network");
+  }
+
   // Forward and loss of one micro-batch (B*T tokens), no gradients; logits() then holds its logits.
   virtual double forward_loss(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
   // Forward and backward of one micro-batch into zeroed gradients (no optimizer step); returns the loss.

@@ -24,6 +24,8 @@
 #include "exec/exec_config.h"
 #include "exec/offload/cpu_adamw.h"
 #include "exec/data_shard.h"
+#include "exec/image_data.h"
+#include "exec/init_rng.h"
 #include "exec/token_data.h"
 #include "exec/comm/mpi_communicator.h"
 #include "exec/trainer.h"
@@ -64,7 +66,7 @@ exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig
   c.loss_scale.min_scale = tr.loss_scale.min_loss_scale;
   c.seed = seed;
   try {
-    exec::validate(c);
+    if (!c.network) exec::validate(c);  // a layer list was checked as the description was read (core/layer_ops.h)
   } catch (const std::invalid_argument& e) {
     throw InputError(model.source, "executor", e.what());
   }
@@ -227,7 +229,33 @@ ResolvedRun resolve_run(RunOptions& o) {
   if (o.init_from && o.resume)
     throw InputError(kCli, "--init-from", "cannot be combined with --resume (a checkpoint of ours holds the states "
                                           "to continue from)");
-  r.init_layout = std::make_unique<exec::ParamLayout>(exec_config(in.model, tr, o.seed).shape, exec::zero_alignment(world));
+  // Layer-list models (ResNet-101 on CIFAR-10) run on the CPU backend; what is not built for them yet is refused
+  // by name before anything starts.
+  const bool network = in.model.has_ops() && !in.model.transformer;
+  if (network) {
+    const auto refuse = [&](const char* flag, const std::string& why) { throw InputError(kCli, flag, why); };
+    if (o.backend != "cpu")
+      refuse("--backend", "layer-list models run on the CPU backend for now (--backend cpu): the CUDA executor's "
+                          "convolutions and BatchNorm are not built yet");
+    if (o.init_from) refuse("--init-from", "reads transformers' checkpoints; a layer-list model's are not read yet");
+    if (o.save_grads) refuse("--save-grads", "writes transformers' checkpoint names; not for a layer-list model");
+    if (o.save_dir || o.resume)
+      refuse(o.save_dir ? "--save-dir" : "--resume", "a layer-list model's checkpoints are not written yet (its "
+                                                     "BatchNorm running statistics would be left out)");
+    if (in.model.input_shape->channels != exec::kCifarChannels || in.model.input_shape->height != exec::kCifarSide ||
+        in.model.input_shape->width != exec::kCifarSide)
+      throw InputError(in.model.source, "input_shape", "the executor feeds CIFAR-10's 3 x 32 x 32 images; this model "
+                                                       "takes another shape");
+    if (in.model.classes != exec::kCifarClasses)
+      throw InputError(in.model.source, "layers", "the last op gives " + std::to_string(in.model.classes) +
+                                                      " logits; CIFAR-10 has 10 classes");
+  } else if (o.eval) {
+    throw InputError(kCli, "--eval", "reports an image classifier's test accuracy (a layer-list model with --data "
+                                     "DIR); this model is a transformer");
+  }
+  if (o.eval && !o.data)
+    throw InputError(kCli, "--eval", "needs --data DIR (CIFAR-10's folder: test_batch.bin is evaluated)");
+  r.init_layout = std::make_unique<exec::ParamLayout>(executor_param_layout(in.model, world));
   if (o.init_from) r.init_from = std::make_unique<HfCheckpointSource>(*o.init_from, *r.init_layout, "--init-from");
   return r;
 }
@@ -281,7 +309,9 @@ struct RankEngine {
   std::optional<StepSimulation> sim;
   std::unique_ptr<exec::Communicator> mpi, comm;
   std::unique_ptr<exec::Trainer> trainer;
-  exec::TokenSource data;
+  exec::TokenSource data;                   // transformers
+  std::optional<exec::CifarDataset> images; // layer lists with --data (else synthetic images)
+  std::string data_description;
   double flops_per_token = 0, peak = 0, job_peak = 0;
   std::int64_t tokens_per_step = 0;  // the global batch
   exec::Communicator* ranks_comm = nullptr;
@@ -390,6 +420,19 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
 #endif
   }
   exec::TokenSource& data = e.data;
+  if (cfg.network) {
+    // CIFAR-10 with DeepSpeed's example transforms (exec/image_data.h), or images drawn from the seed.
+    if (o.data) {
+      try {
+        e.images = exec::CifarDataset::open(*o.data, exec::CifarSplit::train, exec::ImageTransforms::deepspeed_cifar(),
+                                            o.seed + 1);
+      } catch (const std::invalid_argument& ex) {
+        throw InputError(*o.data, "--data", ex.what());
+      }
+    }
+    e.data_description = e.images ? e.images->description()
+                                  : "synthetic uniform images and labels (seed " + std::to_string(o.seed + 1) + ")";
+  } else {
   data = exec::TokenSource::synthetic(cfg.shape.vocab, o.seed + 1);
   if (o.data) {
     try {
@@ -398,13 +441,16 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
       throw InputError(*o.data, "--data", e.what());
     }
   }
+  e.data_description = data.description();
+  }
   // PaLM appendix B (zero-formulas.md sec. 6): 6N + 12 L h s per token, recompute not counted.
   e.flops_per_token = model_flops_per_token(in.model, tr);
   e.peak = in.cluster.peak_flops(to_string(tr.precision));  // per GPU
   // MFU of the job: the global batch's FLOPs over every rank's peak (PaLM appendix B); the first 2-GPU run
   // divided by one GPU's peak and printed twice the true figure.
   e.job_peak = e.peak * world;
-  e.tokens_per_step = cfg.tokens_per_step() * world;  // the global batch
+  // the global batch: tokens, or a layer list's samples (its MFU counts FLOPs per sample: model_flops_per_token)
+  e.tokens_per_step = (cfg.network ? cfg.micro_batch * cfg.grad_accum : cfg.tokens_per_step()) * world;
   if (r.init_from) {
     // Each rank reads its share of the model states from the checkpoint (exec/zero/zero_engine.h restore_state:
     // its partition at stage 3, the whole 16-bit parameters at stages 0-2), AdamW from step 0.
@@ -432,6 +478,46 @@ struct TrainingRecord {
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   exec::CommCounters counters_before;
 };
+
+// Images and labels drawn from (seed, draw): a layer list's data when no --data is given.
+exec::ImageBatch synthetic_images(const exec::NetworkShape& network, std::int64_t count, std::uint64_t seed,
+                                  std::int64_t draw) {
+  exec::ImageBatch b;
+  b.batch = count;
+  const std::uint64_t stream = exec::splitmix64(seed ^ exec::splitmix64(static_cast<std::uint64_t>(draw)));
+  b.images.resize(static_cast<std::size_t>(count * network.input.elements()));
+  b.labels.resize(static_cast<std::size_t>(count));
+  for (std::size_t i = 0; i < b.images.size(); ++i) b.images[i] = exec::hash_uniform(stream, i);
+  for (std::size_t i = 0; i < b.labels.size(); ++i)
+    b.labels[i] = static_cast<std::int32_t>(exec::splitmix64(stream + 0x9E37 + i) %
+                                            static_cast<std::uint64_t>(network.classes));
+  return b;
+}
+
+// --eval: CIFAR-10's test split, each rank its share of every micro-batch x world images, BatchNorm from the
+// rank's running statistics (as torch's eval mode); the images past the last whole global batch are left out.
+void evaluate_test_split(RunOptions& o, ResolvedRun& r, RankEngine& e) {
+  exec::CifarDataset test;
+  try {
+    test = exec::CifarDataset::open(*o.data, exec::CifarSplit::test, exec::ImageTransforms::deepspeed_cifar());
+  } catch (const std::invalid_argument& ex) {
+    throw InputError(*o.data, "--eval", ex.what());
+  }
+  const std::int64_t per_step = e.cfg.micro_batch * r.world, steps = test.size() / per_step;
+  double sums[2] = {0, 0};  // loss, correct
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const exec::ImageBatch b = exec::next_rank_share(test, e.cfg.micro_batch, 1, r.world, r.env.rank);
+    std::int64_t correct = 0;
+    sums[0] += e.trainer->evaluate_images(b.images, b.labels, correct);
+    sums[1] += static_cast<double>(correct);
+  }
+  if (e.ranks_comm && r.world > 1) e.ranks_comm->all_reduce_host(sums, 2);
+  const double images = static_cast<double>(steps * per_step);
+  std::printf("\ntest accuracy %.2f%% (%.0f of %.0f images of %s; loss %.4f; %lld left out: not a whole global "
+              "batch)\n",
+              images > 0 ? 100.0 * sums[1] / images : 0.0, sums[1], images, test.description().c_str(),
+              images > 0 ? sums[0] / images : 0.0, static_cast<long long>(test.size() - steps * per_step));
+}
 
 // Step 4, train: the steps, each printed; checkpoints saved as asked.
 TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& guard) {
@@ -472,15 +558,26 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
               << " s)\n";
   };
   std::cout << "run: " << o.steps << " steps on " << trainer->device_name() << " (" << trainer->backend() << "), data "
-            << data.description() << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab << '\n';
+            << e.data_description;
+  if (!cfg.network) std::cout << ", vocab padded " << cfg.shape.vocab << " -> " << cfg.shape.padded_vocab;
+  std::cout << '\n';
 
   for (std::int64_t s = first_step; s < o.steps; ++s) {
     const std::int64_t k = s - first_step;  // steps made by this run
     guard_ptr->before_step(s + 1);
     if (k == *o.warmup_steps) counters_before = trainer->comm_counters();
-    const exec::TokenBatch b =
-        exec::next_rank_share(data, cfg.micro_batch, cfg.seq_len, cfg.grad_accum, world, env.rank);
-    const exec::StepResult r = trainer->step(b.inputs, b.targets);
+    exec::StepResult r;
+    if (cfg.network) {
+      const exec::ImageBatch b = e.images ? exec::next_rank_share(*e.images, cfg.micro_batch, cfg.grad_accum, world,
+                                                                  env.rank)
+                                          : synthetic_images(*cfg.network, cfg.micro_batch * cfg.grad_accum,
+                                                             o.seed + 1, s * world + env.rank);
+      r = trainer->step_images(b.images, b.labels);
+    } else {
+      const exec::TokenBatch b =
+          exec::next_rank_share(data, cfg.micro_batch, cfg.seq_len, cfg.grad_accum, world, env.rank);
+      r = trainer->step(b.inputs, b.targets);
+    }
     losses.push_back(r.loss);
     if (k == 0 && o.save_grads) save_first_step_gradients(*o.save_grads, *trainer, r);
     if (k >= *o.warmup_steps) {
@@ -501,8 +598,13 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
     }
     const double tps = tokens_per_step / r.times.step_s;
     const exec::MemoryReport mem = trainer->memory();
-    std::printf("step %4lld/%lld | loss %.4f | %8.1f ms | %10.0f tok/s | MFU %5.1f%% | mem %.2f GiB%s%s\n",
-                static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, r.times.step_s * 1e3, tps,
+    // A layer list's step also says how many of the global batch's samples it classified right.
+    const std::string accuracy = r.correct >= 0 ? " | acc " + fmt("%5.1f", 100.0 * static_cast<double>(r.correct) /
+                                                                          static_cast<double>(tokens_per_step)) + "%"
+                                                : std::string();
+    std::printf("step %4lld/%lld | loss %.4f%s | %8.1f ms | %10.0f %s/s | MFU %5.1f%% | mem %.2f GiB%s%s\n",
+                static_cast<long long>(s + 1), static_cast<long long>(o.steps), r.loss, accuracy.c_str(),
+                r.times.step_s * 1e3, tps, cfg.network ? "samples" : "tok",
                 job_peak > 0 ? 100.0 * tps * flops_per_token / job_peak : 0.0, to_gib(mem.peak_total),
                 r.skipped ? " | overflow: step skipped" : "",
                 cfg.precision == exec::ExecPrecision::fp16 ? (" | scale " + fmt("%.0f", r.loss_scale)).c_str() : "");
@@ -510,6 +612,7 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
     if (o.save_dir && (s + 1 == o.steps || (o.save_every > 0 && (s + 1) % o.save_every == 0))) save(s + 1);
   }
 
+  if (o.eval) evaluate_test_split(o, r, e);
   return t;
 }
 
@@ -688,10 +791,11 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     std::printf("  parameter offload (busy time): host to device before the all-gathers %.1f ms, updated parameters "
                 "device to host %.1f ms\n",
                 median(param_h2d_s) * 1e3, median(param_d2h_s) * 1e3);
-  std::printf("  %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% (6N + 12*L*h*s per token, PaLM appendix B; peak = datasheet "
-              "dense %s %.0f TFLOP/s of %s x %d)\n",
-              tps, tps * flops_per_token / 1e12, 100 * mfu, to_string(tr.precision).c_str(), peak / 1e12,
-              in.cluster.gpu_model.c_str(), world);
+  std::printf("  %.0f %s/s, %.1f TFLOP/s, MFU %.1f%% (%s; peak = datasheet dense %s %.0f TFLOP/s of %s x %d)\n",
+              tps, cfg.network ? "samples" : "tokens", tps * flops_per_token / 1e12, 100 * mfu,
+              cfg.network ? "3 x the description's forward FLOPs per sample"
+                          : "6N + 12*L*h*s per token, PaLM appendix B",
+              to_string(tr.precision).c_str(), peak / 1e12, in.cluster.gpu_model.c_str(), world);
   std::printf("  loss %.4f -> %.4f\n", losses.front(), losses.back());
   if (world > 1) {
     std::printf("\ncommunication per step and GPU (bytes of the full buffer per collective, nccl-tests' convention)\n");
@@ -728,8 +832,8 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     m["device"] = trainer->device_name();
     m["steps"] = o.steps;
     m["warmup_steps"] = *o.warmup_steps;
-    m["data"] = data.description();
-    m["padded_vocab"] = cfg.shape.padded_vocab;
+    m["data"] = e.data_description;
+    if (!cfg.network) m["padded_vocab"] = cfg.shape.padded_vocab;
     nlohmann::json comp;
     for (const auto& [name, bytes] : mem.peak_by_component) comp[name] = bytes;
     comp["runtime_overhead"] = measured_runtime;

@@ -40,6 +40,8 @@ struct RunOptions {
   // The first step's gradients (reduced, unscaled), written under the checkpoint names as fp32 safetensors: for
   // checking the executor against another framework (bench/llama/hf_reference.py compare).
   std::optional<std::string> save_grads;
+  // A layer-list image classifier: its accuracy on CIFAR-10's test split (--data DIR's test_batch.bin) at the end.
+  bool eval = false;
   // --nvme-path: where offload_optimizer nvme swaps (else the DeepSpeed config's offload_optimizer.nvme_path).
   std::optional<std::string> nvme_path;
 };

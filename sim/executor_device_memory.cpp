@@ -7,7 +7,8 @@ namespace zeroplan {
 
 exec::ExecConfig executor_exec_config(const ModelDescription& model, const TrainingConfig& training, int stage) {
   exec::ExecConfig c;
-  c.shape = executor_shape(model);
+  if (model.has_ops()) c.network = executor_network(model);
+  else c.shape = executor_shape(model);
   c.micro_batch = training.micro_batch;
   c.seq_len = training.seq_len;
   c.grad_accum = training.grad_accum;
@@ -23,7 +24,9 @@ exec::ExecConfig executor_exec_config(const ModelDescription& model, const Train
 
 std::optional<ExecutorDeviceBytes> executor_device_bytes(const ModelDescription& model, const TrainingConfig& training,
                                                          int world, int stage) {
-  if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1) return std::nullopt;
+  // The CUDA executor's allocations are those of its transformer pipeline (layer lists run on the CPU backend).
+  if (!executor_trains(model) || !model.transformer || world < 1 || training.zero.reduce_bucket_size < 1)
+    return std::nullopt;
   const exec::ExecConfig c = executor_exec_config(model, training, stage);
   const std::vector<exec::DeviceAllocation> allocations = exec::device_allocations(c, world);
   ExecutorDeviceBytes b;

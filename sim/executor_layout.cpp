@@ -13,9 +13,10 @@ namespace {
 // LayerNorm or RMSNorm, learned or rotary positions, GELU or SwiGLU, grouped-query attention, any of the biases,
 // a tied or untied head.
 std::pair<std::string, std::string> executor_gap(const ModelDescription& model) {
+  if (!model.transformer && model.has_ops()) return {};  // a layer list that says what it computes
   if (!model.transformer)
-    return {"transformer.family", "the executor trains transformers (the gpt2 and llama families); got a " +
-                                      to_string(model.family) + " layer list"};
+    return {"layers", "the executor runs transformers (the gpt2 and llama families) and layer lists whose layers give "
+                      "their \"ops\" (core/layer_ops.h, as models/resnet101.json does); this layer list has none"};
   const TransformerShape& t = *model.transformer;
   const bool llama = t.family == ModelFamily::llama;
   if (t.embedding_norm) return {"embedding_norm", "the executor has no norm after the embedding (BLOOM's)"};
@@ -41,7 +42,28 @@ std::pair<std::string, std::string> executor_gap(const ModelDescription& model) 
 
 bool executor_trains(const ModelDescription& model) { return executor_gap(model).first.empty(); }
 
+exec::NetworkShape executor_network(const ModelDescription& model) {
+  const auto [field, why] = executor_gap(model);
+  if (!field.empty()) throw InputError(model.source, field, why);
+  if (!model.has_ops()) throw InputError(model.source, "layers", "a transformer, not a layer list");
+  exec::NetworkShape n;
+  for (const LayerDescription& layer : model.layers) {
+    n.layer_names.push_back(layer.name);
+    n.layers.push_back(layer.ops);
+  }
+  n.input = *model.input_shape;
+  n.classes = model.classes;
+  return n;
+}
+
+exec::ParamLayout executor_param_layout(const ModelDescription& model, int world) {
+  if (model.has_ops()) return exec::ParamLayout(executor_network(model), exec::zero_alignment(world));
+  return exec::ParamLayout(executor_shape(model), exec::zero_alignment(world));
+}
+
 exec::ModelShape executor_shape(const ModelDescription& model) {
+  if (!model.transformer)
+    throw InputError(model.source, "layers", "a layer list, not a transformer (executor_network describes it)");
   const auto [field, why] = executor_gap(model);
   if (!field.empty()) throw InputError(model.source, field == "transformer.family" ? field : "transformer." + field, why);
   const TransformerShape& t = *model.transformer;
@@ -108,7 +130,7 @@ exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int st
 std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescription& model,
                                                              const TrainingConfig& training, int world, int stage) {
   if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1) return std::nullopt;
-  const exec::ParamLayout layout(executor_shape(model), exec::zero_alignment(world));
+  const exec::ParamLayout layout = executor_param_layout(model, world);
   const exec::ZeroSettings zero = executor_zero_settings(training, stage);
   const exec::ZeroPartition partition(layout, world, 0, exec::partition_rules(zero));
   const exec::ZeroBufferLayout buffers = exec::zero_buffer_layout(layout, partition, zero, training.grad_accum);

@@ -11,6 +11,7 @@
 #include "core/model_description.h"
 #include "core/training_config.h"
 #include "exec/exec_config.h"
+#include "exec/param_layout.h"
 
 namespace zeroplan {
 
@@ -19,6 +20,10 @@ namespace zeroplan {
 // q/k/v biases, tied or untied): one block pipeline configured by exec::ModelShape.
 // Throws InputError naming the model's field the executor cannot train.
 exec::ModelShape executor_shape(const ModelDescription& model);
+// A layer list with ops (core/layer_ops.h) as the executor runs it; throws InputError for anything else.
+exec::NetworkShape executor_network(const ModelDescription& model);
+// The executor's flat layout of either kind, aligned for `world` ranks.
+exec::ParamLayout executor_param_layout(const ModelDescription& model, int world);
 bool executor_trains(const ModelDescription& model);
 // Throws InputError (source, field) when the executor cannot run seq_len tokens of this model (Mistral's
 // sliding window shorter than the sequence).

@@ -109,6 +109,19 @@ class CpuNetworkTrainer final : public EngineTrainer {
     return r;
   }
 
+  double evaluate_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels,
+                         std::int64_t& correct) override {
+    const i64 B = config_.micro_batch;
+    if (static_cast<i64>(labels.size()) != B || static_cast<i64>(images.size()) != B * config_.network->input.elements())
+      throw std::invalid_argument("cpu network trainer: evaluation takes one micro-batch of " + std::to_string(B) +
+                                  " images");
+    engine_->begin_forward_only();
+    i64 right = 0;
+    const double mean = forward(images.data(), labels.data(), 0.0f, right, /*train=*/false);
+    correct += right;
+    return mean * static_cast<double>(B);
+  }
+
   std::vector<float> logits() const override { return outputs_.empty() ? std::vector<float>{} : outputs_.back(); }
 
   MemoryReport memory() const override {
@@ -227,7 +240,8 @@ class CpuNetworkTrainer final : public EngineTrainer {
   }
 
   // Forward of one micro-batch and its loss (mean over the B samples); dlogits (scaled) written for backward.
-  double forward(const float* images, const std::int32_t* labels, float dloss, i64& correct) {
+  // train: BatchNorm normalises by the micro-batch and updates its running statistics; else by the running ones.
+  double forward(const float* images, const std::int32_t* labels, float dloss, i64& correct, bool train = true) {
     const i64 B = config_.micro_batch;
     std::size_t layer = static_cast<std::size_t>(-1);
     for (std::size_t k = 0; k < ops_.size(); ++k) {
@@ -241,6 +255,12 @@ class CpuNetworkTrainer final : public EngineTrainer {
           cpu::conv2d_forward(y, x, P(p.first_tensor), p.op.bias ? P(p.first_tensor + 1) : nullptr, geometry(p));
           break;
         case LayerOpKind::batch_norm:
+          if (!train) {
+            cpu::batch_norm_forward_eval(y, x, running_[k].data(), running_[k].data() + p.op.channels,
+                                         P(p.first_tensor), P(p.first_tensor + 1), B, p.op.channels, hw,
+                                         static_cast<float>(p.op.eps));
+            break;
+          }
           cpu::batch_norm_forward_train(y, saved_[k].data(), saved_[k].data() + p.op.channels, running_[k].data(),
                                         running_[k].data() + p.op.channels, x, P(p.first_tensor),
                                         P(p.first_tensor + 1), B, p.op.channels, hw,
@@ -273,7 +293,8 @@ class CpuNetworkTrainer final : public EngineTrainer {
     for (i64 b = 0; b < B; ++b)
       correct += std::max_element(logits.begin() + b * classes, logits.begin() + (b + 1) * classes) -
                      (logits.begin() + b * classes) == labels[b];
-    cpu::crossentropy_forward_backward(losses_.data(), grads_.back().data(), logits.data(), labels, B, classes, classes,
+    cpu::crossentropy_forward_backward(losses_.data(), train ? grads_.back().data() : nullptr, logits.data(), labels, B,
+                                       classes, classes,
                                        dloss * static_cast<float>(scaler_.scale()));
     double sum = 0;
     for (float v : losses_) sum += v;
