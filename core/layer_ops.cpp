@@ -63,6 +63,15 @@ std::vector<std::string> keys_of(LayerOpKind kind) {
   return keys;
 }
 
+// Bounds that keep every product of the shapes inside int64 (channels x channels x kernel^2 <= 2^60): a description
+// past them is absurd, refused rather than overflowed.
+constexpr std::int64_t kMaxChannels = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxWindow = std::int64_t{1} << 10;  // kernel, stride, dilation
+std::int64_t bounded(const JsonFields& f, const std::string& key, std::int64_t value, std::int64_t most) {
+  if (value > most) f.fail(key, "absurd size: " + std::to_string(value) + " exceeds " + std::to_string(most));
+  return value;
+}
+
 LayerOp op_from_json(const JsonFields& f) {
   LayerOp op;
   const std::string kind = f.one_of("op", kOpKinds);
@@ -83,12 +92,12 @@ LayerOp op_from_json(const JsonFields& f) {
   switch (op.kind) {
     case LayerOpKind::conv2d:
       op.name = f.string("name");
-      op.in_channels = f.positive_integer("in_channels");
-      op.out_channels = f.positive_integer("out_channels");
-      op.kernel = f.positive_integer("kernel");
-      op.stride = f.positive_integer_or("stride", 1);
-      op.padding = f.non_negative_integer_or("padding", 0);
-      op.dilation = f.positive_integer_or("dilation", 1);
+      op.in_channels = bounded(f, "in_channels", f.positive_integer("in_channels"), kMaxChannels);
+      op.out_channels = bounded(f, "out_channels", f.positive_integer("out_channels"), kMaxChannels);
+      op.kernel = bounded(f, "kernel", f.positive_integer("kernel"), kMaxWindow);
+      op.stride = bounded(f, "stride", f.positive_integer_or("stride", 1), kMaxWindow);
+      op.padding = bounded(f, "padding", f.non_negative_integer_or("padding", 0), kMaxWindow);
+      op.dilation = bounded(f, "dilation", f.positive_integer_or("dilation", 1), kMaxWindow);
       op.groups = f.positive_integer_or("groups", 1);
       op.bias = f.boolean_or("bias", false);
       if (op.in_channels % op.groups != 0 || op.out_channels % op.groups != 0)
@@ -97,21 +106,21 @@ LayerOp op_from_json(const JsonFields& f) {
       break;
     case LayerOpKind::batch_norm:
       op.name = f.string("name");
-      op.channels = f.positive_integer("channels");
+      op.channels = bounded(f, "channels", f.positive_integer("channels"), kMaxChannels);
       op.eps = f.positive_number_or("eps", 1e-5);
       op.momentum = f.non_negative_number_or("momentum", 0.1);
       if (op.momentum > 1) f.fail("momentum", "expected a fraction in [0, 1]");
       break;
     case LayerOpKind::max_pool2d:
-      op.kernel = f.positive_integer("kernel");
-      op.stride = f.positive_integer_or("stride", op.kernel);  // MaxPool2d: stride defaults to kernel_size
+      op.kernel = bounded(f, "kernel", f.positive_integer("kernel"), kMaxWindow);
+      op.stride = bounded(f, "stride", f.positive_integer_or("stride", op.kernel), kMaxWindow);  // MaxPool2d's default
       op.padding = f.non_negative_integer_or("padding", 0);
       if (2 * op.padding > op.kernel) f.fail("padding", "expected at most half the kernel (PyTorch's rule)");
       break;
     case LayerOpKind::linear:
       op.name = f.string("name");
-      op.in_features = f.positive_integer("in_features");
-      op.out_features = f.positive_integer("out_features");
+      op.in_features = bounded(f, "in_features", f.positive_integer("in_features"), kMaxChannels * kMaxChannels);
+      op.out_features = bounded(f, "out_features", f.positive_integer("out_features"), kMaxChannels);
       op.bias = f.boolean_or("bias", true);
       break;
     case LayerOpKind::relu:
@@ -119,7 +128,6 @@ LayerOp op_from_json(const JsonFields& f) {
     case LayerOpKind::adaptive_avg_pool2d:
     case LayerOpKind::flatten: break;
   }
-  if (op.params() > kMaxModelParams / 4) f.fail("op", "absurd size: the op's parameter count is too large");
   return op;
 }
 
@@ -242,7 +250,7 @@ std::int64_t check_layer_ops(const std::vector<LayerDescription>& layers, const 
              "may reuse the name)");
       tensors[op.output] = y;
       last = op.output;
-      owned += op.params();
+      if (__builtin_add_overflow(owned, op.params(), &owned)) fail("absurd size: the layer's parameters overflow");
     }
     if (owned != layer.params)
       throw InputError(source, "layers[" + std::to_string(l) + "].params",

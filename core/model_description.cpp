@@ -356,8 +356,9 @@ void read_layer_ops(const JsonFields& fields, ModelDescription& model) {
   const nlohmann::json& shape = fields.raw("input_shape");
   if (!shape.is_array() || shape.size() != 3 || !shape[0].is_number_integer() || !shape[1].is_number_integer() ||
       !shape[2].is_number_integer() || shape[0].get<std::int64_t>() < 1 || shape[1].get<std::int64_t>() < 1 ||
-      shape[2].get<std::int64_t>() < 1)
-    fields.fail("input_shape", "expected [channels, height, width] of one sample, positive integers");
+      shape[2].get<std::int64_t>() < 1 || shape[0].get<std::int64_t>() > (1 << 20) ||
+      shape[1].get<std::int64_t>() > (1 << 20) || shape[2].get<std::int64_t>() > (1 << 20))
+    fields.fail("input_shape", "expected [channels, height, width] of one sample, positive integers up to 2^20");
   const TensorShape input{shape[0].get<std::int64_t>(), shape[1].get<std::int64_t>(), shape[2].get<std::int64_t>()};
   if (input.elements() != model.input_elements_per_sample)
     fields.fail("input_shape", "holds " + std::to_string(input.elements()) + " elements but input_elements_per_sample "
