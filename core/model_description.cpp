@@ -235,6 +235,10 @@ void read_rope_scaling(const JsonFields& fields, TransformerShape& shape, const 
   // transformers writes "rope_type" (older configs "type").
   const std::string key = scaling.has("rope_type") ? "rope_type" : "type";
   shape.rope_scaling_type = scaling.string(key);
+  if (shape.rope_scaling_type == "default") {  // transformers' name for no scaling
+    shape.rope_scaling_type.clear();
+    return;
+  }
   if (shape.rope_scaling_type == "llama3") {
     shape.rope_scaling_factor = scaling.positive_number("factor");
     shape.rope_low_freq_factor = scaling.positive_number("low_freq_factor");

@@ -181,3 +181,54 @@ TEST(HfImportErrors, HeadDimIndependentOfHiddenIsRefused) {
 
 }  // namespace
 }  // namespace zeroplan
+
+namespace zeroplan {
+namespace {
+
+// What changes the math but not the sizes, as transformers 4 and 5 write it: the configs the GPU machine's
+// transformers 5.17 wrote (bench/llama/configs/, rope under "rope_parameters") and the hub's transformers 4 form.
+TEST(HfImport, RopeNormAndWindowFieldsInBothTransformersForms) {
+  const ModelDescription l3 = load_model("bench/llama/configs/llama3-8b.json");
+  ASSERT_TRUE(l3.transformer.has_value());
+  EXPECT_EQ(l3.transformer->rope_theta, 500000.0);
+  EXPECT_EQ(l3.transformer->rope_scaling_type, "llama3");
+  EXPECT_EQ(l3.transformer->rope_scaling_factor, 8.0);
+  EXPECT_EQ(l3.transformer->rope_low_freq_factor, 1.0);
+  EXPECT_EQ(l3.transformer->rope_high_freq_factor, 4.0);
+  EXPECT_EQ(l3.transformer->rope_original_max_position, 8192);
+  EXPECT_EQ(l3.transformer->norm_eps, 1e-5);
+  const ModelDescription tiny = load_model("bench/llama/configs/tinyllama-1.1b.json");  // rope_type "default"
+  EXPECT_TRUE(tiny.transformer->rope_scaling_type.empty());
+  EXPECT_EQ(tiny.transformer->rope_theta, 10000.0);
+  // transformers 4's form, with Mistral's window and Qwen2's switch for it
+  nlohmann::json v4 = {{"model_type", "mistral"}, {"vocab_size", 32000}, {"hidden_size", 4096},
+                       {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+                       {"intermediate_size", 14336}, {"max_position_embeddings", 32768}, {"rms_norm_eps", 1e-6},
+                       {"rope_theta", 1000000.0}, {"sliding_window", 4096},
+                       {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
+  const ModelDescription m = model_from_hf_config(v4, "mistral.json");
+  EXPECT_EQ(m.transformer->rope_theta, 1000000.0);
+  EXPECT_EQ(m.transformer->norm_eps, 1e-6);
+  EXPECT_EQ(m.transformer->sliding_window, 4096);
+  EXPECT_EQ(m.transformer->rope_scaling_factor, 32.0);
+  v4["model_type"] = "qwen2";
+  EXPECT_EQ(model_from_hf_config(v4, "qwen2.json").transformer->sliding_window, 0);  // use_sliding_window absent
+  v4["use_sliding_window"] = true;
+  EXPECT_EQ(model_from_hf_config(v4, "qwen2.json").transformer->sliding_window, 4096);
+  v4["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_TRUE(model_from_hf_config(v4, "qwen2.json").transformer->rope_scaling_type.empty());
+  v4["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};  // llama3 without its other numbers
+  EXPECT_THROW(model_from_hf_config(v4, "qwen2.json"), InputError);
+  v4.erase("rope_scaling");
+  v4["num_local_experts"] = 8;
+  try {
+    model_from_hf_config(v4, "mixtral.json");
+    ADD_FAILURE() << "a mixture-of-experts config was read as a dense model";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_local_experts"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace zeroplan
