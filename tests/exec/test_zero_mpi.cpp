@@ -417,8 +417,9 @@ namespace {
 // zeroplan_rank<r> below it), on the build directory's disk: /tmp may be a tmpfs without direct I/O. Empty when
 // that disk has no direct I/O either (the store says so): the caller skips.
 std::string nvme_dir(const std::string& test) {
-  const std::string dir = std::string(ZEROPLAN_TEST_SCRATCH_DIR) + "/nvme_" + test + "_world" +
-                          std::to_string(world_comm->world());
+  // The model is in the name: ctest runs the GPT-2 and the Llama binaries of one world size side by side.
+  const std::string dir = std::string(ZEROPLAN_TEST_SCRATCH_DIR) + "/nvme_" + (llama_model ? "llama_" : "") + test +
+                          "_world" + std::to_string(world_comm->world());
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   try {
