@@ -25,12 +25,12 @@
 #include "exec/offload/cpu_adamw.h"
 #include "exec/data_shard.h"
 #include "exec/image_data.h"
-#include "exec/init_rng.h"
 #include "exec/token_data.h"
 #include "exec/comm/mpi_communicator.h"
 #include "exec/trainer.h"
 #include "run/checkpoint.h"
 #include "run/hf_checkpoint.h"
+#include "run/image_training.h"
 #include "sim/executor_device_memory.h"
 #include "sim/executor_layout.h"
 #include "sim/plan_json.h"
@@ -479,46 +479,6 @@ struct TrainingRecord {
   exec::CommCounters counters_before;
 };
 
-// Images and labels drawn from (seed, draw): a layer list's data when no --data is given.
-exec::ImageBatch synthetic_images(const exec::NetworkShape& network, std::int64_t count, std::uint64_t seed,
-                                  std::int64_t draw) {
-  exec::ImageBatch b;
-  b.batch = count;
-  const std::uint64_t stream = exec::splitmix64(seed ^ exec::splitmix64(static_cast<std::uint64_t>(draw)));
-  b.images.resize(static_cast<std::size_t>(count * network.input.elements()));
-  b.labels.resize(static_cast<std::size_t>(count));
-  for (std::size_t i = 0; i < b.images.size(); ++i) b.images[i] = exec::hash_uniform(stream, i);
-  for (std::size_t i = 0; i < b.labels.size(); ++i)
-    b.labels[i] = static_cast<std::int32_t>(exec::splitmix64(stream + 0x9E37 + i) %
-                                            static_cast<std::uint64_t>(network.classes));
-  return b;
-}
-
-// --eval: CIFAR-10's test split, each rank its share of every micro-batch x world images, BatchNorm from the
-// rank's running statistics (as torch's eval mode); the images past the last whole global batch are left out.
-void evaluate_test_split(RunOptions& o, ResolvedRun& r, RankEngine& e) {
-  exec::CifarDataset test;
-  try {
-    test = exec::CifarDataset::open(*o.data, exec::CifarSplit::test, exec::ImageTransforms::deepspeed_cifar());
-  } catch (const std::invalid_argument& ex) {
-    throw InputError(*o.data, "--eval", ex.what());
-  }
-  const std::int64_t per_step = e.cfg.micro_batch * r.world, steps = test.size() / per_step;
-  double sums[2] = {0, 0};  // loss, correct
-  for (std::int64_t s = 0; s < steps; ++s) {
-    const exec::ImageBatch b = exec::next_rank_share(test, e.cfg.micro_batch, 1, r.world, r.env.rank);
-    std::int64_t correct = 0;
-    sums[0] += e.trainer->evaluate_images(b.images, b.labels, correct);
-    sums[1] += static_cast<double>(correct);
-  }
-  if (e.ranks_comm && r.world > 1) e.ranks_comm->all_reduce_host(sums, 2);
-  const double images = static_cast<double>(steps * per_step);
-  std::printf("\ntest accuracy %.2f%% (%.0f of %.0f images of %s; loss %.4f; %lld left out: not a whole global "
-              "batch)\n",
-              images > 0 ? 100.0 * sums[1] / images : 0.0, sums[1], images, test.description().c_str(),
-              images > 0 ? sums[0] / images : 0.0, static_cast<long long>(test.size() - steps * per_step));
-}
-
 // Step 4, train: the steps, each printed; checkpoints saved as asked.
 TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& guard) {
   ResolvedPlanInputs& in = o.inputs;
@@ -612,7 +572,15 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
     if (o.save_dir && (s + 1 == o.steps || (o.save_every > 0 && (s + 1) % o.save_every == 0))) save(s + 1);
   }
 
-  if (o.eval) evaluate_test_split(o, r, e);
+  if (o.eval) {
+    const TestAccuracy acc = evaluate_test_split(*o.data, *e.trainer, e.cfg.micro_batch, r.world, r.env.rank,
+                                                 r.world > 1 ? e.ranks_comm : nullptr);
+    std::printf("\ntest accuracy %.2f%% (%lld of %lld images of %s; loss %.4f; %lld left out: not a whole global "
+                "batch)\n",
+                acc.images > 0 ? 100.0 * static_cast<double>(acc.correct) / static_cast<double>(acc.images) : 0.0,
+                static_cast<long long>(acc.correct), static_cast<long long>(acc.images), acc.description.c_str(),
+                acc.loss, static_cast<long long>(acc.left_out));
+  }
   return t;
 }
 
