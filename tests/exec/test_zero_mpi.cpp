@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -69,6 +70,25 @@ std::vector<float> tensor_values(const Trainer& t, const std::vector<float>& fla
   return {};
 }
 
+// ||params(ranks) - params(reference)|| / ||params(reference)|| over every tensor, matched by name (the layouts
+// differ in alignment between world sizes); infinity (and a failure) when a tensor's sizes differ.
+double parameter_relative_error(const Trainer& ranks, const std::vector<float>& pa, const Trainer& reference,
+                                const std::vector<float>& pb) {
+  double diff = 0, ref = 0;
+  for (const ParamTensor& t : reference.layout().tensors()) {
+    const auto x = tensor_values(ranks, pa, t.name), y = tensor_values(reference, pb, t.name);
+    if (x.size() != y.size()) {
+      ADD_FAILURE() << t.name << ": " << x.size() << " values against " << y.size();
+      return std::numeric_limits<double>::infinity();
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+      ref += static_cast<double>(y[i]) * y[i];
+    }
+  }
+  return std::sqrt(diff / ref);
+}
+
 struct Case {
   int stage;
   std::int64_t grad_accum;
@@ -106,22 +126,13 @@ void expect_equal_to_one_rank(const Case& k) {
     ASSERT_NEAR(a.grad_norm, b.grad_norm, 1e-5 * b.grad_norm) << "step " << step;
   }
   const auto pa = ranks->params(), pb = reference->params();
-  double diff = 0, ref = 0;
-  for (const ParamTensor& t : reference->layout().tensors()) {
-    const auto x = tensor_values(*ranks, pa, t.name), y = tensor_values(*reference, pb, t.name);
-    ASSERT_EQ(x.size(), y.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-      ref += static_cast<double>(y[i]) * y[i];
-    }
-  }
+  const double err = parameter_relative_error(*ranks, pa, *reference, pb);
   // Two ranks, one micro-step each: the ranks' gradients are summed exactly as the one-rank run accumulates its
   // micro-steps (g0 + g1), so the runs agree bit for bit (measured 0); 1e-6 asserted. With accumulation, or a
   // reduction tree over 4 ranks, the sum is associated differently ((g00+g01) + (g10+g11) against
   // g00+g01+g10+g11): fp32 reassociation, ~1e-7 per gradient element, which AdamW's m/sqrt(v) amplifies on
   // near-zero gradients; measured 2.8e-6 to 4.3e-6 after 20 steps, so 1e-5 there.
   const double tolerance = k.grad_accum == 1 && comm.world() <= 2 ? 1e-6 : 1e-5;
-  const double err = std::sqrt(diff / ref);
   EXPECT_LT(err, tolerance) << "parameters after 20 steps, stage " << k.stage;
   if (comm.rank() == 0) std::printf("  parameter relative error after 20 steps: %.3g\n", err);
   // every rank holds the same whole parameters (all-gathered from the partitions)
@@ -215,17 +226,8 @@ void expect_network_equal_to_one_rank(int stage, std::int64_t grad_accum) {
     ASSERT_EQ(a.correct, b.correct) << "step " << step;
   }
   const auto pa = ranks->params(), pb = reference->params();
-  double diff = 0, ref = 0;
-  for (const ParamTensor& t : reference->layout().tensors()) {
-    const auto x = tensor_values(*ranks, pa, t.name), y = tensor_values(*reference, pb, t.name);
-    ASSERT_EQ(x.size(), y.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-      ref += static_cast<double>(y[i]) * y[i];
-    }
-  }
+  const double err = parameter_relative_error(*ranks, pa, *reference, pb);
   // As for the transformers above: the ranks' sums associate differently from the one-rank accumulation.
-  const double err = std::sqrt(diff / ref);
   EXPECT_LT(err, comm.world() <= 2 && grad_accum == 1 ? 1e-6 : 1e-5) << "parameters after 20 steps, stage " << stage;
   if (comm.rank() == 0) std::printf("  network parameter relative error after 20 steps, stage %d: %.3g\n", stage, err);
 }
