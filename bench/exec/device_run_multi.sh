@@ -28,6 +28,9 @@
 #                optimizer and parameters on the CPU given the host memory available then
 #                (bench/exec/largest_offload_model.py; LARGEST_LAYERS=K runs K layers instead), 10 steps beside
 #                its plan
+#   scaling      the speed part's stages on 1 and 2 of the GPUs (CUDA_VISIBLE_DEVICES): tokens/s per GPU for the
+#                README's scaling picture
+#   headline     the README's first plan (Llama-2 13B, micro-batch 2, seq 4096) on N GPUs, and its stage-3 plan run
 #   calibrate    zeroplan calibrate over the N GPUs (NCCL busbw per collective 1 MiB-1 GiB, GEMMs, PCIe, CPU AdamW,
 #                disk): $OUT/h200xN.json comes back, to ship in configs/clusters/
 # Issue 15 (4 and 8 GPUs), per kind: "tests equivalence", "checkpoint faults", "speed", "offload calibrate".
@@ -129,6 +132,13 @@ if has checkpoint; then
     done
     summary+=("checkpoint stage $st: $(grep '^checkpoint:' "$OUT/ck_save_$st.log" | head -1) | resumed state $same")
     summary+=("  losses: $(python3 -c "import json; a=json.load(open('$OUT/ck_whole_$st.json'))['measured']['loss'][3:]; b=json.load(open('$OUT/ck_parts_$st.json'))['measured']['loss']; print('steps 4-6 equal' if a==b else f'DIFFER {a} {b}')" 2>&1)")
+    # N -> N/2 ranks: the step-3 checkpoint resumed on half the GPUs with twice the micro-steps (the same global
+    # batch); bf16 gradients are then summed in another order, so the losses agree to bf16's rounding, not bit for bit.
+    if [ "$N" -ge 2 ]; then
+      timeout 150 $RUN run ${C/--gpus $N/--gpus $((N / 2))} --grad-accum 2 --steps 6 --resume $CK/parts/step-00000003 \
+        --report "$OUT/ck_reshard_$st.json" > "$OUT/ck_reshard_$st.log" 2>&1
+      summary+=("  resumed on $((N / 2)) ranks (rc=$?): $(python3 -c "import json; a=json.load(open('$OUT/ck_whole_$st.json'))['measured']['loss'][3:]; b=json.load(open('$OUT/ck_reshard_$st.json'))['measured']['loss']; print('steps 4-6 max relative loss difference %.2g' % max(abs(x - y) / abs(x) for x, y in zip(a, b)), b)" 2>&1 | cut -c1-200)")
+    fi
     rm -rf "$CK"
   done
 fi
@@ -146,9 +156,12 @@ if has faults; then
     left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)
     summary+=("fault $name: exit $rc after $(python3 -c "print(f'{$e-$s:.1f}')") s, GPU processes left $left: $(grep -E 'rank [0-9]+' "$OUT/fault_$name.log" | tail -1 | cut -c1-200)")
   }
-  fault_case hang ZEROPLAN_TEST_FAULT=hang:1:3
-  fault_case cuda_error ZEROPLAN_TEST_FAULT=error:1:3
-  fault_case oom ZEROPLAN_TEST_FAULT=oom:1:3
+  # FAULT_CASES="kill9" runs that case only (default every case)
+  fault_wanted() { [[ " ${FAULT_CASES:-hang cuda_error oom kill9} " == *" $1 "* ]]; }
+  fault_wanted hang && fault_case hang ZEROPLAN_TEST_FAULT=hang:1:3
+  fault_wanted cuda_error && fault_case cuda_error ZEROPLAN_TEST_FAULT=error:1:3
+  fault_wanted oom && fault_case oom ZEROPLAN_TEST_FAULT=oom:1:3
+  if fault_wanted kill9; then
   # kill -9 from outside, mid-step: the last rank process the launcher started, once step 3 is printed.
   s=$(date +%s.%N)
   timeout 150 $RUN run $F > "$OUT/fault_kill9.log" 2>&1 &
@@ -166,6 +179,7 @@ if has faults; then
   e=$(date +%s.%N); sleep 2
   left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)
   summary+=("fault kill9 (pid $victim): exit $rc after $(python3 -c "print(f'{$e-$s:.1f}')") s from start, GPU processes left $left: $(grep -E 'rank [0-9]+' "$OUT/fault_kill9.log" | tail -1 | cut -c1-200)")
+  fi
 fi
 
 if has speed; then
@@ -189,8 +203,8 @@ if has speed; then
       --steps $STEPS) > "$OUT/peer_$1.log" 2>&1
     summary+=("peer $1: $(grep '^{' "$OUT/peer_$1.log" | tail -1 | cut -c1-200)")
   }
-  ours s3 3 none; ours s3_selective 3 selective; peer fsdp_full; peer fsdp2
-  ours s0 0 none; peer ddp; ours s2 2 none; peer fsdp_grad_op; ours s1 1 none; peer zero1
+  ours s3 3 none; ours s3_selective 3 selective; peer fsdp_full; peer fsdp2; peer fsdp2_compile
+  ours s0 0 none; peer ddp; peer ddp_compile; ours s2 2 none; peer fsdp_grad_op; ours s1 1 none; peer zero1
   # Stage 2 with 2e8-element buckets (a DeepSpeed config): the bucket buffers the peak holds, 1.6 GiB less.
   ours s2_bucket2e8 2 none "--ds-config bench/exec/models/ds-stage2-bucket-2e8.json"
   # fp32 gradient accumulation (data_types.grad_accum_dtype), at stage 1 with fp32 reductions too, 2 micro-steps
@@ -251,6 +265,28 @@ if has largest_offload; then
     --offload-optimizer cpu --offload-param cpu --ds-config bench/exec/models/ds-stage3-offload-largest.json \
     --report "$OUT/largest_offload.json" > "$OUT/largest_offload.log" 2>&1
   summary+=("largest, stage 3 + opt/param on CPU rc=$?: $(tokens "$OUT/largest_offload.log") | $(grep -E 'total \(device|pinned|resident|node host|step .* predicted|failed' "$OUT/largest_offload.log" | tr -s ' ' | tr '\n' ' ')")
+fi
+if has scaling; then
+  # Tokens/s per GPU at 1 and 2 GPUs of this host for each stage (the N-GPU rows are the speed part's): the
+  # README's scaling picture (scripts/scaling_picture.py) reads these reports.
+  for g in 1 2; do
+    [ "$g" -lt "$N" ] || continue
+    for st in 0 1 2 3; do
+      CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((g - 1))) timeout 100 $RUN run $BIG --gpus $g --stage $st --steps ${SCALING_STEPS:-12} \
+        --warmup-steps 4 --report "$OUT/scale_${g}gpu_s$st.json" > "$OUT/scale_${g}gpu_s$st.log" 2>&1
+      summary+=("scaling stage $st, $g GPU(s): $(tokens "$OUT/scale_${g}gpu_s$st.log")")
+    done
+  done
+fi
+if has headline; then
+  # The README's first example: the plan for Llama-2 13B at micro-batch 2, sequence 4096 on this machine, then
+  # the plan it recommends, run (issue 35).
+  H="--model llama2-13b --micro-batch 2 --seq 4096 --precision bf16 --cluster $CLUSTER --gpus $N"
+  $RUN plan $H > "$OUT/headline_plan.log" 2>&1
+  $RUN plan $H --engine zeroplan > "$OUT/headline_plan_zeroplan.log" 2>&1
+  timeout 240 $RUN run $H --stage 3 --steps 8 --warmup-steps 3 --report "$OUT/headline_s3.json" \
+    > "$OUT/headline_s3.log" 2>&1
+  summary+=("headline llama2-13b stage 3 rc=$?: $(tokens "$OUT/headline_s3.log") | $(grep -E 'total \(device|step .* predicted' "$OUT/headline_s3.log" | tr -s ' ' | tr '\n' ' ')")
 fi
 if has calibrate; then
   mkdir -p /var/tmp/zeroplan-calibrate-disk

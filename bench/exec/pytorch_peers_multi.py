@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The multi-GPU PyTorch peers for `zeroplan run --gpus N` (run under torchrun, one process per GPU): the GPT-2 of
 pytorch_peer.py with DDP (stage 0), ZeroRedundancyOptimizer (stage 1), FSDP SHARD_GRAD_OP (stage 2), FSDP
-FULL_SHARD or FSDP2 fully_shard (stage 3), bf16 (autocast over fp32 parameters for DDP/ZeRO-1; FSDP bf16
+FULL_SHARD or FSDP2 fully_shard (stage 3), and DDP / FSDP2 with torch.compile (ddp_compile, fsdp2_compile:
+each decoder block compiled before FSDP2 shards it, as torchtitan does), bf16 (autocast over fp32 parameters for DDP/ZeRO-1; FSDP bf16
 parameters with fp32 master, as in ../shared/reference/device-and-peers.md). Rank 0 prints one JSON line: global tokens/s, step ms, peak allocated."""
 import argparse
 import json
@@ -19,7 +20,7 @@ from pytorch_peer import GPT, Block
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["ddp", "zero1", "fsdp_grad_op", "fsdp_full", "fsdp2"], required=True)
+    ap.add_argument("--mode", choices=["ddp", "ddp_compile", "zero1", "fsdp_grad_op", "fsdp_full", "fsdp2", "fsdp2_compile"], required=True)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
@@ -32,13 +33,15 @@ def main():
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     autocast = True
-    if a.mode == "fsdp2":
+    if a.mode in ("fsdp2", "fsdp2_compile"):
         # FSDP2 (torch.distributed.fsdp.fully_shard): each block its own group, then the root; bf16 compute and
         # reduction, fp32 sharded parameters (the device-and-peers.md configuration).
         from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
         for m in model.modules():
             if isinstance(m, Block):
+                if a.mode == "fsdp2_compile":
+                    m.compile()  # in place, before sharding: torchtitan's per-block order
                 fully_shard(m, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
         autocast = False
@@ -63,6 +66,8 @@ def main():
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=3e-4,
                                       betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     else:
+        if a.mode == "ddp_compile":
+            model = torch.compile(model)  # compiled, then wrapped in DDP, as nanoGPT does
         model = DDP(model, device_ids=[dev.index])
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                                 lr=3e-4, betas=(0.9, 0.95), fused=True)
