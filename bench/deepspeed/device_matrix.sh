@@ -34,6 +34,7 @@ python3 -c "import deepspeed, torch; print('DeepSpeed', deepspeed.__version__, '
 gpus_here=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
 cluster=h200x2
 [ "$gpus_here" -eq 1 ] && cluster=h200x1
+[ "$gpus_here" -eq 4 ] && cluster=h200x4
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && cluster=h100x1
 summary="$out/summary.txt"
 : > "$summary"

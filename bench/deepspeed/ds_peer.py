@@ -177,6 +177,10 @@ def main():
     ap.add_argument("--settled", type=int, default=3)
     ap.add_argument("--max-warmup", type=int, default=40, help="fp16: give up waiting for the loss scale to settle "
                     "after this many warm-up steps (the run then says so: measured.loss_scale_settled false)")
+    ap.add_argument("--empty-cache-after-init", action="store_true",
+                    help="call torch.cuda.empty_cache() after deepspeed.initialize, before the measured steps (the "
+                         "harness's variant; a training script does not, and the caching allocator then keeps what "
+                         "initialize freed: the default, as the planner assumes)")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile", help="after the measured steps, write where DeepSpeed's step spends its time to "
@@ -228,7 +232,8 @@ def main():
         optimizer_step()
         return loss
 
-    torch.cuda.empty_cache()
+    if args.empty_cache_after_init:
+        torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     device_used_peak = 0
     times, losses, skipped, probes_between = [], [], [], []
@@ -315,6 +320,9 @@ def main():
             "cpu_threads_per_rank": int(omp) if omp else None,
             # build_model: stage 3 builds the GPT-2 family under deepspeed.zero.Init, ResNet-101 whole (torchvision)
             "zero_init": shape is not None and config.get("zero_optimization", {}).get("stage", 0) == 3,
+            # whether the caching allocator was emptied after deepspeed.initialize (--empty-cache-after-init); rows
+            # measured before 2026-11-28 always were
+            "empty_cache_after_init": args.empty_cache_after_init,
             "measured": measured,
             "losses": losses,
         }

@@ -18,9 +18,9 @@ list="$here/matrix.txt"
 echo "# PART NAME MODEL PLANNER_MODEL GPUS CONFIG OMP_THREADS (written by make_matrix.sh)" > "$list"
 
 plans=("0 none none" "1 none none" "1 cpu none" "2 none none" "2 cpu none" "3 none none" "3 cpu none" "3 cpu cpu")
-emit() {  # part name model planner_model gpus precision micro accumulation stage opt param threads
+emit() {  # part name model planner_model gpus precision micro accumulation stage opt param threads [cluster]
   local part=$1 name=$2 model=$3 planner=$4 gpus=$5 precision=$6 micro=$7 accumulation=$8 stage=$9 opt=${10}
-  local param=${11} threads=${12}
+  local param=${11} threads=${12} cluster=${13:-h200x2}
   local config="bench/deepspeed/matrix/$name.json"
   local seq=()
   [ "$model" != resnet101 ] && seq=(--seq 1024)
@@ -29,7 +29,7 @@ emit() {  # part name model planner_model gpus precision micro accumulation stag
   # torch.optim.AdamW on CPU tensors instead (engine.py _configure_basic_optimizer), 2.6-3.9x slower.
   local base="$here/base_torch_adam.json"
   [ "$opt" != none ] && base="$here/base_cpu_adam.json"
-  "$zeroplan" plan --model "$planner" --cluster h200x2 --gpus "$gpus" --ds-config "$base" \
+  "$zeroplan" plan --model "$planner" --cluster "$cluster" --gpus "$gpus" --ds-config "$base" \
     "${seq[@]}" --precision "$precision" --micro-batch "$micro" --grad-accum "$accumulation" --stage "$stage" \
     --offload-optimizer "$opt" --offload-param "$param" --emit-ds-config "$repo/$config" --overwrite \
     --format json > /dev/null || true  # the exit status says whether the plan fits; the config is written anyway
@@ -59,6 +59,15 @@ for plan in "0 none none" "1 none none" "2 none none" "3 none none"; do
   read -r s o p <<< "$plan"
   emit 3 "gpt2-350m_bf16_2gpu_a1_$(label $s $o $p)_t16" "$gpt2_350m" "$gpt2_350m" 2 bf16 8 1 "$s" "$o" "$p" 16
   emit 3 "gpt2-1.5b_fp16_2gpu_a1_$(label $s $o $p)_t16" "$gpt2_15b" "$gpt2_15b" 2 fp16 8 1 "$s" "$o" "$p" 16
+done
+# Part x4 (issue 36): four GPUs (nvidia-h200-x4, 64 cores: 16 CPU Adam threads per rank), planned on h200x4.
+for plan in "0 none none" "1 none none" "2 none none" "3 none none" "2 cpu none" "3 cpu none" "3 cpu cpu"; do
+  read -r s o p <<< "$plan"
+  emit x4 "gpt2-1.5b_bf16_4gpu_a1_$(label $s $o $p)_t16" "$gpt2_15b" "$gpt2_15b" 4 bf16 8 1 "$s" "$o" "$p" 16 h200x4
+done
+for plan in "0 none none" "2 none none" "3 cpu none"; do
+  read -r s o p <<< "$plan"
+  emit x4 "resnet101_fp16_4gpu_a1_$(label $s $o $p)_t16" resnet101 resnet101 4 fp16 128 1 "$s" "$o" "$p" 16 h200x4
 done
 # Part 4: accumulation 4 and one GPU, bf16 1.5B.
 for plan in "0 none none" "1 none none" "2 none none" "3 none none"; do

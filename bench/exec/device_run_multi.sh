@@ -21,7 +21,9 @@
 #                parameters on the CPU, beside their plans
 #   nvme         ZeRO-Infinity's optimizer offload to the machine's disk (--offload-optimizer nvme, stage 3) at GPT-2
 #                124M and 355M, beside the same runs with the optimizer on the CPU (--deterministic: equal losses
-#                expected) and their plans; the disk's raw rates (dd) beside
+#                expected) and their plans; then its parameter offload (--offload-param nvme, optimizer on the
+#                CPU) beside --offload-param cpu (equal losses expected; NVMe bytes per step beside the plan's);
+#                the disk's raw rates (dd) beside
 #   largest      the largest GPT-2-family model the planner fits on 2x H200 at stage 3 but not at stage 2
 #                (bench/exec/models/gpt2-h6144-l36.json, 16.6B; issue 11), 10 steps beside its plan
 #   largest_offload  host-bound (issue 12): the largest layer count of that width the planner fits at stage 3 with
@@ -199,7 +201,7 @@ if has speed; then
   peer() {
     wanted "$1" || return 0
     speed_left "peer $1" || return 0
-    (cd bench/exec && PYTHONUNBUFFERED=1 timeout 90 torchrun --nproc_per_node $N pytorch_peers_multi.py --mode $1 \
+    (cd bench/exec && PYTHONUNBUFFERED=1 timeout ${PEER_TIMEOUT:-90} torchrun --nproc_per_node $N pytorch_peers_multi.py --mode $1 \
       --steps $STEPS) > "$OUT/peer_$1.log" 2>&1
     summary+=("peer $1: $(grep '^{' "$OUT/peer_$1.log" | tail -1 | cut -c1-200)")
   }
@@ -243,6 +245,17 @@ if has nvme; then
     summary+=("nvme $m stage 3 rc=$rc: $(tokens "$OUT/nvme_$m.log") | $(grep -E 'step .* predicted' "$OUT/nvme_$m.log" | tr -s ' ')")
     summary+=("  $(grep -iE 'nvme' "$OUT/nvme_$m.log" | grep -v '^run' | tail -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-220)")
     summary+=("  against --offload-optimizer cpu: $(python3 -c "import json; a=json.load(open('$OUT/nvme_$m.json'))['measured']['loss']; b=json.load(open('$OUT/nvme_cpu_$m.json'))['measured']['loss']; print('losses bit-identical' if a==b else f'DIFFER {a} {b}')" 2>&1 | cut -c1-200) | cpu: $(tokens "$OUT/nvme_cpu_$m.log")")
+  done
+  # Parameters on NVMe (exec/offload/param_swapper.h) against parameters in host memory, same deterministic run.
+  for m in gpt2-124m gpt2-355m; do
+    S="--model $m --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 6 --warmup-steps 2 --deterministic --offload-optimizer cpu"
+    rm -rf "$NV"; mkdir -p "$NV"
+    timeout 200 $RUN run $S --offload-param nvme --nvme-path "$NV" --report "$OUT/pnvme_$m.json" > "$OUT/pnvme_$m.log" 2>&1
+    rc=$?
+    timeout 100 $RUN run $S --offload-param cpu --report "$OUT/pnvme_cpu_$m.json" > "$OUT/pnvme_cpu_$m.log" 2>&1
+    summary+=("param nvme $m stage 3 rc=$rc: $(tokens "$OUT/pnvme_$m.log") | $(grep -E 'step .* predicted' "$OUT/pnvme_$m.log" | tr -s ' ')")
+    summary+=("  $(grep -E 'parameter NVMe swapping|NVMe \(swap files' "$OUT/pnvme_$m.log" | tr -s ' ' | tr '\n' ' ' | cut -c1-260)")
+    summary+=("  against --offload-param cpu: $(python3 -c "import json; a=json.load(open('$OUT/pnvme_$m.json'))['measured']; b=json.load(open('$OUT/pnvme_cpu_$m.json'))['measured']; o=a['offload_seconds']; print(('losses bit-identical' if a['loss']==b['loss'] else f\"DIFFER {a['loss']} {b['loss']}\") + f\"; NVMe read/written per step {o['param_nvme_read_bytes']:.0f}/{o['param_nvme_write_bytes']:.0f} B, planned {o['param_nvme_read_bytes_predicted']:.0f}/{o['param_nvme_write_bytes_predicted']:.0f}\")" 2>&1 | cut -c1-260) | cpu: $(tokens "$OUT/pnvme_cpu_$m.log")")
   done
   rm -rf "$NV"
 fi
