@@ -115,16 +115,20 @@ TEST(CollectiveTime, MissingInterNodeBandwidthIsBadInput) {
   EXPECT_THROW(CollectiveTimer(one_link_cluster(4, 2, 100e9, 0.0, 0.0, 0.0), 8), InputError);
 }
 
-// device-and-peers.md, "NCCL in one process, bf16, busbw per nccl-tests (GB/s)".
+// What the bundled h200x4 was made from. 4 ranks: `zeroplan calibrate --gpus 4` on nvidia-h200-x4, 2026-11-28, the
+// executor's communicator across 4 processes (bench/exec/results/2026-11-28-four-gpu-h200/call1/calibrate.log; at 1
+// MiB it reads 8-18 GB/s where nccl-tests in one process read 28-52: a launch and a synchronisation per collective
+// are in its time, as they are in a training step's). 2 ranks: nccl-tests in one process on the same machine kind,
+// 2026-11-21 (device-and-peers.md, "NCCL in one process, bf16, busbw per nccl-tests (GB/s)").
 struct MeasuredBusbw {
   int gpus;
   CollectiveKind kind;
   double busbw_gb_s[3];  // at 1 MiB, 64 MiB, 1 GiB
 };
 constexpr MeasuredBusbw kH200Measured[] = {
-    {4, CollectiveKind::all_reduce, {52, 314, 356}},     {4, CollectiveKind::reduce_scatter, {30, 267, 323}},
-    {4, CollectiveKind::all_gather, {28, 268, 328}},     {2, CollectiveKind::all_reduce, {74, 270, 332}},
-    {2, CollectiveKind::reduce_scatter, {48, 206, 269}}, {2, CollectiveKind::all_gather, {47, 221, 278}},
+    {4, CollectiveKind::all_reduce, {17.89, 315.13, 355.18}}, {4, CollectiveKind::reduce_scatter, {7.88, 270.50, 326.69}},
+    {4, CollectiveKind::all_gather, {8.43, 273.14, 335.08}},  {2, CollectiveKind::all_reduce, {74, 270, 332}},
+    {2, CollectiveKind::reduce_scatter, {48, 206, 269}},      {2, CollectiveKind::all_gather, {47, 221, 278}},
 };
 
 TEST(CollectiveTime, BundledH200ClusterWithinTenPercentOfMeasuredBusbw) {

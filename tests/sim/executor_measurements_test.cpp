@@ -352,6 +352,59 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
   }
 }
 
+// Four H200, 2026-11-28 (bench/exec/results/2026-11-28-four-gpu-h200/, its README gives the three calls), planned on
+// the h200x4 description `zeroplan calibrate` wrote in the first of them: GPT-2 1.5B, micro-batch 8, seq 1024, bf16
+// at stages 0-3 and with the optimizer (and the parameters) on the CPU on 4 ranks, the same model's stages on 1 and
+// 2 of those GPUs (the scaling rows), and the README's headline plan, Llama-2 13B at micro-batch 2 x 4096, stage 3:
+// each memory component within 3%, the device total within 5%, the step within 10%, the bytes of each collective
+// kind equal; with offload the host's pinned states and resident peak too.
+TEST(ExecutorMeasurements, FourH200RunsWithinTolerances) {
+  struct Run {
+    const char* report;
+    int gpus;
+    int stage;
+    bool offload_optimizer;
+    bool offload_param;
+  };
+  for (const Run& run : {Run{"call2/run_s0.json", 4, 0, false, false}, Run{"call2/run_s1.json", 4, 1, false, false},
+                         Run{"call2/run_s2.json", 4, 2, false, false}, Run{"call2/run_s3.json", 4, 3, false, false},
+                         Run{"call1/off_s2optimizercpu.json", 4, 2, true, false},
+                         Run{"call1/off_s3optimizercpu.json", 4, 3, true, false},
+                         Run{"call1/off_s3optimizercpuparamcpu.json", 4, 3, true, true},
+                         Run{"call3/scale_1gpu_s0.json", 1, 0, false, false},
+                         Run{"call3/scale_1gpu_s3.json", 1, 3, false, false},
+                         Run{"call3/scale_2gpu_s0.json", 2, 0, false, false},
+                         Run{"call3/scale_2gpu_s1.json", 2, 1, false, false},
+                         Run{"call3/scale_2gpu_s2.json", 2, 2, false, false},
+                         Run{"call3/scale_2gpu_s3.json", 2, 3, false, false}}) {
+    SCOPED_TRACE(run.report);
+    std::printf("four H200: %s\n", run.report);
+    const nlohmann::json m = read_json_file(results("2026-11-28-four-gpu-h200") / run.report).at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+    ASSERT_EQ(m.at("world_size").get<int>(), run.gpus);
+    const Planned p = plan_like_the_run("h200x4.json", run.stage, run.offload_optimizer, run.gpus, run.offload_param);
+    expect_memory_within(p, m, run.offload_optimizer);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    expect_comm_bytes_equal(p, m);
+  }
+  std::printf("four H200: call1/headline_s3.json (llama2-13b)\n");
+  const nlohmann::json m =
+      read_json_file(results("2026-11-28-four-gpu-h200") / "call1" / "headline_s3.json").at("measured");
+  ASSERT_EQ(m.at("world_size").get<int>(), 4);
+  PlanInputs inputs;
+  inputs.model = "llama2-13b";
+  inputs.cluster = (data_directory() / "configs" / "clusters" / "h200x4.json").string();
+  inputs.gpus = 4;
+  inputs.micro_batch = 2;
+  inputs.seq = 4096;
+  inputs.precision = Precision::bf16;
+  inputs.stage = 3;
+  const Planned p = plan_as_run(inputs);
+  expect_memory_within(p, m, false);
+  expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  expect_comm_bytes_equal(p, m);
+}
+
 // Two H100 (bench/exec/results/2026-11-26-two-gpu-h100-grad-precision/, its README gives the command), planned on
 // h100x2: stages 0-1 as before, and the gradient precisions of DeepSpeed's data_types.grad_accum_dtype and
 // communication_data_type: stage 1 accumulating and reducing in fp32 (2 micro-steps,
