@@ -109,6 +109,7 @@ struct NvmeStore::State {
   bool created_directory = false;
   int queue_depth = 0;
   i64 block_bytes = 0;
+  bool overlap_events = true;
 
   io_uring ring{};
   bool ring_ready = false;
@@ -128,6 +129,7 @@ struct NvmeStore::State {
   ~State();
   void check_directory(const NvmeStoreOptions& options, int rank);
   File& open_file(const std::string& name);
+  void check_still_linked(const File& file);
   Ticket submit(bool is_write, const std::string& name, i64 file_offset, char* data, i64 bytes);
   void wake_io_thread();
   void io_loop();
@@ -213,12 +215,26 @@ void NvmeStore::State::check_directory(const NvmeStoreOptions& options, int rank
 
 NvmeStore::State::File& NvmeStore::State::open_file(const std::string& name) {
   auto found = files.find(name);
-  if (found != files.end()) return *found->second;
+  if (found != files.end()) {
+    check_still_linked(*found->second);
+    return *found->second;
+  }
   auto file = std::make_unique<File>();
   file->path = directory + "/" + name;
   file->fd = open(file->path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
   ZP_SYSCALL_CHECK(file->fd, "open " + file->path + " (O_DIRECT)");
   return *files.emplace(name, std::move(file)).first->second;
+}
+
+// Whether the file is still the one under its name: the descriptor outlives an unlink, and a file put back under
+// the name is another inode. Either way the data this store wrote is no longer where the user sees it.
+void NvmeStore::State::check_still_linked(const File& file) {
+  struct stat held {}, named {};
+  ZP_SYSCALL_CHECK(fstat(file.fd, &held), "fstat " + file.path);
+  if (held.st_nlink == 0 || stat(file.path.c_str(), &named) == -1 || named.st_ino != held.st_ino ||
+      named.st_dev != held.st_dev)
+    throw IoError("swap file " + file.path + " was removed or replaced while in use (its data is gone); expected "
+                  "the directory to be left alone during the run" + at(__FILE__, __LINE__));
 }
 
 void NvmeStore::State::wake_io_thread() { ZP_SYSCALL_CHECK(eventfd_write(wake_fd, 1), "eventfd_write (waking the I/O thread)"); }
@@ -247,6 +263,7 @@ NvmeStore::Ticket NvmeStore::State::submit(bool is_write, const std::string& nam
     if (found == files.end())
       throw std::out_of_range("NvmeStore::read: no file '" + name + "' was written in " + directory);
     file = found->second.get();
+    check_still_linked(*file);
     if (file->writes_in_flight > 0)
       throw std::logic_error("NvmeStore::read: " + file->path + " has a write in flight; wait for it first");
     if (file->size < 0)
@@ -306,6 +323,7 @@ void NvmeStore::State::arm_wakeup() {
 void NvmeStore::State::io_loop() {
   std::deque<Block*> pending;
   int in_flight = 0;
+  bool batch_open = false;  // the current batch is being filled (overlap_events false)
   try {
     arm_wakeup();
     for (;;) {
@@ -315,7 +333,9 @@ void NvmeStore::State::io_loop() {
         queued.clear();
         if (stopping && pending.empty() && in_flight == 0) return;
       }
-      while (in_flight < queue_depth && !pending.empty()) {
+      // Without overlap_events a new batch waits until the previous one has completed.
+      while (in_flight < queue_depth && !pending.empty() && (overlap_events || in_flight == 0 || batch_open)) {
+        batch_open = true;
         Block* block = pending.front();
         pending.pop_front();
         if (!block->request->error.empty()) {  // an earlier block of this request failed: skip the rest
@@ -334,6 +354,7 @@ void NvmeStore::State::io_loop() {
         io_uring_sqe_set_data(sqe, block);
         ++in_flight;
       }
+      batch_open = false;
       const int submitted = io_uring_submit_and_wait(&ring, 1);
       // EINTR: a signal; EAGAIN / EBUSY: the kernel is short of resources or the completion queue is full. Reap
       // what has completed and submit again.
@@ -444,6 +465,7 @@ NvmeStore::NvmeStore(const std::string& nvme_path, int rank, const NvmeStoreOpti
   s.nvme_path = nvme_path;
   s.queue_depth = options.queue_depth;
   s.block_bytes = options.block_bytes;
+  s.overlap_events = options.overlap_events;
   s.check_directory(options, rank);
   s.wake_fd = eventfd(0, EFD_CLOEXEC);
   ZP_SYSCALL_CHECK(s.wake_fd, "eventfd");
@@ -502,5 +524,6 @@ i64 NvmeStore::stored_bytes(const std::string& name) {
 const std::string& NvmeStore::directory() const { return state_->directory; }
 int NvmeStore::queue_depth() const { return state_->queue_depth; }
 i64 NvmeStore::block_bytes() const { return state_->block_bytes; }
+bool NvmeStore::overlap_events() const { return state_->overlap_events; }
 
 }  // namespace zeroplan::exec::offload

@@ -48,6 +48,10 @@ class DirectIoBuffer {
 struct NvmeStoreOptions {
   int queue_depth = 8;                               // blocks in flight (DeepSpeed aio.queue_depth)
   std::int64_t block_bytes = std::int64_t{1} << 20;  // bytes per I/O (DeepSpeed aio.block_size), 4096 multiple
+  // DeepSpeed aio.overlap_events (default true): a block is submitted as soon as one in flight completes. False:
+  // the blocks go in batches of queue_depth, each batch submitted once the previous one has completed (DeepSpeed's
+  // csrc/aio/common/deepspeed_aio_common.cpp: _do_io_submit_block waits for a whole batch without it).
+  bool overlap_events = true;
   // Where nvme_path came from, for error messages: the configuration file and its field.
   std::string config_source = "DeepSpeed config";
   std::string config_field = "zero_optimization.offload_optimizer.nvme_path";
@@ -72,7 +76,9 @@ class NvmeStore {
   // may be any count >= 0. The memory must stay valid (and, for a write, unchanged) until wait() returns.
   // `name`: 1 to 200 of [A-Za-z0-9._-], not "." or "..". A read of a name not written, or past the bytes
   // written, is refused with std::out_of_range naming the file, its size and the range asked; a read of a file
-  // with a write in flight, or a write to a file with a read in flight, with std::logic_error.
+  // with a write in flight, or a write to a file with a read in flight, with std::logic_error. A file removed
+  // (unlinked) or replaced under the store since it was opened is an IoError naming it: reading its old inode
+  // through the open descriptor would go on working, but whatever removed it meant the data to be gone.
   Ticket write(const std::string& name, std::int64_t file_offset, const void* data, std::int64_t bytes);
   Ticket read(const std::string& name, std::int64_t file_offset, void* data, std::int64_t bytes);
   Ticket write(const std::string& name, const void* data, std::int64_t bytes) { return write(name, 0, data, bytes); }
@@ -91,6 +97,7 @@ class NvmeStore {
   const std::string& directory() const;
   int queue_depth() const;
   std::int64_t block_bytes() const;
+  bool overlap_events() const;
 
  private:
   struct State;  // the ring, the I/O thread and the bookkeeping (nvme_io.cpp)

@@ -18,6 +18,7 @@
 
 #include "core/input_error.h"
 #include "exec/offload/nvme_io.h"
+#include "exec/offload/param_swapper.h"
 
 namespace zeroplan::exec::offload {
 namespace {
@@ -237,6 +238,101 @@ TEST_F(NvmeStoreTest, RefusesMisalignedBuffersOffsetsAndBadNames) {
   bad_depth.queue_depth = 0;
   EXPECT_THROW(NvmeStore(dir_, 0, bad_depth), std::invalid_argument);
   EXPECT_THROW(NvmeStore(dir_, -1), std::invalid_argument);
+}
+
+
+// aio.overlap_events false: blocks go in batches of queue_depth, each after the previous one completed; the
+// data is the same.
+TEST_F(NvmeStoreTest, BatchedSubmissionWithoutOverlapEventsRoundTrips) {
+  NvmeStoreOptions options;
+  options.queue_depth = 3;
+  options.block_bytes = 8192;
+  options.overlap_events = false;
+  NvmeStore store(dir_, 0, options);
+  EXPECT_FALSE(store.overlap_events());
+  const i64 bytes = 10 * 8192 + 123;
+  DirectIoBuffer source = random_buffer(bytes, 7), back = guarded_buffer(bytes);
+  store.wait(store.write("batched", source.data(), bytes));
+  store.wait(store.read("batched", back.data(), bytes));
+  expect_same(source, back, bytes);
+}
+
+// A file removed (or put back as another file) under the store's name is an error naming it at the next request:
+// the open descriptor would still read the old inode, but whoever removed it meant its data gone.
+TEST_F(NvmeStoreTest, AFileRemovedOrReplacedIsAnIoErrorNamingIt) {
+  NvmeStore store(dir_, 0);
+  const i64 bytes = 5000;
+  DirectIoBuffer source = random_buffer(bytes, 9), back = guarded_buffer(bytes);
+  store.wait(store.write("removed", source.data(), bytes));
+  const std::string path = store.directory() + "/removed";
+  ASSERT_TRUE(exists(path));
+  std::filesystem::remove(path);
+  try {
+    store.read("removed", back.data(), bytes);
+    ADD_FAILURE() << "a read of a removed file was accepted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("removed"), std::string::npos) << e.what();
+  }
+  store.wait(store.write("replaced", source.data(), bytes));
+  const std::string replaced = store.directory() + "/replaced";
+  std::filesystem::remove(replaced);
+  std::ofstream(replaced) << "someone else's";
+  EXPECT_THROW(store.write("replaced", source.data(), bytes), IoError);
+}
+
+// The parameter swapper: chunks written, then read back in a planned order (read ahead into the buffers) and out
+// of it; bytes counted in whole blocks; a write of a chunk whose read is planned drops the plan.
+TEST_F(NvmeStoreTest, ParamSwapperReadsAheadInThePlannedOrder) {
+  const std::vector<i64> chunks = {1000, 0, 4096, 3000};  // elements of 4 bytes; chunk 1 stays in host memory
+  std::vector<DirectIoBuffer> memory;
+  std::vector<int> idle;
+  ParamSwapper swapper(
+      dir_, 0, NvmeStoreOptions{}, chunks, 4, 2,
+      [&](i64 bytes) {
+        memory.emplace_back(bytes);
+        return memory.back().data();
+      },
+      [&](int b) { idle.push_back(b); });
+  EXPECT_EQ(swapper.buffer_count(), 2);
+  EXPECT_EQ(swapper.nvme_bytes(), 4096 + 16384 + 12288);
+  EXPECT_EQ(swapper.buffer_bytes(), 2 * 16384 + 4096);
+  std::vector<std::vector<float>> values(chunks.size());
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    if (chunks[c] == 0) continue;
+    values[c].resize(static_cast<std::size_t>(chunks[c]));
+    for (std::size_t i = 0; i < values[c].size(); ++i) values[c][i] = static_cast<float>(c * 100000 + i);
+    const ParamSwapper::Writing w = swapper.begin_write(static_cast<int>(c), 0, chunks[c]);
+    std::memcpy(w.data, values[c].data(), values[c].size() * 4);
+    swapper.end_write(w);
+  }
+  swapper.wait_writes();
+  SwapTimes t = swapper.take_times();
+  EXPECT_EQ(t.write_bytes, swapper.nvme_bytes());
+  EXPECT_EQ(t.read_bytes, 0);
+  const std::vector<int> order = {3, 0, 2, 3, 0};
+  swapper.plan_reads(order);
+  for (int c : order) {
+    const ParamSwapper::Held h = swapper.acquire(c);
+    EXPECT_EQ(std::memcmp(h.data, values[c].data(), values[c].size() * 4), 0) << "chunk " << c;
+    swapper.release(h.buffer);
+  }
+  const ParamSwapper::Held out_of_order = swapper.acquire(2);  // no plan: read now
+  EXPECT_EQ(std::memcmp(out_of_order.data, values[2].data(), values[2].size() * 4), 0);
+  swapper.release(out_of_order.buffer);
+  t = swapper.take_times();
+  EXPECT_EQ(t.read_bytes, 12288 + 4096 + 16384 + 12288 + 4096 + 16384);
+  // A write of chunk 0 while its read is planned: the plan goes, the write lands, the read sees it.
+  swapper.plan_reads({0, 2});
+  values[0][5] = -1.0f;
+  const ParamSwapper::Writing w = swapper.begin_write(0, 0, chunks[0]);
+  std::memcpy(w.data, values[0].data(), values[0].size() * 4);
+  swapper.end_write(w);
+  const ParamSwapper::Held h = swapper.acquire(0);
+  EXPECT_EQ(static_cast<const float*>(h.data)[5], -1.0f);
+  swapper.release(h.buffer);
+  EXPECT_FALSE(idle.empty());
+  EXPECT_THROW(swapper.acquire(1), std::logic_error);  // chunk 1 is not on NVMe
 }
 
 }  // namespace

@@ -1,0 +1,119 @@
+// ZeRO-Infinity's parameter offload to NVMe (offload_param {"device": "nvme"}, stage 3): a rank's 16-bit parameter
+// partition lives in files under nvme_path, one file per partition chunk (a bucket's chunk: what one all-gather
+// reads), and only a few pinned buffers are in host memory. The engine (exec/zero/zero_engine.cpp) tells the
+// swapper in which order a micro-step's all-gathers will read the chunks (the stage-3 fetch plan); the swapper reads
+// that many ahead as it has free buffers, so the disk works on the next units' chunks while the device computes
+// on the current one. After the optimizer step every updated chunk is written back through the same buffers.
+//
+// DeepSpeed's AsyncPartitionedParameterSwapper (deepspeed/runtime/swap_tensor/partitioned_param_swapper.py) keeps
+// offload_param.buffer_count pinned buffers of buffer_size elements (_configure_aio), assigns one to each
+// parameter swapped in (swap_in, _allocate_and_return_buffers_for_swap_in) and gives it back once the parameter is
+// released (remove_partition_and_release_buffers); the coordinator (zero/partitioned_param_coordinator.py,
+// __prefetch_nvme_param_partitions) swaps in the parameters of the next modules of its trace while there are free
+// buffers, and stage3.py writes the updated fp16 partition back after the optimizer step
+// (_reassign_or_swap_out_partitioned_parameters, swap_out_and_release). Here a buffer holds one chunk (a run of
+// tensors, as the engine gathers them) and is sized to the largest chunk on NVMe, which buffer_size must hold
+// (DeepSpeed's get_buffer refuses a partition larger than buffer_size); a chunk is read again for every all-gather
+// that needs it (DeepSpeed re-reads a released parameter too), so the bytes per step follow from the fetch plan.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "exec/offload/nvme_io.h"
+#include "exec/offload/optimizer_swapper.h"
+
+namespace zeroplan::exec::offload {
+
+class ParamSwapper {
+ public:
+  using HostAllocator = std::function<void*(std::int64_t bytes)>;
+  // Called before a buffer receives new data (a read or a write's values): whatever still reads it (the device
+  // copy the engine enqueued from it) must be done by then.
+  using BufferIdle = std::function<void(int buffer)>;
+
+  // `chunk_elements`: per chunk (the engine's buckets), its elements in a file, 0 for a chunk the swapper does not
+  // hold. `element_bytes`: of the partition's element type. The files go under <nvme_path>/zeroplan_rank<rank>/
+  // (NvmeStore: an InputError naming options.config_field when nvme_path is unusable); a chunk's file holds nothing
+  // until it is first written. std::invalid_argument for buffer_count < 1, element_bytes not 2 or 4, or no chunk.
+  ParamSwapper(const std::string& nvme_path, int rank, const NvmeStoreOptions& options,
+               std::vector<std::int64_t> chunk_elements, std::int64_t element_bytes, int buffer_count,
+               const HostAllocator& allocate, BufferIdle idle);
+  ParamSwapper(const ParamSwapper&) = delete;
+  ParamSwapper& operator=(const ParamSwapper&) = delete;
+
+  // The chunks the next acquire() calls will ask for, in order; reads start now into free buffers, at most
+  // `ahead` of them not yet acquired (ahead < buffers leaves room for writes in between). Replaces any earlier
+  // order (its reads not yet acquired are finished and dropped). An empty order stops reading ahead.
+  void plan_reads(const std::vector<int>& order, int ahead);
+  void plan_reads(const std::vector<int>& order) { plan_reads(order, buffer_count()); }
+
+  // The chunk's values in a buffer: the next planned read (waited for), or, for a chunk out of the planned order,
+  // read now (the plan dropped). The buffer is the chunk's until release(buffer).
+  struct Held {
+    const void* data = nullptr;
+    int buffer = -1;
+  };
+  Held acquire(int chunk);
+  // The buffer may take other data once the BufferIdle hook says its readers are done; planned reads go on.
+  void release(int buffer);
+
+  // A buffer to write `elements` values of `chunk` from element `offset` on (offset x element_bytes must be a
+  // multiple of 4096): the caller fills it, then end_write() starts the write. A planned read of the same chunk in
+  // flight drops the plan first (a write may not overlap a read of its file); other planned reads go on.
+  struct Writing {
+    void* data = nullptr;
+    int buffer = -1;
+    int chunk = -1;
+    std::int64_t offset = 0, elements = 0;
+  };
+  Writing begin_write(int chunk, std::int64_t offset, std::int64_t elements);
+  void end_write(const Writing& w);
+  // Every write started is on disk (IoError for the first that failed, naming its file).
+  void wait_writes();
+
+  // Bytes read and written since the last call (whole 4096-byte blocks, what the disk moved), and the seconds the
+  // calling thread blocked waiting for them.
+  SwapTimes take_times();
+
+  std::int64_t nvme_bytes() const { return nvme_bytes_; }      // the swap files' bytes (each chunk 4096-padded)
+  std::int64_t buffer_bytes() const { return buffer_bytes_; }  // host memory asked of the allocator
+  int buffer_count() const { return static_cast<int>(buffers_.size()); }
+  const std::string& directory() const { return store_.directory(); }
+  std::string file_name(int chunk) const;
+
+ private:
+  struct Buffer {
+    char* base = nullptr;
+    int chunk = -1;               // whose values it holds or receives
+    NvmeStore::Ticket read = 0;   // 0: none in flight
+    NvmeStore::Ticket write = 0;
+    bool busy = false;            // acquired, or holding a planned read not yet acquired
+    std::uint64_t released_at = 0;  // free buffers are taken least recently released first
+  };
+  std::int64_t padded(int chunk) const;
+  void finish(NvmeStore::Ticket& ticket);
+  int take_free_buffer();          // -1 when every buffer is busy
+  void prepare(int b, int chunk);  // idle hook, its own write done, the chunk's writes done
+  void top_up();                   // starts planned reads while buffers are free
+  void drop_planned();             // finishes the planned reads not acquired and frees their buffers
+  void start_read(int b, int chunk);
+
+  NvmeStore store_;
+  std::vector<std::int64_t> chunks_;
+  std::int64_t element_bytes_;
+  std::vector<Buffer> buffers_;
+  BufferIdle idle_;
+  std::string prefix_;
+  std::int64_t nvme_bytes_ = 0, buffer_bytes_ = 0;
+  std::vector<int> order_;        // planned chunks
+  std::vector<int> order_buffer_;  // per planned position: its buffer once its read started
+  std::size_t next_use_ = 0, next_read_ = 0;
+  int ahead_ = 0;
+  std::uint64_t releases_ = 0;
+  SwapTimes times_;
+};
+
+}  // namespace zeroplan::exec::offload
