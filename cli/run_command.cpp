@@ -50,8 +50,9 @@ void add_run_command(CLI::App& app, int* status) {
                   "Write the first step's gradients (reduced, unscaled, fp32) under the transformers / GPT-2 "
                   "checkpoint names to this safetensors file (one rank, or stage 0)");
   cmd->add_option("--nvme-path", options->nvme_path,
-                  "With --offload-optimizer nvme: the directory on a local disk (NVMe) the optimizer states swap to "
-                  "(DeepSpeed's offload_optimizer.nvme_path)");
+                  "With --offload-optimizer nvme or --offload-param nvme: the directory on a local disk (NVMe) the "
+                  "optimizer states and the parameters swap to (DeepSpeed's offload_optimizer / offload_param "
+                  "nvme_path)");
   cmd->add_option("--collective-timeout", options->collective_timeout_s,
                   "Seconds a collective may wait for the other ranks; past it the run stops, naming the rank that "
                   "never arrived")

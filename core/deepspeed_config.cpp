@@ -59,6 +59,9 @@ const std::vector<std::string> kOffloadOptimizerKeys = {"device", "nvme_path", "
                                                         "ratio"};
 const std::vector<std::string> kOffloadParamKeys = {"device", "nvme_path", "buffer_count", "buffer_size",
                                                     "max_in_cpu", "pin_memory"};
+// deepspeed/runtime/swap_tensor/aio_config.py (and the GDS / io_uring fields of later releases).
+const std::vector<std::string> kAioKeys = {"block_size", "queue_depth", "intra_op_parallelism", "thread_count",
+                                           "single_submit", "overlap_events", "use_gds"};
 const std::vector<std::string> kDataTypesKeys = {"grad_accum_dtype", "param_dtype", "buffer_dtype",
                                                  "keep_in_fp32_modules"};
 const std::vector<std::string> kCheckpointingKeys = {"partition_activations", "cpu_checkpointing",
@@ -421,6 +424,27 @@ void read_nvme_path(const JsonFields& offload, OffloadDevice device, ZeroConfig&
   }
 }
 
+// The aio section: the NVMe swappers' request size, depth and submission (exec/offload/nvme_io.h). DeepSpeed's
+// thread_count / intra_op_parallelism and single_submit shape its libaio threads; one io_uring thread does their
+// work here, so they are read for their type only.
+void read_aio(const Reader& reader, const JsonFields& top) {
+  if (!top.has("aio")) return;
+  const JsonFields aio = top.object("aio");
+  reader.warn_unknown(aio, kAioKeys, "");
+  ZeroConfig& zero = reader.training.zero;
+  zero.aio_block_size = aio.positive_integer_or("block_size", zero.aio_block_size);
+  if (zero.aio_block_size % 4096 != 0 || zero.aio_block_size > (std::int64_t{1} << 30))
+    aio.fail("block_size", std::to_string(zero.aio_block_size) + " bytes; expected a multiple of 4096 (direct I/O) up "
+                           "to 1 GiB");
+  zero.aio_queue_depth = aio.positive_integer_or("queue_depth", zero.aio_queue_depth);
+  if (zero.aio_queue_depth > 4096) aio.fail("queue_depth", std::to_string(zero.aio_queue_depth) + "; expected 1 to 4096");
+  zero.aio_overlap_events = aio.boolean_or("overlap_events", zero.aio_overlap_events);
+  if (aio.has("single_submit")) aio.boolean("single_submit");
+  if (aio.has("use_gds")) aio.boolean("use_gds");
+  if (aio.has("thread_count")) aio.positive_integer("thread_count");
+  if (aio.has("intra_op_parallelism")) aio.positive_integer("intra_op_parallelism");
+}
+
 void read_zero(const Reader& reader, const JsonFields& top) {
   TrainingConfig& training = reader.training;
   ZeroConfig& zero = training.zero;
@@ -477,7 +501,7 @@ void read_zero(const Reader& reader, const JsonFields& top) {
     zero.pin_memory = offload.boolean_or("pin_memory", zero.pin_memory);
     zero.param_buffer_count = offload.positive_integer_or("buffer_count", zero.param_buffer_count);
     zero.param_buffer_size = offload.positive_integer_or("buffer_size", zero.param_buffer_size);
-    if (offload.has("max_in_cpu")) offload.non_negative_integer("max_in_cpu");
+    zero.param_max_in_cpu = offload.non_negative_integer_or("max_in_cpu", zero.param_max_in_cpu);
     read_nvme_path(offload, zero.offload_param, zero);
   }
   if (zero.offload_param != OffloadDevice::none && zero.stage < 3) {
@@ -590,6 +614,7 @@ void apply_deepspeed_config(const nlohmann::json& document, const std::string& s
     }
   }
   read_zero(reader, top);
+  read_aio(reader, top);
   read_data_types(reader, top);
   read_activation_checkpointing(reader, top);
   training = std::move(updated);

@@ -78,6 +78,14 @@ struct ZeroConfig {
   std::int64_t param_buffer_count = 5;
   std::int64_t param_buffer_size = 100'000'000;    // elements
   std::int64_t optimizer_buffer_count = 4;
+  // offload_param.max_in_cpu: partition elements kept in host memory with device nvme. DeepSpeed documents it
+  // (default 1e9) but 0.19.8 never reads it (stage3.py stores max_params_in_cpu): 0, every chunk on NVMe, unless a
+  // config gives it (zeroplan's executor then keeps that many, exec/exec_config.h).
+  std::int64_t param_max_in_cpu = 0;
+  // DeepSpeed's "aio" section (deepspeed/runtime/swap_tensor/aio_config.py defaults): the NVMe swappers' I/O.
+  std::int64_t aio_block_size = 1'048'576;  // bytes per request
+  std::int64_t aio_queue_depth = 8;         // requests in flight
+  bool aio_overlap_events = true;           // submit as requests complete (false: in batches of queue_depth)
   // Where NVMe offload swaps (offload_optimizer / offload_param "nvme_path"); DeepSpeed's docs use /local_nvme.
   std::string nvme_path = "/local_nvme";
 };
@@ -124,6 +132,10 @@ struct TrainingConfig {
   // The training host's speed at DeepSpeed's Python (--host-op-seconds: seconds per small eager CUDA operation,
   // bench/deepspeed/ds_peer.py host_probe); 0: the cluster's own host (ClusterDescription::eager_op_seconds).
   double host_eager_op_seconds = 0.0;
+  // Whether the training script calls torch.cuda.empty_cache() after deepspeed.initialize (--ds-empty-cache-after-init):
+  // a script does not, and the caching allocator then keeps the blocks initialize freed (sim/deepspeed_memory.h
+  // deepspeed_flat_buffer_segments); bench/deepspeed/ds_peer.py's rows before 2026-11-28 did.
+  bool deepspeed_empty_cache_after_init = false;
   LossScaleConfig loss_scale;
   double learning_rate = 3e-4;
   double weight_decay = 0.1;

@@ -161,6 +161,24 @@ struct ZeroSettings {
   std::string nvme_path_source = "DeepSpeed config";
   std::string nvme_path_field = "zero_optimization.offload_optimizer.nvme_path";
   std::int64_t optimizer_buffer_count = 4;  // offload_optimizer.buffer_count (DeepSpeed default 4)
+  // ZeRO-Infinity parameter offload to NVMe (offload_param {"device": "nvme"}, with offload_param): a non-empty
+  // param_nvme_path puts the 16-bit partition chunks in files under it (exec/offload/param_swapper.h), read ahead
+  // of their all-gathers into min(param_buffer_count, chunks on NVMe) pinned buffers and written back after the
+  // optimizer step (DeepSpeed swap_tensor/partitioned_param_swapper.py). param_max_in_cpu: partition elements
+  // kept in pinned host memory instead, the first chunks in bucket order (the docs' offload_param.max_in_cpu;
+  // DeepSpeed 0.19.8 stores it as stage3.py max_params_in_cpu and never reads it, so 0 unless a config gives it).
+  // Persistent tensors' chunks stay in host memory too (their whole copy is on the device; the step's update
+  // gathers them right after writing them).
+  std::string param_nvme_path;
+  std::string param_nvme_path_source = "DeepSpeed config";
+  std::string param_nvme_path_field = "zero_optimization.offload_param.nvme_path";
+  std::int64_t param_max_in_cpu = 0;
+  // DeepSpeed's "aio" section (deepspeed/runtime/swap_tensor/aio_config.py: block_size 1048576, queue_depth 8,
+  // overlap_events true), for both swappers' stores (exec/offload/nvme_io.h). thread_count and single_submit
+  // have no counterpart: one io_uring thread submits in batches.
+  std::int64_t aio_block_bytes = std::int64_t{1} << 20;
+  int aio_queue_depth = 8;
+  bool aio_overlap_events = true;
 };
 
 // The offload pipeline's unit (exec/zero/zero_engine.cpp; the planner sizes NVMe swap buffers by it): the CPU

@@ -186,13 +186,11 @@ ResolvedRun resolve_run(RunOptions& o) {
   if (in.filter.stage < 0) tr.zero.stage = 0;  // no stage asked for: plain data parallelism
   // ZeRO-Offload: the optimizer to the CPU at stages 1-3, the parameters to the CPU at stage 3
   // (exec/zero/zero_engine.h).
-  if (tr.zero.offload_param == OffloadDevice::nvme)
-    throw InputError(kCli, "--offload-param", "nvme is not implemented by the executor (it swaps the optimizer states "
-                                              "to NVMe: --offload-optimizer nvme); expected none or cpu");
-  if (tr.zero.offload_param == OffloadDevice::cpu && tr.zero.stage != 3)
-    throw InputError(kCli, "--offload-param", "cpu needs --stage 3 (the partitioned parameters); got stage " +
+  if (tr.zero.offload_param != OffloadDevice::none && tr.zero.stage != 3)
+    throw InputError(kCli, "--offload-param", to_string(tr.zero.offload_param) +
+                                                  " needs --stage 3 (the partitioned parameters); got stage " +
                                                   std::to_string(tr.zero.stage));
-  if (tr.zero.offload_param == OffloadDevice::cpu) {
+  if (tr.zero.offload_param != OffloadDevice::none) {
     // Every chunk is staged whole on the GPU before its all-gather: offload_param.buffer_size must hold the
     // largest (DeepSpeed's NVMe swapper likewise refuses a parameter larger than its buffers).
     const auto f = executor_layout_figures(in.model, tr, world, 3);
@@ -208,18 +206,26 @@ ResolvedRun resolve_run(RunOptions& o) {
   // --nvme-path, else the DeepSpeed config's (which must name one with device nvme: core/deepspeed_config.cpp).
   std::string& nvme_source = r.nvme_source;
   std::string& nvme_field = r.nvme_field;
-  if (tr.zero.offload_optimizer == OffloadDevice::nvme) {
+  // ZeRO-Infinity's parameter offload likewise keeps the 16-bit partition's chunks there (exec/offload/param_swapper.h);
+  // one directory serves both (each swapper names its own files).
+  const bool optimizer_nvme = tr.zero.offload_optimizer == OffloadDevice::nvme;
+  const bool param_nvme = tr.zero.offload_param == OffloadDevice::nvme;
+  if (optimizer_nvme || param_nvme) {
+    if (!optimizer_nvme) nvme_field = "zero_optimization.offload_param.nvme_path";
     if (o.nvme_path) {
       tr.zero.nvme_path = *o.nvme_path;
       nvme_source = kCli;
       nvme_field = "--nvme-path";
     } else if (!o.ds_config) {
-      throw InputError(kCli, "--nvme-path", "missing: --offload-optimizer nvme swaps the optimizer states to files in "
-                                            "a directory on a local disk (NVMe); expected --nvme-path DIR");
+      throw InputError(kCli, "--nvme-path", std::string("missing: ") +
+                                                (optimizer_nvme ? "--offload-optimizer nvme swaps the optimizer states"
+                                                                : "--offload-param nvme keeps the parameters") +
+                                                " in files in a directory on a local disk (NVMe); expected --nvme-path DIR");
     }
   } else if (o.nvme_path) {
-    throw InputError(kCli, "--nvme-path", "is read with --offload-optimizer nvme only (the optimizer offload here is " +
-                                              to_string(tr.zero.offload_optimizer) + ")");
+    throw InputError(kCli, "--nvme-path", "is read with --offload-optimizer nvme or --offload-param nvme only (the "
+                                          "offload here is " + to_string(tr.zero.offload_optimizer) + " / " +
+                                          to_string(tr.zero.offload_param) + ")");
   }
   check_executor_sequence_length(in.model, tr.seq_len, kCli, "--seq");
   // --init-from: the checkpoint checked against the model before any rank starts (one line naming the file and
@@ -304,6 +310,8 @@ struct RankEngine {
   std::int64_t host_available_at_start = 0;
   exec::ExecConfig cfg;
   int offload_threads = 0;
+  // offload_param nvme: rank 0's NVMe bytes per step as the planner counts them (sim/executor_layout.h).
+  Bytes param_nvme_read_predicted = 0, param_nvme_write_predicted = 0;
   PlanChoice choice;
   PlanResult plan;
   std::optional<StepSimulation> sim;
@@ -356,6 +364,12 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     cfg.zero.nvme_path_field = r.nvme_field;
     cfg.zero.optimizer_buffer_count = tr.zero.optimizer_buffer_count;
   }
+  if (tr.zero.offload_param == OffloadDevice::nvme) {  // executor_zero_settings set the path and max_in_cpu
+    cfg.zero.param_nvme_path = tr.zero.nvme_path;
+    cfg.zero.param_nvme_path_source = r.nvme_source;
+    cfg.zero.param_nvme_path_field = r.nvme_field == "--nvme-path" ? r.nvme_field
+                                                                   : "zero_optimization.offload_param.nvme_path";
+  }
   if (!tr.zero.overlap_comm_given && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");
@@ -375,6 +389,11 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   e.choice = PlanChoice{tr.zero.stage, tr.zero.offload_optimizer, tr.zero.offload_param};
   const PlanChoice& choice = e.choice;
   e.plan = evaluate_plan(in.model, in.cluster, tr, choice, popts);
+  if (tr.zero.offload_param == OffloadDevice::nvme)
+    if (const auto f = executor_layout_figures(in.model, tr, world, 3)) {
+      e.param_nvme_read_predicted = f->param_nvme_read_bytes_per_micro_step * tr.grad_accum + f->param_nvme_update_read_bytes;
+      e.param_nvme_write_predicted = f->param_nvme_write_bytes_per_step;
+    }
   const PlanResult& plan = e.plan;
   const GpuMemoryBreakdown& pred = plan.memory.gpu;
   std::cout << "plan: " << in.model.name << " on " << world << "x " << in.cluster.gpu_model << ", "
@@ -475,6 +494,7 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
 struct TrainingRecord {
   std::vector<double> losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s;
   std::vector<double> param_h2d_s, param_d2h_s, nvme_wait_s, nvme_read_bytes, nvme_write_bytes;
+  std::vector<double> param_nvme_wait_s, param_nvme_read_bytes, param_nvme_write_bytes;
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   exec::CommCounters counters_before;
 };
@@ -495,7 +515,8 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
   RankGuard* guard_ptr = &guard;
   TrainingRecord t;
   auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
-         nvme_wait_s, nvme_read_bytes, nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
+         nvme_wait_s, nvme_read_bytes, nvme_write_bytes, param_nvme_wait_s, param_nvme_read_bytes,
+         param_nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
   auto save = [&](std::int64_t step) {
     CheckpointState st;
     st.step = step;
@@ -553,6 +574,9 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
       nvme_wait_s.push_back(r.times.offload.nvme_wait_s);
       nvme_read_bytes.push_back(static_cast<double>(r.times.offload.nvme_read_bytes));
       nvme_write_bytes.push_back(static_cast<double>(r.times.offload.nvme_write_bytes));
+      param_nvme_wait_s.push_back(r.times.offload.param_nvme_wait_s);
+      param_nvme_read_bytes.push_back(static_cast<double>(r.times.offload.param_nvme_read_bytes));
+      param_nvme_write_bytes.push_back(static_cast<double>(r.times.offload.param_nvme_write_bytes));
       param_h2d_s.push_back(r.times.offload.param_to_device_s);
       param_d2h_s.push_back(r.times.offload.param_to_host_s);
     }
@@ -605,7 +629,8 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
   const HostMemoryWatch& host_watch = *e.host_watch;
   const std::int64_t host_available_at_start = e.host_available_at_start;
   const auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
-               nvme_wait_s, nvme_read_bytes, nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
+               nvme_wait_s, nvme_read_bytes, nvme_write_bytes, param_nvme_wait_s, param_nvme_read_bytes,
+               param_nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
   RankGuard* guard_ptr = &guard;
   guard_ptr->set_phase("report");
   const exec::MemoryReport mem = trainer->memory();
@@ -725,7 +750,7 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
       std::printf("  %-38s %9s %10s %7s  (MemAvailable at launch less its lowest: the kernel's and the GPU "
                   "driver's share too)\n", "node host memory used at its peak", gib(ph.total).c_str(),
                   gib(node_host_used).c_str(), err_pct(static_cast<double>(ph.total), static_cast<double>(node_host_used)).c_str());
-    if (!cfg.zero.nvme_path.empty()) {
+    if (!cfg.zero.nvme_path.empty() || !cfg.zero.param_nvme_path.empty()) {
       // The swap files of every rank (the plan counts the node's ranks, like the host memory).
       double nvme_all = static_cast<double>(mem.nvme_bytes);
       if (ranks_comm && world > 1) ranks_comm->all_reduce_host(&nvme_all, 1);
@@ -759,6 +784,15 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     std::printf("  parameter offload (busy time): host to device before the all-gathers %.1f ms, updated parameters "
                 "device to host %.1f ms\n",
                 median(param_h2d_s) * 1e3, median(param_d2h_s) * 1e3);
+  if (!cfg.zero.param_nvme_path.empty())
+    // The planner's figure is the executor's own (exec/zero/zero_buffer_layout.h): both count whole 4096-byte
+    // blocks of every chunk read for the fetch plan's all-gathers and written after the update.
+    std::printf("  parameter NVMe swapping (rank %d): %s bytes read, %s bytes written per step (predicted %s and %s), "
+                "the host waiting for it %.1f ms (offload_param.buffer_count %lld)\n",
+                env.rank, format_integer(static_cast<Bytes>(median(param_nvme_read_bytes))).c_str(),
+                format_integer(static_cast<Bytes>(median(param_nvme_write_bytes))).c_str(),
+                format_integer(e.param_nvme_read_predicted).c_str(), format_integer(e.param_nvme_write_predicted).c_str(),
+                median(param_nvme_wait_s) * 1e3, static_cast<long long>(cfg.zero.param_buffer_count));
   std::printf("  %.0f %s/s, %.1f TFLOP/s, MFU %.1f%% (%s; peak = datasheet dense %s %.0f TFLOP/s of %s x %d)\n",
               tps, cfg.network ? "samples" : "tokens", tps * flops_per_token / 1e12, 100 * mfu,
               cfg.network ? "3 x the description's forward FLOPs per sample"
@@ -838,7 +872,8 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
       nlohmann::json host;
       for (const auto& [name, bytes] : mem.host_by_component) host[name] = bytes;
       m["host_bytes"] = host;  // rank 0's
-      if (!cfg.zero.nvme_path.empty()) m["nvme_bytes"] = mem.nvme_bytes;  // rank 0's swap files
+      if (!cfg.zero.nvme_path.empty() || !cfg.zero.param_nvme_path.empty())
+        m["nvme_bytes"] = mem.nvme_bytes;  // rank 0's swap files
       nlohmann::json os;
       if (cfg.zero.offload_optimizer)
         os = {{"to_host", median(to_host_s)},
@@ -849,6 +884,13 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
         os["nvme_wait"] = median(nvme_wait_s);
         os["nvme_read_bytes"] = median(nvme_read_bytes);
         os["nvme_write_bytes"] = median(nvme_write_bytes);
+      }
+      if (!cfg.zero.param_nvme_path.empty()) {
+        os["param_nvme_wait"] = median(param_nvme_wait_s);
+        os["param_nvme_read_bytes"] = median(param_nvme_read_bytes);
+        os["param_nvme_write_bytes"] = median(param_nvme_write_bytes);
+        os["param_nvme_read_bytes_predicted"] = e.param_nvme_read_predicted;
+        os["param_nvme_write_bytes_predicted"] = e.param_nvme_write_predicted;
       }
       if (cfg.zero.offload_param) {
         os["param_to_device"] = median(param_h2d_s);

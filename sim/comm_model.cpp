@@ -190,7 +190,13 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
     // Every forward and backward gather fetches the rank's (non-persistent) partition from host/NVMe.
     const Bytes fetched = sat_mul(2 * A, sat_mul(e, ceil_div(in.gathered_params_total, in.world_size)));
     v.pcie_host_to_device_bytes = sat_add(v.pcie_host_to_device_bytes, fetched);
-    if (in.offload_param == OffloadDevice::nvme) {
+    if (in.offload_param == OffloadDevice::nvme && in.executor_exact) {
+      // zeroplan's executor: every chunk on NVMe of every all-gather of the fetch plan read, each micro-step, and
+      // every chunk on NVMe written once after the update, in whole 4096-byte blocks (exec/offload/param_swapper.h).
+      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, sat_mul(A, in.executor_param_nvme_read_per_micro));
+      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, in.executor_param_nvme_update_read);
+      v.nvme_write_bytes = sat_add(v.nvme_write_bytes, in.executor_param_nvme_write_per_step);
+    } else if (in.offload_param == OffloadDevice::nvme) {
       v.nvme_read_bytes = sat_add(v.nvme_read_bytes, fetched);
       v.nvme_write_bytes = sat_add(v.nvme_write_bytes, partition_16bit);  // the updated partition
     }

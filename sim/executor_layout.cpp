@@ -116,9 +116,17 @@ exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int st
   s.offload_pin_memory = z.pin_memory;
   s.cpu_optimizer_threads = static_cast<int>(training.cpu_threads_per_rank);
   s.sub_group_elements = z.sub_group_size;
-  s.offload_param = stage == 3 && z.offload_param == OffloadDevice::cpu;
+  s.offload_param = stage == 3 && z.offload_param != OffloadDevice::none;
   s.param_buffer_count = z.param_buffer_count;
   s.param_buffer_elements = z.param_buffer_size;
+  // nvme: the partition's chunks in files under nvme_path (the planner only sizes them; the run opens them).
+  if (s.offload_param && z.offload_param == OffloadDevice::nvme) {
+    s.param_nvme_path = z.nvme_path.empty() ? "/local_nvme" : z.nvme_path;
+    s.param_max_in_cpu = z.param_max_in_cpu;
+  }
+  s.aio_block_bytes = z.aio_block_size;
+  s.aio_queue_depth = static_cast<int>(z.aio_queue_depth);
+  s.aio_overlap_events = z.aio_overlap_events;
   // DeepSpeed's dtype fields (run/training_run.cpp refuses what the executor does not implement): fp32 with a
   // 16-bit model changes where and how the gradients are summed (exec/zero/zero_engine.h).
   const bool mixed = training.precision != Precision::fp32;
@@ -147,6 +155,16 @@ std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescript
   f.gathers = buffers.train_plan.gathers;
   f.param_staging_elements = buffers.param_staging_total();
   f.largest_chunk = buffers.largest_chunk;
+  if (!zero.param_nvme_path.empty()) {
+    const std::int64_t eb = precision_bytes(training.precision);
+    f.param_nvme_file_bytes = buffers.param_nvme_file_bytes(eb);
+    f.param_swap_buffer_bytes = buffers.param_swap_buffer_bytes(eb);
+    f.param_nvme_read_bytes_per_micro_step = buffers.param_nvme_read_bytes_per_micro_step(eb);
+    f.param_nvme_write_bytes_per_step = buffers.param_nvme_write_bytes_per_step(eb);
+    if (training.precision == Precision::fp32 && !zero.offload_optimizer) f.param_nvme_update_read_bytes = f.param_nvme_file_bytes;
+    f.param_host_elements = buffers.param_host_elements;
+    f.largest_nvme_chunk = buffers.param_swap_buffer_elements;
+  }
   const std::int64_t piece = std::min(exec::kOffloadPieceElements, std::max<std::int64_t>(1, zero.sub_group_elements));
   for (const exec::GradientBucket& b : partition.buckets()) {
     f.offload_pieces += (b.chunk + piece - 1) / piece;

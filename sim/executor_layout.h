@@ -52,6 +52,19 @@ struct ExecutorLayoutFigures {
   // exec/zero/zero_engine.cpp setup_offload) and the largest (the NVMe swap buffers hold one each).
   std::int64_t offload_pieces = 0;
   std::int64_t largest_offload_piece = 0;
+  // offload_param nvme (exec/zero/zero_buffer_layout.h, rank 0's partition, the training precision's bytes): the
+  // swap files, the pinned swap buffers, the disk's bytes per micro-step (the fetch plan's reads) and per step (the
+  // update's writes), the elements kept in host memory (persistent chunks, max_in_cpu) and the largest chunk on NVMe
+  // (offload_param.buffer_size must hold it).
+  std::int64_t param_nvme_file_bytes = 0;
+  std::int64_t param_swap_buffer_bytes = 0;
+  std::int64_t param_nvme_read_bytes_per_micro_step = 0;
+  std::int64_t param_nvme_write_bytes_per_step = 0;
+  // fp32 training with the device AdamW: the parameters are its master, so the update reads every chunk on NVMe
+  // once more (exec/zero/zero_engine_offload.cpp update_offloaded_params); 0 otherwise.
+  std::int64_t param_nvme_update_read_bytes = 0;
+  std::int64_t param_host_elements = 0;
+  std::int64_t largest_nvme_chunk = 0;
 };
 
 // For a model the executor trains, its figures at `world` ranks and `stage`; nullopt otherwise.

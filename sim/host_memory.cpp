@@ -130,11 +130,21 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
                      "(4 + " + K + ") * " + part + " * ranks per node = " + num(s.nvme_optimizer) + " * " + ranks,
                      "ZeRO-Infinity (arXiv 2104.07857)"});
   }
-  if (s.host_params > 0)
+  const bool executor_param_nvme = in.executor_exact && in.offload_param == OffloadDevice::nvme;
+  if (s.host_params > 0 && executor_param_nvme)
+    terms.push_back({"host", "parameter chunks kept in host memory (persistent tensors, max_in_cpu)" + where,
+                     sat_mul(s.host_params, in.ranks_per_node),
+                     num(in.param_bytes) + " * " + num(in.executor_param_host_elements) + " * ranks per node " + ranks,
+                     "exec/zero/zero_buffer_layout.h (param_host_offset)"});
+  else if (s.host_params > 0)
     terms.push_back({"host", "offloaded parameter partition" + where, sat_mul(s.host_params, in.ranks_per_node),
                      num(in.param_bytes) + " * ceil(P/N) * ranks per node = " + num(s.host_params) + " * " + ranks,
                      "ZeRO-Infinity (arXiv 2104.07857)"});
-  if (s.nvme_params > 0)
+  if (s.nvme_params > 0 && executor_param_nvme)
+    terms.push_back({"nvme", "parameter chunks in the swap files (each padded to 4096 B)",
+                     sat_mul(s.nvme_params, in.ranks_per_node),
+                     num(s.nvme_params) + " * ranks per node " + ranks, "exec/offload/param_swapper.h"});
+  else if (s.nvme_params > 0)
     terms.push_back({"nvme", "parameter partition on NVMe", sat_mul(s.nvme_params, in.ranks_per_node),
                      num(in.param_bytes) + " * ceil(P/N) * ranks per node = " + num(s.nvme_params) + " * " + ranks,
                      "ZeRO-Infinity (arXiv 2104.07857)"});
@@ -150,7 +160,11 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
       formula += std::string(formula.empty() ? "" : " + ") + num(zero.optimizer_buffer_count) +
                  " * min(sub_group_size " + num(zero.sub_group_size) + ", partition " +
                  num(in.stage == 0 ? in.params : in.partition_params) + ") * 4";
-    if (in.offload_param == OffloadDevice::nvme)
+    if (executor_param_nvme)
+      formula += std::string(formula.empty() ? "" : " + ") + "parameter swap buffers " +
+                 num(in.executor_param_swap_buffers) + " (min(buffer_count, chunks on NVMe) * largest chunk, to 4096 B, "
+                 "+ 4096)";
+    else if (in.offload_param == OffloadDevice::nvme)
       formula += std::string(formula.empty() ? "" : " + ") + num(zero.param_buffer_count) + " * " +
                  num(zero.param_buffer_size) + " * " + num(in.param_bytes);
     terms.push_back({"host", "pinned staging / swap buffers", sat_mul(buffers.host_pinned_staging, in.ranks_per_node),

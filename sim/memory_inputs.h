@@ -66,6 +66,14 @@ struct MemoryInputs {
   std::int64_t executor_param_staging = 0;        // elements: stage 3 offload_param's device staging buffers
   std::int64_t executor_offload_pieces = 0;       // offload_optimizer: the partition's pieces, and the largest
   std::int64_t executor_largest_piece = 0;
+  // offload_param nvme (sim/executor_layout.h): the swap files, the pinned swap buffers, the elements kept in host
+  // memory, the disk's bytes per micro-step and per step.
+  Bytes executor_param_nvme_files = 0;
+  Bytes executor_param_swap_buffers = 0;
+  std::int64_t executor_param_host_elements = 0;
+  Bytes executor_param_nvme_read_per_micro = 0;
+  Bytes executor_param_nvme_write_per_step = 0;
+  Bytes executor_param_nvme_update_read = 0;  // fp32 with the device AdamW: the update reads the chunks too
 };
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,

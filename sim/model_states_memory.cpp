@@ -47,6 +47,11 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
     // zeroplan's executor with offload_optimizer in fp32 training: the host master is the partition.
     if (!(executor_offload(in) && in.offload_optimizer == OffloadDevice::cpu && !in.mixed_precision))
       b.host_params = sat_mul(pb, Pp);
+  } else if (in.executor_exact) {
+    // zeroplan's executor (exec/zero/zero_buffer_layout.h): each chunk on NVMe padded to 4096 bytes in its file;
+    // persistent tensors' chunks and max_in_cpu elements kept in host memory.
+    b.nvme_params = in.executor_param_nvme_files;
+    b.host_params = sat_mul(pb, in.executor_param_host_elements);
   } else {
     b.nvme_params = sat_mul(pb, Pp);
   }

@@ -69,7 +69,8 @@ ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero
   }
   // zeroplan's executor with offload_param cpu: the device buffers each chunk is copied into before its
   // all-gather (exec/zero/zero_buffer_layout.h: min(buffer_count, buckets) x the largest chunk).
-  if (in.executor_exact && in.stage == 3 && in.offload_param == OffloadDevice::cpu)
+  // nvme too: each chunk goes from its swap buffer through the same staging buffers.
+  if (in.executor_exact && in.stage == 3 && in.offload_param != OffloadDevice::none)
     b.gpu_offload_staging = sat_mul(pb, in.executor_param_staging);
   if (in.offload_optimizer == OffloadDevice::nvme && in.executor_exact) {
     // zeroplan's executor (exec/offload/optimizer_swapper.h): min(buffer_count, pieces) buffers, each the three
@@ -84,7 +85,11 @@ ZeroBufferBytes zero_buffer_bytes(const MemoryInputs& in, const ZeroConfig& zero
     const std::int64_t sub_group = std::min(zero.sub_group_size, in.stage == 0 ? in.params : in.partition_params);
     b.host_pinned_staging = sat_add(b.host_pinned_staging, sat_mul(zero.optimizer_buffer_count, sub_group, 4));
   }
-  if (in.offload_param == OffloadDevice::nvme)
+  if (in.offload_param == OffloadDevice::nvme && in.executor_exact)
+    // zeroplan's executor (exec/offload/param_swapper.h): min(buffer_count, chunks on NVMe) buffers of the largest
+    // chunk on NVMe, each padded to the 4096-byte block, one block more to align them.
+    b.host_pinned_staging = sat_add(b.host_pinned_staging, in.executor_param_swap_buffers);
+  else if (in.offload_param == OffloadDevice::nvme)
     b.host_pinned_staging =
         sat_add(b.host_pinned_staging, sat_mul(zero.param_buffer_count, zero.param_buffer_size, pb));
   return b;
@@ -150,7 +155,7 @@ void explain_zero_buffers(const MemoryInputs& in, const ZeroConfig& zero, const 
                          num(zero.param_persistence_threshold) + ") = " + pb + " * " + num(in.persistent_params),
                      kPersistence});
   }
-  if (b.gpu_offload_staging > 0 && in.executor_exact && in.stage == 3 && in.offload_param == OffloadDevice::cpu)
+  if (b.gpu_offload_staging > 0 && in.executor_exact && in.stage == 3 && in.offload_param != OffloadDevice::none)
     terms.push_back({"offload_buffers", "parameter staging buffers (host-to-device before each all-gather)",
                      b.gpu_offload_staging,
                      pb + " * min(offload_param.buffer_count, buckets) * largest chunk = " + pb + " * " +

@@ -641,6 +641,15 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
                                       static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
                                       {after(norm), after(download)}, -1, micro);
     const Bytes param_bytes = elements * e_;
+    if (zero_.offload_param == OffloadDevice::nvme) {
+      // offload_param nvme: the CPU AdamW writes the piece into its chunk's swap buffer, which goes to disk
+      // beside the next pieces' updates (exec/zero/zero_engine_offload.cpp update_piece); the step ends with
+      // every write done.
+      updated = timeline_.add(Resource::nvme, TaskKind::nvme_write,
+                              static_cast<double>(param_bytes) / in_.nvme_write_bandwidth, {after(step)}, -1, micro,
+                              param_bytes);
+      continue;
+    }
     updated = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
                             static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
                             param_bytes);

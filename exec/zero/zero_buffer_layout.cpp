@@ -1,6 +1,8 @@
 #include "exec/zero/zero_buffer_layout.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace zeroplan::exec {
 
@@ -115,6 +117,41 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
                                                                       static_cast<std::int64_t>(buckets.size())));
     z.param_staging_elements = z.largest_chunk;
   }
+  if (zero.offload_param && !zero.param_nvme_path.empty()) {
+    // Chunks stay in host memory while they fit in max_in_cpu, a prefix of the bucket order (the top of the layout
+    // first: the last blocks', which the backward gathers first, right after the forward gathered them last).
+    std::int64_t kept = 0;
+    bool full = false;
+    z.param_nvme_chunk.assign(buckets.size(), 0);
+    z.param_host_offset.assign(buckets.size(), -1);
+    std::int64_t on_nvme = 0;
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      const GradientBucket& b = buckets[k];
+      if (!b.persistent && !full && kept + b.chunk > zero.param_max_in_cpu) full = true;
+      if (b.persistent || !full) {
+        if (!b.persistent) kept += b.chunk;
+        z.param_host_offset[k] = z.param_host_elements;
+        z.param_host_elements += b.chunk;
+      } else {
+        z.param_nvme_chunk[k] = b.chunk;
+        z.param_swap_buffer_elements = std::max(z.param_swap_buffer_elements, b.chunk);
+        ++on_nvme;
+      }
+    }
+    z.param_swap_buffers = static_cast<int>(std::min<std::int64_t>(zero.param_buffer_count, on_nvme));
+  }
+}
+
+std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw std::overflow_error("ZeroBufferLayout: NVMe bytes overflow 64 bits");
+  return r;
+}
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw std::overflow_error("ZeroBufferLayout: NVMe bytes overflow 64 bits");
+  return r;
 }
 
 }  // namespace
@@ -132,6 +169,34 @@ std::int64_t ZeroBufferLayout::gradient_buffer_bytes(std::int64_t element_bytes)
   for (std::int64_t e : slot_elements) slots += e;
   const std::int64_t scratch_bytes = fp32_communication ? 4 : element_bytes;
   return element_bytes * slots + scratch_bytes * accumulation_scratch + 4 * communication_copy;
+}
+
+std::int64_t padded_swap_bytes(std::int64_t elements, std::int64_t element_bytes) {
+  constexpr std::int64_t kBlock = 4096;  // offload::kDirectIoAlignment (this library does not link the store)
+  return checked_add(checked_mul(elements, element_bytes), kBlock - 1) / kBlock * kBlock;
+}
+
+std::int64_t ZeroBufferLayout::param_nvme_file_bytes(std::int64_t element_bytes) const {
+  std::int64_t total = 0;
+  for (std::int64_t n : param_nvme_chunk)
+    if (n > 0) total = checked_add(total, padded_swap_bytes(n, element_bytes));
+  return total;
+}
+
+std::int64_t ZeroBufferLayout::param_swap_buffer_bytes(std::int64_t element_bytes) const {
+  if (param_swap_buffers == 0) return 0;
+  return checked_add(checked_mul(param_swap_buffers, padded_swap_bytes(param_swap_buffer_elements, element_bytes)),
+                     4096);
+}
+
+std::int64_t ZeroBufferLayout::param_nvme_read_bytes_per_micro_step(std::int64_t element_bytes) const {
+  std::int64_t total = 0;
+  if (param_nvme_chunk.empty()) return 0;
+  for (const Zero3UseStep& step : train_plan.steps)
+    for (const Zero3Gather& g : step.gathers)
+      for (int k : unit_buckets[g.unit])
+        if (param_nvme_chunk[k] > 0) total = checked_add(total, padded_swap_bytes(param_nvme_chunk[k], element_bytes));
+  return total;
 }
 
 ZeroBufferLayout zero_buffer_layout(const ParamLayout& layout, const ZeroPartition& partition,

@@ -54,12 +54,37 @@ struct ZeroBufferLayout {
   int param_staging_buffers = 0;
   std::int64_t param_staging_elements = 0;  // per buffer
   std::int64_t largest_chunk = 0;
+  // Stage 3 with offload_param nvme (zero.param_nvme_path set; exec/offload/param_swapper.h): per bucket, the
+  // elements of its chunk in a swap file (0: kept in pinned host memory: a persistent tensor's chunk, whose whole
+  // copy lives on the device and which the step's update gathers right after writing it, or one of the first
+  // chunks in bucket order, the top of the layout first, within offload_param.max_in_cpu elements), and where a chunk kept in host memory sits
+  // there (-1 for one on NVMe). Swap buffers: min(buffer_count, chunks on NVMe), each of the largest chunk on NVMe.
+  std::vector<std::int64_t> param_nvme_chunk;
+  std::vector<std::int64_t> param_host_offset;
+  std::int64_t param_host_elements = 0;
+  int param_swap_buffers = 0;
+  std::int64_t param_swap_buffer_elements = 0;
+  // Bytes for an element size (std::overflow_error past int64). The swap files: each chunk padded to the 4096-byte
+  // direct-I/O block (nvme_io.h). The pinned swap buffers: each the largest chunk so padded, one block more to align
+  // them (param_swapper.cpp). Per micro-step of training, the disk reads every chunk on NVMe of every all-gather of
+  // the fetch plan (train_plan: no chunk is kept between gathers); per step it writes every chunk on NVMe once (the
+  // updated partition), whole blocks both ways.
+  std::int64_t param_nvme_file_bytes(std::int64_t element_bytes) const;
+  std::int64_t param_swap_buffer_bytes(std::int64_t element_bytes) const;
+  std::int64_t param_nvme_read_bytes_per_micro_step(std::int64_t element_bytes) const;
+  std::int64_t param_nvme_write_bytes_per_step(std::int64_t element_bytes) const {
+    return param_nvme_file_bytes(element_bytes);
+  }
 
   // Bytes of the bucket buffers, the accumulation scratch and the communication copy, for a model precision of
   // `element_bytes` (the planner's gradient_buckets component).
   std::int64_t gradient_buffer_bytes(std::int64_t element_bytes) const;
   std::int64_t param_staging_total() const { return param_staging_buffers * param_staging_elements; }
 };
+
+// The bytes a chunk of `elements` takes in a swap file and buffer: elements x element_bytes rounded up to the
+// direct-I/O block (4096); std::overflow_error past int64.
+std::int64_t padded_swap_bytes(std::int64_t elements, std::int64_t element_bytes);
 
 ZeroBufferLayout zero_buffer_layout(const ParamLayout& layout, const ZeroPartition& partition,
                                     const ZeroSettings& zero, std::int64_t grad_accum);

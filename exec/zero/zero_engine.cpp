@@ -82,9 +82,16 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
                                 std::to_string(config_.zero.param_buffer_elements) +
                                 " elements; a staging buffer must hold the largest partition chunk, " +
                                 std::to_string(buffers_.largest_chunk) + " elements");
+  param_nvme_ = offload_param_ && !config_.zero.param_nvme_path.empty();
   if (!offload_param_) {
     params_ = device_.allocate("params", stage == 3 ? "parameter partition" : "parameters", stage == 3 ? part : n, type_);
     device_.zero(params_, stage == 3 ? part : n, type_, Lane::compute);
+  } else if (param_nvme_) {
+    // The chunks kept in host memory (zero_buffer_layout.h param_host_offset); the rest is in the swap files.
+    if (buffers_.param_host_elements > 0)
+      params_ = device_.allocate_host("offload_params", "parameter chunks kept in host memory",
+                                      buffers_.param_host_elements * comm_dtype_bytes(type_),
+                                      config_.zero.offload_pin_memory);
   } else if (!(offload_ && fp32 && config_.zero.nvme_path.empty())) {
     // allocate_host memory is zeroed. With offload_optimizer cpu in fp32 training the partition is the host master.
     params_ = device_.allocate_host("offload_params", "parameter partition", part * comm_dtype_bytes(type_),
@@ -122,9 +129,33 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
                                         type_));
   if (offload_) setup_offload();  // the host master first: in fp32 with offload_param it is the partition
   staging_event_base_ = static_cast<int>(slots_.size() + 2 * buffers_.units.size() + pieces_.size());
-  if (offload_param_ && !params_) params_ = host_master_;
+  if (offload_param_ && !params_ && !param_nvme_) params_ = host_master_;
+  if (param_nvme_) setup_param_swap();
   // Initialization: the whole 16-bit parameters, and the fp32 master exactly (not from the rounded params).
-  if (stage == 3 && offload_param_) {
+  if (stage == 3 && param_nvme_) {
+    // zero.Init into the swap files: each chunk initialized on the device (or, in fp32 training with the host
+    // master, taken from it: it is the partition) and written out through a swap buffer.
+    const std::int64_t eb = comm_dtype_bytes(type_);
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      const GradientBucket& b = buckets[k];
+      if (fp32 && host_master_) {
+        write_param_chunk(static_cast<int>(k), 0, host_master_ + b.partition_offset, b.chunk);
+        continue;
+      }
+      device_.init_params(staging_[0], master_ ? master_ + b.partition_offset : nullptr, b.chunk_begin(rank_), b.chunk);
+      device_.lane_waits_for(Lane::to_host, Lane::compute);
+      if (void* host = host_chunk(static_cast<int>(k))) {
+        device_.copy_to_host(host, staging_[0], b.chunk * eb);
+        device_.synchronize();
+      } else {
+        const offload::ParamSwapper::Writing w = param_swapper_->begin_write(static_cast<int>(k), 0, b.chunk);
+        device_.copy_to_host(w.data, staging_[0], b.chunk * eb);
+        device_.synchronize();
+        param_swapper_->end_write(w);
+      }
+    }
+    finish_param_swap();
+  } else if (stage == 3 && offload_param_) {
     // zero.Init into host memory: each chunk initialized on the device (the 16-bit rounding every backend
     // applies) and copied out; the host master (offload_optimizer) is initialized by setup_offload.
     if (params_ != host_master_)
@@ -181,6 +212,7 @@ void ZeroEngine::begin_step() {
   param_d2h_marks_.clear();
   cpu_adamw_s_ = 0;
   swap_times_ = offload::SwapTimes{};
+  if (param_swapper_) param_swapper_->take_times();  // what happened between steps (checkpoints) is not the step's
   const int a = device_.mark(Lane::compute);
   device_.lane_waits_for(Lane::compute, Lane::comm);
   wait_marks_.emplace_back(a, device_.mark(Lane::compute));
@@ -346,10 +378,12 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
         deferred_ = DeferredUpdate{true, offload_hyper(grad_scale), 0};  // the next forward runs it
       } else {
         offloaded_update(grad_scale);  // stages 1-2 on several ranks: each group's all-gather as it is updated
+        if (param_nvme_) finish_param_swap();  // the updated chunks on disk before the next step reads them
         if (stage == 3) all_gather_persistent();
       }
     } else if (offload_param_) {
       update_offloaded_params(update);
+      if (param_nvme_) finish_param_swap();
       all_gather_persistent();
     } else {
       const auto update_bucket = [&](const GradientBucket& b) {
@@ -443,7 +477,7 @@ void ZeroEngine::set_params(const std::vector<float>& flat) {
       float* master = master_ ? master_ + b.partition_offset : nullptr;
       const float* values = flat.data() + b.chunk_begin(rank_);
       if (!offload_param_) device_.upload_params(at(params_, b.partition_offset, type_), master, values, b.chunk);
-      else if (params_ != host_master_) write_host_params(b.partition_offset, values, b.chunk, master);
+      else if (param_nvme_ || params_ != host_master_) write_host_params(b.partition_offset, values, b.chunk, master);
       // (fp32 with offload_optimizer: the partition is the host master, set below)
       if (b.persistent)
         device_.upload_params(at(persistent_, buffers_.persistent_offset[k], type_), nullptr, flat.data() + b.begin,
@@ -460,6 +494,7 @@ void ZeroEngine::set_params(const std::vector<float>& flat) {
     for_each_offloaded_piece(offload::SwapAccess::update, [&](const Piece& p, float* master, float*, float*) {
       std::memcpy(master, flat.data() + p.flat, p.n * sizeof(float));
     });
+  if (param_nvme_) finish_param_swap();
   device_.synchronize();
 }
 
@@ -521,9 +556,11 @@ void ZeroEngine::read_owned_state(std::vector<float>& master, std::vector<float>
     }
     if (master_) {
       device_.download(master_ + state_at, master.data() + at_out, b.chunk, CommDtype::f32, 1.0);
-    } else if (offload_param_) {  // fp32 training, the partition in host memory
+    } else if (offload_param_) {  // fp32 training, the partition in host memory (or its files)
       device_.synchronize();
-      std::memcpy(master.data() + at_out, at(params_, b.partition_offset, type_), b.chunk * sizeof(float));
+      const int k = static_cast<int>(&b - partition_.buckets().data());
+      if (const void* host = host_chunk(k)) std::memcpy(master.data() + at_out, host, b.chunk * sizeof(float));
+      else read_param_chunk(k, master.data() + at_out);
     } else {  // fp32 training: the parameters are the master (whole at stages 0-2, the partition at stage 3)
       const std::int64_t param_at = stage3() ? b.partition_offset : flat;
       device_.download(at(params_, param_at, type_), master.data() + at_out, b.chunk, type_, 1.0);
@@ -550,7 +587,7 @@ void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
       source(flat + done, k, master.data(), moments ? m.data() : nullptr, moments ? v.data() : nullptr);
       float* mp = state_at >= 0 && master_ ? master_ + state_at + done : nullptr;
       void* pp = param_at >= 0 && !offload_param_ ? at(params_, param_at + done, type_) : nullptr;
-      if (param_at >= 0 && offload_param_ && params_ != host_master_) {
+      if (param_at >= 0 && offload_param_ && (param_nvme_ || params_ != host_master_)) {
         write_host_params(param_at + done, master.data(), k, mp);  // through the device's rounding
         mp = nullptr;
       }
@@ -596,6 +633,7 @@ void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
       source(p.flat, p.n, pm, pv1, pv2);
     });
   optimizer_step_ = optimizer_step;
+  if (param_nvme_) finish_param_swap();
   device_.synchronize();
 }
 
@@ -645,6 +683,7 @@ void ZeroEngine::start_schedule(const Zero3FetchPlan* plan) {
     if (r >= 0) throw std::logic_error("ZeroEngine: a gathered unit outlived its schedule");
   plan_ = plan;
   cursor_ = 0;
+  plan_param_reads(plan);
   // The first gathers read partitions the optimizer (compute lane) may just have written.
   if (plan_) device_.lane_waits_for(Lane::comm, Lane::compute);
 }
@@ -736,12 +775,23 @@ void ZeroEngine::gather_buckets(const std::vector<int>& ks, const std::function<
         src[j - i] = at(params_, b.partition_offset, type_);
         continue;
       }
-      // Host to device into a staging buffer once the all-gather (or copy back) that last used it is done.
+      // Host to device into a staging buffer once the all-gather (or copy back) that last used it is done. A
+      // chunk on NVMe comes from its swap buffer (read ahead by the plan), free again once the copy is done.
       const int s = static_cast<int>(next_staging_++ % staging_.size());
+      void* host = host_chunk(ks[j]);
+      offload::ParamSwapper::Held held;
+      if (!host) {
+        held = param_swapper_->acquire(ks[j]);
+        host = const_cast<void*>(held.data);
+      }
       device_.wait_event(staging_event_base_ + s, Lane::to_device);
       const int a = device_.mark(Lane::to_device);
-      device_.copy_to_device(staging_[s], at(params_, b.partition_offset, type_), b.chunk * eb);
+      device_.copy_to_device(staging_[s], host, b.chunk * eb);
       param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
+      if (held.buffer >= 0) {
+        device_.record_event(swap_event_base_ + held.buffer, Lane::to_device);
+        param_swapper_->release(held.buffer);
+      }
       src[j - i] = staging_[s];
       used.push_back(s);
     }

@@ -52,6 +52,17 @@
 // device-to-host (stage3.py _reassign_or_swap_out_partitioned_parameters: the fp32 partition copied into the
 // offloaded 16-bit one). Persistent tensors stay whole on the device.
 //
+// ZeRO-Infinity parameter offload to NVMe (offload_param nvme, stage 3; DeepSpeed zero/stage3.py with
+// swap_tensor/partitioned_param_swapper.py): as offload_param cpu, but the partition's chunks live in files under
+// nvme_path (exec/offload/param_swapper.h) and only a few pinned swap buffers are in host memory (persistent
+// tensors' chunks and offload_param.max_in_cpu elements stay in host memory, zero_buffer_layout.h). Each micro-step's
+// schedule (start_schedule) hands the swapper the chunks its all-gathers will read, in order, and the swapper reads
+// them ahead into free buffers while the device computes; each gather copies a chunk from its swap buffer into a
+// staging buffer as with cpu. The update writes every chunk back: the CPU AdamW's pieces of a bucket land in one
+// swap buffer, written when the bucket's last piece is done; the device AdamW's chunk is copied device-to-host
+// into one (in fp32 training the chunk, which is the master, is read first). The step ends with every write on
+// disk, so the next step's reads see it.
+//
 // ZeRO-Infinity optimizer offload (offload_optimizer nvme, stages 1-3; DeepSpeed zero/stage3.py with
 // swap_tensor/pipelined_optimizer_swapper.py): as ZeRO-Offload, but the fp32 master partition and the moments
 // live in files under nvme_path; the pieces are swapped into a few host buffers (exec/offload/optimizer_swapper.h),
@@ -84,6 +95,7 @@
 #include "exec/exec_config.h"
 #include "exec/offload/cpu_adamw.h"
 #include "exec/offload/optimizer_swapper.h"
+#include "exec/offload/param_swapper.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_device.h"
 #include "exec/zero/zero_buffer_layout.h"
@@ -113,6 +125,11 @@ struct OffloadTimes {
   std::int64_t nvme_read_bytes = 0;
   std::int64_t nvme_write_bytes = 0;
   double nvme_wait_s = 0;
+  // offload_param nvme: the parameter chunks read for this step's all-gathers and written back after its update
+  // (whole 4096-byte blocks), and the time the host waited for them.
+  std::int64_t param_nvme_read_bytes = 0;
+  std::int64_t param_nvme_write_bytes = 0;
+  double param_nvme_wait_s = 0;
 };
 
 class ZeroEngine {
@@ -164,8 +181,10 @@ class ZeroEngine {
   const OffloadTimes& last_offload_times() const { return offload_times_; }
   bool offloads_optimizer() const { return offload_; }
   bool offloads_params() const { return offload_param_; }
-  // offload_optimizer nvme: the swap files' bytes (0 without).
-  std::int64_t nvme_bytes() const { return swapper_ ? swapper_->nvme_bytes() : 0; }
+  // offload_optimizer nvme and offload_param nvme: the swap files' bytes (0 without).
+  std::int64_t nvme_bytes() const {
+    return (swapper_ ? swapper_->nvme_bytes() : 0) + (param_swapper_ ? param_swapper_->nvme_bytes() : 0);
+  }
 
   // Checkpoints. Every rank owns chunk `rank` of every bucket (at every stage, so that the ranks write
   // disjoint pieces in parallel): its (flat begin, elements) ranges, bucket after bucket.
@@ -208,6 +227,19 @@ class ZeroEngine {
   // buffer (the device's rounding, so that it equals the parameters a device partition would hold); master (on
   // the device, or null) gets the values too.
   void write_host_params(std::int64_t part, const float* values, std::int64_t n, float* master);
+  // offload_param: where bucket k's chunk is in host memory (offload_param cpu, or a chunk nvme keeps there), or
+  // null for a chunk on NVMe.
+  void* host_chunk(int k) const;
+  // offload_param nvme: the swapper and its event ids; n values of bucket k's chunk from element `offset` copied
+  // from host memory `src` (already rounded to the element type) to its file; the chunk read into `out`.
+  void setup_param_swap();
+  void write_param_chunk(int k, std::int64_t offset, const void* src, std::int64_t n);
+  void read_param_chunk(int k, void* out);
+  void plan_param_reads(const Zero3FetchPlan* plan);
+  void* nvme_update_target(std::size_t piece);  // the CPU AdamW's 16-bit output for a piece of a chunk on NVMe
+  void finish_param_swap();                      // every write on disk
+  int bucket_of_partition_offset(std::int64_t part) const;
+  bool buckets_on_nvme(int k) const;  // offload_param nvme: bucket k's chunk lives in a swap file
   // offload_param without offload_optimizer: the device AdamW into staging buffers, copied to the host.
   void update_offloaded_params(const std::function<void(const AdamwRange&)>& update);
   // ZeRO-Offload.
@@ -316,6 +348,11 @@ class ZeroEngine {
   std::size_t next_staging_ = 0;     // round robin
   int staging_event_base_ = 0;       // one "free again" event per staging buffer, then one "host copies done"
   std::vector<std::pair<int, int>> param_h2d_marks_, param_d2h_marks_;
+  // offload_param nvme: the chunk files; per bucket its chunk index in the swapper (the bucket's own) or -1.
+  bool param_nvme_ = false;
+  std::unique_ptr<offload::ParamSwapper> param_swapper_;
+  int swap_event_base_ = 0;             // one "its device copy is done" event per swap buffer
+  offload::ParamSwapper::Writing writing_;  // the CPU AdamW's chunk being filled piece by piece
 };
 
 }  // namespace zeroplan::exec

@@ -19,30 +19,67 @@ using detail::seconds_since;
 
 void ZeroEngine::write_host_params(std::int64_t part, const float* values, std::int64_t n, float* master) {
   const std::int64_t piece = buffers_.param_staging_elements;
+  const std::int64_t eb = comm_dtype_bytes(type_);
   device_.synchronize();  // the staging buffer is idle
+  // offload_param nvme: the bucket whose chunk this is (set_params writes a whole chunk, restore_state pieces of
+  // one), kept in host memory or written to its file through a swap buffer.
+  const int k = param_nvme_ ? bucket_of_partition_offset(part) : -1;
   for (std::int64_t done = 0; done < n; done += piece) {
-    const std::int64_t k = std::min(piece, n - done);
-    device_.upload_params(staging_[0], master ? master + done : nullptr, values + done, k);
+    const std::int64_t count = std::min(piece, n - done);
+    device_.upload_params(staging_[0], master ? master + done : nullptr, values + done, count);
     device_.lane_waits_for(Lane::to_host, Lane::compute);
-    device_.copy_to_host(at(params_, part + done, type_), staging_[0], k * comm_dtype_bytes(type_));
-    device_.synchronize();
+    if (!param_nvme_) {
+      device_.copy_to_host(at(params_, part + done, type_), staging_[0], count * eb);
+      device_.synchronize();
+      continue;
+    }
+    const std::int64_t offset = part + done - partition_.buckets()[k].partition_offset;
+    if (void* host = host_chunk(k)) {
+      device_.copy_to_host(at(host, offset, type_), staging_[0], count * eb);
+      device_.synchronize();
+    } else {
+      const offload::ParamSwapper::Writing w = param_swapper_->begin_write(k, offset, count);
+      device_.copy_to_host(w.data, staging_[0], count * eb);
+      device_.synchronize();
+      param_swapper_->end_write(w);
+    }
   }
 }
 
 void ZeroEngine::update_offloaded_params(const std::function<void(const AdamwRange&)>& update) {
   // Bucket by bucket through the staging buffers in turn: the fp32 parameters (fp32 training: they are the
   // master AdamW updates) copied in, AdamW writing the new parameters there, copied out to the host partition
-  // while the next bucket updates.
+  // while the next bucket updates. offload_param nvme: the fp32 chunks are read ahead (one swap buffer left for the
+  // writes), and each updated chunk is copied into a swap buffer and written to its file once the copy is done.
   const std::int64_t eb = comm_dtype_bytes(type_);
   const bool fp32 = master_ == nullptr;
-  for (const GradientBucket& b : partition_.buckets()) {
+  const auto& buckets = partition_.buckets();
+  if (param_swapper_ && fp32) {
+    std::vector<int> order;
+    for (std::size_t k = 0; k < buckets.size(); ++k)
+      if (buckets_on_nvme(static_cast<int>(k))) order.push_back(static_cast<int>(k));
+    param_swapper_->plan_reads(order, param_swapper_->buffer_count() - 1);
+  }
+  for (std::size_t kk = 0; kk < buckets.size(); ++kk) {
+    const GradientBucket& b = buckets[kk];
+    const int k = static_cast<int>(kk);
     const int s = static_cast<int>(next_staging_++ % staging_.size());
-    void* host = at(params_, b.partition_offset, type_);
+    void* resident = host_chunk(k);  // null: the chunk is on NVMe
     if (fp32) {
+      offload::ParamSwapper::Held held;
+      const void* from = resident;
+      if (!from) {
+        held = param_swapper_->acquire(k);
+        from = held.data;
+      }
       device_.wait_event(staging_event_base_ + s, Lane::to_device);
       const int a = device_.mark(Lane::to_device);
-      device_.copy_to_device(staging_[s], host, b.chunk * eb);
+      device_.copy_to_device(staging_[s], from, b.chunk * eb);
       param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
+      if (held.buffer >= 0) {
+        device_.record_event(swap_event_base_ + held.buffer, Lane::to_device);
+        param_swapper_->release(held.buffer);
+      }
       device_.lane_waits_for(Lane::compute, Lane::to_device);
     } else {
       device_.wait_event(staging_event_base_ + s, Lane::compute);
@@ -50,13 +87,122 @@ void ZeroEngine::update_offloaded_params(const std::function<void(const AdamwRan
     update(AdamwRange{staging_[s], master_ ? master_ + b.partition_offset : nullptr, at(grads_, b.partition_offset, grad_type_),
                       m_ + b.partition_offset, v_ + b.partition_offset, b.chunk, b.chunk_begin(rank_)});
     device_.lane_waits_for(Lane::to_host, Lane::compute);
-    const int a = device_.mark(Lane::to_host);
-    device_.copy_to_host(host, staging_[s], b.chunk * eb);
-    param_d2h_marks_.emplace_back(a, device_.mark(Lane::to_host));
+    if (resident) {
+      const int a = device_.mark(Lane::to_host);
+      device_.copy_to_host(resident, staging_[s], b.chunk * eb);
+      param_d2h_marks_.emplace_back(a, device_.mark(Lane::to_host));
+    } else {
+      // The write may start only once the copy has landed: the host waits for it (the next bucket's update is
+      // enqueued after, so the device idles for the wait's wake-up, not for the disk).
+      const offload::ParamSwapper::Writing w = param_swapper_->begin_write(k, 0, b.chunk);
+      const int a = device_.mark(Lane::to_host);
+      device_.copy_to_host(w.data, staging_[s], b.chunk * eb);
+      param_d2h_marks_.emplace_back(a, device_.mark(Lane::to_host));
+      device_.record_event(swap_event_base_ + w.buffer, Lane::to_host);
+      device_.host_wait_event(swap_event_base_ + w.buffer);
+      param_swapper_->end_write(w);
+    }
     device_.record_event(staging_event_base_ + s, Lane::to_host);
   }
+  if (param_swapper_ && fp32) param_swapper_->plan_reads({});
   // The next copies in (the persistent tensors' gather, the next step's units) read what these wrote.
   device_.lane_waits_for(Lane::to_device, Lane::to_host);
+}
+
+// ---- ZeRO-Infinity parameter offload to NVMe ----
+
+bool ZeroEngine::buckets_on_nvme(int k) const {
+  return param_nvme_ && buffers_.param_nvme_chunk[static_cast<std::size_t>(k)] > 0;
+}
+
+void* ZeroEngine::host_chunk(int k) const {
+  const GradientBucket& b = partition_.buckets()[static_cast<std::size_t>(k)];
+  if (!param_nvme_) return at(params_, b.partition_offset, type_);
+  const std::int64_t o = buffers_.param_host_offset[static_cast<std::size_t>(k)];
+  return o < 0 ? nullptr : at(params_, o, type_);
+}
+
+int ZeroEngine::bucket_of_partition_offset(std::int64_t part) const {
+  const auto& buckets = partition_.buckets();
+  const auto it = std::upper_bound(buckets.begin(), buckets.end(), part,
+                                   [](std::int64_t p, const GradientBucket& b) { return p < b.partition_offset; });
+  if (it == buckets.begin()) throw std::logic_error("ZeroEngine: partition offset " + std::to_string(part) + " before the first chunk");
+  const int k = static_cast<int>(it - buckets.begin()) - 1;
+  if (part >= buckets[k].partition_offset + buckets[k].chunk)
+    throw std::logic_error("ZeroEngine: partition offset " + std::to_string(part) + " in no chunk");
+  return k;
+}
+
+void ZeroEngine::setup_param_swap() {
+  if (config_.zero.param_buffer_count < 1 || config_.zero.param_buffer_count > 1024)
+    throw std::invalid_argument("zero_optimization.offload_param.buffer_count: " +
+                                std::to_string(config_.zero.param_buffer_count) + "; expected 1 to 1024");
+  offload::NvmeStoreOptions options;
+  options.queue_depth = config_.zero.aio_queue_depth;
+  options.block_bytes = config_.zero.aio_block_bytes;
+  options.overlap_events = config_.zero.aio_overlap_events;
+  options.config_source = config_.zero.param_nvme_path_source;
+  options.config_field = config_.zero.param_nvme_path_field;
+  if (buffers_.param_swap_buffers == 0) {
+    // Every chunk kept in host memory (max_in_cpu, persistent tensors): nothing to swap, but the path is checked
+    // as if (a store made and dropped), so that a wrong nvme_path is an error whatever the model.
+    offload::NvmeStore probe(config_.zero.param_nvme_path, rank_, options);
+    return;
+  }
+  // Events after the staging buffers' and their "host copies done": one per swap buffer, recorded after the
+  // device copy that reads (or writes) it; the swapper waits for it before the buffer takes other data.
+  swap_event_base_ = staging_event_base_ + static_cast<int>(staging_.size()) + 1;
+  const bool pinned = config_.zero.offload_pin_memory;
+  param_swapper_ = std::make_unique<offload::ParamSwapper>(
+      config_.zero.param_nvme_path, rank_, options, buffers_.param_nvme_chunk, comm_dtype_bytes(type_),
+      static_cast<int>(config_.zero.param_buffer_count),
+      [&](std::int64_t bytes) {
+        return device_.allocate_host("offload_swap_buffers", "parameter NVMe swap buffers", bytes, pinned);
+      },
+      [this](int buffer) { device_.host_wait_event(swap_event_base_ + buffer); });
+}
+
+void ZeroEngine::write_param_chunk(int k, std::int64_t offset, const void* src, std::int64_t n) {
+  const std::size_t bytes = static_cast<std::size_t>(n * comm_dtype_bytes(type_));
+  if (void* host = host_chunk(k)) {
+    std::memcpy(at(host, offset, type_), src, bytes);
+    return;
+  }
+  const offload::ParamSwapper::Writing w = param_swapper_->begin_write(k, offset, n);
+  std::memcpy(w.data, src, bytes);
+  param_swapper_->end_write(w);
+}
+
+void ZeroEngine::read_param_chunk(int k, void* out) {
+  const offload::ParamSwapper::Held held = param_swapper_->acquire(k);
+  std::memcpy(out, held.data, static_cast<std::size_t>(partition_.buckets()[k].chunk * comm_dtype_bytes(type_)));
+  param_swapper_->release(held.buffer);
+}
+
+void ZeroEngine::plan_param_reads(const Zero3FetchPlan* plan) {
+  if (!param_swapper_) return;
+  std::vector<int> order;
+  if (plan)  // every chunk on NVMe of every all-gather the plan issues, in the order gather_unit asks for them
+    for (const Zero3UseStep& step : plan->steps)
+      for (const Zero3Gather& g : step.gathers)
+        for (int k : buffers_.unit_buckets[g.unit])
+          if (buckets_on_nvme(k)) order.push_back(k);
+  param_swapper_->plan_reads(order);
+}
+
+void* ZeroEngine::nvme_update_target(std::size_t i) {
+  const Piece& p = pieces_[i];
+  const GradientBucket& b = partition_.buckets()[static_cast<std::size_t>(p.bucket)];
+  const std::int64_t offset = p.part - b.partition_offset;
+  if (void* host = host_chunk(p.bucket)) return at(host, offset, type_);
+  // A bucket's pieces come in order: its first opens the chunk's swap buffer, its last writes it.
+  if (static_cast<int>(i) == bucket_pieces_[p.bucket].front())
+    writing_ = param_swapper_->begin_write(p.bucket, 0, b.chunk);
+  return at(writing_.data, offset, type_);
+}
+
+void ZeroEngine::finish_param_swap() {
+  if (param_swapper_) param_swapper_->wait_writes();
 }
 
 // ---- ZeRO-Offload ----
@@ -77,7 +223,8 @@ void ZeroEngine::setup_offload() {
   }
   host_grads_ = device_.allocate_host("offload_grads", "reduced gradient partition",
                                       part * comm_dtype_bytes(grad_type_), pinned);
-  if (type_ != CommDtype::f32 || nvme)
+  // offload_param nvme: the CPU AdamW writes each piece into its chunk's swap buffer (nvme_update_target).
+  if ((type_ != CommDtype::f32 || nvme) && !param_nvme_)
     host_half_ = offload_param_ ? params_  // the CPU AdamW writes the offloaded partition directly
                                 : device_.allocate_host("offload_params", "updated partition (device precision)",
                                                         part * eb, pinned);
@@ -116,6 +263,9 @@ void ZeroEngine::setup_offload() {
     throw std::invalid_argument("zero_optimization.offload_optimizer.buffer_count: " +
                                 std::to_string(config_.zero.optimizer_buffer_count) + "; expected 1 to 1024");
   offload::NvmeStoreOptions options;
+  options.queue_depth = config_.zero.aio_queue_depth;  // DeepSpeed's aio section, as the parameter swapper's
+  options.block_bytes = config_.zero.aio_block_bytes;
+  options.overlap_events = config_.zero.aio_overlap_events;
   options.config_source = config_.zero.nvme_path_source;
   options.config_field = config_.zero.nvme_path_field;
   std::vector<std::int64_t> sizes;
@@ -238,8 +388,10 @@ void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, f
   else t.grads_fp16 = static_cast<const std::uint16_t*>(g);
   t.exp_avg = m;
   t.exp_avg_sq = v;
-  void* updated = host_half_ ? at(host_half_, p.part, type_) : static_cast<void*>(master);
-  if (host_half_ && type_ != CommDtype::f32) {  // with offload_param: the host parameter partition itself
+  void* updated = param_nvme_   ? nvme_update_target(i)
+                  : host_half_ ? at(host_half_, p.part, type_)
+                               : static_cast<void*>(master);
+  if (updated != master && type_ != CommDtype::f32) {  // with offload_param: the host parameter partition itself
     t.params_half = static_cast<std::uint16_t*>(updated);
     t.half_format = type_ == CommDtype::bf16 ? offload::HalfFormat::bf16 : offload::HalfFormat::fp16;
   }
@@ -251,6 +403,10 @@ void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, f
   // would have finished.
   if (type_ == CommDtype::f32 && updated != master) std::memcpy(updated, master, static_cast<std::size_t>(p.n) * 4);
   cpu_adamw_s_ += seconds_since(t0);
+  if (param_nvme_ && !host_chunk(p.bucket) && static_cast<int>(i) == bucket_pieces_[p.bucket].back()) {
+    param_swapper_->end_write(writing_);  // the bucket's chunk is whole: to its file, beside the next updates
+    writing_ = offload::ParamSwapper::Writing{};
+  }
   if (offload_param_) return;  // the parameters are the host partition just written: nothing to copy
   const int a = device_.mark(Lane::to_device);
   device_.copy_to_device(at(params_, p.param, type_), updated, p.n * eb);
@@ -259,6 +415,12 @@ void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, f
 
 void ZeroEngine::collect_offload_times() {
   offload_times_ = OffloadTimes{};
+  if (param_swapper_) {  // the reads of this step's all-gathers and the writes of its update
+    const offload::SwapTimes t = param_swapper_->take_times();
+    offload_times_.param_nvme_read_bytes = t.read_bytes;
+    offload_times_.param_nvme_write_bytes = t.write_bytes;
+    offload_times_.param_nvme_wait_s = t.wait_s;
+  }
   for (const auto& [a, b] : param_h2d_marks_) offload_times_.param_to_device_s += device_.seconds_between(a, b);
   for (const auto& [a, b] : param_d2h_marks_) offload_times_.param_to_host_s += device_.seconds_between(a, b);
   if (!offload_) return;

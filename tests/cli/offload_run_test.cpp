@@ -155,7 +155,7 @@ TEST(OffloadRun, ParametersOnTheCpuWithTheDeviceOptimizerEqualTheRunWithout) {
 
 TEST(OffloadRun, WhatTheExecutorDoesNotOffloadIsRefusedByFlag) {
   expect_one_line_error(run(run_args(1, 2, false) + " --steps 2 --offload-param cpu"), {"--offload-param", "stage"});
-  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-param nvme"), {"--offload-param", "nvme"});
+  expect_one_line_error(run(run_args(1, 3, false) + " --steps 2 --offload-param nvme"), {"--nvme-path", "missing"});
   const fs::path no_path = write_temp(
       "run_param_nvme_no_path.json",
       R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})");
@@ -277,4 +277,87 @@ TEST(NvmeOffloadRun, AMissingOrUnusablePathIsRefusedNamingTheFlagOrField) {
                         {"--offload-optimizer", "stage 3"});
   expect_one_line_error(run(run_args(1, 0, false) + " --steps 2" + with_nvme(temp_dir().string())),
                         {"--offload-optimizer", "stage"});
+}
+
+namespace {
+
+// The tiny model's tensors are all below DeepSpeed's default stage3_param_persistence_threshold (1e5): whole on
+// every rank, nothing partitioned to put on NVMe. A lower threshold partitions them.
+std::string with_param_nvme(const std::string& dir) {
+  static const fs::path config = write_temp(
+      "run_param_nvme_persistence.json",
+      R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 100}})");
+  return " --offload-param nvme --nvme-path " + dir + " --ds-config " + config.string();
+}
+
+}  // namespace
+
+// ZeRO-Infinity's parameter offload to NVMe (offload_param nvme, exec/offload/param_swapper.h) against the
+// parameters in host memory (offload_param cpu), deterministic, on 1 and 2 ranks: losses bit for bit; the NVMe
+// bytes per step the run reports equal the planner's; a run saved at step 3 and resumed to 6 ends as the
+// uninterrupted one; the swap files are gone at the end.
+void expect_param_nvme_run_equals_param_cpu(int ranks, const std::string& optimizer) {
+  const std::string dir = nvme_dir("param_run_" + std::to_string(ranks));
+  if (dir.empty()) GTEST_SKIP() << "no direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
+  const std::string args = run_args(ranks, 3, false) + " --deterministic" +
+                           (optimizer.empty() ? "" : " --offload-optimizer " + optimizer);
+  const std::string opt_path = optimizer == "nvme" ? " --nvme-path " + dir : "";
+  const fs::path cpu = temp_dir() / "param-cpu.json", nvme = temp_dir() / "param-nvme.json",
+                 resumed = temp_dir() / "param-nvme-resumed.json";
+  const fs::path parts = fresh("param-nvme-parts");
+  const fs::path cpu_config = write_temp(
+      "run_param_cpu_persistence.json",
+      R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 100}})");
+  CommandResult a = run(args + " --offload-param cpu" + opt_path + " --ds-config " + cpu_config.string() +
+                        " --steps 6 --report " + cpu.string());
+  ASSERT_EQ(a.status, 0) << a.output << a.errors;
+  CommandResult b = run(args + with_param_nvme(dir) + " --steps 6 --report " + nvme.string());
+  ASSERT_EQ(b.status, 0) << b.output << b.errors;
+  EXPECT_NE(b.output.find("param:nvme"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("parameter NVMe swapping"), std::string::npos) << b.output;
+  const nlohmann::json ma = measured(cpu), mb = measured(nvme);
+  const auto losses = mb.at("loss").get<std::vector<double>>();
+  EXPECT_EQ(losses, ma.at("loss").get<std::vector<double>>());
+  const nlohmann::json& os = mb.at("offload_seconds");
+  EXPECT_GT(os.at("param_nvme_read_bytes").get<double>(), 0);
+  EXPECT_EQ(os.at("param_nvme_read_bytes").get<double>(), os.at("param_nvme_read_bytes_predicted").get<double>());
+  EXPECT_EQ(os.at("param_nvme_write_bytes").get<double>(), os.at("param_nvme_write_bytes_predicted").get<double>());
+  EXPECT_GT(mb.at("nvme_bytes").get<std::int64_t>(), 0);
+  CommandResult c = run(args + with_param_nvme(dir) + " --steps 3 --save-dir " + parts.string());
+  ASSERT_EQ(c.status, 0) << c.output << c.errors;
+  CommandResult d = run(args + with_param_nvme(dir) + " --steps 6 --resume " + parts.string() + " --report " +
+                        resumed.string());
+  ASSERT_EQ(d.status, 0) << d.output << d.errors;
+  const auto tail = measured(resumed).at("loss").get<std::vector<double>>();
+  ASSERT_EQ(tail.size(), 3u);
+  ASSERT_EQ(losses.size(), 6u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(losses[3 + i], tail[i]) << "loss of step " << 4 + i << " after resume";
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+  fs::remove_all(dir);
+  fs::remove_all(parts);
+  for (const fs::path& f : {cpu, nvme, resumed}) fs::remove(f);
+}
+
+TEST(ParamNvmeRun, OneRankEqualsParamCpuAndResumes) { expect_param_nvme_run_equals_param_cpu(1, ""); }
+TEST(ParamNvmeRun, TwoRanksWithCpuAdamwEqualParamCpuAndResume) { expect_param_nvme_run_equals_param_cpu(2, "cpu"); }
+TEST(ParamNvmeRun, TwoRanksWithOptimizerOnNvmeEqualParamCpuAndResume) {
+  expect_param_nvme_run_equals_param_cpu(2, "nvme");
+}
+
+TEST(ParamNvmeRun, AnUnwritableOrMissingPathIsOneLineNamingIt) {
+  const std::string args = run_args(1, 3, false) + " --steps 2";
+  // Root writes to read-only directories: /sys refuses it a new directory (EPERM).
+  std::string path = "/sys";
+  if (geteuid() != 0) {
+    const fs::path read_only = fresh("param_nvme_read_only");
+    fs::create_directories(read_only);
+    fs::permissions(read_only, fs::perms::owner_read | fs::perms::owner_exec);
+    path = read_only.string();
+  }
+  expect_one_line_error(run(args + with_param_nvme(path)), {"--nvme-path", "'" + path + "'", "not writable"});
+  if (geteuid() != 0) fs::permissions(path, fs::perms::owner_all);
+  const fs::path missing = temp_dir() / "no_such_param_nvme_dir";
+  expect_one_line_error(run(args + with_param_nvme(missing.string())), {"--nvme-path", "does not exist"});
+  expect_one_line_error(run(run_args(1, 2, false) + " --steps 2" + with_param_nvme(temp_dir().string())),
+                        {"--offload-param", "stage"});
 }

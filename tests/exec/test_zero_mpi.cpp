@@ -3,6 +3,7 @@
 // ranks; each rank also trains the one-rank reference itself (the same global batch, A' = world x A
 // micro-steps) and compares.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/input_error.h"
 #include "exec/comm/mpi_communicator.h"
@@ -499,6 +501,143 @@ TEST(ZeroNvmeOffloadOverMpi, UnusablePathIsAnInputErrorNamingTheField) {
   EXPECT_THROW(make_cpu_trainer(c, world_comm), std::invalid_argument);
 }
 
+namespace {
+
+// ZeRO-Infinity's parameter offload to NVMe (offload_param nvme) against offload_param cpu at the same world size:
+// the chunks only go through files and swap buffers in between, so losses, norms, parameters and states must be
+// equal, not close (the --deterministic equivalence: the CPU backend is deterministic by construction). Every step
+// reads each chunk on NVMe of every all-gather of the fetch plan and writes every chunk once, whole 4096-byte
+// blocks, exactly the figures the planner reads (zero_buffer_layout.h); checkpoints' set_params and restore_state
+// write the files and the run continues bit for bit.
+struct ParamNvmeCase {
+  std::int64_t grad_accum = 1;
+  std::int64_t bucket_elements = 20000;
+  bool offload_optimizer = false;
+  bool optimizer_nvme = false;
+  std::int64_t buffer_count = 5;
+  std::int64_t max_in_cpu = 0;
+  std::int64_t persistence = 300;
+};
+
+void expect_param_nvme_equals_param_cpu(const ParamNvmeCase& k, const std::string& test) {
+  const std::string dir = nvme_dir("param_" + test);
+  if (dir.empty()) GTEST_SKIP() << "no directory with direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
+  Communicator& comm = *world_comm;
+  ExecConfig cpu = small_config(3, k.grad_accum, k.bucket_elements);
+  cpu.zero.param_persistence_threshold = k.persistence;
+  cpu.zero.offload_param = true;
+  cpu.zero.offload_optimizer = k.offload_optimizer;
+  cpu.zero.param_buffer_count = k.buffer_count;
+  if (k.optimizer_nvme) cpu.zero.nvme_path = dir;
+  ExecConfig nvme = cpu;
+  nvme.zero.param_nvme_path = dir;
+  nvme.zero.param_max_in_cpu = k.max_in_cpu;
+  auto a = make_cpu_trainer(cpu, &comm);
+  auto b = make_cpu_trainer(nvme, &comm);
+  const ZeroPartition partition(b->layout(), comm.world(), comm.rank(), partition_rules(nvme.zero));
+  const ZeroBufferLayout buffers = zero_buffer_layout(b->layout(), partition, nvme.zero, k.grad_accum);
+  const std::int64_t files = buffers.param_nvme_file_bytes(4);
+  // fp32 with the device AdamW: the update reads every chunk once more (the parameters are its master).
+  const std::int64_t reads =
+      k.grad_accum * buffers.param_nvme_read_bytes_per_micro_step(4) + (k.offload_optimizer ? 0 : files);
+  ASSERT_GT(files, 0);
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(b->memory().nvme_bytes - a->memory().nvme_bytes, files);
+  expect_equal_runs(*a, *b, cpu, [&](const StepResult& ra, const StepResult& rb) {
+    EXPECT_EQ(ra.times.offload.param_nvme_read_bytes, 0);
+    EXPECT_EQ(rb.times.offload.param_nvme_read_bytes, reads);
+    EXPECT_EQ(rb.times.offload.param_nvme_write_bytes, files);
+    EXPECT_GT(rb.times.offload.param_to_device_s, 0);
+  });
+  // The chunks on NVMe take swap buffers instead of host memory; those kept in host memory are listed.
+  const MemoryReport ma = a->memory(), mb = b->memory();
+  EXPECT_EQ(host_component(mb, "offload_swap_buffers") - host_component(ma, "offload_swap_buffers"),
+            buffers.param_swap_buffer_bytes(4));
+  EXPECT_EQ(host_component(mb, "offload_params"), buffers.param_host_elements * 4);
+  if (k.max_in_cpu > 0) EXPECT_GT(buffers.param_host_elements, 0);
+  auto c = make_cpu_trainer(nvme, &comm);
+  expect_restored_continues(*b, *c, cpu);
+}
+
+// The swap files of this process's parameter swappers under dir/zeroplan_rank<r>.
+std::vector<std::filesystem::path> param_swap_files(const std::string& dir) {
+  std::vector<std::filesystem::path> files;
+  const auto rank_dir = std::filesystem::path(dir) / ("zeroplan_rank" + std::to_string(world_comm->rank()));
+  for (const auto& e : std::filesystem::directory_iterator(rank_dir))
+    if (e.path().filename().string().rfind("param_", 0) == 0) files.push_back(e.path());
+  return files;
+}
+
+}  // namespace
+
+TEST(ZeroParamNvmeOverMpi, DeviceAdamwEqualsParamCpu) { expect_param_nvme_equals_param_cpu({}, "dev"); }
+TEST(ZeroParamNvmeOverMpi, AccumulationAndOneSwapBufferEqualsParamCpu) {
+  expect_param_nvme_equals_param_cpu({3, 5000, false, false, 1}, "b1");
+}
+TEST(ZeroParamNvmeOverMpi, CpuAdamwEqualsParamCpu) { expect_param_nvme_equals_param_cpu({1, 20000, true}, "opt"); }
+TEST(ZeroParamNvmeOverMpi, OptimizerOnNvmeTooNothingPersistentEqualsParamCpu) {
+  expect_param_nvme_equals_param_cpu({2, 5000, true, true, 2, 0, 0}, "optnvme");
+}
+TEST(ZeroParamNvmeOverMpi, MaxInCpuKeepsTheFirstChunksEqualsParamCpu) {
+  expect_param_nvme_equals_param_cpu({1, 5000, true, false, 3, 12000}, "maxcpu");
+}
+
+TEST(ZeroParamNvmeOverMpi, UnwritablePathIsAnInputErrorNamingIt) {
+  ExecConfig c = small_config(3, 1, 20000);
+  c.zero.param_persistence_threshold = 300;
+  c.zero.offload_param = true;
+  // Root writes to a read-only directory: /sys refuses it any new directory (EPERM).
+  std::string path = "/sys";
+  if (geteuid() != 0) {
+    path = std::string(ZEROPLAN_TEST_SCRATCH_DIR) + "/nvme_read_only_world" + std::to_string(world_comm->world());
+    std::filesystem::create_directories(path);
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  }
+  c.zero.param_nvme_path = path;
+  try {
+    make_cpu_trainer(c, world_comm);
+    ADD_FAILURE() << "an unwritable nvme_path was accepted";
+  } catch (const zeroplan::InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("zero_optimization.offload_param.nvme_path"), std::string::npos) << what;
+    EXPECT_NE(what.find("'" + path + "'"), std::string::npos) << what;
+    EXPECT_NE(what.find("not writable"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  if (geteuid() != 0) std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+}
+
+TEST(ZeroParamNvmeOverMpi, AFileRemovedMidRunIsAnErrorNamingIt) {
+  const std::string dir = nvme_dir("param_removed");
+  if (dir.empty()) GTEST_SKIP() << "no directory with direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
+  Communicator& comm = *world_comm;
+  ExecConfig c = small_config(3, 1, 5000);
+  c.zero.param_persistence_threshold = 300;  // chunks on NVMe (below it, tensors stay whole and in host memory)
+  c.zero.offload_param = true;
+  c.zero.param_nvme_path = dir;
+  auto t = make_cpu_trainer(c, &comm);
+  TokenSource data = TokenSource::synthetic(vocab(), 5);
+  TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
+  t->step(b.inputs, b.targets);
+  const auto files = param_swap_files(dir);
+  ASSERT_FALSE(files.empty());
+  // Every rank removes all of its own: each fails at the same point, its first read of the step (before any
+  // collective, so that no rank waits in one for a rank that failed).
+  for (const auto& f : files) std::filesystem::remove(f);
+  b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
+  try {
+    t->step(b.inputs, b.targets);
+    ADD_FAILURE() << "a step ran on with " << files.size() << " swap files removed";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    const std::string rank_dir = dir + "/zeroplan_rank" + std::to_string(comm.rank()) + "/param_";
+    EXPECT_NE(what.find(rank_dir), std::string::npos) << what;
+    EXPECT_NE(what.find("removed"), std::string::npos) << what;
+    EXPECT_NE(what.find("nvme_io.cpp:"), std::string::npos) << "the check's file:line: " << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
 TEST(ZeroParamOffloadOverMpi, Stage3EqualsNoOffload) { expect_param_offload_equals_no_offload(1, 20000, false, 5); }
 TEST(ZeroParamOffloadOverMpi, WithAccumulationAndOneStagingBuffer) {
   expect_param_offload_equals_no_offload(3, 5000, false, 1);
@@ -665,6 +804,80 @@ TEST(ZeroOverMpi, PlannerPredictsTheEngineBuffersAndBytes) {
       EXPECT_EQ(plan[0], k.bytes[0]) << "all-reduce, stage " << stage << ", A = " << A;
       EXPECT_EQ(plan[1], k.bytes[1]) << "reduce-scatter, stage " << stage << ", A = " << A;
       EXPECT_EQ(plan[2], k.bytes[2]) << "all-gather, stage " << stage << ", A = " << A << ", params " << param;
+      }
+}
+
+// The planner's `--engine zeroplan` model of parameters on NVMe against the engine: the NVMe bytes per step (the
+// fetch plan's reads, the update's writes), the swap files, the host's pinned bytes (swap buffers, the chunks kept
+// in host memory) and the device's components must be equal (both read exec/zero/zero_buffer_layout.h).
+TEST(ZeroParamNvmeOverMpi, PlannerPredictsTheEngineNvmeBytesPerStep) {
+  const std::string dir = nvme_dir("param_planner");
+  if (dir.empty()) GTEST_SKIP() << "no directory with direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
+  Communicator& comm = *world_comm;
+  zeroplan::TransformerShape shape;
+  shape.vocab_size = 257;
+  shape.hidden = 64;
+  shape.layers = 3;
+  shape.heads = 2;
+  shape.kv_heads = 2;
+  shape.ffn_hidden = 256;
+  shape.max_seq = 32;
+  const zeroplan::ModelDescription model = zeroplan::expand_transformer("small", shape, "test");
+  const zeroplan::ClusterDescription cluster =
+      zeroplan::with_gpu_count(zeroplan::load_cluster("h200x4"), comm.world());
+  for (std::int64_t A : {1, 2})
+    for (const bool offload : {false, true})
+      for (const std::int64_t max_in_cpu : {std::int64_t{0}, std::int64_t{10000}}) {
+        ExecConfig c = small_config(3, A, 5000);
+        c.zero.offload_optimizer = offload;
+        c.zero.offload_param = true;
+        c.zero.param_nvme_path = dir;
+        c.zero.param_max_in_cpu = max_in_cpu;
+        zeroplan::TrainingConfig tr;
+        tr.micro_batch = c.micro_batch;
+        tr.seq_len = c.seq_len;
+        tr.grad_accum = A;
+        tr.precision = zeroplan::Precision::fp32;
+        tr.zero.stage = 3;
+        tr.zero.reduce_bucket_size = c.zero.reduce_bucket_elements;
+        tr.zero.allgather_bucket_size = c.zero.allgather_bucket_elements;
+        tr.zero.overlap_comm = c.zero.overlap_comm = true;
+        tr.zero.param_persistence_threshold = c.zero.param_persistence_threshold = 300;
+        tr.zero.prefetch_bucket_size = c.zero.prefetch_bucket_elements = 20000;
+        const zeroplan::OffloadDevice optimizer = offload ? zeroplan::OffloadDevice::cpu : zeroplan::OffloadDevice::none;
+        tr.zero.offload_optimizer = optimizer;
+        tr.zero.offload_param = zeroplan::OffloadDevice::nvme;
+        tr.zero.nvme_path = dir;
+        tr.zero.param_max_in_cpu = max_in_cpu;
+        tr.zero.param_buffer_count = c.zero.param_buffer_count = 3;
+        zeroplan::use_engine(tr, zeroplan::TrainingEngine::zeroplan);
+        const zeroplan::PlanChoice choice{3, optimizer, zeroplan::OffloadDevice::nvme};
+        const std::string what = "A = " + std::to_string(A) + ", offload " + std::to_string(offload) +
+                                 ", max_in_cpu " + std::to_string(max_in_cpu);
+        const zeroplan::MemoryEstimate estimate = zeroplan::estimate_memory(model, cluster, tr, choice);
+        auto t = make_cpu_trainer(c, &comm);
+        const MemoryReport report = t->memory();
+        for (const char* name : {"params", "grads", "master_params", "optimizer_states", "gradient_buckets",
+                                 "gathered_params", "offload_buffers"}) {
+          std::int64_t p = 0;
+          for (const auto& [n, b] : estimate.gpu.components()) p += n == name ? b : 0;
+          EXPECT_EQ(p, report.component(name)) << name << ", " << what;
+        }
+        // The plan counts the node (every rank here).
+        double host = static_cast<double>(report.host_total()), nvme = static_cast<double>(report.nvme_bytes);
+        comm.all_reduce_host(&host, 1);
+        comm.all_reduce_host(&nvme, 1);
+        EXPECT_EQ(estimate.host.pinned, static_cast<std::int64_t>(host)) << what;
+        EXPECT_EQ(estimate.nvme_bytes, static_cast<std::int64_t>(nvme)) << what;
+        const zeroplan::CommVolume v = zeroplan::estimate_comm(model, cluster, tr, choice);
+        TokenSource data = TokenSource::synthetic(vocab(), 9);
+        for (int s = 0; s < 2; ++s) {
+          const TokenBatch b = next_rank_share(data, c.micro_batch, c.seq_len, c.grad_accum, comm.world(), comm.rank());
+          const StepResult r = t->step(b.inputs, b.targets);
+          EXPECT_EQ(v.nvme_read_bytes, r.times.offload.param_nvme_read_bytes) << "step " << s << ", " << what;
+          EXPECT_EQ(v.nvme_write_bytes, r.times.offload.param_nvme_write_bytes) << "step " << s << ", " << what;
+          EXPECT_GT(r.times.offload.param_nvme_read_bytes, 0) << what;
+        }
       }
 }
 
