@@ -69,6 +69,10 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
                      "Stage 3: on (default) if the training script builds the model under deepspeed.zero.Init, as "
                      "Hugging Face from_pretrained does; off if it builds it whole first")
       ->type_name("on|off");
+  command.add_flag("--ds-empty-cache-after-init", options.ds_empty_cache_after_init,
+                   "DeepSpeed engine: the training script calls torch.cuda.empty_cache() after deepspeed.initialize "
+                   "(default: it does not, and the caching allocator keeps what initialize freed: stages 1-2's "
+                   "per-parameter 16-bit copies)");
   command.add_option("--format,-f", options.format, "Output: table, json, csv or markdown")->capture_default_str();
 }
 
@@ -123,6 +127,11 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     inputs.training.cpu_threads_per_rank = *options.cpu_threads_per_rank;
     inputs.training.notes.push_back("CPU optimizer threads per rank: " + std::to_string(*options.cpu_threads_per_rank) +
                                     " (--cpu-threads-per-rank)");
+  }
+  if (options.ds_empty_cache_after_init) {
+    inputs.training.deepspeed_empty_cache_after_init = true;
+    inputs.training.notes.push_back("the training script empties the caching allocator after deepspeed.initialize "
+                                    "(--ds-empty-cache-after-init): what initialize freed is not held");
   }
   if (zero_init) {
     inputs.training.zero.zero_init = *zero_init;

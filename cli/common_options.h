@@ -38,6 +38,7 @@ struct CommonOptions {
   std::optional<std::int64_t> cpu_threads_per_rank;  // CPU Adam threads per rank (default: cores / ranks per node)
   std::optional<double> host_op_seconds;  // the training host's DeepSpeed Python speed (default: the cluster's host)
   std::optional<std::string> zero_init;  // "on" / "off": stage 3 builds the model under deepspeed.zero.Init
+  bool ds_empty_cache_after_init = false;  // the script calls torch.cuda.empty_cache() after deepspeed.initialize
   std::string format = "table";
 };
 

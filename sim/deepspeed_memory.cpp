@@ -8,6 +8,7 @@
 
 #include "sim/memory_model.h"
 #include "sim/model_states_memory.h"
+#include "sim/parameter_tensors.h"
 #include "sim/saturating.h"
 #include "sim/term_format.h"
 
@@ -319,14 +320,36 @@ void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t p
 
 }  // namespace
 
-Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
-                                     const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
-                                     Bytes activation_block, const LossTensorBytes& loss) {
+Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
+                                     const TrainingConfig& training, const DeepSpeedEnginePath& path,
+                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss) {
   CachedSegments cache(activation_block);
   const TransientGpuBytes& t = gpu.transient;
   const ZeroConfig& zero = training.zero;
   const bool offload = offloads_optimizer(in);
   const std::int64_t Pp = in.partition_params;
+  // deepspeed.initialize's leftovers (deepspeed_memory.h): the per-parameter 16-bit copies, by the caching
+  // allocator's pools (c10/cuda/CUDACachingAllocator.cpp: under 1 MiB from 2 MiB small-pool segments, up to 10 MiB
+  // from 20 MiB segments, larger ones a segment each rounded to 2 MiB), then the master partition's clone.
+  Bytes init_idle = 0;
+  if (!training.deepspeed_empty_cache_after_init &&
+      (path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 || path.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer)) {
+    constexpr Bytes kMiB = 1024 * 1024;
+    Bytes small_pool = 0, medium = 0;
+    std::vector<int> large;
+    for (const LayerDescription& layer : model.layers)
+      for_each_parameter_tensor(model, layer, [&](std::int64_t numel) {
+        const Bytes bytes = sat_mul(ceil_div(sat_mul(numel, in.param_bytes), Bytes{512}), Bytes{512});
+        if (bytes < kMiB) small_pool = sat_add(small_pool, bytes);
+        else if (bytes <= 10 * kMiB) medium = sat_add(medium, bytes);
+        else if (bytes <= activation_block) init_idle = sat_add(init_idle, sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge));
+        else large.push_back(cache.allocate(bytes, true));
+      });
+    init_idle = sat_add(init_idle, sat_add(sat_mul(ceil_div(small_pool, 2 * kMiB), 2 * kMiB),
+                                           sat_mul(ceil_div(medium, 20 * kMiB), 20 * kMiB)));
+    for (int block : large) cache.release(block);
+    cache.release(cache.allocate(sat_mul(in.param_bytes, Pp), true));
+  }
   // The loss of a micro-step, up to the allocated peak (its backward, three log_probs-sized tensors live) when
   // `peak` is given (its free bytes then), and on to its end otherwise; the first step's LM-head backward also
   // makes autograd's cuBLAS workspace, kept from then on.
@@ -527,7 +550,7 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
     }
     Bytes at_loss = 0;
     loss_pass(false, &at_loss, nullptr);
-    return sat_add(at_loss, in.deepspeed_process_device_extra);
+    return sat_add(sat_add(at_loss, init_idle), in.deepspeed_process_device_extra);
   }
   // The step's peak is in the backward pass, with the activations still live: stage_1_and_2.py setup_buckets
   // allocates the reduce buckets at the first gradient hook (torch.empty(reduce_bucket_size), released only at the
@@ -541,7 +564,7 @@ Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfi
   }
   Displaced displaced;  // a later micro-step's, live in its backward
   displace_activations(displaced);
-  return sat_add(cache.idle_bytes(), in.deepspeed_process_device_extra);
+  return sat_add(sat_add(cache.idle_bytes(), init_idle), in.deepspeed_process_device_extra);
 }
 
 Bytes deepspeed_overflow_test_segments(const MemoryInputs& in, const TrainingConfig& training,

@@ -96,9 +96,21 @@ LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingC
 // LM-head backward puts the embedding gradient and autograd's cuBLAS workspace into a free logit-sized segment and
 // the first optimizer step puts DeepSpeed's flat buffers and the lazy Adam states into others, so later steps'
 // losses take segments of their own and these stay part-free.
-Bytes deepspeed_flat_buffer_segments(const MemoryInputs& in, const TrainingConfig& training,
-                                     const DeepSpeedEnginePath& path, const DeepSpeedGpuBytes& gpu,
-                                     Bytes activation_block, const LossTensorBytes& loss);
+// Before the first step the replay starts from what deepspeed.initialize left cached, unless the script empties the
+// cache then (TrainingConfig::deepspeed_empty_cache_after_init). Stages 1-2 (stage_1_and_2.py __init__: empty_cache(),
+// then flatten_dense_tensors_aligned on the device when it has room, then _update_model_bit16_weights points each
+// parameter into the flat buffer) and bf16 at stage 0 (bf16_optimizer.py _setup_for_real_optimizer: the same flatten
+// and _update_storage_to_flattened_tensor, no empty_cache) free every per-parameter 16-bit tensor the engine moved to
+// the device (engine.py _configure_distributed_model: cast on the host, then module.to(device)); the tensors no larger
+// than an activation block stay idle (the activations' requests are larger than the blocks they free or are served
+// from their own), the larger ones (the embedding) join the replay. Then the master partition is made from a clone of
+// the 16-bit one (stage_1_and_2.py: .clone().to(master dtype); bf16_optimizer.py: .clone().float()), the clone freed.
+// Stage 3 under zero.Init builds the partitions directly. Measured on 4x H200 (GPT-2 1.5B bf16, DeepSpeed 0.19.8,
+// bench/deepspeed/results/x4_h200x4_2026-11-28.json): stages 1 and 2 use 2.81-2.88 GiB more than the planner's
+// emptied-cache model, the per-parameter copies' 2.90 GiB.
+Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
+                                     const TrainingConfig& training, const DeepSpeedEnginePath& path,
+                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss);
 
 // fp16 at stage 3 with the optimizer on the GPU: the overflow test's segments, reserved and idle at the default
 // stream's peak. stage3.py has_overflow runs torch.isinf and torch.isnan over the whole gradient partition

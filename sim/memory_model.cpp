@@ -72,7 +72,7 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
     deepspeed_runtime.nccl_buffer_bytes = cluster.runtime.deepspeed_multi_rank_device_bytes;
   const RuntimeOverheadBytes runtime = runtime_overhead_bytes(deepspeed_runtime, in.world_size, churn);
   const Bytes flat_segments = deepspeed_flat_buffer_segments(
-      in, training, path, ds, largest_activation_block(model, training, activations),
+      model, in, training, path, ds, largest_activation_block(model, training, activations),
       loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes));
   const Bytes overflow_test = deepspeed_overflow_test_segments(in, training, path);
   const Bytes second_communicator =

@@ -67,6 +67,9 @@ std::vector<MeasuredRun> stored_runs() {
       if (run.contains("cpu_threads_per_rank") && !run.at("cpu_threads_per_rank").is_null())
         r.measured["cpu_threads_per_rank"] = run.at("cpu_threads_per_rank");
       if (run.contains("zero_init")) r.measured["zero_init"] = run.at("zero_init");
+      // ds_peer.py emptied the caching allocator after deepspeed.initialize in every row before 2026-11-28 (those
+      // rows do not say); later rows record whether (--empty-cache-after-init).
+      r.measured["empty_cache_after_init"] = run.value("empty_cache_after_init", true);
       // ds_peer.py's probe of the host the row ran on, where the row has it (rows from 2026-11-27 on).
       if (r.measured.contains("host_probe"))
         r.measured["host_eager_op_seconds"] = r.measured.at("host_probe").at("eager_op_seconds");
@@ -90,6 +93,8 @@ Prediction predict(const MeasuredRun& run) {
     p.resolved.training.cpu_threads_per_rank = run.measured.at("cpu_threads_per_rank").get<std::int64_t>();
   // Whether the harness built the model under deepspeed.zero.Init (ds_peer.py records it; `--zero-init`).
   if (run.measured.contains("zero_init")) p.resolved.training.zero.zero_init = run.measured.at("zero_init").get<bool>();
+  // As --ds-empty-cache-after-init gives it.
+  p.resolved.training.deepspeed_empty_cache_after_init = run.measured.at("empty_cache_after_init").get<bool>();
   // The host's speed at DeepSpeed's Python, as `--host-op-seconds` gives it.
   if (run.measured.contains("host_eager_op_seconds"))
     p.resolved.training.host_eager_op_seconds = run.measured.at("host_eager_op_seconds").get<double>();
