@@ -18,6 +18,7 @@ stderr naming the file and the field, and exit status 2. Standard library only.
 
 import argparse
 import json
+import subprocess
 import math
 import sys
 from xml.sax.saxutils import escape, quoteattr
@@ -96,6 +97,33 @@ def read_report(path_name):
         "measured": measured / gpus,
         "predicted": tokens_per_step / step / gpus,
     }
+
+
+def replanned_tokens_per_gpu(zeroplan, cluster, path_name):
+    """The report's run planned again on `cluster` by the zeroplan engine (as `zeroplan run` plans itself): tokens
+    per second per GPU from the plan's step."""
+    with open(path_name, encoding="utf-8") as f:
+        report = json.load(f)
+    training, plan = report["training"], report["plans"][0]
+    gpus = report["measured"]["world_size"]
+    model = report["model"]["source"]
+    model = model[len("bundled:"):] if model.startswith("bundled:") else model
+    command = [zeroplan, "plan", "--model", model, "--cluster", cluster, "--gpus", str(gpus),
+               "--micro-batch", str(training["micro_batch"]), "--seq", str(training["seq_len"]),
+               "--grad-accum", str(training["grad_accum"]), "--precision", training["precision"],
+               "--checkpointing", training["checkpointing"], "--stage", str(plan["stage"]),
+               "--offload-optimizer", plan["offload_optimizer"], "--offload-param", plan["offload_param"],
+               "--engine", "zeroplan", "--format", "json"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    except OSError as e:
+        raise InputError(f"--zeroplan {zeroplan}: cannot be run ({e.strerror or e})")
+    try:
+        step = json.loads(result.stdout)["plans"][0]["step_seconds"]
+    except (json.JSONDecodeError, KeyError, IndexError):
+        raise InputError(f"{path_name}: replanning on {cluster} failed: {result.stderr.strip()[:300]}")
+    tokens_per_step = training["micro_batch"] * training["seq_len"] * training["grad_accum"] * gpus
+    return tokens_per_step / step / gpus
 
 
 def nice_step(span, ticks=6):
@@ -208,6 +236,10 @@ def main(argv):
                     "measured (solid) and predicted (dashed), from `zeroplan run --report` files.")
     parser.add_argument("--title", required=True, help="the chart's title: model, machine kind and date")
     parser.add_argument("--out", required=True, help="the SVG file to write")
+    parser.add_argument("--replan", metavar="CLUSTER",
+                        help="predict each report's step again with `zeroplan plan --engine zeroplan --cluster "
+                             "CLUSTER` (a description shipped after the runs) instead of the plan the run printed")
+    parser.add_argument("--zeroplan", default="build/cli/zeroplan", help="the zeroplan binary --replan runs")
     parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="zeroplan run --report files")
     args = parser.parse_args(argv)  # bad flags: argparse's usage line and exit status 2
 
@@ -215,6 +247,8 @@ def main(argv):
     try:
         for name in args.reports:
             p = read_report(name)
+            if args.replan:
+                p["predicted"] = replanned_tokens_per_gpu(args.zeroplan, args.replan, name)
             key = (p["series"], p["gpus"])
             if key in seen:
                 raise InputError(f"{name}: a second report of {p['series']} on {p['gpus']} GPU(s) "
@@ -230,7 +264,7 @@ def main(argv):
         fail(f"{f2}: field model.name is {json.dumps(m2)}, but {f1} is of {json.dumps(m1)}: one model per picture")
 
     command = "scripts/scaling_picture.py --title " + json.dumps(args.title) + " --out " + args.out + " " + \
-        " ".join(args.reports)
+        (f"--replan {args.replan} " if args.replan else "") + " ".join(args.reports)
     svg = render(points, args.title, command)
     try:
         with open(args.out, "w", encoding="utf-8") as f:

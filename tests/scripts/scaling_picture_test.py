@@ -12,6 +12,7 @@ one that lacks measured.stage each give exit status 2 and one line naming the fi
 import json
 import os
 import subprocess
+import re
 import sys
 import xml.etree.ElementTree as ET
 
@@ -87,7 +88,47 @@ def bad_input(source, scratch):
         print(lines[0])
 
 
+def tooltip_values(svg):
+    """{(series, gpus, kind): tokens/s per GPU} from the points' tooltips."""
+    values = {}
+    for t in ET.parse(svg).getroot().iter(SVG + "title"):
+        m = re.match(r"(.+), (\d+) GPUs?, (measured|predicted): ([\d,]+) tokens/s per GPU", t.text or "")
+        if m:
+            values[(m.group(1), int(m.group(2)), m.group(3))] = float(m.group(4).replace(",", ""))
+    return values
+
+
+def replan(source, scratch, zeroplan):
+    # The four-GPU machine's runs of 2026-11-28 were planned on the h200x4 of their day; --replan plans them on the
+    # description calibrate wrote that day, whose plans hold the step within 10% (FourH200RunsWithinTolerances).
+    folder = os.path.join(source, "bench/exec/results/2026-11-28-four-gpu-h200")
+    reports = [os.path.join(folder, "call3", f"scale_{g}gpu_s0.json") for g in (1, 2)] + \
+              [os.path.join(folder, "call2", "run_s0.json")]
+    as_run, replanned = os.path.join(scratch, "scaling_as_run.svg"), os.path.join(scratch, "scaling_replanned.svg")
+    r = run(source, ["--title", "t", "--out", as_run] + reports)
+    check(r.returncode == 0, f"exit status {r.returncode}: {r.stderr}")
+    r = run(source, ["--title", "t", "--out", replanned, "--replan", "h200x4", "--zeroplan", zeroplan] + reports)
+    check(r.returncode == 0, f"--replan: exit status {r.returncode}: {r.stderr}")
+    before, after = tooltip_values(as_run), tooltip_values(replanned)
+    for g in (1, 2, 4):
+        measured = after[("stage 0", g, "measured")]
+        check(measured == before[("stage 0", g, "measured")], f"{g} GPUs: --replan changed the measured point")
+        predicted = after[("stage 0", g, "predicted")]
+        check(abs(predicted / measured - 1) <= 0.10,
+              f"{g} GPUs: replanned {predicted:.0f} tokens/s per GPU, measured {measured:.0f}: outside 10%")
+    check(after[("stage 0", 4, "predicted")] != before[("stage 0", 4, "predicted")],
+          "--replan drew the plan the run printed")
+    r = run(source, ["--title", "t", "--out", replanned, "--replan", "no-such-cluster", "--zeroplan", zeroplan,
+                     reports[0]])
+    check(r.returncode == 2 and reports[0] in r.stderr and "no-such-cluster" in r.stderr,
+          f"an unknown --replan cluster: exit {r.returncode}, {r.stderr!r}")
+    print(r.stderr.strip())
+
+
 if __name__ == "__main__":
     source, scratch, case = sys.argv[1:4]
     os.makedirs(scratch, exist_ok=True)
-    {"stored": stored, "bad_input": bad_input}[case](source, scratch)
+    if case == "replan":
+        replan(source, scratch, sys.argv[4])
+    else:
+        {"stored": stored, "bad_input": bad_input}[case](source, scratch)
