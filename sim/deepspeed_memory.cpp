@@ -322,7 +322,8 @@ void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t p
 
 Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
                                      const TrainingConfig& training, const DeepSpeedEnginePath& path,
-                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss) {
+                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss,
+                                     Bytes device_free_bytes) {
   CachedSegments cache(activation_block);
   const TransientGpuBytes& t = gpu.transient;
   const ZeroConfig& zero = training.zero;
@@ -332,8 +333,13 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
   // allocator's pools (c10/cuda/CUDACachingAllocator.cpp: under 1 MiB from 2 MiB small-pool segments, up to 10 MiB
   // from 20 MiB segments, larger ones a segment each rounded to 2 MiB), then the master partition's clone.
   Bytes init_idle = 0;
-  if (!training.deepspeed_empty_cache_after_init &&
-      (path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 || path.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer)) {
+  // stage_1_and_2.py: flatten_on_accelerator when available_memory() >= the flat buffer, the 16-bit model on the
+  // device already.
+  const Bytes model_16bit = sat_mul(in.param_bytes, in.params);
+  const bool flattens_on_device = path.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer ||
+                                  (path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2 &&
+                                   device_free_bytes - model_16bit >= model_16bit);
+  if (!training.deepspeed_empty_cache_after_init && flattens_on_device) {
     constexpr Bytes kMiB = 1024 * 1024;
     Bytes small_pool = 0, medium = 0;
     std::vector<int> large;

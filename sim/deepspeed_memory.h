@@ -108,9 +108,13 @@ LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingC
 // Stage 3 under zero.Init builds the partitions directly. Measured on 4x H200 (GPT-2 1.5B bf16, DeepSpeed 0.19.8,
 // bench/deepspeed/results/x4_h200x4_2026-11-28.json): stages 1 and 2 use 2.81-2.88 GiB more than the planner's
 // emptied-cache model, the per-parameter copies' 2.90 GiB.
+// Stages 1-2 flatten on the host instead (moving the parameters there and emptying the cache: nothing is left)
+// when the device's free memory is below the flat buffer; `device_free_bytes` is the device's memory less the CUDA
+// context.
 Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
                                      const TrainingConfig& training, const DeepSpeedEnginePath& path,
-                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss);
+                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss,
+                                     Bytes device_free_bytes);
 
 // fp16 at stage 3 with the optimizer on the GPU: the overflow test's segments, reserved and idle at the default
 // stream's peak. stage3.py has_overflow runs torch.isinf and torch.isnan over the whole gradient partition

@@ -73,7 +73,8 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   const RuntimeOverheadBytes runtime = runtime_overhead_bytes(deepspeed_runtime, in.world_size, churn);
   const Bytes flat_segments = deepspeed_flat_buffer_segments(
       model, in, training, path, ds, largest_activation_block(model, training, activations),
-      loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes));
+      loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes),
+      cluster.gpu_memory_bytes - cluster.runtime.cuda_context_bytes);
   const Bytes overflow_test = deepspeed_overflow_test_segments(in, training, path);
   const Bytes second_communicator =
       !deepspeed_uses_second_communicator(in, training) ? 0
