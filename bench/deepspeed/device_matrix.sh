@@ -80,5 +80,7 @@ PY
     echo "$name FAILED (status $status): $(grep -m1 -E 'Error|error|OOM|out of memory' "$out/$name.log" | cut -c1-160)" >> "$summary"
   fi
 done < "$repo/bench/deepspeed/matrix.txt"
+# A call brings back 8 files: every run's JSON and log also go into one archive.
+tar czf "$out/part_$part.tar.gz" -C "$out" --exclude "part_$part.tar.gz" $(cd "$out" && ls *.json *.log 2> /dev/null) 2> /dev/null
 echo "--- part $part ($(( $(date +%s) - start )) s) ---"
 cat "$summary"
