@@ -4,14 +4,16 @@
 # Installs the carried wheels (bench/deepspeed/build_wheels.sh) into bench/deepspeed/.site without network, then
 # runs every line of matrix.txt of the PART given (make_matrix.sh wrote them, PART 1 first) under torchrun with
 # bench/deepspeed/ds_peer.py, OMP_NUM_THREADS as the line says, until BUDGET seconds (default 540: a command may run
-# 600) would be exceeded. Each run writes $OUT/NAME.json in the schema of bench/deepspeed/results/ and $OUT/NAME.log;
+# 600) would be exceeded. Each run writes NAME.json in the schema of bench/deepspeed/results/ and NAME.log, packed into $OUT/part_PART.tar.gz;
 # the last lines printed are one table row per run. Copy the JSON files into bench/deepspeed/results/ and
 # tests/sim/deepspeed_measurements_test.cpp checks the planner against them.
 #   usage: [PROFILE=1] [MEMTRACE=1] bash bench/deepspeed/device_matrix.sh PART [BUDGET_SECONDS [NAME_REGEX]]
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on these machines (KINDS.md)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-out="${OUT:?set by the device tool: the folder whose files come back}"
+final_out="${OUT:?set by the device tool: the folder whose files come back}"
+# The runs write into a scratch folder packed at the end: a call brings back 8 files.
+out=$(mktemp -d /tmp/ds-matrix.XXXX)
 part="${1:?PART: which part of bench/deepspeed/matrix.txt to run}"
 budget="${2:-540}"
 only="${3:-}"  # an extended regular expression: only the part's rows whose names match it
@@ -21,7 +23,7 @@ start=$(date +%s)
 source "$repo/bench/deepspeed/install_wheels.sh"
 
 { nvidia-smi; nproc; free -g; python3 --version; } > "$out/machine.txt" 2>&1
-ds_install_wheels "$out" || exit 1
+ds_install_wheels "$out" || { cp "$out"/* "$final_out/" 2> /dev/null; exit 1; }
 export PYTHONPATH="$PYTHONPATH:$repo/bench/exec"
 python3 -c "import deepspeed, torch; print('DeepSpeed', deepspeed.__version__, 'torch', torch.__version__)" |
   tee "$out/versions.txt"
@@ -80,7 +82,7 @@ PY
     echo "$name FAILED (status $status): $(grep -m1 -E 'Error|error|OOM|out of memory' "$out/$name.log" | cut -c1-160)" >> "$summary"
   fi
 done < "$repo/bench/deepspeed/matrix.txt"
-# A call brings back 8 files: every run's JSON and log also go into one archive.
-tar czf "$out/part_$part.tar.gz" -C "$out" --exclude "part_$part.tar.gz" $(cd "$out" && ls *.json *.log 2> /dev/null) 2> /dev/null
+tar czf "$final_out/part_$part.tar.gz" -C "$out" .
+cp "$summary" "$final_out/summary.txt"
 echo "--- part $part ($(( $(date +%s) - start )) s) ---"
 cat "$summary"
