@@ -15,6 +15,9 @@
 // tensors, as the engine gathers them) and is sized to the largest chunk on NVMe, which buffer_size must hold
 // (DeepSpeed's get_buffer refuses a partition larger than buffer_size); a chunk is read again for every all-gather
 // that needs it (DeepSpeed re-reads a released parameter too), so the bytes per step follow from the fetch plan.
+// Unlike DeepSpeed, every chunk goes to NVMe whatever its size: DeepSpeed keeps a partition smaller than
+// max(1 MiB, aio.block_size) in host memory (swappable_tensor, min_aio_bytes), because its aio handle moves whole
+// blocks; the store here pads a chunk's last partial block itself (nvme_io.h), so small chunks cost no host copy.
 #pragma once
 
 #include <cstdint>

@@ -295,6 +295,29 @@ TEST(DeepSpeedConfig, NvmeOffloadNeedsItsPathAndParameterOffloadMayStandAlone) {
   EXPECT_EQ(training.zero.offload_optimizer, OffloadDevice::none);
 }
 
+// Issue 39: offload_param's buffer_count, buffer_size and max_in_cpu, and the aio section, reach the executor's NVMe
+// swappers (exec/exec_config.h); without them, DeepSpeed's defaults and no max_in_cpu (DeepSpeed never reads it).
+TEST(DeepSpeedConfig, ParameterOffloadToNvmeReadsItsBuffersMaxInCpuAndAio) {
+  const ModelDescription model = load_model("gpt2-124m");
+  TrainingConfig training;
+  apply_deepspeed_config(kData + "/ds_offload_param_nvme_only.json", model, 4, training);
+  EXPECT_EQ(training.zero.param_max_in_cpu, 0);
+  EXPECT_EQ(training.zero.aio_block_size, 1048576);
+  EXPECT_EQ(training.zero.aio_queue_depth, 8);
+  EXPECT_TRUE(training.zero.aio_overlap_events);
+  TrainingConfig given;
+  apply_deepspeed_config(kData + "/ds_offload_param_nvme_aio.json", model, 4, given);
+  EXPECT_EQ(given.zero.offload_param, OffloadDevice::nvme);
+  EXPECT_EQ(given.zero.param_buffer_count, 7);
+  EXPECT_EQ(given.zero.param_buffer_size, 20000000);
+  EXPECT_EQ(given.zero.param_max_in_cpu, 3000000);
+  EXPECT_EQ(given.zero.aio_block_size, 262144);
+  EXPECT_EQ(given.zero.aio_queue_depth, 16);
+  EXPECT_FALSE(given.zero.aio_overlap_events);
+  expect_input_error([&] { apply_deepspeed_config(kData + "/ds_aio_bad_block.json", model, 4, training); },
+                     {"ds_aio_bad_block.json", "aio.block_size", "multiple of 4096"});
+}
+
 // Issue 9: numbers JSON can only hold as infinity (1e999) and absurd sizes are refused, named by their field.
 TEST(DeepSpeedConfig, NonFiniteRatesAndAbsurdSizesAreRefused) {
   const ModelDescription model = load_model("gpt2-124m");
