@@ -60,6 +60,15 @@ std::string to_string(AdamImplementation implementation) {
   return "unknown";
 }
 
+std::string to_string(BaseQuantization quantization) {
+  switch (quantization) {
+    case BaseQuantization::none: return "none";
+    case BaseQuantization::nf4: return "nf4";
+    case BaseQuantization::int8: return "int8";
+  }
+  return "unknown";
+}
+
 namespace {
 template <typename Enum>
 Enum parse_named(const std::string& text, const std::string& source, const std::string& field,
@@ -78,6 +87,11 @@ Precision parse_precision(const std::string& text, const std::string& source, co
 }
 
 OptimizerKind parse_optimizer(const std::string& text, const std::string& source, const std::string& field) {
+  // The names users know the 8-bit AdamW by: the CLI's help ("adam8bit") and Hugging Face TrainingArguments' optim
+  // "paged_adamw_8bit", QLoRA's choice (bitsandbytes PagedAdamW8bit: the same block-wise 8-bit states, allocated in
+  // CUDA unified memory so that they page to the host under memory pressure instead of failing; arXiv 2305.14314
+  // sec. 3 "Paged Optimizers"). The planner holds them on the device, as they are while they fit.
+  if (text == "adam8bit" || text == "adamw_8bit" || text == "paged_adamw_8bit") return OptimizerKind::adam_8bit;
   return parse_named(text, source, field, {OptimizerKind::adamw, OptimizerKind::sgd_momentum, OptimizerKind::adam_8bit});
 }
 
@@ -144,6 +158,12 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
         {"hysteresis", training.loss_scale.hysteresis},
         {"min_loss_scale", training.loss_scale.min_loss_scale},
         {"static_loss_scale", training.loss_scale.static_loss_scale}}},
+      {"lora",
+       {{"enabled", training.lora.enabled},
+        {"rank", training.lora.rank},
+        {"alpha", training.lora.alpha},
+        {"targets", training.lora.targets},
+        {"quantize_base", to_string(training.lora.quantize_base)}}},
       {"learning_rate", training.learning_rate},
       {"weight_decay", training.weight_decay},
       {"adam_betas", {training.adam_beta1, training.adam_beta2}},

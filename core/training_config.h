@@ -29,6 +29,11 @@ enum class TrainingEngine { deepspeed, zeroplan, ideal };
 // the optimizer params say "torch_adam": true, which builds torch.optim.AdamW, torch's foreach implementation by
 // default and its fused one with "fused": true. Under ZeRO-Offload the CPU Adam (DeepSpeedCPUAdam) runs instead.
 enum class AdamImplementation { deepspeed_fused, torch_foreach, torch_fused };
+// How the frozen base of a LoRA plan holds its linear weights (--quantize-base): 16-bit as trained; bitsandbytes'
+// NF4 with double quantisation (QLoRA, Dettmers et al. 2023, arXiv 2305.14314; bitsandbytes functional.py
+// quantize_4bit with compress_statistics); or LLM.int8 weights (bitsandbytes Int8Params: int8 codes and one fp32
+// scale per output row, arXiv 2208.07339).
+enum class BaseQuantization { none, nf4, int8 };
 
 std::string to_string(Precision precision);
 std::string to_string(OptimizerKind optimizer);
@@ -36,6 +41,7 @@ std::string to_string(OffloadDevice device);
 std::string to_string(Checkpointing checkpointing);
 std::string to_string(TrainingEngine engine);
 std::string to_string(AdamImplementation implementation);
+std::string to_string(BaseQuantization quantization);
 // Parse the names above; throw InputError(source, field, "expected one of ...") on anything else.
 Precision parse_precision(const std::string& text, const std::string& source, const std::string& field);
 OptimizerKind parse_optimizer(const std::string& text, const std::string& source, const std::string& field);
@@ -90,6 +96,18 @@ struct ZeroConfig {
   std::string nvme_path = "/local_nvme";
 };
 
+// LoRA (Hu et al. 2021, arXiv 2106.09685) as PEFT 0.21 builds it (peft/tuners/lora/config.py LoraConfig): rank-r
+// adapters A (r x in) and B (out x r) beside each targeted linear, everything else frozen (bias "none").
+// Defaults are PEFT's: r 8, lora_alpha 8, and the targets PEFT picks for the model type when target_modules is None
+// (core/lora_modules.h). Off unless --lora-rank, --lora-alpha or --lora-targets is given.
+struct LoraSettings {
+  bool enabled = false;
+  std::int64_t rank = 8;
+  double alpha = 8.0;
+  std::vector<std::string> targets;  // PEFT module names, resolved against the model (core/lora_modules.h)
+  BaseQuantization quantize_base = BaseQuantization::none;
+};
+
 // fp16 dynamic loss scaling, DeepSpeed semantics (deepspeed/runtime/fp16/loss_scaler.py).
 struct LossScaleConfig {
   double initial_scale_power = 16;   // initial scale 2^16
@@ -137,6 +155,7 @@ struct TrainingConfig {
   // deepspeed_flat_buffer_segments); bench/deepspeed/ds_peer.py's rows before 2026-11-28 did.
   bool deepspeed_empty_cache_after_init = false;
   LossScaleConfig loss_scale;
+  LoraSettings lora;
   double learning_rate = 3e-4;
   double weight_decay = 0.1;
   double adam_beta1 = 0.9;
