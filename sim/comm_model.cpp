@@ -20,6 +20,7 @@
 
 #include "sim/deepspeed_engine.h"
 #include "sim/deepspeed_param_coordinator.h"
+#include "sim/lora_model.h"
 #include "sim/memory_inputs.h"
 #include "sim/zero_schedule.h"
 #include "sim/model_states_memory.h"
@@ -70,7 +71,10 @@ std::int64_t buckets(std::int64_t elements, std::int64_t bucket_size) {
 
 CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription& cluster,
                          const TrainingConfig& training, const PlanChoice& choice) {
-  const MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
+  MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
+  // LoRA: only the adapters have gradients to reduce and an update to gather (stage 3 still gathers the whole
+  // model, from its coordinator below).
+  if (training.lora.enabled) apply_lora_to_memory_inputs(lora_figures(model, training), in);
   const ZeroConfig& zero = training.zero;
   const std::int64_t P = in.params;
   const std::int64_t A = std::max<std::int64_t>(1, training.grad_accum);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "sim/lora_model.h"
 #include "sim/memory_model.h"
 #include "sim/model_states_memory.h"
 #include "sim/parameter_tensors.h"
@@ -343,14 +344,20 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     constexpr Bytes kMiB = 1024 * 1024;
     Bytes small_pool = 0, medium = 0;
     std::vector<int> large;
-    for (const LayerDescription& layer : model.layers)
-      for_each_parameter_tensor(model, layer, [&](std::int64_t numel) {
-        const Bytes bytes = sat_mul(ceil_div(sat_mul(numel, in.param_bytes), Bytes{512}), Bytes{512});
-        if (bytes < kMiB) small_pool = sat_add(small_pool, bytes);
-        else if (bytes <= 10 * kMiB) medium = sat_add(medium, bytes);
-        else if (bytes <= activation_block) init_idle = sat_add(init_idle, sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge));
-        else large.push_back(cache.allocate(bytes, true));
-      });
+    const auto freed_copy = [&](std::int64_t numel) {
+      const Bytes bytes = sat_mul(ceil_div(sat_mul(numel, in.param_bytes), Bytes{512}), Bytes{512});
+      if (bytes < kMiB) small_pool = sat_add(small_pool, bytes);
+      else if (bytes <= 10 * kMiB) medium = sat_add(medium, bytes);
+      else if (bytes <= activation_block) init_idle = sat_add(init_idle, sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge));
+      else large.push_back(cache.allocate(bytes, true));
+    };
+    // A LoRA plan flattens its trainable parameters only, the adapters (sim/lora_model.h): the frozen base keeps its
+    // own tensors, which nothing frees.
+    if (training.lora.enabled) {
+      for_each_adapter_tensor(model, training, freed_copy);
+    } else {
+      for (const LayerDescription& layer : model.layers) for_each_parameter_tensor(model, layer, freed_copy);
+    }
     init_idle = sat_add(init_idle, sat_add(sat_mul(ceil_div(small_pool, 2 * kMiB), 2 * kMiB),
                                            sat_mul(ceil_div(medium, 20 * kMiB), 20 * kMiB)));
     for (int block : large) cache.release(block);

@@ -92,7 +92,7 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
     if (gradient_hooks)
       seconds += tensors * (hook_reduces ? in_.gradient_hook_seconds : in_.bookkeeping_gradient_hook_seconds);
     if (offload_hooks) {
-      const double fp32_grad_bytes = 4.0 * static_cast<double>(ceil_div(layers_[index].params, n_));
+      const double fp32_grad_bytes = 4.0 * static_cast<double>(ceil_div(trainable_params(index), n_));
       seconds += tensors * in_.offload_gradient_hook_seconds + fp32_grad_bytes / in_.pcie_bandwidth;
     }
     if (accumulation_offload_hooks) {
@@ -107,7 +107,7 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
       // (offload_hooks) follows. The compact fp32 partition buffer (grad_accum_dtype fp32,
       // _use_compact_grad_partition_buffer) takes another path.
       const double bytes =
-          static_cast<double>(in_.path.model_bytes) * static_cast<double>(ceil_div(layers_[index].params, n_));
+          static_cast<double>(in_.path.model_bytes) * static_cast<double>(ceil_div(trainable_params(index), n_));
       const bool restore = micro > 0;
       seconds += tensors * (restore ? 4.0 : 2.0) * in_.tensor_op_seconds +
                  (restore ? 2.0 : 1.0) * bytes / in_.pcie_bandwidth +
@@ -141,7 +141,7 @@ void StepBuilder::backward_buffers(TaskId first, TaskId produced, std::size_t in
   const TransientGpuBytes& t = in_.transient;
   if (micro == 0 && t.backward_grads > 0) {
     const Bytes bytes = static_cast<Bytes>(static_cast<double>(t.backward_grads) *
-                                           static_cast<double>(layers_[index].params) /
+                                           static_cast<double>(trainable_params(index)) /
                                            static_cast<double>(total_params_));
     timeline_.set_memory(produced, bytes, 0, MemoryUse::grads);
     backward_grads_live_ += bytes;

@@ -6,8 +6,10 @@
 #include <algorithm>
 
 #include "sim/activation_memory.h"
+#include "core/input_error.h"
 #include "sim/executor_device_memory.h"
 #include "sim/host_memory.h"
+#include "sim/lora_model.h"
 #include "sim/memory_inputs.h"
 #include "sim/model_states_memory.h"
 #include "sim/runtime_overhead_memory.h"
@@ -36,7 +38,7 @@ namespace {
 // gathered and persistent parameters as for every engine; host and NVMe per rank times the ranks of a node.
 MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDescription& cluster,
                                  const TrainingConfig& given, const PlanChoice& choice, const MemoryInputs& in,
-                                 std::vector<MemoryTerm>* terms) {
+                                 const LoraFigures& lora, std::vector<MemoryTerm>* terms) {
   MemoryEstimate estimate;
   // The plan's stage and offloads (and their overlap_comm default), whatever the caller applied.
   const TrainingConfig training = apply_choice(given, choice);
@@ -56,6 +58,13 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   gpu.gradient_buckets = sat_add(ds.held_buckets, t.buckets());
   gpu.gathered_params = in.stage == 3 ? buffers.gathered_params() : 0;
   gpu.offload_buffers = ds.offload_staging;
+  // LoRA: `in` describes the adapters (the trainable parameters, sim/lora_model.h); the frozen base, the quantisation
+  // constants, the dequantised weight and the adapters' saved activations are added here.
+  const LoraBaseBytes lora_base =
+      lora_base_bytes(lora, training, in.stage, in.world_size, in.offload_param != OffloadDevice::none, activations.tokens);
+  gpu.params = sat_add(gpu.params, sat_add(sat_add(lora_base.unquantized, lora_base.codes),
+                                           sat_add(lora_base.constants, lora_base.dequantized_weight)));
+  gpu.activations = sat_add(gpu.activations, lora_base.adapter_activations);
   estimate.transient = t;
   Bytes tensor_bytes = 0;
   for (Bytes component : {gpu.params, gpu.grads, gpu.master_params, gpu.optimizer_states, gpu.activations,
@@ -71,9 +80,11 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   if (cluster.runtime.deepspeed_multi_rank_device_bytes > 0)
     deepspeed_runtime.nccl_buffer_bytes = cluster.runtime.deepspeed_multi_rank_device_bytes;
   const RuntimeOverheadBytes runtime = runtime_overhead_bytes(deepspeed_runtime, in.world_size, churn);
+  LossTensorBytes loss = loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes);
+  // LoRA: the output head is frozen, so its backward makes no weight gradient (only the input gradient).
+  if (training.lora.enabled) loss.embedding_grad = 0;
   const Bytes flat_segments = deepspeed_flat_buffer_segments(
-      model, in, training, path, ds, largest_activation_block(model, training, activations),
-      loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes),
+      model, in, training, path, ds, largest_activation_block(model, training, activations), loss,
       cluster.gpu_memory_bytes - cluster.runtime.cuda_context_bytes);
   const Bytes overflow_test = deepspeed_overflow_test_segments(in, training, path);
   const Bytes second_communicator =
@@ -102,6 +113,20 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   process.convolution = model.transformer ? 0 : cluster.runtime.host_convolution_process_bytes;
   estimate.host.total = sat_mul(deepspeed_host_peak_per_rank(in, training, steady, process), in.ranks_per_node);
   estimate.nvme_bytes = sat_mul(host.nvme, in.ranks_per_node);
+  // LoRA at stage 3 with offload_param: the frozen base's partition lives where the adapters' does (DeepSpeed's
+  // engine terms above hold the adapters'), pinned on the host (stage3.py _create_param_groups_fp16_flat_cpu_memory)
+  // or on NVMe (the parameter swapper's files).
+  Bytes lora_offloaded_base = 0;
+  if (training.lora.enabled && in.stage == 3 && in.offload_param != OffloadDevice::none) {
+    const LoraBaseBytes partition = lora_base_bytes(lora, training, 3, in.world_size, false, activations.tokens);
+    lora_offloaded_base = sat_mul(sat_add(partition.unquantized, partition.codes), in.ranks_per_node);
+    if (in.offload_param == OffloadDevice::cpu) {
+      estimate.host.pinned = sat_add(estimate.host.pinned, lora_offloaded_base);
+      estimate.host.total = sat_add(estimate.host.total, lora_offloaded_base);
+    } else {
+      estimate.nvme_bytes = sat_add(estimate.nvme_bytes, lora_offloaded_base);
+    }
+  }
   const HostAndNvmeBytes init = host_and_nvme_bytes(in, training.zero, model_states_bytes(in), buffers, runtime.fixed());
   estimate.init_peak_gpu_bytes = init.init_peak_gpu;
   estimate.init_peak_host_bytes = init.init_peak_host;
@@ -109,6 +134,15 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   if (terms) {
     explain_deepspeed_memory(in, training, path, ds, host, *terms);
     explain_activations(model, training, in, activations, *terms);
+    if (training.lora.enabled) {
+      explain_lora_memory(lora, lora_base, training, in.stage, in.world_size, activations.tokens, *terms);
+      if (lora_offloaded_base > 0)
+        terms->push_back({in.offload_param == OffloadDevice::cpu ? "host" : "nvme",
+                          "LoRA: the frozen base's partition (offload_param) x ranks per node", lora_offloaded_base,
+                          "(bytes * unquantised + codes) / " + num(in.world_size) + " * " + num(in.ranks_per_node),
+                          "DeepSpeed 0.19.8 zero/partition_parameters.py (every parameter partitioned), zero/stage3.py "
+                          "offload_param"});
+    }
     if (in.stage == 3) explain_zero_buffers(in, training.zero, buffers, *terms);
     explain_runtime_overhead(deepspeed_runtime, in.world_size, churn, runtime, *terms,
                              cluster.runtime.deepspeed_multi_rank_device_bytes > 0 && in.world_size > 1
@@ -151,8 +185,16 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   MemoryEstimate estimate;
   // The plan's stage and offloads, and the engine's overlap_comm default (it sizes the executor's buckets).
   const TrainingConfig training = apply_choice(given, choice);
-  const MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
-  if (in.engine == TrainingEngine::deepspeed) return compute_deepspeed(model, cluster, training, choice, in, terms);
+  MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
+  LoraFigures lora;
+  if (training.lora.enabled) {
+    if (in.engine != TrainingEngine::deepspeed)
+      throw InputError("training", "lora", "LoRA is planned for the DeepSpeed engine only (engine " +
+                                               to_string(in.engine) + " has no LoRA model)");
+    lora = lora_figures(model, training);
+    apply_lora_to_memory_inputs(lora, in);
+  }
+  if (in.engine == TrainingEngine::deepspeed) return compute_deepspeed(model, cluster, training, choice, in, lora, terms);
   const ModelStatesBytes states = model_states_bytes(in);
   const ActivationBytes activations = activation_bytes(model, training, in);
   const ZeroBufferBytes buffers = zero_buffer_bytes(in, training.zero);

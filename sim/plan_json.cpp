@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "sim/lora_model.h"
 #include "sim/simulation_json.h"
 
 namespace zeroplan {
@@ -104,6 +105,7 @@ nlohmann::json plans_document(const ModelDescription& model, const ClusterDescri
         {"nodes", cluster.nodes},
         {"gpu_memory_bytes", cluster.gpu_memory_bytes}}},
       {"training", training_to_json(training)},
+      {"lora", lora_to_json(model, training)},
       {"notes", training.notes},
       {"warnings", training.warnings},
       {"plans", plan_array},

@@ -8,6 +8,7 @@
 #include "core/number_checks.h"
 #include "sim/collective_time.h"
 #include "sim/compute_time.h"
+#include "sim/lora_model.h"
 #include "sim/executor_layout.h"
 #include "sim/memory_margin.h"
 #include "sim/memory_model.h"
@@ -234,11 +235,25 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   const int gpus_in_node = std::min(world_size, cluster.gpus_per_node);
 
   const MemoryEstimate memory = estimate_memory(model, cluster, training, choice);
-  const std::vector<LayerCompute> compute = layer_compute_times(model, cluster, training);
+  std::vector<LayerCompute> compute = layer_compute_times(model, cluster, training);
+  // LoRA: no weight gradients for the frozen base, the adapters' GEMMs, QLoRA's dequantisation (sim/lora_model.h).
+  apply_lora_to_layer_compute(model, cluster, training, compute);
   const CollectiveTimer collectives(cluster, world_size);
 
+  // LoRA: the model as PEFT wraps it for the schedule's per-module host work. Each adapted linear becomes a LoraLayer
+  // whose forward calls three more modules, lora_dropout (nn.Identity at dropout 0), lora_A and lora_B
+  // (peft/tuners/lora/layer.py Linear.forward), and DeepSpeed's and eager PyTorch's per-call costs apply to each.
+  ModelDescription peft_model;
+  const ModelDescription* scheduled = &model;
+  if (training.lora.enabled) {
+    const LoraFigures lora = lora_figures(model, training);
+    peft_model = model;
+    for (LayerDescription& layer : peft_model.layers)
+      if (layer.kind == "transformer_block") layer.module_calls += 3 * lora.adapted_per_block;
+    scheduled = &peft_model;
+  }
   StepScheduleInputs inputs;
-  inputs.model = &model;
+  inputs.model = scheduled;
   inputs.training = &training;
   inputs.world_size = world_size;
   inputs.compute = &compute;
@@ -298,8 +313,27 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
     inputs.fresh_pageable_write_bandwidth = cluster.fresh_pageable_write_bandwidth;
     inputs.tensors_per_layer.reserve(model.layers.size());
     for (const LayerDescription& layer : model.layers) inputs.tensors_per_layer.push_back(parameter_tensors(model, layer));
+    if (training.lora.enabled) {
+      // Only the adapters get gradients: their tensors are what the gradient hooks, reductions and the step see.
+      const LoraFigures lora = lora_figures(model, training);
+      const std::int64_t per_block = model.transformer && model.transformer->layers > 0
+                                         ? lora.trainable_params / model.transformer->layers
+                                         : 0;
+      for (std::size_t i = 0; i < model.layers.size(); ++i) {
+        const bool block = model.layers[i].kind == "transformer_block";
+        inputs.tensors_per_layer[i] = block ? lora.adapter_tensors_per_block : 0;
+        inputs.trainable_params_per_layer.push_back(block ? per_block : 0);
+      }
+    }
     inputs.linear_calls_per_layer.reserve(model.layers.size());
     for (std::size_t i = 0; i < model.layers.size(); ++i) inputs.linear_calls_per_layer.push_back(linear_calls(model, i));
+    // LoRA: lora_A and lora_B are nn.Linear, two more F.linear calls per adapted module (zero.Init's
+    // LinearFunctionForZeroStage3 at stage 3).
+    if (training.lora.enabled) {
+      const std::int64_t adapted = lora_figures(model, training).adapted_per_block;
+      for (std::size_t i = 0; i < model.layers.size(); ++i)
+        if (model.layers[i].kind == "transformer_block") inputs.linear_calls_per_layer[i] += 2 * adapted;
+    }
   }
 
   // One workspace per thread: after the first step of a given size, building a step allocates nothing.

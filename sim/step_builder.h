@@ -113,6 +113,10 @@ class StepBuilder {
   void end_of_micro_step_buffers(bool boundary);
 
   std::int64_t total_tensors() const { return total_tensors_; }
+  // The parameters of a layer that get gradients (all of them, or a LoRA plan's adapters).
+  std::int64_t trainable_params(std::size_t index) const {
+    return in_.trainable_params_per_layer.empty() ? layers_[index].params : in_.trainable_params_per_layer[index];
+  }
 
   bool accumulates_in_grad() const;
 

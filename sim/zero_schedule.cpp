@@ -48,7 +48,9 @@ SteadyMicroSteps StepBuilder::build() {
   gathered_bytes_.assign(layer_count, 0);
   gather_task_.assign(layer_count, kNoTask);
   if (ds_ && zero_.stage == 3) coordinator_ = replay_deepspeed_param_coordinator(*in_.model, zero_);
-  total_params_ = std::max<std::int64_t>(1, in_.model->params());
+  total_params_ = 0;
+  for (std::size_t i = 0; i < layer_count; ++i) total_params_ += trainable_params(i);
+  total_params_ = std::max<std::int64_t>(1, total_params_);
   total_tensors_ = 0;
   for (std::int64_t t : in_.tensors_per_layer) total_tensors_ += t;
   total_tensors_ = std::max<std::int64_t>(1, total_tensors_);
@@ -174,7 +176,7 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
                                    : 1.0;
         consumer = timeline_.add(Resource::gpu_compute, TaskKind::gradient_copy,
                                  copy_seconds(3.0 * static_cast<double>(e_) *
-                                                  static_cast<double>(layers_[index].params),
+                                                  static_cast<double>(trainable_params(index)),
                                               tensors),
                                  {after(consumer)}, layer, micro);
         last_backward_ = consumer;
@@ -240,7 +242,7 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
       // (exec/zero/zero_partition.h): what backward wrote before them is reduced first.
       if (executor_ && bucket_elements_ > 0 && closes_executor_bucket(index))
         reduce_bucket(layer, micro, last_gradient_);
-      add_gradients(layer, micro, consumer, layers_[index].params);
+      add_gradients(layer, micro, consumer, trainable_params(index));
     }
     previous_compute = consumer;
     last_compute_ = consumer;
@@ -380,7 +382,7 @@ double StepBuilder::executor_reduction_copy_seconds(std::int64_t elements, std::
 }
 
 void StepBuilder::optimizer_step() {
-  const std::int64_t params = in_.model->params();
+  const std::int64_t params = in_.trainable_params_per_layer.empty() ? in_.model->params() : total_params_;
   const std::int64_t partition = zero_.stage == 0 ? params : ceil_div(params, n_);
   const std::int32_t micro = static_cast<std::int32_t>(training_.grad_accum - 1);
   TaskId updated = kNoTask;

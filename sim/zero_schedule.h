@@ -125,6 +125,10 @@ struct StepScheduleInputs {
   double pageable_pcie_bandwidth = 0.0;   // bytes/s host-to-device from pageable memory (the host waits)
   double fresh_pageable_write_bandwidth = 0.0;  // bytes/s the host fills a newly allocated pageable buffer at
   std::vector<std::int64_t> tensors_per_layer;  // parameter tensors of each layer (hooks, per-tensor kernels)
+  // LoRA (sim/lora_model.h): the trainable parameters of each layer, the adapters, whose gradients backward makes,
+  // reduces and the optimizer steps (and tensors_per_layer counts the adapters' tensors, which the gradient hooks
+  // and per-tensor loops see); empty: every parameter trains. Stage 3 still gathers every parameter.
+  std::vector<std::int64_t> trainable_params_per_layer;
   std::vector<std::int64_t> linear_calls_per_layer;  // F.linear calls of each layer per pass (zero.Init: stage 3)
 };
 
