@@ -7,7 +7,9 @@
 #include <stdexcept>
 
 #include "core/input_error.h"
+#include "core/lora_modules.h"
 #include "core/plan_inputs.h"
+#include "sim/lora_model.h"
 
 namespace zeroplan {
 
@@ -42,7 +44,9 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
   command.add_option("--seq,-s", options.seq, "Sequence length in tokens (default: the model's maximum)");
   command.add_option("--grad-accum", options.grad_accum, "Gradient accumulation micro-steps per optimizer step");
   command.add_option("--precision", options.precision, "fp32, fp16 (with loss scaling) or bf16");
-  command.add_option("--optimizer", options.optimizer, "adamw, sgd (with momentum) or adam8bit");
+  command.add_option("--optimizer", options.optimizer,
+                     "adamw, sgd_momentum or adam_8bit (also adam8bit, or paged_adamw_8bit: bitsandbytes' paged 8-bit "
+                     "AdamW, QLoRA's choice)");
   command.add_option("--stage", options.stage, "ZeRO stage 0-3, or 'all' to compare every stage");
   command.add_option("--offload-optimizer", options.offload_optimizer, "none, cpu or nvme");
   command.add_option("--offload-param", options.offload_param, "none, cpu or nvme (stage 3 only)");
@@ -73,6 +77,20 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
                    "DeepSpeed engine: the training script calls torch.cuda.empty_cache() after deepspeed.initialize "
                    "(default: it does not, and the caching allocator keeps what initialize freed: stages 1-2's "
                    "per-parameter 16-bit copies)");
+  command.add_option("--lora-rank", options.lora_rank,
+                     "LoRA: adapters of rank R on the targeted linear modules, the base frozen (PEFT LoraConfig r; "
+                     "default 8 when another LoRA flag is given)")
+      ->type_name("R");
+  command.add_option("--lora-alpha", options.lora_alpha, "LoRA: lora_alpha (PEFT's default 8)")->type_name("A");
+  command.add_option("--lora-targets", options.lora_targets,
+                     "LoRA: the modules to adapt, by PEFT's names (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
+                     "down_proj for Llama/Mistral/Qwen2; c_attn,c_proj,c_fc for GPT-2), or all-linear; default: "
+                     "PEFT's for the model type (q_proj,v_proj; c_attn)")
+      ->type_name("NAMES");
+  command.add_option("--quantize-base", options.quantize_base,
+                     "LoRA: the frozen base's linear weights as bitsandbytes holds them: nf4 (QLoRA, double-quantised "
+                     "absmax), int8 (LLM.int8) or none (default)")
+      ->type_name("nf4|int8|none");
   command.add_option("--format,-f", options.format, "Output: table, json, csv or markdown")->capture_default_str();
 }
 
@@ -133,6 +151,22 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     inputs.training.notes.push_back("the training script empties the caching allocator after deepspeed.initialize "
                                     "(--ds-empty-cache-after-init): what initialize freed is not held");
   }
+  LoraInputs lora;
+  lora.rank = options.lora_rank;
+  lora.alpha = options.lora_alpha;
+  lora.targets = options.lora_targets;
+  lora.quantize_base = options.quantize_base;
+  resolve_lora(lora, inputs.model, inputs.training);
+  if (inputs.training.lora.enabled && inputs.training.engine != TrainingEngine::deepspeed)
+    throw InputError(kCommandLine, options.lora_rank ? "--lora-rank" : options.lora_alpha ? "--lora-alpha" : "--lora-targets",
+                     "LoRA is planned for the DeepSpeed engine (PEFT under deepspeed.initialize); --engine " +
+                         to_string(inputs.training.engine) + " has no LoRA model");
+  // Every LoRA plan says what it trains as PEFT prints it (peft_model.py print_trainable_parameters).
+  if (inputs.training.lora.enabled)
+    inputs.training.notes.push_back(peft_trainable_parameters_line(lora_figures(inputs.model, inputs.training)));
+  if (options.optimizer && *options.optimizer == "paged_adamw_8bit")
+    inputs.training.notes.push_back("optimizer paged_adamw_8bit: bitsandbytes' 8-bit AdamW with its states in CUDA "
+                                    "unified memory (paged to the host only under memory pressure), planned on the device");
   if (zero_init) {
     inputs.training.zero.zero_init = *zero_init;
     if (!*zero_init)

@@ -39,6 +39,11 @@ struct CommonOptions {
   std::optional<double> host_op_seconds;  // the training host's DeepSpeed Python speed (default: the cluster's host)
   std::optional<std::string> zero_init;  // "on" / "off": stage 3 builds the model under deepspeed.zero.Init
   bool ds_empty_cache_after_init = false;  // the script calls torch.cuda.empty_cache() after deepspeed.initialize
+  // LoRA / QLoRA (core/lora_modules.h): PEFT's r, lora_alpha, target_modules; bitsandbytes' base quantisation.
+  std::optional<std::int64_t> lora_rank;
+  std::optional<double> lora_alpha;
+  std::optional<std::string> lora_targets;
+  std::optional<std::string> quantize_base;
   std::string format = "table";
 };
 

@@ -14,6 +14,7 @@
 #include "core/number_checks.h"
 #include "core/units.h"
 #include "sim/host_bound_note.h"
+#include "sim/lora_model.h"
 #include "sim/plan_json.h"
 #include "sim/recommender.h"
 #include "sim/simulation_json.h"
@@ -28,6 +29,7 @@ struct RecommendCommandOptions {
   std::size_t top = 5;
   bool only_given_gpus = false;
   bool keep_checkpointing = false;
+  bool finetune = false;  // rank full fine-tuning, LoRA and QLoRA plans together
 };
 
 std::string fixed(double value, const char* format) {
@@ -57,7 +59,10 @@ int run_recommend(const RecommendCommandOptions& options) {
   if (options.keep_checkpointing || options.common.checkpointing) {
     search.checkpointing = {inputs.training.checkpointing};
   }
-  const RecommendResult result = recommend_plans(inputs.model, inputs.cluster, inputs.training, search);
+  const RecommendResult result =
+      options.finetune
+          ? recommend_finetune(inputs.model, inputs.cluster, finetune_methods(inputs.model, inputs.training), search)
+          : recommend_plans(inputs.model, inputs.cluster, inputs.training, search);
   const int status = result.plans.empty() ? 1 : 0;
 
   if (inputs.format == OutputFormat::json) {
@@ -75,6 +80,7 @@ int run_recommend(const RecommendCommandOptions& options) {
     nlohmann::json plans = nlohmann::json::array();
     for (const Recommendation& r : result.plans) {
       nlohmann::json entry = simulation_json(r.simulation);
+      if (options.finetune) entry["method"] = r.method;
       entry["stage"] = r.choice.stage;
       entry["offload_optimizer"] = to_string(r.choice.offload_optimizer);
       entry["offload_param"] = to_string(r.choice.offload_param);
@@ -90,16 +96,20 @@ int run_recommend(const RecommendCommandOptions& options) {
     return status;
   }
 
-  TextTable table({"#", "plan", "GPUs", "micro-batch", "grad-accum", "checkpointing", "step ms",
-                   inputs.model.transformer ? "tokens/s" : "samples/s", "MFU %", "exposed comm ms", "peak GiB"});
+  std::vector<std::string> columns = {"#", "plan", "GPUs", "micro-batch", "grad-accum", "checkpointing", "step ms",
+                   inputs.model.transformer ? "tokens/s" : "samples/s", "MFU %", "exposed comm ms", "peak GiB"};
+  if (options.finetune) columns.insert(columns.begin() + 1, "method");
+  TextTable table(columns);
   for (std::size_t i = 0; i < result.plans.size(); ++i) {
     const Recommendation& r = result.plans[i];
     const StepSimulation& s = r.simulation;
-    table.add_row({std::to_string(i + 1), r.choice.label(), std::to_string(r.gpus),
-                   std::to_string(r.training.micro_batch), std::to_string(r.training.grad_accum),
-                   to_string(r.training.checkpointing), fixed(s.step_seconds * 1e3, "%.2f"),
-                   fixed(s.tokens_per_second, "%.0f"), fixed(100.0 * s.mfu, "%.1f"),
-                   fixed(s.exposed_comm_seconds * 1e3, "%.2f"), fixed(to_gib(s.peak_gpu_bytes), "%.2f")});
+    std::vector<std::string> row = {std::to_string(i + 1), r.choice.label(), std::to_string(r.gpus),
+                                    std::to_string(r.training.micro_batch), std::to_string(r.training.grad_accum),
+                                    to_string(r.training.checkpointing), fixed(s.step_seconds * 1e3, "%.2f"),
+                                    fixed(s.tokens_per_second, "%.0f"), fixed(100.0 * s.mfu, "%.1f"),
+                                    fixed(s.exposed_comm_seconds * 1e3, "%.2f"), fixed(to_gib(s.peak_gpu_bytes), "%.2f")};
+    if (options.finetune) row.insert(row.begin() + 1, r.method);
+    table.add_row(row);
   }
   if (inputs.format == OutputFormat::csv) {
     table.print_csv(std::cout);
@@ -118,6 +128,11 @@ int run_recommend(const RecommendCommandOptions& options) {
   }
   if (inputs.format == OutputFormat::markdown) table.print_markdown(std::cout);
   else table.print_text(std::cout);
+  if (options.finetune)
+    for (const FinetuneMethod& method : finetune_methods(inputs.model, inputs.training))
+      if (method.training.lora.enabled)
+        std::cout << method.name << ": "
+                  << peft_trainable_parameters_line(lora_figures(inputs.model, method.training)) << '\n';
   std::cout << "\nWhy each beats the next:\n";
   for (std::size_t i = 0; i + 1 < result.plans.size(); ++i) {
     std::cout << "  #" << i + 1 << ": " << result.plans[i].why << "\n";
@@ -160,6 +175,9 @@ void add_recommend_command(CLI::App& app, int* status) {
                     "Search only the cluster's (or --gpus') GPU count, not smaller ones");
   command->add_flag("--keep-checkpointing", options->keep_checkpointing,
                     "Do not search activation checkpointing (also implied by --checkpointing)");
+  command->add_flag("--finetune", options->finetune,
+                    "Rank full fine-tuning, LoRA and QLoRA (NF4) plans together; LoRA takes --lora-rank, --lora-alpha "
+                    "and --lora-targets (PEFT's defaults otherwise), QLoRA --quantize-base int8 instead of nf4");
   command->callback([options, status] { *status = run_recommend(*options); });
 }
 

@@ -7,6 +7,7 @@
 #include "core/input_error.h"
 #include "core/number_checks.h"
 #include "core/units.h"
+#include "core/lora_modules.h"
 #include "sim/deepspeed_engine.h"
 #include "sim/planner.h"
 
@@ -33,6 +34,7 @@ std::string ms(double seconds) {
 // What differs between the two settings, in the order a reader changes them.
 std::string differences(const Recommendation& a, const Recommendation& b) {
   std::vector<std::string> parts;
+  if (a.method != b.method) parts.push_back(a.method + " vs " + b.method);
   if (!(a.choice == b.choice)) parts.push_back(a.choice.label() + " vs " + b.choice.label());
   if (a.gpus != b.gpus) parts.push_back(std::to_string(a.gpus) + " vs " + std::to_string(b.gpus) + " GPUs");
   if (a.training.micro_batch != b.training.micro_batch) {
@@ -159,6 +161,64 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
   for (std::size_t i = 0; i + 1 < fitting.size(); ++i) fitting[i].why = why_better(fitting[i], fitting[i + 1], i + 2);
   result.plans = std::move(fitting);
   return result;
+}
+
+std::vector<FinetuneMethod> finetune_methods(const ModelDescription& model, const TrainingConfig& training) {
+  if (!model.transformer)
+    throw InputError("command line", "--finetune",
+                     "model \"" + model.name + "\" is a layer list: LoRA has no linear modules to adapt there; "
+                     "expected a transformer");
+  std::vector<FinetuneMethod> methods;
+  FinetuneMethod full{"full", training};
+  full.training.lora = LoraSettings{};
+  methods.push_back(full);
+  // LoRA as given, or PEFT's defaults (LoraConfig r 8, lora_alpha 8, the model type's default targets).
+  LoraSettings adapters = training.lora;
+  if (!adapters.enabled) {
+    adapters = LoraSettings{};
+    adapters.enabled = true;
+    adapters.targets = peft_default_targets(model);
+  }
+  FinetuneMethod lora{"lora", training};
+  lora.training.lora = adapters;
+  lora.training.lora.quantize_base = BaseQuantization::none;
+  methods.push_back(lora);
+  FinetuneMethod qlora{"", training};
+  qlora.training.lora = adapters;
+  qlora.training.lora.quantize_base =
+      training.lora.quantize_base == BaseQuantization::int8 ? BaseQuantization::int8 : BaseQuantization::nf4;
+  qlora.name = "qlora-" + to_string(qlora.training.lora.quantize_base);
+  methods.push_back(qlora);
+  return methods;
+}
+
+RecommendResult recommend_finetune(const ModelDescription& model, const ClusterDescription& cluster,
+                                   const std::vector<FinetuneMethod>& methods, const RecommendOptions& options) {
+  RecommendResult merged;
+  std::vector<Recommendation> fitting;
+  for (const FinetuneMethod& method : methods) {
+    RecommendResult one = recommend_plans(model, cluster, method.training, options);
+    merged.candidates += one.candidates;
+    merged.simulated += one.simulated;
+    merged.fitting += one.fitting;
+    merged.margin = one.margin;
+    for (Recommendation& r : one.plans) {
+      r.method = method.name;
+      fitting.push_back(std::move(r));
+    }
+  }
+  // The same order as recommend_plans: fastest first, then the lower GPU peak; each method brought its own best
+  // `top`, so the best `top` of all are among them.
+  std::stable_sort(fitting.begin(), fitting.end(), [](const Recommendation& a, const Recommendation& b) {
+    if (a.simulation.tokens_per_second != b.simulation.tokens_per_second)
+      return a.simulation.tokens_per_second > b.simulation.tokens_per_second;
+    return a.simulation.peak_gpu_bytes < b.simulation.peak_gpu_bytes;
+  });
+  if (fitting.size() > options.top) fitting.resize(options.top);
+  for (std::size_t i = 0; i < fitting.size(); ++i)
+    fitting[i].why = i + 1 < fitting.size() ? why_better(fitting[i], fitting[i + 1], i + 2) : "";
+  merged.plans = std::move(fitting);
+  return merged;
 }
 
 }  // namespace zeroplan

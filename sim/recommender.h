@@ -36,6 +36,7 @@ struct Recommendation {
   int gpus = 0;
   StepSimulation simulation;
   std::string why;           // why it beats the next one ("" for the last)
+  std::string method;        // recommend --finetune: "full", "lora" or "qlora-nf4"/"qlora-int8" ("" otherwise)
 };
 
 struct RecommendResult {
@@ -54,6 +55,21 @@ std::vector<int> default_gpu_counts(const ClusterDescription& cluster);
 // Throws InputError for a global batch < 1, a GPU count outside [1, cluster size], top == 0.
 RecommendResult recommend_plans(const ModelDescription& model, const ClusterDescription& cluster,
                                 const TrainingConfig& training, const RecommendOptions& options);
+
+// `recommend --finetune`: the fine-tuning methods compared, each as its training configuration: full fine-tuning
+// (every parameter trained), LoRA with the given rank, alpha and targets (PEFT's defaults where none are given:
+// r 8, alpha 8, the model type's default targets; core/lora_modules.h), and QLoRA, the same adapters over a
+// quantised base (nf4 unless --quantize-base int8 was given). Throws InputError for a layer-list model.
+struct FinetuneMethod {
+  std::string name;
+  TrainingConfig training;
+};
+std::vector<FinetuneMethod> finetune_methods(const ModelDescription& model, const TrainingConfig& training);
+
+// Every method's fitting plans ranked together by tokens/s (the same global batch: the same tokens per step); the
+// counts are summed over the methods.
+RecommendResult recommend_finetune(const ModelDescription& model, const ClusterDescription& cluster,
+                                   const std::vector<FinetuneMethod>& methods, const RecommendOptions& options);
 
 // "1.12x the tokens/s of #2: 18.3 ms less exposed communication per step (stage 2 vs stage 3)".
 std::string why_better(const Recommendation& better, const Recommendation& next, std::size_t next_rank);
