@@ -16,6 +16,8 @@
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "exec/activation_accounting.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cuda/adamw.cuh"
@@ -945,6 +947,57 @@ TEST(CudaTrainer, ParameterOffloadEqualsTheDevicePartition) {
       off->set_params(pd);
       EXPECT_EQ(off->params(), pd) << what << ": set_params";
     }
+}
+
+// ZeRO-Infinity parameter offload to NVMe (offload_param nvme) on one GPU, every precision, against the partition
+// in host memory (offload_param cpu): the chunks only go through the swap files and pinned swap buffers in between
+// (read ahead of their all-gathers, written back after the update), so with --deterministic the runs are equal:
+// losses, parameters and states, tolerance 0. The files live under the build directory (a disk with direct I/O).
+TEST(CudaTrainer, ParameterOffloadToNvmeEqualsTheHostPartition) {
+  REQUIRE_GPU();
+  const std::string dir = std::string(ZEROPLAN_TEST_SCRATCH_DIR) + "/nvme_cuda_param";
+  std::filesystem::create_directories(dir);
+  for (ExecPrecision precision : {ExecPrecision::fp32, ExecPrecision::bf16})
+    for (bool optimizer : {false, true}) {
+      const std::string what = to_string(precision) + (optimizer ? ", optimizer offloaded too" : ", device AdamW");
+      ExecConfig c = small_model(precision);
+      c.grad_accum = 2;
+      c.zero.stage = 3;
+      c.zero.reduce_bucket_elements = 40000;
+      c.zero.param_persistence_threshold = 1000;
+      c.zero.deterministic = true;
+      c.zero.offload_optimizer = optimizer;
+      c.zero.cpu_optimizer_threads = 4;
+      c.zero.offload_param = true;
+      c.zero.param_buffer_count = 2;
+      c.optimizer.grad_clip = 0.5;
+      ExecConfig o = c;
+      o.zero.param_nvme_path = dir;
+      auto host = make_cuda_trainer(c);
+      auto nvme = make_cuda_trainer(o);
+      EXPECT_EQ(differing_elements(nvme->params(), host->params()), "equal") << what << ": initialization";
+      auto src = TokenSource::synthetic(c.shape.vocab, 12);
+      for (int s = 0; s < 4; ++s) {
+        const auto b = src.next_batch(c.micro_batch * c.grad_accum, c.seq_len);
+        const auto rh = host->step(b.inputs, b.targets);
+        const auto rn = nvme->step(b.inputs, b.targets);
+        EXPECT_EQ(rn.loss, rh.loss) << what << ", step " << s;
+        EXPECT_EQ(rn.grad_norm, rh.grad_norm) << what << ", step " << s;
+        EXPECT_GT(rn.times.offload.param_nvme_read_bytes, 0) << what;
+        EXPECT_EQ(rn.times.offload.param_nvme_write_bytes, nvme->memory().nvme_bytes) << what;
+      }
+      const std::vector<float> ph = host->params();
+      EXPECT_EQ(differing_elements(nvme->params(), ph), "equal") << what;
+      std::vector<float> mh, mn, m1, m2, v1, v2;
+      host->read_owned_state(mh, m1, v1);
+      nvme->read_owned_state(mn, m2, v2);
+      EXPECT_EQ(differing_elements(mn, mh), "equal") << what << ": master";
+      EXPECT_EQ(differing_elements(m2, m1), "equal") << what << ": AdamW momentum";
+      EXPECT_EQ(differing_elements(v2, v1), "equal") << what << ": AdamW variance";
+      nvme->set_params(ph);  // through the device's rounding into the files
+      EXPECT_EQ(nvme->params(), ph) << what << ": set_params";
+    }
+  std::filesystem::remove_all(dir);
 }
 
 // fp16 under offload: the overflow is decided from the agreed norm before any update, so the skipped step leaves
