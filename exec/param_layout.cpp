@@ -165,8 +165,9 @@ ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align) : netw
   if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
   std::int64_t dense = 0;
   auto round_up = [align](std::int64_t x) { return (x + align - 1) / align * align; };
-  auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, InitKind init, float spread) {
-    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, true, init, dense, spread});
+  auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, InitKind init, float spread,
+                 std::vector<std::int64_t> dims = {}) {
+    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, true, init, dense, spread, std::move(dims)});
     total_ = round_up(total_ + rows * cols);
     dense += rows * cols;
   };
@@ -179,13 +180,16 @@ ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align) : netw
           // torchvision ResNet: kaiming_normal_(mode="fan_out", nonlinearity="relu"), std sqrt(2 / fan_out)
           const std::int64_t fan_out = op.out_channels * op.kernel * op.kernel;
           add(op.name + ".weight", op.out_channels, op.in_channels / op.groups * op.kernel * op.kernel,
-              InitKind::normal, std::sqrt(2.0f / static_cast<float>(fan_out)));
+              InitKind::normal, std::sqrt(2.0f / static_cast<float>(fan_out)),
+              {op.out_channels, op.in_channels / op.groups, op.kernel, op.kernel});
           if (op.bias) add(op.name + ".bias", 1, op.out_channels, InitKind::zeros, 0.0f);
           break;
         }
         case LayerOpKind::batch_norm:  // nn.init.constant_(weight, 1), constant_(bias, 0)
           add(op.name + ".weight", 1, op.channels, InitKind::ones, 0.0f);
           add(op.name + ".bias", 1, op.channels, InitKind::zeros, 0.0f);
+          buffers_.push_back({op.name + ".running_mean", op.channels});
+          buffers_.push_back({op.name + ".running_var", op.channels});
           break;
         case LayerOpKind::linear: {  // nn.Linear.reset_parameters: U(-1/sqrt(in), 1/sqrt(in)) for both
           const float bound = 1.0f / std::sqrt(static_cast<float>(op.in_features));

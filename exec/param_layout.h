@@ -31,7 +31,17 @@ struct ParamTensor {
   std::int64_t init_index;
   // The spread of its initialization: the std of normal and residual_normal, the bound of uniform.
   float init_std = 0.02f;
+  // The tensor's shape in the framework's checkpoints where it is not [rows, cols] (or [cols] for a vector):
+  // a layer list's convolution weight, torchvision's [out, in / groups, k, k]. Empty otherwise.
+  std::vector<std::int64_t> dims = {};
   std::int64_t numel() const { return rows * cols; }
+};
+
+// A layer list's buffers: what a rank keeps whole beside its partition of the parameters (BatchNorm's running
+// mean and variance, under torchvision's names "<module>.running_mean" / ".running_var"), `numel` floats each.
+struct BufferTensor {
+  std::string name;
+  std::int64_t numel = 0;
 };
 
 // A unit of the layout: what the model reads together (stage 3 gathers it whole) and backward finishes together.
@@ -79,6 +89,8 @@ class ParamLayout {
   // Parameters of the model as described (real vocabulary rows only): the N of the 6N FLOP convention.
   std::int64_t model_params() const;
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  // A layer list's buffers, in forward order (none for a transformer).
+  const std::vector<BufferTensor>& buffers() const { return buffers_; }
 
   const ParamTensor& wte() const { return tensors_[0]; }
   bool has_wpe() const { return shape_.position == PositionKind::learned; }
@@ -131,6 +143,7 @@ class ParamLayout {
   bool network_ = false;  // a layer list (shape_ then describes nothing)
   std::int64_t align_ = 1;
   std::vector<ParamTensor> tensors_;
+  std::vector<BufferTensor> buffers_;
   std::vector<ParamUnit> units_;
   std::int64_t total_ = 0;
   std::size_t first_block_tensor_ = 0, block_tensor_count_ = 0, tail_first_ = 0, final_norm_first_ = 0;

@@ -94,6 +94,13 @@ class Trainer {
     throw std::invalid_argument("this trainer trains transformers on tokens; images need a layer-list network");
   }
 
+  // A layer-list network's buffer (ParamLayout::buffers(): BatchNorm's running mean or variance by its
+  // torchvision name) set on this rank, as a checkpoint gives it. Token trainers have none.
+  virtual void set_buffer(const std::string& name, const std::vector<float>& values) {
+    (void)values;
+    throw std::invalid_argument("this trainer has no buffer " + name);
+  }
+
   // Forward and loss of one micro-batch (B*T tokens), no gradients; logits() then holds its logits.
   virtual double forward_loss(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
   // Forward and backward of one micro-batch into zeroed gradients (no optimizer step); returns the loss.

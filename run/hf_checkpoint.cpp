@@ -85,6 +85,19 @@ HfTensorMapping gpt2_mapping(const exec::ParamLayout& layout, const exec::ParamT
 
 // Tensors transformers' own loaders skip: GPT-2's causal-mask buffers (older checkpoints hold them), a tied
 // head's copy of the embedding, the rotary inverse frequencies old Llama checkpoints carry.
+// A layer list's tensors under torchvision's names as the layout has them ("conv1.weight" [out, in/groups, k, k],
+// "bn1.weight" [C], "fc.weight" [out, in]), whole and in our element order.
+HfTensorMapping network_mapping(const exec::ParamTensor& t) {
+  HfTensorPiece p;
+  p.name = t.name;
+  p.count = t.numel();
+  p.rows = t.rows;
+  p.cols = t.cols;
+  p.shape = !t.dims.empty() ? t.dims : t.rows == 1 ? std::vector<std::int64_t>{t.cols}
+                                                   : std::vector<std::int64_t>{t.rows, t.cols};
+  return {&t, {p}};
+}
+
 bool ignored_by_transformers(const std::string& name, const exec::ModelShape& s) {
   auto ends_with = [&](const std::string& suffix) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -99,8 +112,9 @@ bool ignored_by_transformers(const std::string& name, const exec::ModelShape& s)
 std::vector<HfTensorMapping> hf_tensor_mappings(const exec::ParamLayout& layout) {
   std::vector<HfTensorMapping> out;
   for (const exec::ParamTensor& t : layout.tensors())
-    out.push_back(layout.shape().naming == exec::TensorNaming::llama ? llama_mapping(layout, t)
-                                                                    : gpt2_mapping(layout, t));
+    out.push_back(layout.is_network()                                  ? network_mapping(t)
+                  : layout.shape().naming == exec::TensorNaming::llama ? llama_mapping(layout, t)
+                                                                       : gpt2_mapping(layout, t));
   return out;
 }
 
@@ -108,7 +122,8 @@ HfCheckpointSource::HfCheckpointSource(const std::string& path, const exec::Para
                                        const std::string& flag)
     : checkpoint_(std::make_unique<SafetensorsCheckpoint>(path)), layout_(layout),
       mappings_(hf_tensor_mappings(layout)), flag_(flag) {
-  const bool gpt2 = layout.shape().naming == exec::TensorNaming::gpt2;
+  const bool network = layout.is_network();
+  const bool gpt2 = !network && layout.shape().naming == exec::TensorNaming::gpt2;
   std::set<std::string> used;
   std::int64_t missing = 0;
   std::string first_missing;
@@ -129,9 +144,27 @@ HfCheckpointSource::HfCheckpointSource(const std::string& path, const exec::Para
         throw InputError(info->file, flag_, "tensor " + p.name + " has dtype " + info->dtype +
                                                  ", which cannot be read; expected F32, BF16 or F16");
     }
+  // A layer list's buffers (torchvision's BatchNorm running statistics), whole on every rank; their
+  // num_batches_tracked counters are read by nothing here (momentum 0.1 does not use them) and accepted.
+  for (const exec::BufferTensor& b : layout.buffers()) {
+    const TensorInfo* info = checkpoint_->find(b.name);
+    if (!info) {
+      if (missing++ == 0) first_missing = b.name + " (expected shape [" + std::to_string(b.numel) + "])";
+      continue;
+    }
+    used.insert(b.name);
+    if (info->shape != std::vector<std::int64_t>{b.numel})
+      throw InputError(info->file, flag_, "tensor " + b.name + " has shape " + shape_text(info->shape) +
+                                              ", this model expects [" + std::to_string(b.numel) + "]");
+    if (info->dtype != "F32" && info->dtype != "BF16" && info->dtype != "F16" && info->dtype != "F64")
+      throw InputError(info->file, flag_, "tensor " + b.name + " has dtype " + info->dtype +
+                                               ", which cannot be read; expected F32, BF16 or F16");
+    const std::string stem = b.name.substr(0, b.name.rfind('.'));
+    if (checkpoint_->find(stem + ".num_batches_tracked")) used.insert(stem + ".num_batches_tracked");
+  }
   const std::vector<std::string> names = checkpoint_->names();
   if (missing > 0) {
-    const std::string family = gpt2 ? "gpt2" : "llama";
+    const std::string family = network ? "torchvision" : gpt2 ? "gpt2" : "llama";
     throw InputError(path, flag_, "tensor " + first_missing + " is missing" +
                                       (missing > 1 ? " (and " + std::to_string(missing - 1) + " more of the " +
                                                          family + " tensors this model needs" +
@@ -140,7 +173,7 @@ HfCheckpointSource::HfCheckpointSource(const std::string& path, const exec::Para
                                                    : ""));
   }
   for (const std::string& name : names)
-    if (!used.count(name) && !ignored_by_transformers(name, layout.shape()))
+    if (!used.count(name) && (network || !ignored_by_transformers(name, layout.shape())))
       throw InputError(checkpoint_->find(name)->file, flag_,
                        "tensor " + name + " " + shape_text(checkpoint_->find(name)->shape) +
                            " is not part of this model (another architecture or configuration?)");
@@ -181,6 +214,12 @@ void HfCheckpointSource::fill(std::int64_t begin, std::int64_t n, float* out) co
       }
     }
   }
+}
+
+std::vector<float> HfCheckpointSource::buffer(const exec::BufferTensor& b) const {
+  std::vector<float> values(static_cast<std::size_t>(b.numel));
+  checkpoint_->read_as_float(*checkpoint_->find(b.name), 0, b.numel, values.data());
+  return values;
 }
 
 exec::ZeroEngine::StateSource HfCheckpointSource::state_source() const {

@@ -9,7 +9,9 @@
 // import), Llama / Mistral / Qwen2 as LlamaForCausalLM's ("model.embed_tokens.weight",
 // "model.layers.0.self_attn.q_proj.weight", ..., "lm_head.weight"; transformers/models/llama/modeling_llama.py),
 // whose q/k/v and gate/up projections are fused in our layout (rows q, k, v; gate, up) and split here. The
-// executor's padded vocabulary rows are not in the checkpoint (they stay 0).
+// executor's padded vocabulary rows are not in the checkpoint (they stay 0). A layer list (ResNet-101) by
+// torchvision's state_dict names ("conv1.weight", "layer1.0.bn1.running_mean", "fc.bias"), its BatchNorm running
+// statistics read as buffers.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,8 @@ class HfCheckpointSource {
   // Fills the flat range [begin, begin + n) of the layout (0 in the gaps and padded rows) with the checkpoint's
   // values; m and v (the AdamW moments of a fresh start) with 0.
   exec::ZeroEngine::StateSource state_source() const;
+  // A layer list's buffer (layout.buffers(); checked present with its shape when the checkpoint was opened).
+  std::vector<float> buffer(const exec::BufferTensor& b) const;
   std::string description() const;
 
  private:

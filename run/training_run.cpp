@@ -243,8 +243,6 @@ ResolvedRun resolve_run(RunOptions& o) {
     if (o.backend != "cpu")
       refuse("--backend", "layer-list models run on the CPU backend for now (--backend cpu): the CUDA executor's "
                           "convolutions and BatchNorm are not built yet");
-    if (o.init_from) refuse("--init-from", "reads transformers' checkpoints; a layer-list model's are not read yet");
-    if (o.save_grads) refuse("--save-grads", "writes transformers' checkpoint names; not for a layer-list model");
     if (o.save_dir || o.resume)
       refuse(o.save_dir ? "--save-dir" : "--resume", "a layer-list model's checkpoints are not written yet (its "
                                                      "BatchNorm running statistics would be left out)");
@@ -474,6 +472,8 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     // Each rank reads its share of the model states from the checkpoint (exec/zero/zero_engine.h restore_state:
     // its partition at stage 3, the whole 16-bit parameters at stages 0-2), AdamW from step 0.
     trainer->restore_state(r.init_from->state_source(), 0, trainer->loss_scaler_state());
+    // A layer list's BatchNorm running statistics: buffers every rank keeps whole.
+    for (const exec::BufferTensor& b : r.init_layout->buffers()) trainer->set_buffer(b.name, r.init_from->buffer(b));
     std::cout << "initialized from " << r.init_from->description() << '\n';
   }
   if (const auto& resume = r.resume) {

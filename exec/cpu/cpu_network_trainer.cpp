@@ -140,6 +140,21 @@ class CpuNetworkTrainer final : public EngineTrainer {
     return r;
   }
 
+  void set_buffer(const std::string& name, const std::vector<float>& values) override {
+    for (std::size_t k = 0; k < ops_.size(); ++k) {
+      const PlannedOp& p = ops_[k];
+      if (p.op.kind != LayerOpKind::batch_norm) continue;
+      const bool mean = name == p.op.name + ".running_mean", var = name == p.op.name + ".running_var";
+      if (!mean && !var) continue;
+      if (static_cast<i64>(values.size()) != p.op.channels)
+        throw std::invalid_argument("cpu network trainer: buffer " + name + " has " + std::to_string(values.size()) +
+                                    " values, the op " + std::to_string(p.op.channels) + " channels");
+      std::copy(values.begin(), values.end(), running_[k].begin() + (mean ? 0 : p.op.channels));
+      return;
+    }
+    throw std::invalid_argument("cpu network trainer: no buffer " + name);
+  }
+
   // BatchNorm's running mean and variance of op k (tests; the eval path).
   const std::vector<float>& running_statistics(std::size_t op) const { return running_[op]; }
 

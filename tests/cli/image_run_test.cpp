@@ -1,11 +1,14 @@
 // `zeroplan run` on a layer-list image classifier: the bundled ResNet-101 description on CIFAR-format files
-// (written here: a label byte and 3,072 pixel bytes per image) on the CPU backend, with --eval; and what is not
-// built for layer lists yet refused by name, exit 2.
+// (written here: a label byte and 3,072 pixel bytes per image) on the CPU backend, with --eval; torchvision-named
+// weights in and gradients out against NumPy; and what is not built for layer lists yet refused by name, exit 2.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
+
+#include <sys/wait.h>
 
 #include "cli_test_support.h"
 
@@ -43,6 +46,27 @@ TEST(ImageRun, ResNet101TrainsOnCifarFilesAndReportsTestAccuracy) {
   EXPECT_NE(r.output.find("samples/s"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("test accuracy "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("of 8 images of CIFAR-10 test split"), std::string::npos) << r.output;
+}
+
+// --init-from a torchvision state_dict and --save-grads on a small layer list, against NumPy
+// (tests/cli/layer_list_reference.py: step 1's loss within 1e-5, gradients within 1e-4 relative L2, the evaluation
+// loss with the checkpoint's BatchNorm running statistics, and bad checkpoints refused in one line), at stages 0
+// and 3.
+TEST(ImageRun, TorchvisionWeightsInGiveNumPysLossAndGradients) {
+  for (const char* stage : {"0", "3"}) {
+    const std::string command = "/usr/bin/python3 " + std::string(ZEROPLAN_SOURCE_DIR) +
+                                "/tests/cli/layer_list_reference.py " + ZEROPLAN_BINARY + " " +
+                                fresh(std::string("layer_list_reference_") + stage).string() + " " + stage + " 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string text;
+    char buffer[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) text.append(buffer, n);
+    const int raw = ::pclose(pipe);
+    EXPECT_EQ(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, 0) << "stage " << stage << ":\n" << text;
+    EXPECT_NE(text.find("gradient conv1.weight"), std::string::npos) << text;
+  }
 }
 
 TEST(ImageRun, WhatLayerListsCannotDoYetIsRefusedByName) {
