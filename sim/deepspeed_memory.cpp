@@ -606,7 +606,12 @@ namespace {
 // _create_fp16_partitions_with_defragmentation -> zero/utils.py defragment, which copies the 16-bit partition
 // into one pageable host tensor and back to the GPU (freed after).
 Bytes deepspeed_host_init_bytes(const MemoryInputs& in, const TrainingConfig& training) {
-  if (in.stage < 3 || !training.zero.zero_init) return sat_mul(4, in.params);
+  // LoRA (in.params the adapters): the model built before deepspeed.initialize is the frozen base and its adapters.
+  // A quantised base is built on the GPU as transformers loads it (bitsandbytes quantises each weight on the device,
+  // modeling_utils.py with a quantization_config and device_map): nothing of it stays on the host.
+  if (in.lora_frozen_params > 0 && training.lora.quantize_base != BaseQuantization::none) return 0;
+  // Under zero.Init the host holds only the defragmented 16-bit partition of the optimizer's groups, the adapters'.
+  if (in.stage < 3 || !training.zero.zero_init) return sat_mul(4, sat_add(in.params, in.lora_frozen_params));
   return in.offload_param == OffloadDevice::none ? sat_mul(in.param_bytes, in.partition_params) : 0;
 }
 
@@ -791,7 +796,7 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
     terms.push_back({"host",
                      "model built on the host in fp32 before deepspeed.initialize moves it, beyond what the rank "
                      "holds later, x ranks per node",
-                     sat_mul(beyond, in.ranks_per_node), "(4 * " + num(in.params) + rest,
+                     sat_mul(beyond, in.ranks_per_node), "(4 * " + num(sat_add(in.params, in.lora_frozen_params)) + rest,
                      "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
                      "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
   else

@@ -158,6 +158,7 @@ LoraBaseBytes lora_base_bytes(const LoraFigures& f, const TrainingConfig& traini
 }
 
 void apply_lora_to_memory_inputs(const LoraFigures& f, MemoryInputs& in) {
+  in.lora_frozen_params = f.base_params;
   in.params = f.trainable_params;
   in.partition_params = ceil_div(std::max<std::int64_t>(1, f.trainable_params), in.world_size);
   // Stages 1-2's offload staging buffer is sized by the largest trainable parameter

@@ -52,6 +52,10 @@ struct MemoryInputs {
   // (RuntimeOverhead::deepspeed_process_device_bytes less cuda_context_bytes; 0 when the cluster gives none).
   std::int64_t deepspeed_process_device_extra = 0;
 
+  // LoRA (sim/lora_model.h apply_lora_to_memory_inputs): params above are the adapters; these are the frozen base's
+  // parameters, which the model built before deepspeed.initialize holds too. 0 without LoRA.
+  std::int64_t lora_frozen_params = 0;
+
   // `--engine zeroplan` on a model the executor trains: the executor's own figures (sim/executor_layout.h).
   // Then params is the executor's flat buffer (padded vocabulary, aligned tensors) and partition_params its
   // partition, so that bytes and buffers are the ones the run measures.

@@ -127,7 +127,13 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
       estimate.nvme_bytes = sat_add(estimate.nvme_bytes, lora_offloaded_base);
     }
   }
-  const HostAndNvmeBytes init = host_and_nvme_bytes(in, training.zero, model_states_bytes(in), buffers, runtime.fixed());
+  // The initialization peaks are the whole model's as it is built, the frozen base of a LoRA plan included; a
+  // quantised base is built on the GPU (sim/deepspeed_memory.cpp deepspeed_host_init_bytes), in its own bytes.
+  MemoryInputs built = in;
+  if (training.lora.enabled && training.lora.quantize_base == BaseQuantization::none)
+    built.params = sat_add(in.params, in.lora_frozen_params);
+  const HostAndNvmeBytes init =
+      host_and_nvme_bytes(built, training.zero, model_states_bytes(built), buffers, runtime.fixed());
   estimate.init_peak_gpu_bytes = init.init_peak_gpu;
   estimate.init_peak_host_bytes = init.init_peak_host;
 
@@ -175,7 +181,7 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
       terms->push_back({"host", "NVMe swap buffers (pinned) x ranks per node", sat_mul(swap_buffers, in.ranks_per_node),
                         "offload_param / offload_optimizer buffer_count x buffer size, x " + std::to_string(in.ranks_per_node),
                         "DeepSpeed swap_tensor/ (pinned swap buffers); zero-formulas.md sec. 3"});
-    explain_init_peaks(in, training.zero, init, *terms);
+    explain_init_peaks(built, training.zero, init, *terms);
   }
   return estimate;
 }
