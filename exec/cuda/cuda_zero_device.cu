@@ -142,6 +142,16 @@ void CudaZeroDevice::copy_to_device(void* device, const void* host, std::int64_t
 
 void CudaZeroDevice::host_wait_event(int id) { CUDA_CHECK(cudaEventSynchronize(named_event(id))); }
 
+bool CudaZeroDevice::event_passed(int id) {
+  const cudaError_t status = cudaEventQuery(named_event(id));
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is an answer, not a failure: leave no error behind for a later check
+    return false;
+  }
+  CUDA_CHECK(status);
+  return true;
+}
+
 void CudaZeroDevice::init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) {
   // The initialization kernel fills a device piece, copied to the host: 2^24 floats (64 MiB) of device memory
   // for the duration of the call.

@@ -33,6 +33,7 @@ class CudaZeroDevice final : public ZeroDevice {
   void copy_to_host(void* host, const void* device, std::int64_t bytes) override;
   void copy_to_device(void* device, const void* host, std::int64_t bytes) override;
   void host_wait_event(int id) override;
+  bool event_passed(int id) override;
   void init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) override;
   bool kernels_overwrite() const override { return true; }
   bool lanes_concurrent() const override { return true; }

@@ -42,9 +42,9 @@ i64 padded_bytes(i64 elements, i64 element_bytes) {
 
 ParamSwapper::ParamSwapper(const std::string& nvme_path, int rank, const NvmeStoreOptions& options,
                            std::vector<i64> chunk_elements, i64 element_bytes, int buffer_count,
-                           const HostAllocator& allocate, BufferIdle idle)
+                           const HostAllocator& allocate, BufferIdle idle, BufferReady ready)
     : store_(nvme_path, rank, options), chunks_(std::move(chunk_elements)), element_bytes_(element_bytes),
-      idle_(std::move(idle)) {
+      idle_(std::move(idle)), ready_(std::move(ready)) {
   if (buffer_count < 1)
     throw std::invalid_argument("zero_optimization.offload_param.buffer_count: " + std::to_string(buffer_count) +
                                 "; expected at least 1");
@@ -85,10 +85,11 @@ void ParamSwapper::finish(NvmeStore::Ticket& ticket) {
   times_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int ParamSwapper::take_free_buffer() {
+int ParamSwapper::take_free_buffer(bool only_ready) {
   int best = -1;
   for (int b = 0; b < buffer_count(); ++b)
     if (!buffers_[b].busy && (best < 0 || buffers_[b].released_at < buffers_[best].released_at)) best = b;
+  if (best >= 0 && only_ready && ready_ && !ready_(best)) return -1;  // the oldest is not done: neither are the rest
   return best;
 }
 
@@ -114,7 +115,7 @@ void ParamSwapper::start_read(int b, int chunk) {
 
 void ParamSwapper::top_up() {
   while (next_read_ < order_.size() && next_read_ < next_use_ + static_cast<std::size_t>(ahead_)) {
-    const int b = take_free_buffer();
+    const int b = take_free_buffer(true);
     if (b < 0) return;
     start_read(b, order_[next_read_]);
     order_buffer_[next_read_++] = b;
@@ -166,8 +167,9 @@ void ParamSwapper::release(int buffer) {
   Buffer& buf = buffers_.at(static_cast<std::size_t>(buffer));
   buf.busy = false;
   buf.released_at = ++releases_;
-  // The next planned reads go on at the next acquire (their buffer's idle hook may block on the device copy
-  // just enqueued from this one: starting them here would stall the host behind it).
+  // The next planned reads go on into buffers whose readers are done (the device copy just enqueued from this one
+  // is not, most likely: it is refilled at a later acquire or release, never with the host waiting here).
+  top_up();
 }
 
 ParamSwapper::Writing ParamSwapper::begin_write(int chunk, i64 offset, i64 elements) {

@@ -36,6 +36,9 @@ class ParamSwapper {
   // Called before a buffer receives new data (a read or a write's values): whatever still reads it (the device
   // copy the engine enqueued from it) must be done by then.
   using BufferIdle = std::function<void(int buffer)>;
+  // Whether the buffer's readers are done already, without blocking: reads ahead go only into such buffers, so
+  // that the host never stalls behind the device to read ahead (a read the engine asks for now still waits).
+  using BufferReady = std::function<bool(int buffer)>;
 
   // `chunk_elements`: per chunk (the engine's buckets), its elements in a file, 0 for a chunk the swapper does not
   // hold. `element_bytes`: of the partition's element type. The files go under <nvme_path>/zeroplan_rank<rank>/
@@ -43,7 +46,7 @@ class ParamSwapper {
   // until it is first written. std::invalid_argument for buffer_count < 1, element_bytes not 2 or 4, or no chunk.
   ParamSwapper(const std::string& nvme_path, int rank, const NvmeStoreOptions& options,
                std::vector<std::int64_t> chunk_elements, std::int64_t element_bytes, int buffer_count,
-               const HostAllocator& allocate, BufferIdle idle);
+               const HostAllocator& allocate, BufferIdle idle, BufferReady ready = {});
   ParamSwapper(const ParamSwapper&) = delete;
   ParamSwapper& operator=(const ParamSwapper&) = delete;
 
@@ -98,7 +101,7 @@ class ParamSwapper {
   };
   std::int64_t padded(int chunk) const;
   void finish(NvmeStore::Ticket& ticket);
-  int take_free_buffer();          // -1 when every buffer is busy
+  int take_free_buffer(bool only_ready = false);  // -1 when every buffer is busy (or, only_ready, not ready)
   void prepare(int b, int chunk);  // idle hook, its own write done, the chunk's writes done
   void top_up();                   // starts planned reads while buffers are free
   void drop_planned();             // finishes the planned reads not acquired and frees their buffers
@@ -109,6 +112,7 @@ class ParamSwapper {
   std::int64_t element_bytes_;
   std::vector<Buffer> buffers_;
   BufferIdle idle_;
+  BufferReady ready_;
   std::string prefix_;
   std::int64_t nvme_bytes_ = 0, buffer_bytes_ = 0;
   std::vector<int> order_;        // planned chunks

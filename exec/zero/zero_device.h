@@ -50,6 +50,11 @@ class ZeroDevice {
   virtual void copy_to_device(void* device, const void* host, std::int64_t bytes) = 0;
   // Blocks the calling thread until the point recorded by record_event(id, ...) has passed.
   virtual void host_wait_event(int id) = 0;
+  // Whether that point has passed, without blocking (an event never recorded has). The default waits for it.
+  virtual bool event_passed(int id) {
+    host_wait_event(id);
+    return true;
+  }
   // The fp32 initialization of flat elements [flat_begin, flat_begin + n) (as init_params) into host memory.
   virtual void init_host_master(float* master, std::int64_t flat_begin, std::int64_t n) = 0;
   // Whether backward kernels can overwrite gradients (CUDA: GEMM beta = 0) or always accumulate (CPU reference).

@@ -159,7 +159,8 @@ void ZeroEngine::setup_param_swap() {
       [&](std::int64_t bytes) {
         return device_.allocate_host("offload_swap_buffers", "parameter NVMe swap buffers", bytes, pinned);
       },
-      [this](int buffer) { device_.host_wait_event(swap_event_base_ + buffer); });
+      [this](int buffer) { device_.host_wait_event(swap_event_base_ + buffer); },
+      [this](int buffer) { return device_.event_passed(swap_event_base_ + buffer); });
 }
 
 void ZeroEngine::write_param_chunk(int k, std::int64_t offset, const void* src, std::int64_t n) {
