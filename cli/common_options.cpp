@@ -157,16 +157,19 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   lora.targets = options.lora_targets;
   lora.quantize_base = options.quantize_base;
   resolve_lora(lora, inputs.model, inputs.training);
-  if (inputs.training.lora.enabled && inputs.training.engine != TrainingEngine::deepspeed)
-    throw InputError(kCommandLine, options.lora_rank ? "--lora-rank" : options.lora_alpha ? "--lora-alpha" : "--lora-targets",
+  if (inputs.training.lora.enabled && inputs.training.engine != TrainingEngine::deepspeed) {
+    const char* flag = options.lora_rank ? "--lora-rank" : options.lora_alpha ? "--lora-alpha" : "--lora-targets";
+    throw InputError(kCommandLine, flag,
                      "LoRA is planned for the DeepSpeed engine (PEFT under deepspeed.initialize); --engine " +
                          to_string(inputs.training.engine) + " has no LoRA model");
+  }
   // Every LoRA plan says what it trains as PEFT prints it (peft_model.py print_trainable_parameters).
   if (inputs.training.lora.enabled)
     inputs.training.notes.push_back(peft_trainable_parameters_line(lora_figures(inputs.model, inputs.training)));
   if (options.optimizer && *options.optimizer == "paged_adamw_8bit")
     inputs.training.notes.push_back("optimizer paged_adamw_8bit: bitsandbytes' 8-bit AdamW with its states in CUDA "
-                                    "unified memory (paged to the host only under memory pressure), planned on the device");
+                                    "unified memory (paged to the host only under memory pressure), planned on the "
+                                    "device");
   if (zero_init) {
     inputs.training.zero.zero_init = *zero_init;
     if (!*zero_init)

@@ -103,11 +103,13 @@ int run_recommend(const RecommendCommandOptions& options) {
   for (std::size_t i = 0; i < result.plans.size(); ++i) {
     const Recommendation& r = result.plans[i];
     const StepSimulation& s = r.simulation;
-    std::vector<std::string> row = {std::to_string(i + 1), r.choice.label(), std::to_string(r.gpus),
-                                    std::to_string(r.training.micro_batch), std::to_string(r.training.grad_accum),
-                                    to_string(r.training.checkpointing), fixed(s.step_seconds * 1e3, "%.2f"),
-                                    fixed(s.tokens_per_second, "%.0f"), fixed(100.0 * s.mfu, "%.1f"),
-                                    fixed(s.exposed_comm_seconds * 1e3, "%.2f"), fixed(to_gib(s.peak_gpu_bytes), "%.2f")};
+    std::vector<std::string> row = {
+        std::to_string(i + 1),          r.choice.label(),
+        std::to_string(r.gpus),         std::to_string(r.training.micro_batch),
+        std::to_string(r.training.grad_accum), to_string(r.training.checkpointing),
+        fixed(s.step_seconds * 1e3, "%.2f"), fixed(s.tokens_per_second, "%.0f"),
+        fixed(100.0 * s.mfu, "%.1f"),   fixed(s.exposed_comm_seconds * 1e3, "%.2f"),
+        fixed(to_gib(s.peak_gpu_bytes), "%.2f")};
     if (options.finetune) row.insert(row.begin() + 1, r.method);
     table.add_row(row);
   }

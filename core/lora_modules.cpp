@@ -120,7 +120,8 @@ void resolve_lora(const LoraInputs& in, const ModelDescription& model, TrainingC
     if (*in.quantize_base == "nf4") quantize = BaseQuantization::nf4;
     else if (*in.quantize_base == "int8") quantize = BaseQuantization::int8;
     else if (*in.quantize_base != "none")
-      throw InputError(source, "--quantize-base", "unknown value '" + *in.quantize_base + "': expected nf4, int8 or none");
+      throw InputError(source, "--quantize-base",
+                       "unknown value '" + *in.quantize_base + "': expected nf4, int8 or none");
   }
   const bool lora_given = in.rank || in.alpha || in.targets;
   if (!lora_given) {

@@ -796,7 +796,8 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
     terms.push_back({"host",
                      "model built on the host in fp32 before deepspeed.initialize moves it, beyond what the rank "
                      "holds later, x ranks per node",
-                     sat_mul(beyond, in.ranks_per_node), "(4 * " + num(sat_add(in.params, in.lora_frozen_params)) + rest,
+                     sat_mul(beyond, in.ranks_per_node),
+                     "(4 * " + num(sat_add(in.params, in.lora_frozen_params)) + rest,
                      "the user's script (bench/deepspeed/ds_peer.py): the module is built on the CPU in fp32; "
                      "DeepSpeed engine.py _configure_distributed_model casts and moves it"});
   else

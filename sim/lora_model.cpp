@@ -65,6 +65,7 @@ LoraFigures lora_figures(const ModelDescription& model, const TrainingConfig& tr
   if (!training.lora.enabled || !model.transformer) return f;
   const std::int64_t L = model.transformer->layers;
   const std::int64_t r = training.lora.rank;
+  f.blocks = L;
   std::int64_t per_block = 0;
   double flops_per_block = 0.0;
   for (const BlockLinear& module : adapted_modules(model, training.lora.targets)) {
@@ -152,7 +153,7 @@ LoraBaseBytes lora_base_bytes(const LoraFigures& f, const TrainingConfig& traini
   // lora_B saves its input x*A (tokens x r) for its weight gradient; lora_A's input is the adapted linear's own
   // input, already saved (lora_dropout 0, PEFT's default, is nn.Identity: no copy, no mask). Under full
   // checkpointing only the block being recomputed holds them.
-  const std::int64_t blocks = training.checkpointing == Checkpointing::full ? 1 : f.adapted_modules / std::max<std::int64_t>(1, f.adapted_per_block);
+  const std::int64_t blocks = training.checkpointing == Checkpointing::full ? 1 : f.blocks;
   b.adapter_activations = sat_mul(sat_mul(tokens, f.rank_sum_per_block), sat_mul(e, blocks));
   return b;
 }
@@ -213,7 +214,7 @@ void explain_lora_memory(const LoraFigures& f, const LoraBaseBytes& b, const Tra
                    num(tokens) + " tokens * " + num(f.rank_sum_per_block) + " (r per adapted module of a block) * " +
                        num(e) + " B * " +
                        (training.checkpointing == Checkpointing::full ? std::string("1 block (full checkpointing)")
-                                                                      : num(f.adapted_modules / std::max<std::int64_t>(1, f.adapted_per_block)) + " blocks"),
+                                                                      : num(f.blocks) + " blocks"),
                    "PEFT peft/tuners/lora/layer.py Linear.forward (lora_B(lora_A(dropout(x))) * scaling; dropout 0 "
                    "is nn.Identity)"});
 }
@@ -256,7 +257,8 @@ LoraKernelSeconds block_kernels(const ModelDescription& model, const ClusterDesc
       const std::int64_t n = sat_mul(module.in_features, module.out_features);
       // Read the codes and constants, write the 16-bit weight; NF4 first dequantises its absmax (one more kernel,
       // quant_state.nested: dequantize_blockwise).
-      const double read = static_cast<double>(nf4 ? nf4_double_quant_bytes(n) : int8_weight_bytes(n, module.out_features));
+      const double read =
+          static_cast<double>(nf4 ? nf4_double_quant_bytes(n) : int8_weight_bytes(n, module.out_features));
       bytes += read + e * static_cast<double>(n);
       kernels += nf4 ? 2.0 : 1.0;
     }

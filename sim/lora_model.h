@@ -51,6 +51,7 @@ Bytes nf4_constant_bytes(std::int64_t elements);  // the constants alone (all bu
 Bytes int8_weight_bytes(std::int64_t elements, std::int64_t rows);
 
 struct LoraFigures {
+  std::int64_t blocks = 0;                   // transformer blocks (L)
   std::int64_t adapted_per_block = 0;        // adapted linear modules in one block
   std::int64_t adapted_modules = 0;          // in the model
   std::int64_t trainable_params = 0;         // sum of r * (in + out) over adapted modules

@@ -49,7 +49,7 @@ TEST(LoraCli, ExplainShowsTheQuantisedBase) {
 
 TEST(LoraCli, RecommendFinetuneRanksMethodsTogether) {
   const CommandResult result = run("recommend --model llama2-7b --gpus 1 --only-given-gpus --seq 1024 "
-                                   "--global-batch 4 --keep-checkpointing --checkpointing full --finetune --format json");
+                                   "--global-batch 4 --checkpointing full --finetune --format json");
   ASSERT_EQ(result.status, 0) << result.output << result.errors;
   const nlohmann::json document = nlohmann::json::parse(result.output);
   std::set<std::string> methods;
