@@ -185,9 +185,6 @@ void resolve_lora(const LoraInputs& in, const ModelDescription& model, TrainingC
                                                                : ", base quantised to " + to_string(quantize) +
                                                                      " (bitsandbytes), compute in " +
                                                                      to_string(training.precision)));
-  if (quantize != BaseQuantization::none)
-    training.notes.push_back("stage 3 with a quantised base: its gathered buffers and all-gathers are planned at the "
-                             "16-bit size of the parameters (an over-estimate: the codes are gathered)");
 }
 
 }  // namespace zeroplan

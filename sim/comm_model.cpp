@@ -17,6 +17,7 @@
 #include "sim/comm_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "sim/deepspeed_engine.h"
 #include "sim/deepspeed_param_coordinator.h"
@@ -112,12 +113,24 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
       // module before its forward, and in backward those not still gathered since), one all-gather per module's
       // parameters; gradients reduce-scattered every micro-step.
       const CoordinatorReplay& coordinator = *replay_deepspeed_param_coordinator(model, zero);
-      add(v, CollectiveKind::all_gather, sat_mul(A, coordinator.gathered_modules),
-          sat_mul(A, coordinator.gathered_elements), e, n,
-          "parameters, as DeepSpeed's coordinator fetches and prefetches them, every micro-step");
+      // A quantised LoRA base gathers its codes: counted here as the 16-bit elements of the same bytes.
+      std::int64_t gathered = coordinator.gathered_elements;
+      const std::vector<double> factors = lora_gather_bytes_per_element(model, training);
+      if (!factors.empty()) {
+        double bytes = 0.0;
+        for (const auto* pass : {&coordinator.forward, &coordinator.backward})
+          for (const CoordinatorPosition& position : *pass)
+            for (const CoordinatorGather& g : position.gathers)
+              bytes += static_cast<double>(g.elements) * factors[static_cast<std::size_t>(g.layer)];
+        gathered = static_cast<std::int64_t>(std::llround(bytes / e));
+      }
+      add(v, CollectiveKind::all_gather, sat_mul(A, coordinator.gathered_modules), sat_mul(A, gathered), e, n,
+          factors.empty() ? "parameters, as DeepSpeed's coordinator fetches and prefetches them, every micro-step"
+                          : "parameters (a quantised base's codes, in 16-bit elements of their bytes), as "
+                            "DeepSpeed's coordinator fetches and prefetches them, every micro-step");
       add(v, reduction, sat_mul(A, buckets(P, zero.reduce_bucket_size)), sat_mul(A, P), eg, n,
           "gradients, every micro-step's backward, per bucket (reduce_scatter_coalesced)");
-      elements_one_micro_step = static_cast<double>(coordinator.gathered_elements) + reduction_passes * P;
+      elements_one_micro_step = static_cast<double>(gathered) + reduction_passes * P;
     }
     if (in.stage == 1 || in.stage == 2 || path.wrapper == DeepSpeedOptimizerWrapper::bf16_optimizer) {
       // One all_gather_into_tensor of the flat 16-bit group after the step (runtime/utils.py).

@@ -8,6 +8,7 @@
 #include "sim/memory_model.h"
 #include "sim/saturating.h"
 #include "sim/term_format.h"
+#include "sim/zero_schedule.h"
 
 namespace zeroplan {
 
@@ -156,6 +157,62 @@ LoraBaseBytes lora_base_bytes(const LoraFigures& f, const TrainingConfig& traini
   const std::int64_t blocks = training.checkpointing == Checkpointing::full ? 1 : f.blocks;
   b.adapter_activations = sat_mul(sat_mul(tokens, f.rank_sum_per_block), sat_mul(e, blocks));
   return b;
+}
+
+namespace {
+// A block's gathered elements at stage 3 and their bytes with a quantised base: the quantised linears' codes (their
+// constants live in quant_state, not gathered), the rest of the non-persistent elements at the precision's bytes.
+struct BlockGather {
+  std::int64_t elements = 0;
+  double bytes = 0.0;
+};
+BlockGather block_gather(const ModelDescription& model, const TrainingConfig& training, const LayerDescription& layer) {
+  BlockGather g;
+  const int e = precision_bytes(training.precision);
+  g.elements = layer.params - persistent_params(layer, training.zero);  // DeepSpeed keeps the persistent whole
+  std::int64_t quantized = 0;
+  double codes = 0.0;
+  for (const BlockLinear& module : block_linear_modules(model)) {
+    const std::int64_t n = sat_mul(module.in_features, module.out_features);
+    quantized = sat_add(quantized, n);
+    codes += training.lora.quantize_base == BaseQuantization::nf4 ? static_cast<double>(ceil_div(n, 2))
+                                                                   : static_cast<double>(n);
+  }
+  g.bytes = codes + static_cast<double>(e) * static_cast<double>(std::max<std::int64_t>(0, g.elements - quantized));
+  return g;
+}
+}  // namespace
+
+std::vector<double> lora_gather_bytes_per_element(const ModelDescription& model, const TrainingConfig& training) {
+  std::vector<double> factors;
+  if (!training.lora.enabled || !quantized(training) || !model.transformer) return factors;
+  const double e = precision_bytes(training.precision);
+  for (const LayerDescription& layer : model.layers) {
+    if (layer.kind != "transformer_block") {
+      factors.push_back(e);
+      continue;
+    }
+    const BlockGather g = block_gather(model, training, layer);
+    factors.push_back(g.elements > 0 ? g.bytes / static_cast<double>(g.elements) : e);
+  }
+  return factors;
+}
+
+double lora_model_gather_bytes_per_element(const ModelDescription& model, const TrainingConfig& training) {
+  const double e = precision_bytes(training.precision);
+  if (!training.lora.enabled || !quantized(training) || !model.transformer) return e;
+  double bytes = 0.0, elements = 0.0;
+  for (const LayerDescription& layer : model.layers) {
+    if (layer.kind == "transformer_block") {
+      const BlockGather g = block_gather(model, training, layer);
+      bytes += g.bytes;
+      elements += static_cast<double>(g.elements);
+    } else {
+      bytes += e * static_cast<double>(layer.params);
+      elements += static_cast<double>(layer.params);
+    }
+  }
+  return elements > 0.0 ? bytes / elements : e;
 }
 
 void apply_lora_to_memory_inputs(const LoraFigures& f, MemoryInputs& in) {

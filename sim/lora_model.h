@@ -98,6 +98,12 @@ LoraBaseBytes lora_base_bytes(const LoraFigures& figures, const TrainingConfig& 
 // gathered-parameter figures stay the whole model's, which its coordinator gathers.
 void apply_lora_to_memory_inputs(const LoraFigures& figures, MemoryInputs& in);
 
+// Stage 3 with a quantised base gathers the codes, not 16-bit weights: the bytes a gathered (non-persistent) element
+// of each layer carries (a block's quantised linears at their codes' bytes, everything else at the training
+// precision's), and over the whole model's gathered parameters. Empty / the precision's bytes without quantisation.
+std::vector<double> lora_gather_bytes_per_element(const ModelDescription& model, const TrainingConfig& training);
+double lora_model_gather_bytes_per_element(const ModelDescription& model, const TrainingConfig& training);
+
 // For DeepSpeed's flat-buffer replay (deepspeed_memory.cpp): the trainable tensors deepspeed.initialize moves to
 // the device and flattens, the adapters' A and B.
 template <typename Tensor>

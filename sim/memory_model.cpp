@@ -4,6 +4,7 @@
 #include "sim/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "sim/activation_memory.h"
 #include "core/input_error.h"
@@ -57,6 +58,15 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   gpu.logits = activations.logits;
   gpu.gradient_buckets = sat_add(ds.held_buckets, t.buckets());
   gpu.gathered_params = in.stage == 3 ? buffers.gathered_params() : 0;
+  // A quantised LoRA base gathers its codes: the in-flight gathered bytes at the model's gathered bytes per element
+  // (sim/lora_model.h) instead of the precision's; the persistent (norms) stay 16-bit.
+  Bytes lora_gathered_in_flight = buffers.gathered_in_flight;
+  if (in.stage == 3 && training.lora.enabled && training.lora.quantize_base != BaseQuantization::none) {
+    lora_gathered_in_flight = static_cast<Bytes>(
+        std::llround(static_cast<double>(in.deepspeed_gathered_live_params) *
+                     lora_model_gather_bytes_per_element(model, training)));
+    gpu.gathered_params = sat_add(lora_gathered_in_flight, buffers.persistent_params);
+  }
   gpu.offload_buffers = ds.offload_staging;
   // LoRA: `in` describes the adapters (the trainable parameters, sim/lora_model.h); the frozen base, the quantisation
   // constants, the dequantised weight and the adapters' saved activations are added here.
@@ -142,6 +152,17 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
     explain_activations(model, training, in, activations, *terms);
     if (training.lora.enabled) {
       explain_lora_memory(lora, lora_base, training, in.stage, in.world_size, activations.tokens, *terms);
+      if (in.stage == 3 && lora_gathered_in_flight != buffers.gathered_in_flight)
+        terms->push_back({"gathered_params",
+                          "LoRA: the quantised base's gathered codes in flight (in place of the 16-bit figure of the "
+                          "gathered parameters above)",
+                          lora_gathered_in_flight,
+                          num(in.deepspeed_gathered_live_params) + " elements * " +
+                              num(lora_model_gather_bytes_per_element(model, training), 3) +
+                              " B (the model's gathered bytes per element: codes of the quantised linears, 16-bit "
+                              "for the rest)",
+                          "bitsandbytes Params4bit / Int8Params as ZeRO-3 partitions them (bnb_4bit_quant_storage); "
+                          "DeepSpeed 0.19.8 zero/partitioned_param_coordinator.py"});
       if (lora_offloaded_base > 0)
         terms->push_back({in.offload_param == OffloadDevice::cpu ? "host" : "nvme",
                           "LoRA: the frozen base's partition (offload_param) x ranks per node", lora_offloaded_base,

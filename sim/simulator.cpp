@@ -313,6 +313,7 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
     inputs.fresh_pageable_write_bandwidth = cluster.fresh_pageable_write_bandwidth;
     inputs.tensors_per_layer.reserve(model.layers.size());
     for (const LayerDescription& layer : model.layers) inputs.tensors_per_layer.push_back(parameter_tensors(model, layer));
+    inputs.gather_bytes_per_element = lora_gather_bytes_per_element(model, training);
     if (training.lora.enabled) {
       // Only the adapters get gradients: their tensors are what the gradient hooks, reductions and the step see.
       const LoraFigures lora = lora_figures(model, training);

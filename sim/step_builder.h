@@ -113,6 +113,11 @@ class StepBuilder {
   void end_of_micro_step_buffers(bool boundary);
 
   std::int64_t total_tensors() const { return total_tensors_; }
+  // The bytes of `elements` gathered parameters of a layer (a quantised LoRA base's at its codes' size).
+  Bytes gather_bytes(std::size_t index, std::int64_t elements) const {
+    if (in_.gather_bytes_per_element.empty()) return elements * e_;
+    return static_cast<Bytes>(std::llround(static_cast<double>(elements) * in_.gather_bytes_per_element[index]));
+  }
   // The parameters of a layer that get gradients (all of them, or a LoRA plan's adapters).
   std::int64_t trainable_params(std::size_t index) const {
     return in_.trainable_params_per_layer.empty() ? layers_[index].params : in_.trainable_params_per_layer[index];

@@ -204,7 +204,7 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
               fetch(g.layer, g.elements, g.modules, micro, with_start_of(first));
       for (const CoordinatorRelease& r : coordinator->releases) {
         Bytes& held = gathered_bytes_[static_cast<std::size_t>(r.layer)];
-        const Bytes bytes = std::min(held, sat_mul(r.elements, e_));
+        const Bytes bytes = std::min(held, gather_bytes(static_cast<std::size_t>(r.layer), r.elements));
         if (bytes > 0) timeline_.free_at_finish(consumer, bytes, MemoryUse::gathered_params);
         held -= bytes;
       }
@@ -255,7 +255,7 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_
                           Dependency when, Dependency issued_by) {
   const auto index = static_cast<std::size_t>(layer);
   if (elements <= 0) return kNoTask;
-  const Bytes full_bytes = elements * e_;
+  const Bytes full_bytes = gather_bytes(index, elements);
   const Bytes partition_bytes = ceil_div(full_bytes, n_);
   Dependency ready = when;
   Dependency issued = issued_by;  // applies to the first task of the fetch

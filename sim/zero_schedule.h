@@ -129,6 +129,9 @@ struct StepScheduleInputs {
   // reduces and the optimizer steps (and tensors_per_layer counts the adapters' tensors, which the gradient hooks
   // and per-tensor loops see); empty: every parameter trains. Stage 3 still gathers every parameter.
   std::vector<std::int64_t> trainable_params_per_layer;
+  // LoRA with a quantised base at stage 3 (sim/lora_model.h lora_gather_bytes_per_element): the bytes a gathered
+  // element of each layer carries; empty: the training precision's.
+  std::vector<double> gather_bytes_per_element;
   std::vector<std::int64_t> linear_calls_per_layer;  // F.linear calls of each layer per pass (zero.Init: stage 3)
 };
 

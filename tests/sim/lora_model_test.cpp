@@ -203,5 +203,30 @@ TEST(LoraModel, StepTimesLoraBelowFullAndQloraAddsDequantisation) {
   EXPECT_NEAR(qlora_step.compute_seconds, lora_step.compute_seconds + dequant, 1e-3 * lora_step.compute_seconds);
 }
 
+// Stage 3 gathers a QLoRA base's codes: a block's gathered bytes per element are its NF4 codes' (half a byte for the
+// quantised linears) against 2 for bf16, so the all-gathers carry about a quarter of a 16-bit LoRA's.
+TEST(LoraModel, QloraStage3GathersCodes) {
+  const ModelDescription model = llama2_7b();
+  const TrainingConfig lora = lora_training(model, "q_proj,v_proj", 8);
+  const TrainingConfig qlora = lora_training(model, "q_proj,v_proj", 8, "nf4");
+  const std::vector<double> factors = lora_gather_bytes_per_element(model, qlora);
+  ASSERT_EQ(factors.size(), model.layers.size());
+  EXPECT_EQ(factors.front(), 2.0);  // the embedding stays bf16
+  // A block: 202,375,168 linear weights at 0.5 B, the 2 RMSNorm weights persistent (not gathered).
+  EXPECT_DOUBLE_EQ(factors[1], 0.5);
+  EXPECT_TRUE(lora_gather_bytes_per_element(model, lora).empty());
+  const ClusterDescription cluster = with_gpu_count(load_cluster(kDefaultClusterName), 2);
+  const auto gathered = [&](const TrainingConfig& training) {
+    std::int64_t elements = 0;
+    for (const auto& c : estimate_comm(model, cluster, training, PlanChoice{3}).collectives)
+      if (c.kind == CollectiveKind::all_gather) elements += c.elements;
+    return static_cast<double>(elements);
+  };
+  // Blocks at a quarter, the embedding and the head (2 * 131,072,000 of 6.74e9) at full size.
+  EXPECT_NEAR(gathered(qlora) / gathered(lora), 0.25 + 0.75 * 2 * 131'072'000.0 / 6'738'415'616.0, 0.01);
+  EXPECT_LT(estimate_memory(model, cluster, qlora, PlanChoice{3}).gpu.gathered_params,
+            estimate_memory(model, cluster, lora, PlanChoice{3}).gpu.gathered_params / 2);
+}
+
 }  // namespace
 }  // namespace zeroplan
