@@ -101,6 +101,11 @@ class Trainer {
     throw std::invalid_argument("this trainer has no buffer " + name);
   }
 
+  // The same buffer's values on this rank (checkpoints write rank 0's: every rank holds equal ones).
+  virtual std::vector<float> buffer(const std::string& name) const {
+    throw std::invalid_argument("this trainer has no buffer " + name);
+  }
+
   // Forward and loss of one micro-batch (B*T tokens), no gradients; logits() then holds its logits.
   virtual double forward_loss(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
   // Forward and backward of one micro-batch into zeroed gradients (no optimizer step); returns the loss.

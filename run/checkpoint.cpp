@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kFormat = 1;
 constexpr const char* kManifest = "manifest.json";
+constexpr const char* kBuffersFile = "buffers.bin";
 
 // A system call's failure: the call, the path and errno's text, with the source position of the check.
 [[noreturn]] void fail_io(const char* what, const std::string& path, const char* file, int line) {
@@ -166,6 +167,24 @@ void save_checkpoint(const std::string& save_dir, exec::Trainer& trainer, exec::
     for (std::size_t at = 0; at < files.size(); at += 64)
       comm->all_reduce_host(files.data() + at, static_cast<int>(std::min<std::size_t>(64, files.size() - at)));
 
+  // A layer list's buffers (BatchNorm's running statistics), equal on every rank: rank 0's, in one file.
+  const std::vector<exec::BufferTensor>& buffer_tensors = trainer.layout().buffers();
+  nlohmann::json buffers_entry;
+  if (rank == 0 && !buffer_tensors.empty()) {
+    std::vector<float> values;
+    nlohmann::json names = nlohmann::json::array();
+    for (const exec::BufferTensor& b : buffer_tensors) {
+      const std::vector<float> v = trainer.buffer(b.name);
+      values.insert(values.end(), v.begin(), v.end());
+      names.push_back({b.name, b.numel});
+    }
+    const std::size_t buffer_bytes = values.size() * sizeof(float);
+    const std::uint32_t buffer_crc =
+        write_file_atomically((fs::path(dir) / kBuffersFile).string(), {{values.data(), buffer_bytes}});
+    fsync_directory(dir);
+    buffers_entry = {{"file", kBuffersFile}, {"bytes", buffer_bytes}, {"crc32", buffer_crc}, {"tensors", names}};
+  }
+
   if (rank == 0) {
     // Rank r owns chunk r of every bucket: rank 0's range (begin, n) is rank r's (begin + r n, n).
     const auto mine = trainer.owned_ranges();
@@ -187,7 +206,7 @@ void save_checkpoint(const std::string& save_dir, exec::Trainer& trainer, exec::
                            {"crc32", static_cast<std::uint32_t>(files[2 * r])},
                            {"segments", segments}});
     }
-    const nlohmann::json manifest = {
+    nlohmann::json manifest = {
         {"format", kFormat},
         {"sections", {"master_params_fp32", "adamw_momentum_fp32", "adamw_variance_fp32"}},
         {"step", state.step},
@@ -204,8 +223,17 @@ void save_checkpoint(const std::string& save_dir, exec::Trainer& trainer, exec::
         {"world", world},
         {"stage", state.stage},
         {"precision", state.precision},
-        {"shape", shape_json(state.shape)},
         {"files", file_list}};
+    // A transformer's shape; a layer list's tensors (name, elements) in layout order, which a resuming run's
+    // description must give again.
+    if (trainer.layout().is_network()) {
+      nlohmann::json tensors = nlohmann::json::array();
+      for (const exec::ParamTensor& t : trainer.layout().tensors()) tensors.push_back({t.name, t.numel()});
+      manifest["network_tensors"] = tensors;
+    } else {
+      manifest["shape"] = shape_json(state.shape);
+    }
+    if (!buffers_entry.is_null()) manifest["buffers"] = buffers_entry;
     const std::string text = manifest.dump(1);
     write_file_atomically((fs::path(dir) / kManifest).string(), {{text.data(), text.size()}});
     fsync_directory(dir);
@@ -255,7 +283,17 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& fl
   state_.world = static_cast<int>(f.positive_integer("world"));
   state_.stage = static_cast<int>(f.non_negative_integer("stage"));
   state_.precision = f.one_of("precision", {"fp32", "fp16", "bf16"});
-  state_.shape = shape_from_json(f.object("shape"));
+  if (doc.contains("network_tensors")) {
+    const nlohmann::json& tensors = f.raw("network_tensors");
+    if (!tensors.is_array()) f.fail("network_tensors", "expected [name, elements] entries");
+    for (const nlohmann::json& t : tensors) {
+      if (!t.is_array() || t.size() != 2 || !t[0].is_string() || !t[1].is_number_integer() || t[1].get<std::int64_t>() < 1)
+        f.fail("network_tensors", "expected [name, elements] entries");
+      network_tensors_.emplace_back(t[0].get<std::string>(), t[1].get<std::int64_t>());
+    }
+  } else {
+    state_.shape = shape_from_json(f.object("shape"));
+  }
   const nlohmann::json& list = f.raw("files");
   if (!list.is_array() || static_cast<int>(list.size()) != state_.world)
     f.fail("files", "expected one entry per rank (" + std::to_string(state_.world) + ")");
@@ -296,6 +334,28 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& fl
     if (!fs::exists(file.path)) throw InputError(file.path, flag, "missing: the manifest lists it");
     files_.push_back(file);
   }
+  if (doc.contains("buffers")) {
+    const JsonFields b = f.object("buffers");
+    const std::string name = b.string("file");
+    if (name != kBuffersFile) b.fail("file", std::string("expected ") + kBuffersFile);
+    buffers_file_.path = (chosen / name).string();
+    buffers_file_.bytes = b.non_negative_integer("bytes");
+    const std::int64_t crc = b.non_negative_integer("crc32");
+    if (crc > 0xffffffffLL) b.fail("crc32", "expected a 32-bit value");
+    buffers_file_.crc = static_cast<std::uint32_t>(crc);
+    const nlohmann::json& tensors = b.raw("tensors");
+    if (!tensors.is_array()) b.fail("tensors", "expected [name, count] entries");
+    std::int64_t total = 0;
+    for (const nlohmann::json& t : tensors) {
+      if (!t.is_array() || t.size() != 2 || !t[0].is_string() || !t[1].is_number_integer() ||
+          t[1].get<std::int64_t>() < 1 || t[1].get<std::int64_t>() > (std::int64_t{1} << 40))
+        b.fail("tensors", "expected [name, count] entries with a count from 1 to 2^40");
+      buffer_tensors_.push_back({t[0].get<std::string>(), t[1].get<std::int64_t>()});
+      total += t[1].get<std::int64_t>();
+    }
+    if (buffers_file_.bytes != 4 * total) b.fail("bytes", "expected 4 bytes per value of its tensors");
+    if (!fs::exists(buffers_file_.path)) throw InputError(buffers_file_.path, flag, "missing: the manifest lists it");
+  }
   for (auto& [name, segs] : segments_) {
     std::sort(segs.begin(), segs.end(), [](const Segment& a, const Segment& b) { return a.tensor_offset < b.tensor_offset; });
     // Every element is saved by exactly one rank; pieces that overlap would let read() count an element twice and
@@ -318,6 +378,7 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& fl
 CheckpointReader::~CheckpointReader() {
   for (File& f : files_)
     if (f.fd >= 0) ::close(f.fd);
+  if (buffers_file_.fd >= 0) ::close(buffers_file_.fd);
 }
 
 void CheckpointReader::open_file(File& f) {
@@ -346,6 +407,7 @@ void CheckpointReader::open_file(File& f) {
 void CheckpointReader::verify() {
   for (File& f : files_)
     if (!f.verified) open_file(f);
+  if (!buffers_file_.path.empty() && !buffers_file_.verified) open_file(buffers_file_);
 }
 
 void CheckpointReader::read(const std::string& tensor, std::int64_t offset, std::int64_t count, float* master,
@@ -383,10 +445,25 @@ void CheckpointReader::read(const std::string& tensor, std::int64_t offset, std:
 }
 
 void CheckpointReader::restore(exec::Trainer& trainer) {
+  if (trainer.layout().is_network() != is_network())
+    throw InputError(dir_, flag_, is_network() ? "this checkpoint is of a layer-list model; this run trains a transformer"
+                                               : "this checkpoint is of a transformer; this run trains a layer-list model");
+  if (is_network()) {
+    const std::vector<exec::ParamTensor>& have = trainer.layout().tensors();
+    for (std::size_t i = 0; i < std::max(have.size(), network_tensors_.size()); ++i) {
+      const std::string ours = i < have.size() ? have[i].name + " (" + std::to_string(have[i].numel()) + ")" : "nothing";
+      const std::string saved = i < network_tensors_.size() ? network_tensors_[i].first + " (" +
+                                                                  std::to_string(network_tensors_[i].second) + ")"
+                                                            : "nothing";
+      if (ours != saved)
+        throw InputError(dir_, flag_, "this run's model differs from the one saved: tensor " + std::to_string(i) +
+                                          " is " + ours + " here, " + saved + " in the checkpoint");
+    }
+  }
   const exec::ModelShape& have = trainer.config().shape;
   const exec::ModelShape& saved = state_.shape;
   const nlohmann::json have_json = shape_json(have), saved_json = shape_json(saved);
-  if (have_json != saved_json) {
+  if (!is_network() && have_json != saved_json) {
     std::string differences;
     for (const auto& [key, value] : saved_json.items())
       if (have_json.at(key) != value)
@@ -406,6 +483,30 @@ void CheckpointReader::restore(exec::Trainer& trainer) {
     }
   };
   trainer.restore_state(source, state_.optimizer_step, state_.scaler);
+  // A layer list's buffers: every one the model has, from the checkpoint's buffers file.
+  if (layout.buffers().empty()) return;
+  if (buffer_tensors_.empty())
+    throw InputError(dir_, flag_, "this checkpoint holds no BatchNorm running statistics (buffers.bin), which "
+                                  "this layer-list model needs");
+  if (!buffers_file_.verified) open_file(buffers_file_);
+  std::map<std::string, std::pair<std::int64_t, std::int64_t>> at;  // name -> (first value, count)
+  std::int64_t first = 0;
+  for (const exec::BufferTensor& b : buffer_tensors_) {
+    at[b.name] = {first, b.numel};
+    first += b.numel;
+  }
+  for (const exec::BufferTensor& b : layout.buffers()) {
+    const auto it = at.find(b.name);
+    if (it == at.end() || it->second.second != b.numel)
+      throw InputError(buffers_file_.path, flag_, "holds no buffer " + b.name + " of " + std::to_string(b.numel) +
+                                                      " values (another model's checkpoint?)");
+    std::vector<float> values(static_cast<std::size_t>(b.numel));
+    const std::int64_t offset = it->second.first * static_cast<std::int64_t>(sizeof(float));
+    const std::int64_t bytes = b.numel * static_cast<std::int64_t>(sizeof(float));
+    IO_CHECK(::pread(buffers_file_.fd, values.data(), static_cast<std::size_t>(bytes), offset) == bytes, "pread",
+             buffers_file_.path);
+    trainer.set_buffer(b.name, values);
+  }
 }
 
 }  // namespace zeroplan

@@ -9,7 +9,8 @@
 // fp32 master, which is how AdamW writes them, so resuming is bit for bit. Writes are atomic: each file is
 // written to a temporary name, fsync'ed and renamed, the directory fsync'ed; a crash while saving leaves no
 // manifest, and such a directory is never taken for a checkpoint. Each file's CRC-32 (zlib) and size are in
-// the manifest; a truncated or corrupted file is an error naming it.
+// the manifest; a truncated or corrupted file is an error naming it. A layer list's buffers (BatchNorm's running
+// statistics, equal on every rank: DeepSpeed does not partition buffers) are rank 0's, in buffers.bin.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,8 @@ class CheckpointReader {
   CheckpointReader(const std::string& dir, const std::string& flag);
   ~CheckpointReader();
   const CheckpointState& state() const { return state_; }
+  // A layer list's checkpoint (its tensors' names and sizes instead of a transformer's shape).
+  bool is_network() const { return !network_tensors_.empty(); }
   const std::string& directory() const { return dir_; }
   // Values of `count` elements of `tensor` from `offset`, for each non-null destination (master, m, v).
   // Verifies the CRC-32 of a file the first time it is read.
@@ -88,6 +91,10 @@ class CheckpointReader {
   CheckpointState state_;
   std::vector<File> files_;
   std::map<std::string, std::vector<Segment>> segments_;  // by tensor, sorted by tensor_offset
+  // A layer list's buffers (BatchNorm running statistics): one file of fp32 values, the tensors in order.
+  File buffers_file_;
+  std::vector<std::pair<std::string, std::int64_t>> network_tensors_;
+  std::vector<exec::BufferTensor> buffer_tensors_;
 };
 
 }  // namespace zeroplan

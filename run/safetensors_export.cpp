@@ -17,6 +17,9 @@ void export_safetensors(const std::string& checkpoint_dir, const std::string& ou
   if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
     throw InputError("command line", "--dtype", "expected fp32, bf16 or fp16, got '" + dtype + "'");
   CheckpointReader reader(checkpoint_dir, "--checkpoint");
+  if (reader.is_network())
+    throw InputError(reader.directory(), "--checkpoint", "a layer-list model's checkpoint: export writes "
+                                                         "transformers' checkpoints only for now");
   const exec::ModelShape& shape = reader.state().shape;
   const exec::ParamLayout layout(shape, 1);
   const std::string st_dtype = dtype == "fp32" ? "F32" : dtype == "bf16" ? "BF16" : "F16";

@@ -243,9 +243,6 @@ ResolvedRun resolve_run(RunOptions& o) {
     if (o.backend != "cpu")
       refuse("--backend", "layer-list models run on the CPU backend for now (--backend cpu): the CUDA executor's "
                           "convolutions and BatchNorm are not built yet");
-    if (o.save_dir || o.resume)
-      refuse(o.save_dir ? "--save-dir" : "--resume", "a layer-list model's checkpoints are not written yet (its "
-                                                     "BatchNorm running statistics would be left out)");
     if (in.model.input_shape->channels != exec::kCifarChannels || in.model.input_shape->height != exec::kCifarSide ||
         in.model.input_shape->width != exec::kCifarSide)
       throw InputError(in.model.source, "input_shape", "the executor feeds CIFAR-10's 3 x 32 x 32 images; this model "
@@ -479,10 +476,12 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   if (const auto& resume = r.resume) {
     // The checkpoint's states (resharded to this world and stage), optimizer step, loss scaler and data position.
     resume->restore(*trainer);
-    if (resume->state().data != data.description())
-      tr.notes.push_back("resume: the checkpoint was trained on " + resume->state().data + ", this run reads " +
-                         data.description());
-    data.seek(resume->state().data_position);
+    const std::string reads = e.cfg.network ? e.data_description : data.description();
+    if (resume->state().data != reads)
+      tr.notes.push_back("resume: the checkpoint was trained on " + resume->state().data + ", this run reads " + reads);
+    // A layer list's images: the CIFAR stream's position (synthetic images follow the step, nothing to seek).
+    if (!e.cfg.network) data.seek(resume->state().data_position);
+    else if (e.images) e.images->seek(resume->state().data_position);
     std::cout << "resumed from " << resume->directory() << " at step " << r.first_step << " (saved with "
               << resume->state().world << " rank(s), stage " << resume->state().stage << ")\n";
   }
@@ -522,9 +521,9 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
     st.step = step;
     st.optimizer_step = trainer->optimizer_step();
     st.scaler = trainer->loss_scaler_state();
-    st.data_position = data.position();
+    st.data_position = cfg.network ? (e.images ? e.images->position() : 0) : data.position();
     st.seed = o.seed;
-    st.data = data.description();
+    st.data = cfg.network ? e.data_description : data.description();
     st.world = world;
     st.stage = cfg.zero.stage;
     st.precision = to_string(tr.precision);

@@ -140,6 +140,17 @@ class CpuNetworkTrainer final : public EngineTrainer {
     return r;
   }
 
+  std::vector<float> buffer(const std::string& name) const override {
+    for (std::size_t k = 0; k < ops_.size(); ++k) {
+      const PlannedOp& p = ops_[k];
+      if (p.op.kind != LayerOpKind::batch_norm) continue;
+      const auto first = running_[k].begin() + (name == p.op.name + ".running_var" ? p.op.channels : 0);
+      if (name == p.op.name + ".running_mean" || name == p.op.name + ".running_var")
+        return std::vector<float>(first, first + p.op.channels);
+    }
+    throw std::invalid_argument("cpu network trainer: no buffer " + name);
+  }
+
   void set_buffer(const std::string& name, const std::vector<float>& values) override {
     for (std::size_t k = 0; k < ops_.size(); ++k) {
       const PlannedOp& p = ops_[k];
