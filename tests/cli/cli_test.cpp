@@ -448,8 +448,9 @@ TEST(HostSpeed, HostOpSecondsScalesDeepSpeedsHostWork) {
   EXPECT_NE(probed_table.output.find("timed for the host zeroplan calibrate probed for h200x2-probed (11.40 us"),
             std::string::npos) << probed_table.output;
 
-  expect_one_line_error(run("plan --model gpt2-124m --cluster h200x4 --host-op-seconds 7e-6"),
-                        {"--host-op-seconds", "h200x4", "host.multi_rank_eager_op_seconds"});
+  // A cluster without a measured host (h100x8: no probe, no per-call costs of its own) cannot be scaled.
+  expect_one_line_error(run("plan --model gpt2-124m --cluster h100x8 --host-op-seconds 7e-6"),
+                        {"--host-op-seconds", "h100x8", "host.multi_rank_eager_op_seconds"});
   // The costs hold on one host at one rank and on another at several (the hooks issue collectives where there
   // are peers): each world size is scaled from its own, so each reference reproduces the unscaled step.
   for (const auto& [gpus, reference] : {std::pair{"1", "8.7e-6"}, std::pair{"2", "6.895e-6"}}) {

@@ -185,9 +185,9 @@ TEST(PlanInputs, HostSpeedNeedsAMeasuredHostAndDeepSpeedsEngine) {
     expect_input_error([&] { resolve_plan_inputs(in, gui); }, {"GUI input", "host speed", "between 1e-7 and 1e-3"});
   }
   in.host_op_seconds = 7e-6;
-  in.cluster = "h200x4";
+  in.cluster = "h100x8";  // no measured host (h200x4 carries h200x2's since its calibration)
   expect_input_error([&] { resolve_plan_inputs(in); },
-                     {"--host-op-seconds", "h200x4", "host.multi_rank_eager_op_seconds"});
+                     {"--host-op-seconds", "h100x8", "host.multi_rank_eager_op_seconds"});
 
   in.cluster = "h200x2";
   in.engine = TrainingEngine::zeroplan;
