@@ -134,7 +134,7 @@ int optimizer_state_bytes_per_param(OptimizerKind optimizer) {
 
 nlohmann::json training_to_json(const TrainingConfig& training) {
   const ZeroConfig& zero = training.zero;
-  return {
+  nlohmann::json j = {
       {"micro_batch", training.micro_batch},
       {"seq_len", training.seq_len},
       {"grad_accum", training.grad_accum},
@@ -192,6 +192,10 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
       {"notes", training.notes},
       {"warnings", training.warnings},
   };
+  // The LoRA settings only where LoRA is on: a full fine-tune's record (and the run reports written before LoRA
+  // existed, which the GUI matches field by field) has none.
+  if (!training.lora.enabled) j.erase("lora");
+  return j;
 }
 
 }  // namespace zeroplan

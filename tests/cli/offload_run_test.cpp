@@ -297,7 +297,9 @@ std::string with_param_nvme(const std::string& dir) {
 // bytes per step the run reports equal the planner's; a run saved at step 3 and resumed to 6 ends as the
 // uninterrupted one; the swap files are gone at the end.
 void expect_param_nvme_run_equals_param_cpu(int ranks, const std::string& optimizer) {
-  const std::string dir = nvme_dir("param_run_" + std::to_string(ranks));
+  // One directory per test: ctest -j runs the 2-rank tests side by side, and nvme_dir empties its directory.
+  const std::string dir =
+      nvme_dir("param_run_" + std::to_string(ranks) + "_" + (optimizer.empty() ? "device" : optimizer));
   if (dir.empty()) GTEST_SKIP() << "no direct I/O (O_DIRECT) under " << ZEROPLAN_TEST_SCRATCH_DIR;
   const std::string args = run_args(ranks, 3, false) + " --deterministic" +
                            (optimizer.empty() ? "" : " --offload-optimizer " + optimizer);

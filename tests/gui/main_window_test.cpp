@@ -214,7 +214,7 @@ class MainWindowTest : public QObject {
 
     // A cluster that names no measured host has nothing to scale from.
     panel->engineBox()->setCurrentIndex(panel->engineBox()->findData(static_cast<int>(TrainingEngine::deepspeed)));
-    panel->clusterBox()->setCurrentIndex(panel->clusterBox()->findData(QString("h200x4")));
+    panel->clusterBox()->setCurrentIndex(panel->clusterBox()->findData(QString("h100x8")));
     QVERIFY(!panel->hostSpeedBox()->isEnabled());
     QCOMPARE(errors_.size(), 1);
   }
