@@ -99,9 +99,11 @@ LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingC
 // Before the first step the replay starts from what deepspeed.initialize left cached, unless the script empties the
 // cache then (TrainingConfig::deepspeed_empty_cache_after_init). Stages 1-2 (stage_1_and_2.py __init__: empty_cache(),
 // then flatten_dense_tensors_aligned on the device when it has room, then _update_model_bit16_weights points each
-// parameter into the flat buffer) and bf16 at stage 0 (bf16_optimizer.py _setup_for_real_optimizer: the same flatten
-// and _update_storage_to_flattened_tensor, no empty_cache) free every per-parameter 16-bit tensor the engine moved to
-// the device (engine.py _configure_distributed_model: cast on the host, then module.to(device)); the tensors no larger
+// parameter into the flat buffer) and BF16_Optimizer (stage 1 with fp32 gradient accumulation; bf16_optimizer.py
+// _setup_for_real_optimizer: the same flatten and _update_storage_to_flattened_tensor, no empty_cache; stage 0's
+// FP16_UnfusedOptimizer is not modelled, see results-pending/x4_h200x4_2026-11-28_misses.json) free every
+// per-parameter 16-bit tensor the engine moved to the device (engine.py _configure_distributed_model: cast on the
+// host, then module.to(device)); the tensors no larger
 // than an activation block stay idle (the activations' requests are larger than the blocks they free or are served
 // from their own), the larger ones (the embedding) join the replay. Then the master partition is made from a clone of
 // the 16-bit one (stage_1_and_2.py: .clone().to(master dtype); bf16_optimizer.py: .clone().float()), the clone freed.
