@@ -155,16 +155,10 @@ TEST(Checkpoints, ExportIsReadBackByTheSafetensorsPackage) {
     const fs::path out = temp_dir() / (std::string("model-") + dtype + ".safetensors");
     CommandResult e = run("export --checkpoint " + dir.string() + " --out " + out.string() + " --dtype " + dtype);
     ASSERT_EQ(e.status, 0) << e.errors;
-    const std::string check = "/usr/bin/python3 " + std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/export_check.py " +
-                              (dir / "step-00000002").string() + " " + out.string() + " " + dtype + " 2>&1";
-    FILE* pipe = ::popen(check.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string text;
-    char buffer[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) text.append(buffer, n);
-    const int raw = ::pclose(pipe);
-    EXPECT_EQ(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, 0) << text;
-    EXPECT_NE(text.find("tensors equal"), std::string::npos) << text;
+    const CommandResult check = run_command("/usr/bin/python3 " + std::string(ZEROPLAN_SOURCE_DIR) +
+                                            "/tests/cli/export_check.py " + (dir / "step-00000002").string() + " " +
+                                            out.string() + " " + dtype);
+    EXPECT_EQ(check.status, 0) << check.output << check.errors;
+    EXPECT_NE(check.output.find("tensors equal"), std::string::npos) << check.output << check.errors;
   }
 }

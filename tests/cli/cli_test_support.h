@@ -60,9 +60,10 @@ inline std::string read_file(const std::filesystem::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-inline CommandResult run(const std::string& arguments) {
+// Any command line through the shell: its stdout, stderr and exit status.
+inline CommandResult run_command(const std::string& command_line) {
   const std::filesystem::path err = temp_dir() / "stderr.txt";
-  const std::string command = std::string(ZEROPLAN_BINARY) + " " + arguments + " 2>" + err.string();
+  const std::string command = command_line + " 2>" + err.string();
   CommandResult result;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -73,6 +74,11 @@ inline CommandResult run(const std::string& arguments) {
   result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   result.errors = read_file(err);
   return result;
+}
+
+// The zeroplan binary under test with `arguments`.
+inline CommandResult run(const std::string& arguments) {
+  return run_command(std::string(ZEROPLAN_BINARY) + " " + arguments);
 }
 
 inline std::filesystem::path write_temp(const std::string& name, const std::string& text) {

@@ -4,14 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
-
-#include <sys/wait.h>
 
 #include "cli_test_support.h"
 
@@ -57,18 +54,11 @@ TEST(ImageRun, ResNet101TrainsOnCifarFilesAndReportsTestAccuracy) {
 // and 3.
 TEST(ImageRun, TorchvisionWeightsInGiveNumPysLossAndGradients) {
   for (const char* stage : {"0", "3"}) {
-    const std::string command = "/usr/bin/python3 " + std::string(ZEROPLAN_SOURCE_DIR) +
-                                "/tests/cli/layer_list_reference.py " + ZEROPLAN_BINARY + " " +
-                                fresh(std::string("layer_list_reference_") + stage).string() + " " + stage + " 2>&1";
-    FILE* pipe = ::popen(command.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string text;
-    char buffer[4096];
-    std::size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) text.append(buffer, n);
-    const int raw = ::pclose(pipe);
-    EXPECT_EQ(WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, 0) << "stage " << stage << ":\n" << text;
-    EXPECT_NE(text.find("gradient conv1.weight"), std::string::npos) << text;
+    const CommandResult r = run_command("/usr/bin/python3 " + std::string(ZEROPLAN_SOURCE_DIR) +
+                                        "/tests/cli/layer_list_reference.py " + ZEROPLAN_BINARY + " " +
+                                        fresh(std::string("layer_list_reference_") + stage).string() + " " + stage);
+    EXPECT_EQ(r.status, 0) << "stage " << stage << ":\n" << r.output << r.errors;
+    EXPECT_NE(r.output.find("gradient conv1.weight"), std::string::npos) << r.output << r.errors;
   }
 }
 
