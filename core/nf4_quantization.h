@@ -1,0 +1,69 @@
+// bitsandbytes' NF4 with double quantisation (QLoRA, Dettmers et al. 2023, arXiv 2305.14314), as
+// bitsandbytes 0.50's functional.py quantize_4bit(x, blocksize=64, compress_statistics=True, quant_type="nf4")
+// builds it on the GPU, and its dequantize_4bit:
+// - 4-bit codes: per block of 64 values the absmax (max |x|, fp32); each value times 1/absmax is mapped to one of
+//   the 16 NF4 values by the decision tree of csrc/cuda/blockwise_quantization.cu dQuantizeNF4 (thresholds at the
+//   midpoints of the code values); two codes per byte, the first element of the pair in the high nibble
+//   (kQuantizeBlockwise: qvals[j] = dQuantizeNF4(vals[2j]) << 4 | dQuantizeNF4(vals[2j+1])).
+// - Double quantisation of the absmax constants (compress_statistics): offset = absmax.mean(); absmax - offset is
+//   quantised by quantize_blockwise(blocksize=256) against bitsandbytes' 8-bit dynamic map (_create_dynamic_map
+//   signed, 7 exponent bits): one fp32 absmax per 256 constants (state2.absmax) and one 8-bit code per constant,
+//   the code picked by dQuantize<0>'s binary search with midpoint rounding.
+// - Dequantisation: absmax = code[q] * state2.absmax[block] + offset (dequantize_blockwise, then + offset), each
+//   value = NF4[nibble] * absmax (kDequantizeBlockwise / dDequantizeNF4), in fp32 here (the executor's dtype).
+// No CUDA: the CPU executor holds a frozen base this way (--quantize-base nf4) and dequantises in its matmul path.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace zeroplan {
+
+constexpr std::int64_t kNf4BlockSize = 64;              // quantize_4bit's blocksize (QLoRA's)
+constexpr std::int64_t kNf4StatisticsBlockSize = 256;   // the nested quantize_blockwise's blocksize
+
+// The 16 NF4 values (bitsandbytes functional.py get_4bit_type("nf4"), the QLoRA paper's appendix E), code 0..15.
+const std::array<float, 16>& nf4_code_values();
+// bitsandbytes' 8-bit signed dynamic map (functional.py _create_dynamic_map(signed=True, max_exponent_bits=7,
+// total_bits=8)): 256 values, sorted, fp32.
+const std::array<float, 256>& bnb_dynamic_map();
+
+// The NF4 code of a value already divided by its block's absmax (dQuantizeNF4's tree; NaN gives 0, as there).
+std::uint8_t nf4_quantize_normalized(float x);
+// The dynamic-map index of a value already divided by its block's absmax (dQuantize<0>, no stochastic rounding).
+std::uint8_t dynamic_quantize_normalized(const std::array<float, 256>& code, float x);
+
+// One tensor as bitsandbytes' Params4bit holds it with compress_statistics: the packed codes and the quant_state.
+struct Nf4Tensor {
+  std::int64_t elements = 0;
+  std::vector<std::uint8_t> codes;         // ceil(n / 2) bytes, element 2i in the high nibble
+  std::vector<std::uint8_t> absmax_codes;  // one per block of 64 (quant_state.absmax, uint8)
+  std::vector<float> absmax_scales;        // one per 256 constants (quant_state.state2.absmax)
+  float offset = 0.0f;                     // quant_state.offset
+
+  std::int64_t blocks() const { return static_cast<std::int64_t>(absmax_codes.size()); }
+  // The code of element i (0..15).
+  std::uint8_t code(std::int64_t i) const {
+    const std::uint8_t byte = codes[static_cast<std::size_t>(i / 2)];
+    return i % 2 == 0 ? static_cast<std::uint8_t>(byte >> 4) : static_cast<std::uint8_t>(byte & 0x0f);
+  }
+  // The absmax constants as dequantisation reads them: code[q] * state2.absmax + offset.
+  std::vector<float> block_absmax() const;
+  // bytes bitsandbytes stores (sim/lora_model.h nf4_double_quant_bytes counts the same).
+  std::int64_t bytes() const {
+    return static_cast<std::int64_t>(codes.size() + absmax_codes.size() + 4 * absmax_scales.size() + 4);
+  }
+};
+
+// Per block of 64: max |x| (fp32), the first-level constants before double quantisation.
+std::vector<float> nf4_block_absmax(const float* x, std::int64_t n);
+// quantize_4bit(x, blocksize=64, compress_statistics=True, quant_type="nf4") of n values (fp32 here; bitsandbytes
+// reads fp16/bf16/fp32 and converts each value to fp32 first, so 16-bit inputs widened exactly give its codes).
+Nf4Tensor quantize_nf4(const float* x, std::int64_t n);
+// dequantize_4bit into out[0, n) (fp32).
+void dequantize_nf4(const Nf4Tensor& tensor, float* out);
+// Elements [first, first + count) only (the matmul path dequantises a weight's rows as it needs them).
+void dequantize_nf4_range(const Nf4Tensor& tensor, std::int64_t first, std::int64_t count, float* out);
+
+}  // namespace zeroplan

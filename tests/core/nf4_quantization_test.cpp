@@ -1,0 +1,248 @@
+// The NF4 quantiser (core/nf4_quantization.h): its tables, its packing, its round trip, the choice of the nearest
+// code at both levels, and (when the golden file is there) bitsandbytes 0.50's own codes for the same weights.
+#include "core/nf4_quantization.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zeroplan {
+namespace {
+
+std::vector<float> normal_weights(std::int64_t n, unsigned seed, float std) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, std);
+  std::vector<float> w(static_cast<std::size_t>(n));
+  for (float& x : w) x = dist(gen);
+  return w;
+}
+
+// The index of the value of `table` nearest to x, and whether another is as near within `tie`.
+template <std::size_t N>
+int nearest(const std::array<float, N>& table, float x, double tie, bool* ambiguous) {
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(N); ++i)
+    if (std::fabs(double(table[i]) - x) < std::fabs(double(table[best]) - x)) best = i;
+  *ambiguous = false;
+  for (int i = 0; i < static_cast<int>(N); ++i)
+    if (i != best && table[i] != table[best] &&
+        std::fabs(std::fabs(double(table[i]) - x) - std::fabs(double(table[best]) - x)) <= tie)
+      *ambiguous = true;
+  return best;
+}
+
+TEST(Nf4Quantization, CodeTableIsBitsandbytesNf4AndTheTreeSplitsAtMidpoints) {
+  const auto& v = nf4_code_values();
+  EXPECT_EQ(v[0], -1.0f);
+  EXPECT_EQ(v[7], 0.0f);
+  EXPECT_EQ(v[15], 1.0f);
+  EXPECT_EQ(v[1], -0.6961928009986877f);
+  EXPECT_EQ(v[8], 0.07958029955625534f);
+  EXPECT_EQ(v[14], 0.7229568362236023f);
+  for (int i = 0; i + 1 < 16; ++i) {
+    ASSERT_LT(v[i], v[i + 1]);
+    // Just below and just above the midpoint of two neighbours the tree gives the nearer one.
+    const float mid = 0.5f * (v[i] + v[i + 1]);
+    EXPECT_EQ(nf4_quantize_normalized(mid - 1e-6f), i) << "below the midpoint of codes " << i << ", " << i + 1;
+    EXPECT_EQ(nf4_quantize_normalized(mid + 1e-6f), i + 1) << "above the midpoint of codes " << i << ", " << i + 1;
+    EXPECT_EQ(nf4_quantize_normalized(v[i]), i);
+  }
+  EXPECT_EQ(nf4_quantize_normalized(std::nanf("")), 0);  // an all-zero block: 0 * inf, code 0 as in the kernel
+}
+
+TEST(Nf4Quantization, DynamicMapIsSignedSortedWithZeroAndOne) {
+  const auto& c = bnb_dynamic_map();
+  EXPECT_EQ(c[255], 1.0f);
+  // The largest mean of exponent 0: (0.9859375 + 1) / 2, linspace(0.1, 1, 65)'s last two boundaries.
+  EXPECT_FLOAT_EQ(c[0], -0.99296875f);
+  EXPECT_FLOAT_EQ(c[254], 0.99296875f);
+  EXPECT_EQ(c[127], 0.0f);
+  int zeros = 0;
+  for (int i = 0; i < 256; ++i) {
+    if (c[i] == 0.0f) ++zeros;
+    if (i > 0) EXPECT_LE(c[i - 1], c[i]);
+  }
+  EXPECT_EQ(zeros, 1);
+  // 127 positive and 127 negative means: the smallest magnitudes are 10^-6 * 0.55.
+  EXPECT_FLOAT_EQ(c[128], 0.55e-6f);
+  EXPECT_FLOAT_EQ(c[126], -0.55e-6f);
+}
+
+TEST(Nf4Quantization, PacksTheFirstElementOfAPairInTheHighNibble) {
+  std::vector<float> x(kNf4BlockSize + 3, 0.0f);  // two blocks, an odd count: the last byte half used
+  x[0] = 2.0f;    // the absmax of block 0: code 15
+  x[1] = -2.0f;   // code 0
+  x[2] = 0.0f;    // code 7
+  x[3] = 0.16f;   // 0.08 of the absmax: code 8 (0.0796)
+  x[kNf4BlockSize + 2] = -0.5f;  // the tail's last element, absmax of block 1: code 0
+  const Nf4Tensor t = quantize_nf4(x.data(), static_cast<std::int64_t>(x.size()));
+  ASSERT_EQ(t.codes.size(), (x.size() + 1) / 2);
+  EXPECT_EQ(t.codes[0], 0xF0);
+  EXPECT_EQ(t.codes[1], 0x78);
+  EXPECT_EQ(t.code(0), 15);
+  EXPECT_EQ(t.code(1), 0);
+  EXPECT_EQ(t.code(3), 8);
+  EXPECT_EQ(t.codes.back(), 0x00);  // element 66 in the high nibble (code 0); the low nibble unused, 0
+  EXPECT_EQ(t.code(kNf4BlockSize), 7);
+  EXPECT_EQ(t.blocks(), 2);
+  EXPECT_EQ(t.absmax_scales.size(), 1u);
+}
+
+TEST(Nf4Quantization, EveryCodeIsTheNearestAtBothLevelsAndTheRoundTripIsBoundedPerBlock) {
+  for (const auto& [n, std, seed] : std::vector<std::tuple<std::int64_t, float, unsigned>>{
+           {128 * 64, 0.02f, 1u}, {256 * 192 + 17, 1.0f, 2u}, {300 * 64, 0.5f, 3u}}) {
+    std::vector<float> x = normal_weights(n, seed, std);
+    const Nf4Tensor t = quantize_nf4(x.data(), n);
+    const std::vector<float> absmax = nf4_block_absmax(x.data(), n);
+    ASSERT_EQ(t.blocks(), (n + 63) / 64);
+    ASSERT_EQ(static_cast<std::int64_t>(t.absmax_scales.size()), (t.blocks() + 255) / 256);
+    // First level: each element's code is the nearest NF4 value to x / absmax (ties within fp32 rounding aside).
+    const auto& nf4 = nf4_code_values();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float a = absmax[static_cast<std::size_t>(i / 64)];
+      bool tie = false;
+      const int want = nearest(nf4, x[i] * (1.0f / a), 1e-6, &tie);
+      if (!tie) ASSERT_EQ(t.code(i), want) << "element " << i;
+    }
+    // Second level: each constant's code is the nearest dynamic-map value to (absmax - offset) / scale.
+    double mean = 0;
+    for (float a : absmax) mean += a;
+    mean /= static_cast<double>(absmax.size());
+    EXPECT_NEAR(t.offset, mean, 1e-6 * mean);
+    const std::vector<float> dq_absmax = t.block_absmax();
+    for (std::size_t b = 0; b < absmax.size(); ++b) {
+      const float s = t.absmax_scales[b / 256];
+      bool tie = false;
+      const int want = nearest(bnb_dynamic_map(), (absmax[b] - t.offset) * (1.0f / s), 1e-6, &tie);
+      if (!tie) ASSERT_EQ(t.absmax_codes[b], want) << "constant " << b;
+      // The dynamic map's widest gap is below 1/64 of the scale (0.9/64 between means of exponent 0).
+      EXPECT_LE(std::fabs(dq_absmax[b] - absmax[b]), s * (0.9f / 128.0f) * 1.0001f) << "constant " << b;
+    }
+    // Round trip: |c a' - x| <= |c a - x| + |c| |a' - a|: within half the widest NF4 gap (0.152 of the block's
+    // absmax, between -1 and -0.696) plus the dequantised absmax's own error.
+    float widest = 0;
+    for (int k = 0; k + 1 < 16; ++k) widest = std::max(widest, nf4[k + 1] - nf4[k]);
+    EXPECT_FLOAT_EQ(widest, 1.0f - 0.6961928009986877f);
+    std::vector<float> y(static_cast<std::size_t>(n));
+    dequantize_nf4(t, y.data());
+    double sq = 0, ref = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t b = static_cast<std::size_t>(i / 64);
+      const float bound = 0.5f * widest * absmax[b] + std::fabs(dq_absmax[b] - absmax[b]);
+      ASSERT_LE(std::fabs(y[i] - x[i]), bound * 1.0001f) << "element " << i;
+      sq += double(y[i] - x[i]) * (y[i] - x[i]);
+      ref += double(x[i]) * x[i];
+    }
+    // NF4 of normal weights: ~10% relative L2 error (QLoRA's information-theoretically optimal 4-bit code).
+    EXPECT_LT(std::sqrt(sq / ref), 0.12);
+    EXPECT_GT(std::sqrt(sq / ref), 0.05);
+    // A range dequantised alone equals the same elements of the whole.
+    std::vector<float> part(100);
+    dequantize_nf4_range(t, 1000, 100, part.data());
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(part[i], y[1000 + i]);
+    EXPECT_EQ(t.bytes(), static_cast<std::int64_t>((n + 1) / 2 + t.blocks() + 4 * t.absmax_scales.size() + 4));
+  }
+}
+
+// ---- bitsandbytes' own codes (bench/lora/bnb_nf4_codes.py on the GPU machine) ----
+
+const char* kGoldenPath = "tests/data/bnb_nf4/bnb_nf4_codes.json";
+
+std::vector<std::uint8_t> from_hex(const std::string& hex) {
+  std::vector<std::uint8_t> out(hex.size() / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) v = mant ? std::nanf("") : INFINITY;
+  else v = std::ldexp(static_cast<float>(mant | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+float bf16_to_float(std::uint16_t h) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+std::vector<float> sixteen_bit_values(const std::string& hex, const std::string& dtype) {
+  const std::vector<std::uint8_t> bytes = from_hex(hex);
+  std::vector<float> out(bytes.size() / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::uint16_t h = static_cast<std::uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+    out[i] = dtype == "bf16" ? bf16_to_float(h) : half_to_float(h);
+  }
+  return out;
+}
+
+TEST(Nf4Quantization, EqualsBitsandbytesQuantize4bitOnStoredWeights) {
+  if (!std::filesystem::exists(kGoldenPath))
+    GTEST_SKIP() << "the golden file " << kGoldenPath << " is missing: on the GPU machine (torch + bitsandbytes 0.50) "
+                 << "run `python3 bench/lora/bnb_nf4_codes.py OUT && cp OUT/bnb_nf4_codes.json tests/data/bnb_nf4/`";
+  std::ifstream f(kGoldenPath);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  const auto& nf4 = nf4_code_values();
+  ASSERT_EQ(doc.at("nf4_code").size(), 16u);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(doc.at("nf4_code")[i].get<double>(), static_cast<double>(nf4[i])) << "NF4 value " << i;
+  ASSERT_FALSE(doc.at("cases").empty());
+  for (const auto& c : doc.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const std::string dtype = c.at("dtype");
+    const std::vector<float> x = sixteen_bit_values(c.at("input_bits"), dtype);
+    const auto n = static_cast<std::int64_t>(x.size());
+    ASSERT_EQ(n, c.at("shape")[0].get<std::int64_t>() * c.at("shape")[1].get<std::int64_t>());
+    const Nf4Tensor t = quantize_nf4(x.data(), n);
+    // The first level is exact: max |x| per block and the packed codes.
+    const std::vector<float> absmax = nf4_block_absmax(x.data(), n);
+    ASSERT_EQ(c.at("absmax").size(), absmax.size());
+    for (std::size_t b = 0; b < absmax.size(); ++b) ASSERT_EQ(c.at("absmax")[b].get<double>(), absmax[b]) << "block " << b;
+    EXPECT_EQ(from_hex(c.at("codes")), t.codes);
+    // The dynamic map, state2's scales and the offset (a mean: torch's CUDA reduction order may differ in the last
+    // bits), then each quantised constant, equal unless our normalised value sits within 1e-6 of a midpoint.
+    ASSERT_EQ(c.at("state2_blocksize").get<int>(), kNf4StatisticsBlockSize);
+    for (int i = 0; i < 256; ++i)
+      EXPECT_EQ(c.at("state2_code")[i].get<double>(), static_cast<double>(bnb_dynamic_map()[i])) << "dynamic map " << i;
+    EXPECT_NEAR(c.at("offset").get<double>(), t.offset, 2e-7 * std::fabs(t.offset));
+    ASSERT_EQ(c.at("state2_absmax").size(), t.absmax_scales.size());
+    for (std::size_t s = 0; s < t.absmax_scales.size(); ++s)
+      EXPECT_NEAR(c.at("state2_absmax")[s].get<double>(), t.absmax_scales[s], 2e-7 * t.absmax_scales[s]);
+    const std::vector<std::uint8_t> q = from_hex(c.at("absmax_q"));
+    ASSERT_EQ(q.size(), t.absmax_codes.size());
+    int differ = 0;
+    for (std::size_t b = 0; b < q.size(); ++b) {
+      if (q[b] == t.absmax_codes[b]) continue;
+      const float y = (absmax[b] - t.offset) / t.absmax_scales[b / 256];
+      const auto& code = bnb_dynamic_map();
+      const float mid = 0.5f * (code[q[b]] + code[t.absmax_codes[b]]);
+      EXPECT_LE(std::abs(int(q[b]) - int(t.absmax_codes[b])), 1) << "constant " << b;
+      EXPECT_LE(std::fabs(y - mid), 1e-6f) << "constant " << b << ": ours " << int(t.absmax_codes[b]) << ", bitsandbytes "
+                                           << int(q[b]) << ", not at a midpoint";
+      ++differ;
+    }
+    EXPECT_LE(differ, 2);
+    // dequantize_4bit's output in the dtype: ours rounded the same way equals it but where a constant differed.
+    const std::vector<float> want = sixteen_bit_values(c.at("dequantized_bits"), dtype);
+    std::vector<float> y(static_cast<std::size_t>(n));
+    dequantize_nf4(t, y.data());
+    std::int64_t off = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (std::fabs(y[i] - want[i]) > 0.008f * std::fabs(want[i]) + 1e-30f) ++off;  // beyond 16-bit rounding
+    EXPECT_LE(off, differ * kNf4BlockSize);
+  }
+}
+
+}  // namespace
+}  // namespace zeroplan
