@@ -197,8 +197,29 @@ struct NetworkShape {
   std::int64_t classes = 0;
 };
 
+// LoRA on the transformer pipeline (Hu et al. 2021, arXiv 2106.09685; PEFT 0.21 peft/tuners/lora/layer.py Linear):
+// every adapted linear of every block computes base(x) + (alpha / rank) * B(A(x)), A (rank x in) and B (out x rank),
+// lora_dropout 0, no adapter bias. The adapters are the trainable parameters (exec/lora_layout.h: their own flat
+// layout, trained by the ZeRO engine); the base is frozen, held by a ZeRO engine without gradients or optimizer
+// states (exec/zero/zero_engine.h Trainability::frozen). cli/run fills it from core/lora_modules.h resolve_lora.
+struct LoraExecSettings {
+  bool enabled = false;
+  std::int64_t rank = 8;
+  double alpha = 8.0;
+  // The adapted modules by their path in a block, PEFT's names ("self_attn.q_proj", "mlp.down_proj"; GPT-2
+  // "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), in the block's order.
+  std::vector<std::string> modules;
+  // PEFT's target_modules as the user gave them or PEFT's defaults (written in adapter_config.json).
+  std::vector<std::string> targets;
+  // --quantize-base nf4: the block linear weights of the base held as bitsandbytes NF4 codes with double-quantised
+  // absmax (core/nf4_quantization.h) and dequantised in the matmul path (QLoRA).
+  bool quantize_nf4 = false;
+  double scaling() const { return alpha / static_cast<double>(rank); }
+};
+
 struct ExecConfig {
   ModelShape shape;               // a transformer (unused when network is set)
+  LoraExecSettings lora;          // LoRA adapters on the transformer (off unless enabled)
   std::optional<NetworkShape> network;  // a layer list
   std::int64_t micro_batch = 1;  // B
   std::int64_t seq_len = 1024;   // T

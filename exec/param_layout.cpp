@@ -86,7 +86,8 @@ void validate(const ExecConfig& c) {
   if (c.zero.max_reuse_distance < 0) fail("stage3_max_reuse_distance", "expected >= 0 elements");
 }
 
-ParamLayout::ParamLayout(const ModelShape& shape, std::int64_t align) : shape_(shape), align_(align) {
+ParamLayout::ParamLayout(const ModelShape& shape, std::int64_t align, bool block_weights)
+    : shape_(shape), align_(align) {
   if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
   const std::int64_t C = shape.hidden;
   const bool llama = shape.naming == TensorNaming::llama;
@@ -120,10 +121,10 @@ ParamLayout::ParamLayout(const ModelShape& shape, std::int64_t align) : shape_(s
   const std::int64_t Q = shape.q_dim(), QKV = shape.qkv_dim(), F = shape.ffn_hidden, FI = shape.mlp_in_dim();
   const InitKind norm_w = InitKind::ones;
   const Role roles[kBlockTensorCount] = {
-      {kQkvW, "attn.c_attn.weight", "self_attn.qkv_proj.weight", QKV, C, true, InitKind::normal},
-      {kAttProjW, "attn.c_proj.weight", "self_attn.o_proj.weight", C, Q, true, residual},
-      {kFcW, "mlp.c_fc.weight", "mlp.gate_up_proj.weight", FI, C, true, InitKind::normal},
-      {kFcProjW, "mlp.c_proj.weight", "mlp.down_proj.weight", C, F, true, residual},
+      {kQkvW, "attn.c_attn.weight", "self_attn.qkv_proj.weight", QKV, C, block_weights, InitKind::normal},
+      {kAttProjW, "attn.c_proj.weight", "self_attn.o_proj.weight", C, Q, block_weights, residual},
+      {kFcW, "mlp.c_fc.weight", "mlp.gate_up_proj.weight", FI, C, block_weights, InitKind::normal},
+      {kFcProjW, "mlp.c_proj.weight", "mlp.down_proj.weight", C, F, block_weights, residual},
       {kLn1W, "ln_1.weight", "input_layernorm.weight", 1, C, true, norm_w},
       {kLn1B, "ln_1.bias", "input_layernorm.bias", 1, C, shape.norm_bias, InitKind::zeros},
       {kQkvB, "attn.c_attn.bias", "self_attn.qkv_proj.bias", 1, QKV, shape.qkv_bias, InitKind::zeros},
@@ -213,6 +214,28 @@ ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align) : netw
   tail_decay_end_ = total_;
   first_block_tensor_ = tail_first_ = final_norm_first_ = tensors_.size();
   block_tensor_count_ = 0;
+  for (int& i : block_index_) i = -1;
+}
+
+ParamLayout::ParamLayout(const std::vector<std::vector<TensorSpec>>& units, std::int64_t align)
+    : network_(true), adapters_(true), align_(align) {
+  if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
+  std::int64_t dense = 0;
+  for (const std::vector<TensorSpec>& unit : units) {
+    const std::size_t first = tensors_.size();
+    const std::int64_t start = total_;
+    for (const TensorSpec& t : unit) {
+      // dims [rows, cols] always: an adapter of rank 1 is still a matrix in PEFT's files.
+      tensors_.push_back(ParamTensor{t.name, total_, t.rows, t.cols, true, t.init, dense, t.spread, {t.rows, t.cols}});
+      total_ = (total_ + t.rows * t.cols + align - 1) / align * align;
+      dense += t.rows * t.cols;
+    }
+    add_unit(first, start);
+  }
+  // Every tensor decays (as a layer list's): [0, total) is the "embeddings" range of the decay geometry.
+  blocks_begin_ = total_;
+  tail_decay_end_ = total_;
+  first_block_tensor_ = tail_first_ = final_norm_first_ = tensors_.size();
   for (int& i : block_index_) i = -1;
 }
 

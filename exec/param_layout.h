@@ -37,6 +37,14 @@ struct ParamTensor {
   std::int64_t numel() const { return rows * cols; }
 };
 
+// A tensor of a layout listed unit by unit (LoRA's adapters, exec/lora_layout.h).
+struct TensorSpec {
+  std::string name;
+  std::int64_t rows = 0, cols = 0;
+  InitKind init = InitKind::zeros;
+  float spread = 0.0f;  // ParamTensor::init_std
+};
+
 // A layer list's buffers: what a rank keeps whole beside its partition of the parameters (BatchNorm's running
 // mean and variance, under torchvision's names "<module>.running_mean" / ".running_var"), `numel` floats each.
 struct BufferTensor {
@@ -65,11 +73,16 @@ class ParamLayout {
   // `align` (elements): every tensor starts at a multiple of it and the total is rounded up to it, the gaps
   // holding zeros. The ZeRO engine aligns to world * 64 so that every gradient bucket (whole tensors) splits
   // into equal, 128-byte-aligned per-rank chunks (exec/zero/zero_partition.h); 1 is the dense layout.
-  explicit ParamLayout(const ModelShape& shape, std::int64_t align = 1);
+  // block_weights false: the blocks' four 2-D weights are left out (a LoRA base whose linear weights are held
+  // quantised outside the layout, --quantize-base nf4); has() is then false for their roles.
+  explicit ParamLayout(const ModelShape& shape, std::int64_t align = 1, bool block_weights = true);
   // A layer-list network (exec_config.h NetworkShape): one unit per layer, its parameterised ops' tensors in op
   // order (conv/linear weight, then bias; BatchNorm weight, then bias), initialized as torchvision does; every
   // tensor decays (the DeepSpeed tutorial's optimizer has one parameter group).
   ParamLayout(const NetworkShape& network, std::int64_t align);
+  // Tensors listed by unit, one unit per list, in forward order, every tensor decayed, the units repeated (LoRA's
+  // adapters: one unit per transformer block, exec/lora_layout.h). Names are kept as given.
+  ParamLayout(const std::vector<std::vector<TensorSpec>>& units, std::int64_t align);
 
   // The units in forward order. Transformers: unit 0 the embeddings, 1..L the blocks, the last the head unit.
   const std::vector<ParamUnit>& units() const { return units_; }
@@ -77,11 +90,17 @@ class ParamLayout {
   bool embeddings_reread() const { return !network_ && shape_.tied_head; }
   // The units that repeat with one size (transformer blocks: units [1, 1 + L)); none for a layer list.
   std::size_t repeated_first() const { return network_ ? 0 : 1; }
-  std::size_t repeated_count() const { return network_ ? 0 : static_cast<std::size_t>(shape_.layers); }
+  std::size_t repeated_count() const {
+    return adapters_ ? units_.size() : network_ ? 0 : static_cast<std::size_t>(shape_.layers);
+  }
+  // The lowest unit backward reads parameters of: a transformer's embedding backward reads none (unit 1); a layer
+  // list's or the adapters' every unit (0).
+  std::size_t lowest_backward_unit() const { return network_ ? 0 : 1; }
   // Units whose gradients have buffers of their own at stage 2 (the embeddings: written at both ends of backward
   // when tied). None for a layer list.
   bool own_gradient_buffer(std::size_t unit) const { return !network_ && unit == 0; }
-  bool is_network() const { return network_; }
+  bool is_network() const { return network_ && !adapters_; }
+  bool is_adapters() const { return adapters_; }
 
   const ModelShape& shape() const { return shape_; }
   std::int64_t total() const { return total_; }                 // elements in the flat buffer (padded vocab)
@@ -140,7 +159,8 @@ class ParamLayout {
  private:
   void add_unit(std::size_t first_tensor, std::int64_t begin);
   ModelShape shape_;
-  bool network_ = false;  // a layer list (shape_ then describes nothing)
+  bool network_ = false;  // not the transformer pipeline: a layer list or adapters (shape_ then describes nothing)
+  bool adapters_ = false;  // tensors listed by unit (LoRA's adapters)
   std::int64_t align_ = 1;
   std::vector<ParamTensor> tensors_;
   std::vector<BufferTensor> buffers_;

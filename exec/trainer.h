@@ -106,6 +106,24 @@ class Trainer {
     throw std::invalid_argument("this trainer has no buffer " + name);
   }
 
+  // LoRA (ExecConfig::lora): the trained parameters above (params, grads, states, layout) are the adapters'; the
+  // frozen base is read and set here. frozen_layout: its layout (null without LoRA); frozen_params: its values,
+  // gathered whole; dequantized_weight: with --quantize-base nf4, block `layer`'s weight `which` as the matmul reads
+  // it (empty otherwise); set_frozen: the base from `source`, flat ranges of `source_layout` (the model's whole
+  // transformer layout: --init-from's, or the seed's), its block weights quantised under nf4.
+  virtual const ParamLayout* frozen_layout() const { return nullptr; }
+  virtual std::vector<float> frozen_params() const { return {}; }
+  virtual std::vector<float> dequantized_weight(std::int64_t layer, BlockTensor which) const {
+    (void)layer;
+    (void)which;
+    return {};
+  }
+  virtual void set_frozen(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) {
+    (void)source_layout;
+    (void)source;
+    throw std::invalid_argument("this trainer has no frozen base (LoRA is off)");
+  }
+
   // Forward and loss of one micro-batch (B*T tokens), no gradients; logits() then holds its logits.
   virtual double forward_loss(const std::vector<std::int32_t>& inputs, const std::vector<std::int32_t>& targets) = 0;
   // Forward and backward of one micro-batch into zeroed gradients (no optimizer step); returns the loss.

@@ -76,8 +76,8 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     for (i64 c = 0; c < C; ++c) {
       const float xhat = (x[c] - mean[i]) * rstd[i];
       const float dnorm = w[c] * d[c];
-      db[c] += d[c];
-      dw[c] += xhat * d[c];
+      if (db) db[c] += d[c];
+      if (dw) dw[c] += xhat * d[c];
       dinp[i * C + c] += (dnorm - static_cast<float>(dnorm_mean) - xhat * static_cast<float>(dnorm_norm_mean)) * rstd[i];
     }
   }
@@ -93,8 +93,26 @@ void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout, co
                      i64 C, i64 OC) {
   ConstMapMat d(dout, N, OC);
   MapMat(dinp, N, C).noalias() = d * ConstMapMat(W, OC, C);
-  MapMat(dW, OC, C).noalias() += d.transpose() * ConstMapMat(inp, N, C);
+  if (dW) MapMat(dW, OC, C).noalias() += d.transpose() * ConstMapMat(inp, N, C);
   if (dbias) Eigen::Map<Eigen::RowVectorXf>(dbias, OC) += d.colwise().sum();
+}
+
+void lora_forward(float* out, float* xa, const float* inp, const float* A, const float* B, float scaling, i64 N,
+                  i64 C, i64 r, i64 OC, i64 row_offset, i64 out_rows) {
+  MapMat x(xa, N, r);
+  x.noalias() = ConstMapMat(inp, N, C) * ConstMapMat(A, r, C).transpose();
+  const Eigen::MatrixXf lora = (x * ConstMapMat(B, out_rows, r).transpose()) * scaling;
+  MapMat(out, N, OC).middleCols(row_offset, out_rows) += lora;
+}
+
+void lora_backward(float* dinp, float* dA, float* dB, const float* dout, const float* inp, const float* xa,
+                   const float* A, const float* B, float scaling, i64 N, i64 C, i64 r, i64 OC, i64 row_offset,
+                   i64 out_rows) {
+  const Eigen::MatrixXf g = ConstMapMat(dout, N, OC).middleCols(row_offset, out_rows) * scaling;
+  MapMat(dB, out_rows, r).noalias() += g.transpose() * ConstMapMat(xa, N, r);
+  const Eigen::MatrixXf dxa = g * ConstMapMat(B, out_rows, r);
+  MapMat(dA, r, C).noalias() += dxa.transpose() * ConstMapMat(inp, N, C);
+  MapMat(dinp, N, C).noalias() += dxa * ConstMapMat(A, r, C);
 }
 
 void gelu_forward(float* out, const float* inp, i64 n) {
@@ -140,7 +158,7 @@ void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* in
     const float m = static_cast<float>(dot / C);
     for (i64 c = 0; c < C; ++c) {
       const float xhat = x[c] * r;
-      dw[c] += xhat * d[c];
+      if (dw) dw[c] += xhat * d[c];
       dinp[i * C + c] += (w[c] * d[c] - xhat * m) * r;
     }
   }

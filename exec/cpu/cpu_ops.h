@@ -20,13 +20,13 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
 // eps 1e-5 (PyTorch/GPT-2). mean and rstd are fp32 per row.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
                        i64 N, i64 C);
-// dinp, dw, db accumulate.
+// dinp, dw, db accumulate; dw and db may be null (a frozen norm: LoRA's base, which autograd gives no gradient).
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                         const float* mean, const float* rstd, i64 N, i64 C);
 
 // out(N, OC) = inp(N, C) W(OC, C)^T + bias (bias may be null).
 void matmul_forward(float* out, const float* inp, const float* W, const float* bias, i64 N, i64 C, i64 OC);
-// dinp = dout W (overwritten); dW += dout^T inp; dbias += column sums of dout (dbias may be null).
+// dinp = dout W (overwritten); dW += dout^T inp; dbias += column sums of dout (dW and dbias may be null: frozen).
 void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout, const float* inp, const float* W,
                      i64 N, i64 C, i64 OC);
 
@@ -35,10 +35,21 @@ void gelu_forward(float* out, const float* inp, i64 n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, i64 n);  // dinp overwritten
 
 // RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467; transformers' LlamaRMSNorm):
+// LoRA (PEFT 0.21 peft/tuners/lora/layer.py Linear.forward, lora_dropout 0): out[:, row_offset + o] +=
+// (xa B^T)[:, o] * scaling with xa = inp A^T saved (N x r), for o < out_rows; out has OC columns per row. A is
+// (r, C), B (out_rows, r).
+void lora_forward(float* out, float* xa, const float* inp, const float* A, const float* B, float scaling, i64 N,
+                  i64 C, i64 r, i64 OC, i64 row_offset, i64 out_rows);
+// Its backward from dout (N x OC): with g = scaling * dout[:, row_offset : row_offset + out_rows],
+// dB += g^T xa, dA += (g B)^T inp, dinp += (g B) A (dinp accumulates: the base matmul's input gradient is there).
+void lora_backward(float* dinp, float* dA, float* dB, const float* dout, const float* inp, const float* xa,
+                   const float* A, const float* B, float scaling, i64 N, i64 C, i64 r, i64 OC, i64 row_offset,
+                   i64 out_rows);
+
 // out = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps) per row, in fp32; rstd saved per row.
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, i64 N, i64 C, float eps);
 // dinp, dw accumulate (like layernorm_backward): dinp += rstd * (w*dout - xhat * mean(w*dout*xhat)), xhat = x*rstd;
-// dw += sum over rows of dout * xhat.
+// dw += sum over rows of dout * xhat (dw may be null: frozen).
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       i64 N, i64 C);
 

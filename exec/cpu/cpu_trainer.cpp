@@ -3,13 +3,20 @@
 // ground truth and by `zeroplan run --backend cpu` for small models. Activation checkpointing does not change
 // the math, so this trainer always keeps every activation. Parameters, gradients and optimizer states belong to
 // the ZeRO engine (exec/zero/zero_engine.h), which runs every stage here over MPI exactly as on the GPUs.
+// With LoRA (ExecConfig::lora) the adapters are the trained parameters (exec/lora_layout.h: their own layout and
+// ZeRO engine) and the base is held by a second engine, frozen (zero_engine.h Trainability::frozen): no weight
+// gradient is computed for it, only the input gradients flow through it. With --quantize-base nf4 its block
+// linear weights are NF4 codes (core/nf4_quantization.h), dequantised into one scratch weight before each matmul
+// that reads them, as bitsandbytes' MatMul4Bit dequantises before its GEMM (forward, and backward's input gradient).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
 
+#include "core/nf4_quantization.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cpu/cpu_zero_device.h"
+#include "exec/lora_layout.h"
 #include "exec/loss_scaler.h"
 #include "exec/engine_trainer.h"
 #include "exec/zero/zero_engine.h"
@@ -25,22 +32,63 @@ struct LayerActivations {
   std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, lse, res2, ln2, ln2_mean, ln2_rstd, fc, act;
 };
 
+// The adapters draw from their own stream of the run's seed, so that A is not a function of the base's draws at
+// the same indices (exec/init_rng.h hashes (seed, index)).
+std::uint64_t adapter_seed(std::uint64_t seed) { return splitmix64(seed ^ 0x4c6f5241ull); }
+
+// The trained parameters' layout: the model's, or with LoRA its adapters'.
+ParamLayout trainable_layout(const ExecConfig& config, int world) {
+  if (config.lora.enabled) return lora_adapter_layout(config.shape, config.lora, zero_alignment(world));
+  return ParamLayout(config.shape, zero_alignment(world));
+}
+
+// The slot of a block weight among the four a block quantises (nf4_ holds four per layer).
+int weight_slot(BlockTensor which) {
+  switch (which) {
+    case kQkvW: return 0;
+    case kAttProjW: return 1;
+    case kFcW: return 2;
+    case kFcProjW: return 3;
+    default: throw std::logic_error("weight_slot: not a block weight");
+  }
+}
+
 class CpuTrainer final : public EngineTrainer {
  public:
   CpuTrainer(const ExecConfig& config, Communicator* comm)
       : config_(config),
         own_comm_(comm ? nullptr : std::make_unique<SelfCommunicator>()),
         comm_(comm ? *comm : *own_comm_),
-        layout_(config.shape, zero_alignment(comm_.world())),
+        layout_(trainable_layout(config, comm_.world())),
         scaler_(config.precision, config.loss_scale) {
     validate(config_);
     // The ranks of a CPU run share one node (our launcher, or mpirun on one host): its cores divided among them.
-    device_ = std::make_unique<CpuZeroDevice>(layout_, config_.seed,
-                                              config_.zero.cpu_optimizer_threads > 0
-                                                  ? config_.zero.cpu_optimizer_threads
-                                                  : offload::default_optimizer_threads(comm_.world()));
+    const int threads = config_.zero.cpu_optimizer_threads > 0 ? config_.zero.cpu_optimizer_threads
+                                                                : offload::default_optimizer_threads(comm_.world());
+    const bool lora = config_.lora.enabled;
+    if (lora) {
+      // The frozen base: the model's layout (its block weights left out when they are held as NF4 codes), whole
+      // at stages 0-2 and partitioned at stage 3 by an engine without gradients or optimizer states.
+      full_layout_ = std::make_unique<ParamLayout>(config_.shape, zero_alignment(comm_.world()));
+      base_layout_ = std::make_unique<ParamLayout>(config_.shape, zero_alignment(comm_.world()), !config_.lora.quantize_nf4);
+      base_device_ = std::make_unique<CpuZeroDevice>(*base_layout_, config_.seed, threads);
+      base_engine_ = std::make_unique<ZeroEngine>(config_, *base_layout_, *base_device_, comm_, Trainability::frozen);
+      adapted_ = adapted_linears(config_.shape, config_.lora);
+    }
+    device_ = std::make_unique<CpuZeroDevice>(layout_, lora ? adapter_seed(config_.seed) : config_.seed, threads);
     engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
     attach(*engine_, scaler_);
+    if (lora && config_.lora.quantize_nf4) {
+      // The base as the full model would be initialised (the same values with or without quantisation), its
+      // block linear weights quantised.
+      const ParamLayout& full = *full_layout_;
+      const std::uint64_t seed = config_.seed;
+      set_frozen(full, [&full, seed](std::int64_t begin, std::int64_t n, float* master, float* m, float* v) {
+        full.initialize_range(seed, begin, n, master);
+        if (m) std::fill(m, m + n, 0.0f);
+        if (v) std::fill(v, v + n, 0.0f);
+      });
+    }
     const auto& s = config_.shape;
     const std::int64_t BT = config_.micro_batch * config_.seq_len, C = s.hidden;
     const bool layer_norm = s.norm == NormKind::layer_norm;
@@ -56,6 +104,15 @@ class CpuTrainer final : public EngineTrainer {
     if (layer_norm) lnf_mean_.resize(BT);
     logits_.resize(BT * s.padded_vocab);
     losses_.resize(BT);
+    if (lora) {
+      // x A^T of every adapted module, kept for backward (PEFT's lora_A output, which autograd saves for lora_B).
+      lora_xa_.assign(static_cast<std::size_t>(s.layers * static_cast<i64>(adapted_.size())),
+                      std::vector<float>(static_cast<std::size_t>(BT * config_.lora.rank)));
+      std::int64_t widest = 0;
+      for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW})
+        widest = std::max(widest, full_layout_->block(0, w).numel());
+      if (config_.lora.quantize_nf4) dequantized_.resize(static_cast<std::size_t>(widest));
+    }
     if (s.position == PositionKind::rope) {
       rope_cos_.resize(config_.seq_len * s.head_size / 2);
       rope_sin_.resize(rope_cos_.size());
@@ -77,14 +134,15 @@ class CpuTrainer final : public EngineTrainer {
   double forward_loss(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
     engine_->begin_forward_only();
+    if (base_engine_) base_engine_->begin_forward_only();
     return forward(in.data(), tg.data(), false, 0.0f);
   }
 
   double forward_backward(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
     const std::int64_t BT = config_.micro_batch * config_.seq_len;
-    engine_->begin_step();
-    engine_->begin_micro_step(config_.grad_accum - 1);  // a boundary micro-step: its gradients are reduced
+    begin_step();
+    begin_micro_step(config_.grad_accum - 1);  // a boundary micro-step: its gradients are reduced
     const double loss = forward(in.data(), tg.data(), true, 1.0f / static_cast<float>(BT));
     backward(in.data());
     return loss;
@@ -101,9 +159,9 @@ class CpuTrainer final : public EngineTrainer {
     const float dloss = static_cast<float>(scaler_.scale() / global_tokens);
     r.loss_scale = scaler_.scale();
     double fwd = 0, bwd = 0, loss = 0;
-    engine_->begin_step();
+    begin_step();
     for (std::int64_t k = 0; k < config_.grad_accum; ++k) {
-      engine_->begin_micro_step(k);
+      begin_micro_step(k);
       const auto a = clock::now();
       loss += forward(in.data() + k * BT, tg.data() + k * BT, true, dloss) * static_cast<double>(BT);
       const auto b = clock::now();
@@ -120,6 +178,52 @@ class CpuTrainer final : public EngineTrainer {
 
   std::vector<float> logits() const override { return logits_; }
 
+  const ParamLayout* frozen_layout() const override { return base_layout_.get(); }
+  std::vector<float> frozen_params() const override {
+    if (!base_engine_) return {};
+    return base_engine_->gathered_params();
+  }
+  std::vector<float> dequantized_weight(std::int64_t layer, BlockTensor which) const override {
+    if (nf4_.empty()) return {};
+    const Nf4Tensor& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
+    std::vector<float> out(static_cast<std::size_t>(q.elements));
+    dequantize_nf4(q, out.data());
+    return out;
+  }
+
+  void set_frozen(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) override {
+    if (!base_engine_) throw std::invalid_argument("set_frozen: this trainer trains every parameter (no LoRA base)");
+    // The base engine's own tensors read from the same-named tensors of the source's layout.
+    std::vector<const ParamTensor*> from(base_layout_->tensors().size(), nullptr);
+    for (std::size_t i = 0; i < base_layout_->tensors().size(); ++i)
+      for (const ParamTensor& t : source_layout.tensors())
+        if (t.name == base_layout_->tensors()[i].name) from[i] = &t;
+    const ParamLayout& base = *base_layout_;
+    base_engine_->restore_state(
+        [&](std::int64_t begin, std::int64_t n, float* master, float*, float*) {
+          std::fill(master, master + n, 0.0f);
+          for (std::size_t i = 0; i < base.tensors().size(); ++i) {
+            const ParamTensor& t = base.tensors()[i];
+            const std::int64_t lo = std::max(begin, t.offset), hi = std::min(begin + n, t.offset + t.numel());
+            if (lo >= hi) continue;
+            if (!from[i]) throw std::invalid_argument("set_frozen: the source has no tensor " + t.name);
+            source(from[i]->offset + (lo - t.offset), hi - lo, master + (lo - begin), nullptr, nullptr);
+          }
+        },
+        0);
+    if (!config_.lora.quantize_nf4) return;
+    // QLoRA: transformers quantises every linear layer but the output head (integrations/bitsandbytes.py
+    // replace_with_bnb_linear): the four block weights, each its own Params4bit.
+    nf4_.clear();
+    for (std::int64_t l = 0; l < config_.shape.layers; ++l)
+      for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+        const ParamTensor& t = source_layout.block(l, w);
+        std::vector<float> values(static_cast<std::size_t>(t.numel()));
+        source(t.offset, t.numel(), values.data(), nullptr, nullptr);
+        nf4_.push_back(quantize_nf4(values.data(), t.numel()));
+      }
+  }
+
 
   MemoryReport memory() const override {
     // fp32 everywhere; the parameters are their own master copy (no separate master_params).
@@ -129,10 +233,26 @@ class CpuTrainer final : public EngineTrainer {
       act += static_cast<std::int64_t>(a.ln1.size() + a.ln1_mean.size() + a.ln1_rstd.size() + a.qkv.size() + a.att.size() +
                                        a.lse.size() + a.res2.size() + a.ln2.size() + a.ln2_mean.size() +
                                        a.ln2_rstd.size() + a.fc.size() + a.act.size()) * 4;
+    for (const auto& xa : lora_xa_) act += static_cast<std::int64_t>(xa.size()) * 4;
     MemoryReport r;
     r.peak_by_component = device_->bytes_by_component();
     r.host_by_component = device_->host_bytes_by_component();
     r.nvme_bytes = engine_->nvme_bytes();
+    // LoRA: the frozen base's engine (its parameters, and at stage 3 its gathered units) under the same components
+    // (the planner counts the base under params, sim/lora_model.h), with the NF4 codes and constants and the
+    // dequantised scratch weight.
+    auto add = [&r](const std::string& name, std::int64_t bytes) {
+      for (auto& [n, b] : r.peak_by_component)
+        if (n == name) {
+          b += bytes;
+          return;
+        }
+      r.peak_by_component.emplace_back(name, bytes);
+    };
+    if (base_device_)
+      for (const auto& [name, bytes] : base_device_->bytes_by_component()) add(name, bytes);
+    for (const Nf4Tensor& q : nf4_) add("params", q.bytes());
+    if (!dequantized_.empty()) add("params", static_cast<std::int64_t>(dequantized_.size()) * 4);
     r.peak_by_component.emplace_back("activations", act);
     r.peak_by_component.emplace_back("logits", static_cast<std::int64_t>(logits_.size()) * 4);
     for (const auto& [name, b] : r.peak_by_component) r.peak_total += b;
@@ -150,16 +270,77 @@ class CpuTrainer final : public EngineTrainer {
         throw std::invalid_argument("cpu trainer: token outside [0, vocab) at position " + std::to_string(i));
   }
 
-  const float* P(const ParamTensor& t) const { return static_cast<const float*>(engine_->param_at(t.offset)); }
-  float* G(const ParamTensor& t) { return static_cast<float*>(engine_->grad_at(t.offset)); }
+  bool lora() const { return base_engine_ != nullptr; }
+  // The model's layout and the engine holding its parameters: the trained ones, or with LoRA the frozen base.
+  const ParamLayout& model_layout() const { return base_layout_ ? *base_layout_ : layout_; }
+  ZeroEngine& model_engine() const { return base_engine_ ? *base_engine_ : *engine_; }
+  void begin_step() {
+    engine_->begin_step();
+    if (base_engine_) base_engine_->begin_step();
+  }
+  void begin_micro_step(i64 k) {
+    engine_->begin_micro_step(k);
+    if (base_engine_) base_engine_->begin_micro_step(k);
+  }
+  const float* P(const ParamTensor& t) const { return static_cast<const float*>(model_engine().param_at(t.offset)); }
+  // The model's gradients, none for a frozen base (autograd gives frozen leaves none).
+  float* G(const ParamTensor& t) { return lora() ? nullptr : static_cast<float*>(engine_->grad_at(t.offset)); }
   // A block tensor's parameters / gradients, or null when the model lacks the role (a bias Llama has not).
-  const float* Pb(i64 l, BlockTensor which) const { return layout_.has(which) ? P(layout_.block(l, which)) : nullptr; }
-  float* Gb(i64 l, BlockTensor which) { return layout_.has(which) ? G(layout_.block(l, which)) : nullptr; }
+  const float* Pb(i64 l, BlockTensor which) const {
+    return model_layout().has(which) ? P(model_layout().block(l, which)) : nullptr;
+  }
+  float* Gb(i64 l, BlockTensor which) { return model_layout().has(which) ? G(model_layout().block(l, which)) : nullptr; }
+  // A block linear's weight: the base's, or its NF4 codes dequantised into the scratch weight.
+  const float* W(i64 l, BlockTensor which) {
+    if (nf4_.empty()) return Pb(l, which);
+    const Nf4Tensor& q = nf4_[static_cast<std::size_t>(l * 4 + weight_slot(which))];
+    dequantize_nf4(q, dequantized_.data());
+    return dequantized_.data();
+  }
+  // The adapters of block l: A and B of adapted module j are tensors 2j and 2j+1 of the block's unit.
+  const ParamTensor& adapter(i64 l, std::size_t j, int b) const {
+    return layout_.tensors()[layout_.units()[static_cast<std::size_t>(l)].first_tensor + 2 * j + static_cast<std::size_t>(b)];
+  }
+  const float* AP(const ParamTensor& t) const { return static_cast<const float*>(engine_->param_at(t.offset)); }
+  float* AG(const ParamTensor& t) { return static_cast<float*>(engine_->grad_at(t.offset)); }
+  // out = inp W^T + bias for block l's linear `which` (inp N x C, out N x OC), plus every adapter on its rows.
+  void linear_forward(i64 l, BlockTensor which, float* out, const float* inp, const float* bias, i64 C, i64 OC) {
+    const i64 BT = config_.micro_batch * config_.seq_len;
+    cpu::matmul_forward(out, inp, W(l, which), bias, BT, C, OC);
+    for (std::size_t j = 0; j < adapted_.size(); ++j) {
+      const AdaptedLinear& m = adapted_[j];
+      if (m.base != which) continue;
+      cpu::lora_forward(out, lora_xa_[static_cast<std::size_t>(l) * adapted_.size() + j].data(), inp,
+                        AP(adapter(l, j, 0)), AP(adapter(l, j, 1)), static_cast<float>(config_.lora.scaling()), BT, C,
+                        config_.lora.rank, OC, m.row_offset, m.out);
+    }
+  }
+  // Its backward: dinp (overwritten), the weight's gradient (none when frozen), dbias, and the adapters'.
+  void linear_backward(i64 l, BlockTensor which, float* dinp, float* dbias, const float* dout, const float* inp, i64 C,
+                       i64 OC) {
+    const i64 BT = config_.micro_batch * config_.seq_len;
+    cpu::matmul_backward(dinp, Gb(l, which), dbias, dout, inp, W(l, which), BT, C, OC);
+    for (std::size_t j = 0; j < adapted_.size(); ++j) {
+      const AdaptedLinear& m = adapted_[j];
+      if (m.base != which) continue;
+      cpu::lora_backward(dinp, AG(adapter(l, j, 0)), AG(adapter(l, j, 1)), dout, inp,
+                         lora_xa_[static_cast<std::size_t>(l) * adapted_.size() + j].data(), AP(adapter(l, j, 0)),
+                         AP(adapter(l, j, 1)), static_cast<float>(config_.lora.scaling()), BT, C, config_.lora.rank, OC,
+                         m.row_offset, m.out);
+    }
+  }
   // Stage 3 gathers each unit's parameters before it computes (a no-op at stages 0-2), in the order
-  // exec/zero/zero_buffer_layout.cpp plans: embeddings, blocks, head unit, the embeddings again when tied.
-  void need_embeddings() { engine_->params_needed(0, layout_.block_begin(0)); }
-  void need_block(i64 l) { engine_->params_needed(layout_.block_begin(l), layout_.block_end(l)); }
-  void need_head_unit() { engine_->params_needed(layout_.tail_begin(), layout_.total()); }
+  // exec/zero/zero_buffer_layout.cpp plans: embeddings, blocks, head unit, the embeddings again when tied. The
+  // adapters' engine has one unit per block, used with it.
+  void need_embeddings() { model_engine().params_needed(0, model_layout().block_begin(0)); }
+  void need_block(i64 l) {
+    model_engine().params_needed(model_layout().block_begin(l), model_layout().block_end(l));
+    if (lora()) {
+      const ParamUnit& u = layout_.units()[static_cast<std::size_t>(l)];
+      engine_->params_needed(u.begin, u.end);
+    }
+  }
+  void need_head_unit() { model_engine().params_needed(model_layout().tail_begin(), model_layout().total()); }
 
   // The two norm kinds (cpu_ops.h): LayerNorm (mean, rstd, bias) or RMSNorm (rstd only).
   void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
@@ -180,33 +361,34 @@ class CpuTrainer final : public EngineTrainer {
     const auto& s = config_.shape;
     const i64 B = config_.micro_batch, T = config_.seq_len, C = s.hidden, BT = B * T;
     const i64 Q = s.q_dim(), QKV = s.qkv_dim(), F = s.ffn_hidden, FI = s.mlp_in_dim();
+    const ParamLayout& layout = model_layout();
     need_embeddings();
-    cpu::encoder_forward(residual_.data(), in, P(layout_.wte()), layout_.has_wpe() ? P(layout_.wpe()) : nullptr, B, T, C);
+    cpu::encoder_forward(residual_.data(), in, P(layout.wte()), layout.has_wpe() ? P(layout.wpe()) : nullptr, B, T, C);
     for (i64 l = 0; l < s.layers; ++l) {
       need_block(l);
       auto& a = layers_[l];
       const float* x = residual_.data() + l * BT * C;
       float* y = residual_.data() + (l + 1) * BT * C;
       norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, Pb(l, kLn1W), Pb(l, kLn1B));
-      cpu::matmul_forward(a.qkv.data(), a.ln1.data(), Pb(l, kQkvW), Pb(l, kQkvB), BT, C, QKV);
+      linear_forward(l, kQkvW, a.qkv.data(), a.ln1.data(), Pb(l, kQkvB), C, QKV);
       if (s.position == PositionKind::rope)
         cpu::rope_forward(a.qkv.data(), rope_cos_.data(), rope_sin_.data(), B, T, s.heads, s.kv_heads, s.head_size);
       cpu::attention_forward(a.att.data(), a.lse.data(), a.qkv.data(), B, T, s.heads, s.kv_heads, s.head_size);
-      cpu::matmul_forward(a.res2.data(), a.att.data(), Pb(l, kAttProjW), Pb(l, kAttProjB), BT, Q, C);
+      linear_forward(l, kAttProjW, a.res2.data(), a.att.data(), Pb(l, kAttProjB), Q, C);
       for (i64 i = 0; i < BT * C; ++i) a.res2[i] += x[i];
       norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), Pb(l, kLn2W), Pb(l, kLn2B));
-      cpu::matmul_forward(a.fc.data(), a.ln2.data(), Pb(l, kFcW), Pb(l, kFcB), BT, C, FI);
+      linear_forward(l, kFcW, a.fc.data(), a.ln2.data(), Pb(l, kFcB), C, FI);
       if (s.mlp == MlpKind::gelu) cpu::gelu_forward(a.act.data(), a.fc.data(), BT * F);
       else cpu::swiglu_forward(a.act.data(), a.fc.data(), BT, F);
-      cpu::matmul_forward(y, a.act.data(), Pb(l, kFcProjW), Pb(l, kFcProjB), BT, F, C);
+      linear_forward(l, kFcProjW, y, a.act.data(), Pb(l, kFcProjB), F, C);
       for (i64 i = 0; i < BT * C; ++i) y[i] += a.res2[i];
     }
     const float* xf = residual_.data() + s.layers * BT * C;
     need_head_unit();
-    norm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), xf, P(layout_.final_norm_w()),
-                 s.norm_bias ? P(layout_.final_norm_b()) : nullptr);
+    norm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), xf, P(layout.final_norm_w()),
+                 s.norm_bias ? P(layout.final_norm_b()) : nullptr);
     if (s.tied_head) need_embeddings();
-    cpu::matmul_forward(logits_.data(), lnf_.data(), P(layout_.head()), nullptr, BT, C, s.padded_vocab);
+    cpu::matmul_forward(logits_.data(), lnf_.data(), P(layout.head()), nullptr, BT, C, s.padded_vocab);
     cpu::crossentropy_forward_backward(losses_.data(), want_grad ? logits_.data() : nullptr, logits_.data(), tg, BT,
                                        s.vocab, s.padded_vocab, dloss * static_cast<float>(scaler_.scale()));
     double sum = 0;
@@ -220,52 +402,68 @@ class CpuTrainer final : public EngineTrainer {
     const i64 B = config_.micro_batch, T = config_.seq_len, C = s.hidden, BT = B * T;
     const i64 Q = s.q_dim(), QKV = s.qkv_dim(), F = s.ffn_hidden, FI = s.mlp_in_dim();
     std::vector<float> dres(BT * C, 0.0f), dln(BT * std::max(C, Q)), dact(BT * F), dfc(BT * FI), dqkv(BT * QKV);
+    const ParamLayout& layout = model_layout();
+    const bool train_model = !lora();  // with LoRA only the adapters (one unit per block) have gradients
     // The ZeRO engine learns which gradients backward writes next and which are final (its buckets).
-    engine_->prepare_gradients(0, layout_.block_begin(0));              // embeddings (wte by the tied head)
-    engine_->prepare_gradients(layout_.tail_begin(), layout_.total());  // the head unit
+    if (train_model) {
+      engine_->prepare_gradients(0, layout.block_begin(0));             // embeddings (wte by the tied head)
+      engine_->prepare_gradients(layout.tail_begin(), layout.total());  // the head unit
+    }
     // logits = lnf head^T: dlnf = dlogits head; dhead += dlogits^T lnf
     if (s.tied_head) need_embeddings();
     else need_head_unit();
-    cpu::matmul_backward(dln.data(), G(layout_.head()), nullptr, logits_.data(), lnf_.data(), P(layout_.head()), BT, C,
+    cpu::matmul_backward(dln.data(), G(layout.head()), nullptr, logits_.data(), lnf_.data(), P(layout.head()), BT, C,
                          s.padded_vocab);
     if (s.tied_head) need_head_unit();
-    norm_backward(dres.data(), G(layout_.final_norm_w()), s.norm_bias ? G(layout_.final_norm_b()) : nullptr, dln.data(),
-                  residual_.data() + s.layers * BT * C, P(layout_.final_norm_w()), lnf_mean_.data(), lnf_rstd_.data());
-    engine_->gradients_final_from(layout_.tail_begin());
+    norm_backward(dres.data(), G(layout.final_norm_w()), s.norm_bias ? G(layout.final_norm_b()) : nullptr, dln.data(),
+                  residual_.data() + s.layers * BT * C, P(layout.final_norm_w()), lnf_mean_.data(), lnf_rstd_.data());
+    if (train_model) engine_->gradients_final_from(layout.tail_begin());
     for (i64 l = s.layers - 1; l >= 0; --l) {
-      engine_->prepare_gradients(layout_.block_begin(l), layout_.block_end(l));
+      const ParamUnit& trained = train_model ? ParamUnit{0, 0, layout.block_begin(l), layout.block_end(l)}
+                                             : layout_.units()[static_cast<std::size_t>(l)];
+      engine_->prepare_gradients(trained.begin, trained.end);
       need_block(l);
       auto& a = layers_[l];
       const float* x = residual_.data() + l * BT * C;
       // y = res2 + down(act(fc)): dres flows to res2 unchanged
-      cpu::matmul_backward(dact.data(), Gb(l, kFcProjW), Gb(l, kFcProjB), dres.data(), a.act.data(), Pb(l, kFcProjW),
-                           BT, F, C);
+      linear_backward(l, kFcProjW, dact.data(), Gb(l, kFcProjB), dres.data(), a.act.data(), F, C);
       if (s.mlp == MlpKind::gelu) cpu::gelu_backward(dfc.data(), a.fc.data(), dact.data(), BT * F);
       else cpu::swiglu_backward(dfc.data(), a.fc.data(), dact.data(), BT, F);
-      cpu::matmul_backward(dln.data(), Gb(l, kFcW), Gb(l, kFcB), dfc.data(), a.ln2.data(), Pb(l, kFcW), BT, C, FI);
+      linear_backward(l, kFcW, dln.data(), Gb(l, kFcB), dfc.data(), a.ln2.data(), C, FI);
       norm_backward(dres.data(), Gb(l, kLn2W), Gb(l, kLn2B), dln.data(), a.res2.data(), Pb(l, kLn2W), a.ln2_mean.data(),
                     a.ln2_rstd.data());
       // res2 = x + o_proj(att)
-      cpu::matmul_backward(dln.data(), Gb(l, kAttProjW), Gb(l, kAttProjB), dres.data(), a.att.data(), Pb(l, kAttProjW),
-                           BT, Q, C);
+      linear_backward(l, kAttProjW, dln.data(), Gb(l, kAttProjB), dres.data(), a.att.data(), Q, C);
       cpu::attention_backward(dqkv.data(), dln.data(), a.qkv.data(), a.att.data(), a.lse.data(), B, T, s.heads,
                               s.kv_heads, s.head_size);
       if (s.position == PositionKind::rope)
         cpu::rope_backward(dqkv.data(), rope_cos_.data(), rope_sin_.data(), B, T, s.heads, s.kv_heads, s.head_size);
-      cpu::matmul_backward(dln.data(), Gb(l, kQkvW), Gb(l, kQkvB), dqkv.data(), a.ln1.data(), Pb(l, kQkvW), BT, C, QKV);
+      linear_backward(l, kQkvW, dln.data(), Gb(l, kQkvB), dqkv.data(), a.ln1.data(), C, QKV);
       norm_backward(dres.data(), Gb(l, kLn1W), Gb(l, kLn1B), dln.data(), x, Pb(l, kLn1W), a.ln1_mean.data(),
                     a.ln1_rstd.data());
-      engine_->gradients_final_from(layout_.block_begin(l));
+      engine_->gradients_final_from(trained.begin);
     }
-    cpu::encoder_backward(G(layout_.wte()), layout_.has_wpe() ? G(layout_.wpe()) : nullptr, dres.data(), in, B, T, C);
+    if (!train_model) return;  // the embeddings are frozen: nothing below needs their input gradient
+    cpu::encoder_backward(G(layout.wte()), layout.has_wpe() ? G(layout.wpe()) : nullptr, dres.data(), in, B, T, C);
     engine_->gradients_final_from(0);
   }
 
   ExecConfig config_;
   std::unique_ptr<Communicator> own_comm_;  // one rank, when no communicator was given
   Communicator& comm_;
-  ParamLayout layout_;
+  ParamLayout layout_;  // the trained parameters: the model's, or with LoRA the adapters'
   LossScaler scaler_;
+  // LoRA: the model's whole layout (what --init-from and the seed describe), the frozen base's (without the block
+  // weights under NF4) with its device and engine, the adapted modules, each one's x A^T per layer, the NF4 codes
+  // (four per layer: qkv, o, fc, down) and the scratch weight they are dequantised into. Declared before the
+  // trained engine, so that it is destroyed after it (both use comm_).
+  std::unique_ptr<ParamLayout> full_layout_, base_layout_;
+  std::unique_ptr<CpuZeroDevice> base_device_;
+  std::unique_ptr<ZeroEngine> base_engine_;
+  std::vector<AdaptedLinear> adapted_;
+  std::vector<std::vector<float>> lora_xa_;
+  std::vector<Nf4Tensor> nf4_;
+  std::vector<float> dequantized_;
   std::unique_ptr<CpuZeroDevice> device_;
   std::unique_ptr<ZeroEngine> engine_;
   std::vector<float> residual_;  // (L+1) x (B,T,C): the input of each block and of the final norm

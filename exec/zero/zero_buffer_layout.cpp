@@ -100,7 +100,7 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
   if (reread) forward.push_back(0);
   train = forward;
   if (reread) train.push_back(0);
-  const int lowest_backward = layout.is_network() ? 0 : 1;
+  const int lowest_backward = static_cast<int>(layout.lowest_backward_unit());
   for (int u = U - 1; u >= lowest_backward; --u) train.push_back(u);
   Zero3FetchRules rules;
   rules.prefetch_elements = zero.prefetch_bucket_elements;

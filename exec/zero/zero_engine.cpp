@@ -44,8 +44,10 @@ ExecConfig for_element_type(ExecConfig config, CommDtype element) {
 
 }  // namespace
 
-ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm)
+ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm,
+                       Trainability trainability)
     : config_(for_element_type(config, device.element_type())),
+      frozen_(trainability == Trainability::frozen),
       layout_(layout),
       device_(device),
       comm_(comm),
@@ -61,11 +63,16 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   const std::int64_t n = layout_.total();
   const std::int64_t part = partition_.partition_elements();
   const auto& buckets = partition_.buckets();
+  if (frozen_ && (config_.zero.offload_optimizer || config_.zero.offload_param))
+    throw std::invalid_argument(std::string("zero_optimization.") +
+                                (config_.zero.offload_optimizer ? "offload_optimizer" : "offload_param") +
+                                ": the engine of frozen parameters offloads nothing (they have no optimizer states, "
+                                "and their offload is not built)");
   offload_ = config_.zero.offload_optimizer;
   if (offload_ && stage == 0)
     throw std::invalid_argument("zero_optimization.offload_optimizer: the executor offloads the optimizer at ZeRO "
                                 "stages 1-3 (the partitioned optimizer states); got stage 0");
-  if (stage == 1 && static_cast<int>(buckets.size()) > device_.max_norm_slots())
+  if (!frozen_ && stage == 1 && static_cast<int>(buckets.size()) > device_.max_norm_slots())
     throw std::invalid_argument("zero_optimization.reduce_bucket_size: " + std::to_string(buckets.size()) +
                                 " buckets; at most " + std::to_string(device_.max_norm_slots()) +
                                 " are supported (use a larger bucket)");
@@ -99,29 +106,30 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   }
   const std::int64_t states = stage == 0 ? n : part;
   const std::int64_t grad_elements = stage >= 2 ? part : n;
-  grads_ = device_.allocate("grads", stage >= 2 ? "gradient partition" : "gradients", grad_elements, grad_type_);
-  if (!offload_) {
+  if (!frozen_)
+    grads_ = device_.allocate("grads", stage >= 2 ? "gradient partition" : "gradients", grad_elements, grad_type_);
+  if (!offload_ && !frozen_) {
     if (!fp32)
       master_ = static_cast<float*>(device_.allocate("master_params", "fp32 master weights", states, CommDtype::f32));
     m_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW momentum", states, CommDtype::f32));
     v_ = static_cast<float*>(device_.allocate("optimizer_states", "AdamW variance", states, CommDtype::f32));
   }
-  micro_step_gradients_ = buffers_.micro_step_gradients > 0;
-  if (micro_step_gradients_ || (stage < 2 && config_.grad_accum > 1 && !device_.kernels_overwrite())) {
+  micro_step_gradients_ = !frozen_ && buffers_.micro_step_gradients > 0;
+  if (!frozen_ && (micro_step_gradients_ || (stage < 2 && config_.grad_accum > 1 && !device_.kernels_overwrite()))) {
     micro_grads_ = device_.allocate("grads", "micro-step gradients", n, type_);
     device_.zero(micro_grads_, n, type_, Lane::compute);
   }
-  device_.zero(grads_, grad_elements, grad_type_, Lane::compute);
+  if (grads_) device_.zero(grads_, grad_elements, grad_type_, Lane::compute);
   if (m_) device_.zero(m_, states, CommDtype::f32, Lane::compute);
   if (v_) device_.zero(v_, states, CommDtype::f32, Lane::compute);
 
   // Stages 2-3: the gradient bucket buffers of zero_buffer_layout (the embeddings' own buffers last).
-  for (std::int64_t elements : buffers_.slot_elements)
+  for (std::int64_t elements : frozen_ ? std::vector<std::int64_t>{} : buffers_.slot_elements)
     slots_.push_back(Slot{device_.allocate("gradient_buckets", "gradient bucket buffer", elements, type_), -1});
-  if (buffers_.accumulation_scratch > 0)
+  if (buffers_.accumulation_scratch > 0 && !frozen_)
     reduce_scratch_ = device_.allocate("gradient_buckets", "reduce-scatter output (accumulation)",
                                        buffers_.accumulation_scratch, comm_type_);
-  if (buffers_.communication_copy > 0)
+  if (buffers_.communication_copy > 0 && !frozen_)
     comm_copy_ = device_.allocate("gradient_buckets", "fp32 communication copy of a bucket",
                                   buffers_.communication_copy, CommDtype::f32);
   for (int i = 0; i < buffers_.param_staging_buffers; ++i)
@@ -226,13 +234,14 @@ void ZeroEngine::begin_micro_step(std::int64_t micro) {
   std::fill(reduced_.begin(), reduced_.end(), false);
   for (Slot& s : slots_) s.owner = -1;
   // Backends whose kernels always accumulate start the step from zeroed gradients.
-  if (config_.zero.stage < 2 && !device_.kernels_overwrite()) {
+  if (!frozen_ && config_.zero.stage < 2 && !device_.kernels_overwrite()) {
     if (micro == 0 && !micro_step_gradients_) device_.zero(grads_, layout_.total(), grad_type_, Lane::compute);
     else if (micro_grads_) device_.zero(micro_grads_, layout_.total(), type_, Lane::compute);
   }
 }
 
 void ZeroEngine::prepare_gradients(std::int64_t lo, std::int64_t hi) {
+  if (frozen_) throw std::logic_error("ZeroEngine: gradients of frozen parameters");
   if (config_.zero.stage < 2) return;
   const auto& buckets = partition_.buckets();
   for (std::size_t k = 0; k < buckets.size(); ++k) {
@@ -251,6 +260,7 @@ void ZeroEngine::prepare_gradients(std::int64_t lo, std::int64_t hi) {
 }
 
 void ZeroEngine::gradients_final_from(std::int64_t lo) {
+  if (frozen_) throw std::logic_error("ZeroEngine: gradients of frozen parameters");
   const auto& buckets = partition_.buckets();
   for (std::size_t k = 0; k < buckets.size(); ++k)
     if (!reduced_[k] && buckets[k].begin >= lo) finish_bucket(static_cast<int>(k));
@@ -324,6 +334,7 @@ double ZeroEngine::sum_over_ranks(double value) {
 }
 
 double ZeroEngine::finish_step(double loss_scale, const std::function<bool(double)>& skip) {
+  if (frozen_) throw std::logic_error("ZeroEngine: an optimizer step of frozen parameters");
   complete_deferred_update();  // (a forward has normally done it: it needs every parameter)
   if (stage3()) start_schedule(nullptr);
   const auto& buckets = partition_.buckets();
@@ -499,6 +510,7 @@ void ZeroEngine::set_params(const std::vector<float>& flat) {
 }
 
 std::vector<float> ZeroEngine::gathered_grads(double loss_scale) {
+  if (frozen_) throw std::logic_error("ZeroEngine: gradients of frozen parameters");
   std::vector<float> out(layout_.total(), 0.0f);
   const double f = 1.0 / loss_scale;
   if (config_.zero.stage == 0) {
@@ -523,6 +535,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> ZeroEngine::owned_ranges() co
 }
 
 void ZeroEngine::read_owned_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) {
+  if (frozen_) throw std::logic_error("ZeroEngine: optimizer states of frozen parameters");
   complete_deferred_update();
   start_schedule(nullptr);
   std::int64_t total = 0;
@@ -579,6 +592,7 @@ void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
   std::vector<float> master, m, v;
   // Sets [flat, flat + n) of the states kept at `state_at` (and the parameters at `param_at`, -1: none).
   auto restore = [&](std::int64_t flat, std::int64_t n, std::int64_t state_at, std::int64_t param_at, bool moments) {
+    moments = moments && !frozen_;  // frozen parameters have no moments
     for (std::int64_t done = 0; done < n; done += kPiece) {
       const std::int64_t k = std::min(kPiece, n - done);
       master.resize(k);

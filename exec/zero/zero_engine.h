@@ -132,9 +132,23 @@ struct OffloadTimes {
   double param_nvme_wait_s = 0;
 };
 
+// Whether the engine's parameters are trained, or frozen (torch's requires_grad=False: LoRA's base). A frozen
+// engine holds the parameters as the stage holds parameters, and nothing else: no gradients, no bucket buffers,
+// no master copy, no AdamW moments, no optimizer step. DeepSpeed 0.19.8 does the same with frozen parameters:
+// stages 1-2 flatten and partition only the parameter groups the optimizer holds, requires_grad ones
+// (zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ builds bit16_groups from params with requires_grad), so a
+// frozen parameter stays whole on every rank as a plain module parameter; stage 3 partitions every parameter of the
+// module whatever its requires_grad (zero/partition_parameters.py Init._convert_to_zero_parameters) and gathers
+// it for each forward and backward use (parameter_offload.py's pre-forward / pre-backward hooks fetch every
+// ds_param of the module), while its optimizer holds the trainable ones only (stage3.py
+// _get_trainable_parameter_groups). So: whole at stages 0-2, partitioned and gathered unit by unit at stage 3.
+enum class Trainability { trainable, frozen };
+
 class ZeroEngine {
  public:
-  ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm);
+  ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm,
+             Trainability trainability = Trainability::trainable);
+  bool frozen() const { return frozen_; }
 
   const ZeroPartition& partition() const { return partition_; }
   int stage() const { return config_.zero.stage; }
@@ -254,6 +268,7 @@ class ZeroEngine {
   void complete_deferred_update();
 
   ExecConfig config_;
+  bool frozen_ = false;  // Trainability::frozen: parameters only
   const ParamLayout& layout_;
   ZeroDevice& device_;
   Communicator& comm_;

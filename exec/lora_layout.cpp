@@ -1,0 +1,69 @@
+#include "exec/lora_layout.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace zeroplan::exec {
+
+std::vector<AdaptedLinear> adapted_linears(const ModelShape& s, const LoraExecSettings& lora) {
+  const std::int64_t C = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), F = s.ffn_hidden;
+  // transformers' module paths (modeling_llama.py LlamaAttention / LlamaMLP, modeling_gpt2.py GPT2Attention /
+  // GPT2MLP) and where each sits in our fused block tensors (exec/param_layout.cpp roles: q, k, v rows; gate, up).
+  struct Known {
+    const char* path;
+    BlockTensor base;
+    std::int64_t row_offset, out, in;
+  };
+  std::vector<Known> known;
+  if (s.naming == TensorNaming::llama)
+    known = {{"self_attn.q_proj", kQkvW, 0, Q, C},      {"self_attn.k_proj", kQkvW, Q, KV, C},
+             {"self_attn.v_proj", kQkvW, Q + KV, KV, C}, {"self_attn.o_proj", kAttProjW, 0, C, Q},
+             {"mlp.gate_proj", kFcW, 0, F, C},           {"mlp.up_proj", kFcW, F, F, C},
+             {"mlp.down_proj", kFcProjW, 0, C, F}};
+  else
+    known = {{"attn.c_attn", kQkvW, 0, s.qkv_dim(), C}, {"attn.c_proj", kAttProjW, 0, C, Q},
+             {"mlp.c_fc", kFcW, 0, s.mlp_in_dim(), C},   {"mlp.c_proj", kFcProjW, 0, C, F}};
+  std::vector<AdaptedLinear> out;
+  for (const std::string& path : lora.modules) {
+    bool found = false;
+    for (const Known& k : known)
+      if (path == k.path) {
+        out.push_back(AdaptedLinear{path, k.base, k.row_offset, k.out, k.in});
+        found = true;
+      }
+    if (!found) throw std::invalid_argument("executor: lora target module " + path + ": not a linear module of this model");
+  }
+  if (out.empty()) throw std::invalid_argument("executor: lora: no adapted module");
+  return out;
+}
+
+std::string peft_block_prefix(const ModelShape& s, std::int64_t layer) {
+  return (s.naming == TensorNaming::llama ? "base_model.model.model.layers." : "base_model.model.transformer.h.") +
+         std::to_string(layer) + ".";
+}
+
+ParamLayout lora_adapter_layout(const ModelShape& s, const LoraExecSettings& lora, std::int64_t align) {
+  if (lora.rank < 1) throw std::invalid_argument("executor: lora rank: expected >= 1");
+  const std::vector<AdaptedLinear> modules = adapted_linears(s, lora);
+  std::vector<std::vector<TensorSpec>> units;
+  for (std::int64_t l = 0; l < s.layers; ++l) {
+    std::vector<TensorSpec> unit;
+    for (const AdaptedLinear& m : modules) {
+      const std::string p = peft_block_prefix(s, l) + m.path;
+      // nn.init.kaiming_uniform_(a=sqrt(5)) of an (r, in) weight: bound 1/sqrt(in); B zeros.
+      unit.push_back({p + ".lora_A.weight", lora.rank, m.in, InitKind::uniform,
+                      1.0f / std::sqrt(static_cast<float>(m.in))});
+      unit.push_back({p + ".lora_B.weight", m.out, lora.rank, InitKind::zeros, 0.0f});
+    }
+    units.push_back(std::move(unit));
+  }
+  return ParamLayout(units, align);
+}
+
+std::int64_t lora_adapter_params(const ModelShape& s, const LoraExecSettings& lora) {
+  std::int64_t n = 0;
+  for (const AdaptedLinear& m : adapted_linears(s, lora)) n += lora.rank * (m.in + m.out);
+  return n * s.layers;
+}
+
+}  // namespace zeroplan::exec

@@ -1,0 +1,48 @@
+// LoRA's adapters on the executor's transformer pipeline: which rows of which fused block weight each adapted
+// module is (PEFT adapts transformers' modules, q_proj / k_proj / v_proj and gate_proj / up_proj, which our layout
+// fuses into qkv and gate_up: exec/param_layout.h), the adapters' own flat layout (the trainable parameters the
+// ZeRO engine trains), and their names as PEFT saves them.
+// - Shapes and init: PEFT 0.21 peft/tuners/lora/layer.py LoraLayer.update_layer makes lora_A = nn.Linear(in, r,
+//   bias=False) and lora_B = nn.Linear(r, out, bias=False); reset_lora_parameters (init_lora_weights=True) draws A
+//   by nn.init.kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)) (gain sqrt(2/(1+5)), bound
+//   gain*sqrt(3/in)), and zeroes B, so the adapted model starts equal to the base. Our draw is the executor's
+//   counter-based one (exec/init_rng.h) from the run's seed: the same distribution, not torch's numbers.
+// - Names: get_peft_model_state_dict drops the adapter name ("default"), so a saved tensor is
+//   "base_model.model." + the module's path in the transformers model + ".lora_A.weight": Llama's
+//   "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight", GPT-2's (GPT2LMHeadModel)
+//   "base_model.model.transformer.h.3.attn.c_attn.lora_B.weight".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/exec_config.h"
+#include "exec/param_layout.h"
+
+namespace zeroplan::exec {
+
+// One adapted module of a block: the rows [row_offset, row_offset + out) of the block tensor `base` (in = its
+// columns).
+struct AdaptedLinear {
+  std::string path;       // "self_attn.q_proj"
+  BlockTensor base = kQkvW;
+  std::int64_t row_offset = 0;
+  std::int64_t out = 0, in = 0;
+};
+
+// The adapted modules of lora.modules on this shape, in that order. Throws std::invalid_argument naming a module
+// the shape has not (a path of another model type).
+std::vector<AdaptedLinear> adapted_linears(const ModelShape& shape, const LoraExecSettings& lora);
+
+// "base_model.model.model.layers.3." (Llama names) or "base_model.model.transformer.h.3." (GPT-2's).
+std::string peft_block_prefix(const ModelShape& shape, std::int64_t layer);
+
+// The adapters' flat layout: one unit per block, per adapted module A (rank x in, kaiming-uniform) then B
+// (out x rank, zeros), under PEFT's saved names; aligned for the ZeRO engine (zero_alignment(world)).
+ParamLayout lora_adapter_layout(const ModelShape& shape, const LoraExecSettings& lora, std::int64_t align);
+
+// The adapters' parameters (sum of rank * (in + out) over the adapted modules of every block).
+std::int64_t lora_adapter_params(const ModelShape& shape, const LoraExecSettings& lora);
+
+}  // namespace zeroplan::exec
