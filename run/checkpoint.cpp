@@ -234,6 +234,16 @@ void save_checkpoint(const std::string& save_dir, exec::Trainer& trainer, exec::
       manifest["shape"] = shape_json(state.shape);
     }
     if (!buffers_entry.is_null()) manifest["buffers"] = buffers_entry;
+    if (state.lora) {
+      const exec::LoraExecSettings& l = state.lora->settings;
+      manifest["lora"] = {{"r", l.rank},
+                          {"lora_alpha", l.alpha},
+                          {"modules", l.modules},
+                          {"target_modules", l.targets},
+                          {"quantize_base", l.quantize_nf4 ? "nf4" : "none"},
+                          {"base_model_name_or_path", state.lora->base_model ? nlohmann::json(*state.lora->base_model)
+                                                                             : nlohmann::json(nullptr)}};
+    }
     const std::string text = manifest.dump(1);
     write_file_atomically((fs::path(dir) / kManifest).string(), {{text.data(), text.size()}});
     fsync_directory(dir);
@@ -293,6 +303,26 @@ CheckpointReader::CheckpointReader(const std::string& dir, const std::string& fl
     }
   } else {
     state_.shape = shape_from_json(f.object("shape"));
+  }
+  if (doc.contains("lora")) {
+    const JsonFields l = f.object("lora");
+    CheckpointLora lora;
+    lora.settings.enabled = true;
+    lora.settings.rank = l.positive_integer("r");
+    lora.settings.alpha = l.positive_number("lora_alpha");
+    for (const char* key : {"modules", "target_modules"}) {
+      const nlohmann::json& names = l.raw(key);
+      if (!names.is_array() || names.empty()) l.fail(key, "expected a list of module names");
+      for (const nlohmann::json& n : names) {
+        if (!n.is_string()) l.fail(key, "expected a list of module names");
+        (std::string(key) == "modules" ? lora.settings.modules : lora.settings.targets).push_back(n.get<std::string>());
+      }
+    }
+    lora.settings.quantize_nf4 = l.one_of("quantize_base", {"nf4", "none"}) == "nf4";
+    const nlohmann::json& base = l.raw("base_model_name_or_path");
+    if (base.is_string()) lora.base_model = base.get<std::string>();
+    else if (!base.is_null()) l.fail("base_model_name_or_path", "expected a path or null");
+    state_.lora = lora;
   }
   const nlohmann::json& list = f.raw("files");
   if (!list.is_array() || static_cast<int>(list.size()) != state_.world)
@@ -459,6 +489,31 @@ void CheckpointReader::restore(exec::Trainer& trainer) {
         throw InputError(dir_, flag_, "this run's model differs from the one saved: tensor " + std::to_string(i) +
                                           " is " + ours + " here, " + saved + " in the checkpoint");
     }
+  }
+  // LoRA: the checkpoint's states are adapters, which only a run with the same adapters continues.
+  const exec::LoraExecSettings& lora = trainer.config().lora;
+  if (lora.enabled != state_.lora.has_value())
+    throw InputError(dir_, flag_, state_.lora ? "this checkpoint holds LoRA adapters; this run trains the whole model "
+                                                "(give the same --lora-rank, --lora-alpha, --lora-targets)"
+                                              : "this checkpoint holds the whole model's states; this run trains LoRA "
+                                                "adapters");
+  if (state_.lora) {
+    const exec::LoraExecSettings& saved = state_.lora->settings;
+    std::string differences;
+    auto differ = [&](const std::string& what, const std::string& ours, const std::string& theirs) {
+      if (ours != theirs) differences += (differences.empty() ? "" : ", ") + what + " " + theirs + " (this run: " + ours + ")";
+    };
+    auto list = [](const std::vector<std::string>& v) {
+      std::string t;
+      for (const std::string& x : v) t += (t.empty() ? "" : ",") + x;
+      return t;
+    };
+    differ("r", std::to_string(lora.rank), std::to_string(saved.rank));
+    differ("lora_alpha", nlohmann::json(lora.alpha).dump(), nlohmann::json(saved.alpha).dump());
+    differ("modules", list(lora.modules), list(saved.modules));
+    differ("quantize_base", lora.quantize_nf4 ? "nf4" : "none", saved.quantize_nf4 ? "nf4" : "none");
+    if (!differences.empty())
+      throw InputError(dir_, flag_, "this run's LoRA adapters differ from the ones saved: " + differences);
   }
   const exec::ModelShape& have = trainer.config().shape;
   const exec::ModelShape& saved = state_.shape;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,14 @@
 #include "exec/trainer.h"
 
 namespace zeroplan {
+
+// A LoRA run's checkpoint (ExecConfig::lora): its states are the adapters' (the trainer's layout), the base is not
+// in it; the manifest's "lora" says how the adapters were built and which base they were trained on, for resuming
+// and for `zeroplan export --adapter` (PEFT's adapter_config.json).
+struct CheckpointLora {
+  exec::LoraExecSettings settings;
+  std::optional<std::string> base_model;  // --init-from's path; none: the base drawn from the seed
+};
 
 // What a resumed run continues from, and what must match to resume it.
 struct CheckpointState {
@@ -39,6 +48,7 @@ struct CheckpointState {
   int stage = 0;
   std::string precision;
   exec::ModelShape shape;
+  std::optional<CheckpointLora> lora;
 };
 
 // SAVE_DIR/step-NNNNNNNN for a step.

@@ -112,7 +112,8 @@ bool ignored_by_transformers(const std::string& name, const exec::ModelShape& s)
 std::vector<HfTensorMapping> hf_tensor_mappings(const exec::ParamLayout& layout) {
   std::vector<HfTensorMapping> out;
   for (const exec::ParamTensor& t : layout.tensors())
-    out.push_back(layout.is_network()                                  ? network_mapping(t)
+    // A layer list and LoRA's adapters (named as PEFT saves them, exec/lora_layout.h) are stored as they are.
+    out.push_back(layout.is_network() || layout.is_adapters()          ? network_mapping(t)
                   : layout.shape().naming == exec::TensorNaming::llama ? llama_mapping(layout, t)
                                                                        : gpt2_mapping(layout, t));
   return out;

@@ -42,7 +42,8 @@ struct HfTensorMapping {
   std::vector<HfTensorPiece> pieces;
 };
 
-// Every tensor of the layout with the checkpoint tensors that hold it.
+// Every tensor of the layout with the checkpoint tensors that hold it (LoRA's adapters under their own names, PEFT's
+// adapter_model.safetensors names: exec/lora_layout.h).
 std::vector<HfTensorMapping> hf_tensor_mappings(const exec::ParamLayout& layout);
 
 // A checkpoint opened and checked against a layout: every tensor the table names present, with its shape and a

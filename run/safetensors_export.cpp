@@ -20,6 +20,9 @@ void export_safetensors(const std::string& checkpoint_dir, const std::string& ou
   if (reader.is_network())
     throw InputError(reader.directory(), "--checkpoint", "a layer-list model's checkpoint: export writes "
                                                          "transformers' checkpoints only for now");
+  if (reader.state().lora)
+    throw InputError(reader.directory(), "--checkpoint", "holds a LoRA run's adapters, not the model (the frozen base "
+                                                         "is not in it): export them with --adapter DIR");
   const exec::ModelShape& shape = reader.state().shape;
   const exec::ParamLayout layout(shape, 1);
   const std::string st_dtype = dtype == "fp32" ? "F32" : dtype == "bf16" ? "BF16" : "F16";

@@ -19,6 +19,7 @@
 #include "run/process_memory.h"
 #include "run/rank_guard.h"
 #include "core/input_error.h"
+#include "core/lora_modules.h"
 #include "core/units.h"
 #include "exec/activation_accounting.h"
 #include "exec/exec_config.h"
@@ -65,6 +66,16 @@ exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig
   c.loss_scale.hysteresis = tr.loss_scale.hysteresis;
   c.loss_scale.min_scale = tr.loss_scale.min_loss_scale;
   c.seed = seed;
+  if (tr.lora.enabled) {
+    // LoRA (core/lora_modules.h resolve_lora): the adapted modules by their paths in a block (exec/lora_layout.h
+    // maps them onto our fused tensors).
+    c.lora.enabled = true;
+    c.lora.rank = tr.lora.rank;
+    c.lora.alpha = tr.lora.alpha;
+    c.lora.targets = tr.lora.targets;
+    for (const BlockLinear& m : adapted_modules(model, tr.lora.targets)) c.lora.modules.push_back(m.path);
+    c.lora.quantize_nf4 = tr.lora.quantize_base == BaseQuantization::nf4;
+  }
   try {
     if (!c.network) exec::validate(c);  // a layer list was checked as the description was read (core/layer_ops.h)
   } catch (const std::invalid_argument& e) {
@@ -232,7 +243,8 @@ ResolvedRun resolve_run(RunOptions& o) {
   // the tensor); each rank opens it itself to read its share.
   if (o.save_grads && tr.zero.stage != 0 && world > 1)
     throw InputError(kCli, "--save-grads", "needs every rank to hold the whole reduced gradients: stage 0, or one rank");
-  if (o.init_from && o.resume)
+  // A LoRA checkpoint holds the adapters and their optimizer states only: the base comes again from --init-from.
+  if (o.init_from && o.resume && !tr.lora.enabled)
     throw InputError(kCli, "--init-from", "cannot be combined with --resume (a checkpoint of ours holds the states "
                                           "to continue from)");
   // Layer-list models (ResNet-101 on CIFAR-10) run on the CPU backend; what is not built for them yet is refused
@@ -256,6 +268,23 @@ ResolvedRun resolve_run(RunOptions& o) {
   }
   if (o.eval && !o.data)
     throw InputError(kCli, "--eval", "needs --data DIR (CIFAR-10's folder: test_batch.bin is evaluated)");
+  if (tr.lora.enabled) {
+    // LoRA runs on the CPU backend's transformer pipeline (exec/cpu/cpu_trainer.cpp); what is not built for it
+    // yet is refused by name before anything starts.
+    const char* lora_flag = "--lora-rank";
+    if (o.backend != "cpu")
+      throw InputError(kCli, "--backend", o.backend + " with LoRA (" + lora_flag + ", --lora-alpha, --lora-targets): "
+                       "the CUDA executor's adapters are not built yet; LoRA runs on --backend cpu");
+    if (tr.lora.quantize_base == BaseQuantization::int8)
+      throw InputError(kCli, "--quantize-base", "int8 is planned, not run: the executor holds the base as nf4 or "
+                                                "unquantised");
+    if (tr.lora.quantize_base == BaseQuantization::nf4 && tr.zero.stage == 3)
+      throw InputError(kCli, "--quantize-base", "nf4 at --stage 3: the executor keeps the NF4 codes whole on every "
+                                                "rank and does not partition them yet; use --stage 0, 1 or 2");
+    if (tr.zero.offload_optimizer != OffloadDevice::none || tr.zero.offload_param != OffloadDevice::none)
+      throw InputError(kCli, tr.zero.offload_optimizer != OffloadDevice::none ? "--offload-optimizer" : "--offload-param",
+                       "with LoRA is not built in the executor yet (the frozen base's engine offloads nothing)");
+  }
   r.init_layout = std::make_unique<exec::ParamLayout>(executor_param_layout(in.model, world));
   if (o.init_from) r.init_from = std::make_unique<HfCheckpointSource>(*o.init_from, *r.init_layout, "--init-from");
   return r;
@@ -345,7 +374,14 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     in.model.transformer->dropout = 0;
   }
   // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
-  use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
+  if (!tr.lora.enabled) {
+    use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
+  } else {
+    // The planner models LoRA under DeepSpeed's engine only (sim/lora_model.h); a LoRA run (the CPU backend, whose
+    // memory is listed, not compared) prints that plan.
+    tr.notes.push_back("run: LoRA's plan is DeepSpeed's engine (PEFT under deepspeed.initialize); the planner has "
+                       "no LoRA model of zeroplan's own engine yet");
+  }
   exec::ExecConfig& cfg = e.cfg;
   cfg = exec_config(in.model, tr, o.seed);
   // DeepSpeed's overlap_comm when a DeepSpeed config gives it; otherwise our executor's default (it overlaps),
@@ -465,7 +501,12 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   e.job_peak = e.peak * world;
   // the global batch: tokens, or a layer list's samples (its MFU counts FLOPs per sample: model_flops_per_token)
   e.tokens_per_step = (cfg.network ? cfg.micro_batch * cfg.grad_accum : cfg.tokens_per_step()) * world;
-  if (r.init_from) {
+  if (r.init_from && cfg.lora.enabled) {
+    // LoRA: the checkpoint is the frozen base (each rank its share, as below); the adapters keep PEFT's
+    // initialisation (A kaiming-uniform from the seed, B zero).
+    trainer->set_frozen(*r.init_layout, r.init_from->state_source());
+    std::cout << "initialized the frozen base from " << r.init_from->description() << '\n';
+  } else if (r.init_from) {
     // Each rank reads its share of the model states from the checkpoint (exec/zero/zero_engine.h restore_state:
     // its partition at stage 3, the whole 16-bit parameters at stages 0-2), AdamW from step 0.
     trainer->restore_state(r.init_from->state_source(), 0, trainer->loss_scaler_state());
@@ -474,6 +515,10 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     std::cout << "initialized from " << r.init_from->description() << '\n';
   }
   if (const auto& resume = r.resume) {
+    // A LoRA checkpoint's adapters were trained on a base that is not in it: the one --init-from gives again.
+    if (cfg.lora.enabled && resume->state().lora && resume->state().lora->base_model && !o.init_from)
+      throw InputError(kCli, "--init-from", "missing: the checkpoint's LoRA adapters were trained on the base " +
+                                                *resume->state().lora->base_model + "; give it again with --init-from");
     // The checkpoint's states (resharded to this world and stage), optimizer step, loss scaler and data position.
     resume->restore(*trainer);
     const std::string reads = e.cfg.network ? e.data_description : data.description();
@@ -528,6 +573,7 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
     st.stage = cfg.zero.stage;
     st.precision = to_string(tr.precision);
     st.shape = cfg.shape;
+    if (cfg.lora.enabled) st.lora = CheckpointLora{cfg.lora, o.init_from};
     const auto t0 = std::chrono::steady_clock::now();
     save_checkpoint(*o.save_dir, *trainer, world > 1 ? ranks_comm : nullptr, st);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -346,4 +346,98 @@ TEST(LlamaRunMpi, TwoRanksAtStage3GiveTheOneRankFirstLoss) {
 }
 #endif
 
+// ---- LoRA (--lora-rank ...) on the CPU backend, and `zeroplan export --adapter` ----
+
+const std::string kLora = " --lora-rank 4 --lora-alpha 8 --lora-targets q_proj,v_proj,down_proj";
+
+// A LoRA run from a base checkpoint saves its adapters; export --adapter writes PEFT's files, which Python's
+// safetensors reads back under PEFT's names and shapes (lora_A [r, in], lora_B [out, r]).
+TEST(LoraRun, InitFromTrainsTheAdaptersAndExportWritesPeftFiles) {
+  const fs::path init = init_checkpoint();
+  const fs::path save = fresh("lora_save"), adapter = fresh("lora_adapter"), grads = fresh("lora_grads.safetensors");
+  const CommandResult r = run(kTrain + kLora + " --steps 3 --stage 2 --init-from " + init.string() + " --save-dir " +
+                              save.string() + " --save-grads " + grads.string());
+  ASSERT_EQ(r.status, 0) << r.output << r.errors;
+  EXPECT_NE(r.output.find("initialized the frozen base from"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("trainable params: 3,584"), std::string::npos) << r.output;
+  // The first step's gradients are the adapters' (B's only nonzero: B starts at zero, so A's gradient is zero).
+  const nlohmann::json gh = header_of(grads);
+  ASSERT_TRUE(gh.is_object());
+  EXPECT_TRUE(gh.contains("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight")) << gh.dump();
+  EXPECT_FALSE(gh.contains("model.layers.0.self_attn.q_proj.weight"));
+  const CommandResult e = run("export --checkpoint " + save.string() + " --adapter " + adapter.string());
+  ASSERT_EQ(e.status, 0) << e.output << e.errors;
+  const CommandResult py = run_command("/usr/bin/python3 " + std::string(ZEROPLAN_SOURCE_DIR) +
+                                       "/tests/cli/adapter_check.py " + adapter.string());
+  ASSERT_EQ(py.status, 0) << py.errors;
+  const nlohmann::json got = nlohmann::json::parse(py.output);
+  const nlohmann::json& t = got.at("tensors");
+  EXPECT_EQ(t.size(), 2u * 3 * 2);
+  EXPECT_EQ(t.at("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), nlohmann::json({4, 64}));
+  EXPECT_EQ(t.at("base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight"), nlohmann::json({32, 4}));
+  EXPECT_EQ(t.at("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight"), nlohmann::json({4, 160}));
+  EXPECT_EQ(got.at("nonzero_b"), 6);  // three steps moved every B off zero
+  EXPECT_TRUE(got.at("finite").get<bool>());
+  const nlohmann::json& c = got.at("config");
+  EXPECT_EQ(c.at("peft_type"), "LORA");
+  EXPECT_EQ(c.at("task_type"), "CAUSAL_LM");
+  EXPECT_EQ(c.at("r"), 4);
+  EXPECT_EQ(c.at("lora_alpha"), 8.0);
+  EXPECT_EQ(c.at("target_modules"), nlohmann::json({"q_proj", "v_proj", "down_proj"}));
+  EXPECT_EQ(c.at("lora_dropout"), 0.0);
+  EXPECT_EQ(c.at("bias"), "none");
+  EXPECT_EQ(c.at("fan_in_fan_out"), false);
+  EXPECT_EQ(c.at("base_model_name_or_path"), init.string());
+  // The adapters' checkpoint is not a model: --out says to use --adapter; a model's checkpoint has no adapters.
+  expect_one_line_error(run("export --checkpoint " + save.string() + " --out " + fresh("x.safetensors").string()),
+                        {"--checkpoint", "--adapter"});
+  const fs::path plain = fresh("plain_save");
+  ASSERT_EQ(run(kTrain + " --steps 1 --save-dir " + plain.string()).status, 0);
+  expect_one_line_error(run("export --checkpoint " + plain.string() + " --adapter " + fresh("a2").string()),
+                        {"--checkpoint", "no LoRA"});
+  expect_one_line_error(run("export --checkpoint " + save.string()), {"--out", "--adapter"});
+  // Resuming needs the same adapters and, trained on a checkpoint's base, that base again.
+  expect_one_line_error(run(kTrain + kLora + " --steps 4 --stage 2 --resume " + save.string()), {"--init-from"});
+  expect_one_line_error(run(kTrain + " --lora-rank 8 --lora-targets q_proj,v_proj,down_proj --steps 4 --resume " +
+                            save.string() + " --init-from " + init.string()),
+                        {"--resume", "r 4 (this run: 8)"});
+  const CommandResult resumed = run(kTrain + kLora + " --steps 4 --stage 3 --resume " + save.string() + " --init-from " +
+                                    init.string());
+  EXPECT_EQ(resumed.status, 0) << resumed.output << resumed.errors;
+}
+
+TEST(LoraRun, QloraTrainsOnTheCpuBackend) {
+  const CommandResult r = run(kTrain + kLora + " --quantize-base nf4 --stage 1 --steps 3");
+  ASSERT_EQ(r.status, 0) << r.output << r.errors;
+  EXPECT_FALSE(printed_loss(r.output, 3, 3).empty()) << r.output;
+}
+
+TEST(LoraRunBadInput, OneLineNamingTheFlag) {
+  expect_one_line_error(run("run --model " + kTinyLlama + " --backend cuda --micro-batch 2 --seq 32" + kLora + " --steps 1"),
+                        {"--backend", "LoRA", "--backend cpu"});
+  expect_one_line_error(run(kTrain + " --quantize-base nf4 --steps 1"), {"--quantize-base"});
+  expect_one_line_error(run(kTrain + kLora + " --quantize-base nf4 --stage 3 --steps 1"), {"--quantize-base", "stage 3"});
+  expect_one_line_error(run(kTrain + kLora + " --quantize-base int8 --steps 1"), {"--quantize-base", "int8"});
+  expect_one_line_error(run(kTrain + kLora + " --stage 2 --offload-optimizer cpu --steps 1"), {"--offload-optimizer"});
+  expect_one_line_error(run("run --model resnet101 --backend cpu --lora-rank 4 --steps 1"), {"--lora-rank", "layer list"});
+}
+
+#ifdef ZEROPLAN_TEST_HAVE_MPI
+// Two ranks at stage 3 (the base partitioned, each rank reading its share of the checkpoint) against one rank
+// over the same global batch: the same losses over 4 steps.
+TEST(LoraRunMpi, TwoRanksAtStage3EqualOneRank) {
+  const fs::path init = init_checkpoint();
+  const fs::path two = fresh("lora_two.json"), one = fresh("lora_one.json");
+  const CommandResult a = run(kTrain + kLora + " --steps 4 --gpus 2 --stage 3 --init-from " + init.string() +
+                              " --report " + two.string());
+  ASSERT_EQ(a.status, 0) << a.output << a.errors;
+  const CommandResult b = run(kTrain + kLora + " --steps 4 --grad-accum 2 --init-from " + init.string() + " --report " +
+                              one.string());
+  ASSERT_EQ(b.status, 0) << b.output << b.errors;
+  const std::vector<double> l2 = report_losses(two), l1 = report_losses(one);
+  ASSERT_EQ(l2.size(), l1.size());
+  for (std::size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l2[i], l1[i], 1e-6 * std::abs(l1[i])) << "step " << i + 1;
+}
+#endif
+
 }  // namespace
