@@ -82,8 +82,77 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   return m;
 }
 
+NetworkDeviceLayout network_device_layout(const ExecConfig& c, const NetworkPlan& plan) {
+  const std::int64_t e = element_bytes(c.precision), B = c.micro_batch;
+  const NetworkShape& net = *c.network;
+  auto aligned = [](std::int64_t bytes) { return (bytes + kNetworkAlignment - 1) / kNetworkAlignment * kNetworkAlignment; };
+  NetworkDeviceLayout d;
+  auto add = [&d](int& where, const char* component, std::int64_t bytes, const char* what) {
+    where = static_cast<int>(d.allocations.size());
+    d.allocations.push_back({component, bytes, what});
+  };
+  const std::size_t logits_buffer = static_cast<std::size_t>(plan.ops.back().buffer);
+  add(d.input, "activations", e * B * net.input.elements(), "network input (NHWC)");
+  std::int64_t saved = 0;
+  d.saved_offset.assign(plan.buffers.size(), -1);
+  for (std::size_t b = 0; b < plan.buffers.size(); ++b)
+    if (plan.buffers[b].saved && b != logits_buffer) {
+      d.saved_offset[b] = saved;
+      saved += aligned(e * B * plan.buffers[b].elements);
+    }
+  if (saved > 0) add(d.saved, "activations", saved, "saved activations");
+  d.transient_slot_bytes = aligned(e * B * plan.transient_slot_elements);
+  if (plan.transient_slots > 0)
+    add(d.transient, "activations", plan.transient_slots * d.transient_slot_bytes, "transient activations");
+  d.grad_slot_bytes = aligned(e * B * plan.grad_slot_elements);
+  if (plan.grad_slots > 0)
+    add(d.grads, "activations", plan.grad_slots * d.grad_slot_bytes, kActivationGradientsName);
+  std::int64_t statistics = 0, indices = 0, running = 0;
+  d.statistics_offset.assign(plan.ops.size(), -1);
+  d.running_offset.assign(plan.ops.size(), -1);
+  d.indices_offset.assign(plan.ops.size(), -1);
+  std::int64_t bn_scratch = 0, bias_width = 0;
+  for (std::size_t k = 0; k < plan.ops.size(); ++k) {
+    const NetworkOp& p = plan.ops[k];
+    if (p.op.kind == LayerOpKind::batch_norm) {
+      d.statistics_offset[k] = statistics;
+      statistics += aligned(4 * 2 * p.op.channels);
+      d.running_offset[k] = running;
+      running += aligned(4 * 2 * p.op.channels);
+      bn_scratch = std::max(bn_scratch, batchnorm_scratch_floats(B * p.in.height * p.in.width, p.op.channels));
+    } else if (p.op.kind == LayerOpKind::max_pool2d) {
+      d.indices_offset[k] = indices;
+      indices += aligned(4 * B * p.out.elements());
+    } else if (p.op.kind == LayerOpKind::conv2d) {
+      d.largest_conv_weight = std::max(d.largest_conv_weight, p.op.params() - (p.op.bias ? p.op.out_channels : 0));
+    } else if (p.op.kind == LayerOpKind::linear && p.op.bias) {
+      bias_width = std::max(bias_width, p.op.out_features);
+    }
+  }
+  if (statistics > 0) add(d.statistics, "activations", statistics, "BatchNorm batch statistics");
+  if (indices > 0) add(d.indices, "activations", indices, "max-pool indices");
+  add(d.logits, "logits", e * B * plan.buffers[logits_buffer].elements, "logits / dlogits (in place)");
+  add(d.losses, "logits", 4 * B, "per-sample losses");
+  add(d.correct, "logits", 4 * B, "per-sample correct flags");
+  if (running > 0) add(d.running, "workspace", running, "BatchNorm running statistics (buffers)");
+  add(d.images, "workspace", 4 * B * net.input.elements(), "images (fp32 upload)");
+  add(d.labels, "workspace", 4 * B, "labels");
+  if (d.largest_conv_weight > 0) {
+    add(d.conv_weight, "workspace", e * d.largest_conv_weight, "convolution weight (channels-last)");
+    add(d.conv_weight_grad, "workspace", e * d.largest_conv_weight, "convolution weight gradient (channels-last)");
+  }
+  d.batchnorm_scratch = bn_scratch;
+  if (bn_scratch > 0) add(d.batchnorm_partials, "workspace", 4 * bn_scratch, "BatchNorm reduction partials");
+  d.column_sum_floats = column_sum_scratch_floats(B, std::max<std::int64_t>(bias_width, 1), c.zero.deterministic);
+  add(d.column_sums, "workspace", 4 * (d.column_sum_floats + 1), "bias gradient partials");
+  add(d.cudnn_workspace, "workspace", kCudnnWorkspaceBytes, "cuDNN workspace");
+  add(d.cublas_workspace, "workspace", kCublasWorkspaceBytes, "cuBLASLt workspace");
+  return d;
+}
+
 std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world) {
-  const ParamLayout layout(c.shape, zero_alignment(world));
+  const ParamLayout layout = c.network ? ParamLayout(*c.network, zero_alignment(world))
+                                       : ParamLayout(c.shape, zero_alignment(world));
   const ZeroPartition partition(layout, world, 0, partition_rules(c.zero));
   const ZeroBufferLayout buffers = zero_buffer_layout(layout, partition, c.zero, c.grad_accum);
   const std::int64_t e = element_bytes(c.precision), n = layout.total(), part = partition.partition_elements();
@@ -112,6 +181,11 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   // exec/cuda/cuda_zero_device.cu (constructor): the gradient-norm slots and partials.
   a.push_back({"workspace", 4 * kNormSlots});
   a.push_back({"workspace", 4 * (kNormPartials + 1)});
+  if (c.network) {
+    const NetworkDeviceLayout d = network_device_layout(c, plan_network(*c.network));
+    a.insert(a.end(), d.allocations.begin(), d.allocations.end());
+    return a;
+  }
   // exec/cuda/cuda_trainer.cu allocate(), in its order.
   const ModelShape& s = c.shape;
   const std::int64_t B = c.micro_batch, T = c.seq_len, C = s.hidden, L = s.layers, H = s.heads;

@@ -41,10 +41,15 @@
 #include <vector>
 
 #include "exec/exec_config.h"
+#include "exec/network_plan.h"
 
 namespace zeroplan::exec {
 
 inline constexpr std::int64_t kCublasWorkspaceBytes = 32ll << 20;
+// cuDNN's convolution workspace of a layer-list network (exec/cuda/cudnn_conv.cuh): fixed, so that the device memory
+// is known before the run; the algorithm search keeps to it. 64 MiB holds the fastest algorithms of every ResNet-101
+// convolution at micro-batch 128 on 32x32 images.
+inline constexpr std::int64_t kCudnnWorkspaceBytes = 64ll << 20;
 inline constexpr std::int64_t kNormPartials = 1024;  // blocks of the grad-norm reduction (fp32 each)
 // Sums of squares the ZeRO engine keeps per bucket for the global norm (exec/zero/zero_engine.cpp), fp32 each.
 inline constexpr std::int64_t kNormSlots = 1024;
@@ -55,6 +60,13 @@ inline constexpr std::int64_t kColumnSumRowsPerBlock = 256;
 inline std::int64_t column_sum_scratch_floats(std::int64_t rows, std::int64_t width, bool deterministic) {
   return deterministic ? (rows + kColumnSumRowsPerBlock - 1) / kColumnSumRowsPerBlock * width : width;
 }
+
+// One cudaMalloc of the CUDA executor, tagged with its planner component.
+struct DeviceAllocation {
+  std::string component;
+  std::int64_t bytes = 0;
+  std::string what = {};  // the tensor, as the allocator names it in an out-of-memory error (network buffers)
+};
 
 struct ExpectedMemory {
   std::int64_t params = 0, grads = 0, master_params = 0, optimizer_states = 0, activations = 0, logits = 0,
@@ -67,11 +79,6 @@ struct ExpectedMemory {
 
 ExpectedMemory expected_device_memory(const ExecConfig& config);
 
-// One cudaMalloc of the CUDA executor, tagged with its planner component.
-struct DeviceAllocation {
-  std::string component;
-  std::int64_t bytes = 0;
-};
 // Every allocation the CUDA executor keeps for training at `world` ranks (rank 0's), in the order it makes them:
 // the ZeRO engine's (exec/zero/zero_engine.cpp: parameters, gradients, fp32 master and AdamW moments unless
 // offloaded, stage 2-3 gradient bucket buffers, stage 3's persistent tensors and arena), the engine device's
@@ -79,6 +86,44 @@ struct DeviceAllocation {
 // Summed per component they are expected_device_memory's figures at one rank, stage 0 (a CPU test holds them
 // together); the transient "transfer" buffer of the offload's initialization is freed before training and left out.
 std::vector<DeviceAllocation> device_allocations(const ExecConfig& config, int world);
+
+// The CUDA network trainer's own device buffers (exec/cuda/cuda_network_trainer.cu allocate, in this order), from
+// the network plan (exec/network_plan.h) at micro-batch B, e bytes per element. Sub-buffers start at multiples of
+// kNetworkAlignment bytes inside their allocation.
+//   activations  the network's input (NHWC, e*B*input); the saved buffers (e*B*elements each); the transient slots
+//                and the gradient slots (e*B*slot elements each); per BatchNorm the micro-batch's mean and rstd
+//                (fp32, 2C); per max pooling its argmax indices (int32, B*output)
+//   logits       the last op's buffer (its gradient is written over it) e*B*classes, per-sample losses and
+//                correct-prediction flags (4B each)
+//   workspace    the BatchNorm running statistics (fp32 buffers, 2C per BatchNorm), the images' fp32 upload
+//                (4*B*input) and labels (4B), a convolution weight and its gradient in channels-last order (e*largest
+//                conv weight each), the BatchNorm reduction scratch (4 * the largest batchnorm_scratch_floats), the
+//                bias-gradient column sums of the linear layers (4*(column_sum_scratch_floats + 1)), cuDNN's
+//                workspace (kCudnnWorkspaceBytes) and cuBLASLt's (kCublasWorkspaceBytes)
+inline constexpr std::int64_t kNetworkAlignment = 256;
+inline constexpr const char* kActivationGradientsName = "activation gradients";  // the gradient slots' allocation
+// Rows per row block of the BatchNorm reductions (exec/cuda/batchnorm.cu) and their scratch floats for M rows.
+inline constexpr std::int64_t kBatchNormRows = 256;
+inline std::int64_t batchnorm_scratch_floats(std::int64_t M, std::int64_t C) {
+  return 2 * ((M + kBatchNormRows - 1) / kBatchNormRows) * C;
+}
+struct NetworkDeviceLayout {
+  std::vector<DeviceAllocation> allocations;  // in allocation order, as device_allocations lists them
+  // Which allocation holds what (-1: not made, e.g. no max pooling in the network).
+  int input = -1, saved = -1, transient = -1, grads = -1, statistics = -1, indices = -1, logits = -1, losses = -1,
+      correct = -1, running = -1, images = -1, labels = -1, conv_weight = -1, conv_weight_grad = -1,
+      batchnorm_partials = -1, column_sums = -1, cudnn_workspace = -1, cublas_workspace = -1;
+  // Byte offsets inside their allocation, -1 where none: per plan buffer (saved ones; the last op's buffer is the
+  // logits allocation; transient ones lie in slot `slot` of the transient allocation), per op its BatchNorm
+  // statistics, running statistics and max-pool indices.
+  std::vector<std::int64_t> saved_offset;
+  std::int64_t transient_slot_bytes = 0, grad_slot_bytes = 0;
+  std::vector<std::int64_t> statistics_offset, running_offset, indices_offset;
+  std::int64_t largest_conv_weight = 0;   // elements
+  std::int64_t batchnorm_scratch = 0;     // floats
+  std::int64_t column_sum_floats = 0;     // floats, the counter excluded
+};
+NetworkDeviceLayout network_device_layout(const ExecConfig& config, const NetworkPlan& plan);
 
 // cudaMalloc maps device memory in pages of the allocation granularity (cuMemGetAllocationGranularity: 2 MiB on
 // Hopper; CUDA Driver API, Virtual Memory Management), so an allocation of at least one page occupies its size

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what zeroplan needs on Debian 12 (idempotent), configures and builds it in build/.
 # The GUI (zeroplan-gui) is always built (-DZEROPLAN_BUILD_GUI=ON: a missing Qt piece stops the configure step
-# with its package name). The CUDA executor is built when a CUDA toolkit (nvcc) and NCCL are present (e.g.
+# with its package name). The CUDA executor is built when a CUDA toolkit (nvcc), NCCL and cuDNN are present (e.g.
 # /usr/local/cuda); without them the planner, simulator, CPU executor backend and GUI are still built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,13 +37,13 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=ON
 cmake --build build -j "$jobs"
 
 # What was built, said at the end where it is seen: the CUDA executor is the one part that depends on what the
-# machine has (a CUDA toolkit and NCCL), so its absence is stated, not left to a configure line.
+# machine has (a CUDA toolkit, NCCL and cuDNN), so its absence is stated, not left to a configure line.
 echo "zeroplan setup: built build/cli/zeroplan (plan, simulate, recommend, calibrate, run --backend cpu) and" \
      "build/gui/zeroplan-gui"
 if [ -f build/exec/libzeroplan_exec_cuda.a ]; then
   echo "zeroplan setup: the CUDA executor is built (zeroplan run --backend cuda, NCCL across GPUs)"
 else
-  echo "zeroplan setup: the CUDA executor is NOT built: no CUDA toolkit with NCCL was found (nvcc in" \
-       "/usr/local/cuda/bin or on PATH, and NCCL's headers and library). Install them and run scripts/setup.sh again" \
+  echo "zeroplan setup: the CUDA executor is NOT built: no CUDA toolkit with NCCL and cuDNN was found (nvcc in" \
+       "/usr/local/cuda/bin or on PATH, NCCL's and cuDNN 9's headers and libraries). Install them and run scripts/setup.sh again" \
        "to train on GPUs; everything else works without them." >&2
 fi

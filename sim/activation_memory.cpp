@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sim/executor_device_memory.h"
 #include "sim/memory_model.h"
 #include "sim/saturating.h"
 #include "sim/term_format.h"
@@ -113,6 +114,19 @@ ActivationBytes activation_bytes(const ModelDescription& model, const TrainingCo
     // workspace is allocated beside it while a convolution's backward runs.
     out.backward_working_set = sat_mul(largest, training.micro_batch, e);
     out.convolution_workspace = in.convolution_workspace;
+    // zeroplan's executor: the buffers its network plan allocates (exec/network_plan.h), its gradient slots as the
+    // backward working set; its cuDNN workspace is a fixed allocation counted with its workspace.
+    const auto executor = training.engine == TrainingEngine::zeroplan ? executor_network_allocations(model, training)
+                                                                      : std::nullopt;
+    if (executor) {
+      out.saved_layers = out.backward_working_set = out.convolution_workspace = 0;
+      for (const exec::DeviceAllocation& a : *executor) {
+        if (a.component == "logits") out.logits = sat_add(out.logits, a.bytes);
+        else if (a.component != "activations") continue;
+        else if (a.what == exec::kActivationGradientsName) out.backward_working_set = a.bytes;
+        else out.saved_layers = sat_add(out.saved_layers, a.bytes);
+      }
+    }
   }
   out.total = sat_add(sat_add(sat_add(out.saved_layers, out.recompute_live), out.backward_working_set),
                       sat_add(sat_add(out.embedding_dropout_mask, out.final_norm), out.convolution_workspace));
@@ -123,6 +137,15 @@ void explain_activations(const ModelDescription& model, const TrainingConfig& tr
                          const ActivationBytes& b, std::vector<MemoryTerm>& terms) {
   const std::string e = num(in.activation_bytes);
   if (!model.transformer) {
+    const auto executor = training.engine == TrainingEngine::zeroplan ? executor_network_allocations(model, training)
+                                                                      : std::nullopt;
+    if (executor) {
+      for (const exec::DeviceAllocation& a : *executor)
+        if (a.component == "activations" || a.component == "logits")
+          terms.push_back({a.component, a.what, a.bytes, "the network plan at micro-batch " + num(training.micro_batch),
+                           "zeroplan's executor (exec/network_plan.h, exec/activation_accounting.h network_device_layout)"});
+      return;
+    }
     terms.push_back({"activations", "saved activations (all layers)", b.saved_layers,
                      "sum(activation_elements_per_sample) * b * e = sum over " + num(b.layers) + " layers * " +
                          num(training.micro_batch) + " * " + e +

@@ -22,10 +22,16 @@ exec::ExecConfig executor_exec_config(const ModelDescription& model, const Train
   return c;
 }
 
+std::optional<std::vector<exec::DeviceAllocation>> executor_network_allocations(const ModelDescription& model,
+                                                                                const TrainingConfig& training) {
+  if (model.transformer || !model.has_ops() || !executor_trains(model) || training.micro_batch < 1) return std::nullopt;
+  const exec::ExecConfig c = executor_exec_config(model, training, training.zero.stage);
+  return exec::network_device_layout(c, exec::plan_network(*c.network)).allocations;
+}
+
 std::optional<ExecutorDeviceBytes> executor_device_bytes(const ModelDescription& model, const TrainingConfig& training,
                                                          int world, int stage) {
-  // The CUDA executor's allocations are those of its transformer pipeline (layer lists run on the CPU backend).
-  if (!executor_trains(model) || !model.transformer || world < 1 || training.zero.reduce_bucket_size < 1)
+  if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1)
     return std::nullopt;
   const exec::ExecConfig c = executor_exec_config(model, training, stage);
   const std::vector<exec::DeviceAllocation> allocations = exec::device_allocations(c, world);

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "core/model_description.h"
 #include "core/training_config.h"
 #include "core/units.h"
+#include "exec/activation_accounting.h"
 #include "exec/exec_config.h"
 
 namespace zeroplan {
@@ -23,6 +25,12 @@ struct ExecutorDeviceBytes {
 // settings); `zeroplan run` adds the optimizer's, the loss scaler's and the seed. Throws InputError naming the
 // model's field the executor cannot train.
 exec::ExecConfig executor_exec_config(const ModelDescription& model, const TrainingConfig& training, int stage);
+
+// A layer-list network's own device buffers in the CUDA executor (exec/activation_accounting.h
+// network_device_layout: activations, logits and workspace, each named), for a model the executor trains; nullopt
+// for a transformer or a model it does not train.
+std::optional<std::vector<exec::DeviceAllocation>> executor_network_allocations(const ModelDescription& model,
+                                                                                const TrainingConfig& training);
 
 // For a model the executor trains, at `world` ranks and `stage` (training with the plan's choice applied);
 // nullopt otherwise.

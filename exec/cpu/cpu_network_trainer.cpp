@@ -14,6 +14,7 @@
 #include "exec/cpu/cpu_zero_device.h"
 #include "exec/loss_scaler.h"
 #include "exec/engine_trainer.h"
+#include "exec/network_plan.h"
 #include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
@@ -21,16 +22,6 @@ namespace zeroplan::exec {
 namespace {
 
 using i64 = std::int64_t;
-
-// One op as the trainer runs it: its description, where its inputs come from (the index of the op that wrote
-// each, or -1 for the network's input), its output's shape, and its parameters' first tensor in the layout.
-struct PlannedOp {
-  LayerOp op;
-  std::size_t layer = 0;
-  std::vector<int> producers;
-  TensorShape in, out;
-  int first_tensor = -1;
-};
 
 class CpuNetworkTrainer final : public EngineTrainer {
  public:
@@ -142,7 +133,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
 
   std::vector<float> buffer(const std::string& name) const override {
     for (std::size_t k = 0; k < ops_.size(); ++k) {
-      const PlannedOp& p = ops_[k];
+      const NetworkOp& p = ops_[k];
       if (p.op.kind != LayerOpKind::batch_norm) continue;
       const auto first = running_[k].begin() + (name == p.op.name + ".running_var" ? p.op.channels : 0);
       if (name == p.op.name + ".running_mean" || name == p.op.name + ".running_var")
@@ -153,7 +144,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
 
   void set_buffer(const std::string& name, const std::vector<float>& values) override {
     for (std::size_t k = 0; k < ops_.size(); ++k) {
-      const PlannedOp& p = ops_[k];
+      const NetworkOp& p = ops_[k];
       if (p.op.kind != LayerOpKind::batch_norm) continue;
       const bool mean = name == p.op.name + ".running_mean", var = name == p.op.name + ".running_var";
       if (!mean && !var) continue;
@@ -170,35 +161,14 @@ class CpuNetworkTrainer final : public EngineTrainer {
   const std::vector<float>& running_statistics(std::size_t op) const { return running_[op]; }
 
  private:
-  // Shapes, producers and parameter tensors of every op, in forward order; the buffers they keep.
+  // Shapes, producers and parameter tensors of every op, in forward order (exec/network_plan.h); the host keeps
+  // one output and one gradient buffer per op.
   void plan_ops() {
     const NetworkShape& net = *config_.network;
-    std::vector<std::pair<std::string, int>> latest;  // tensor name -> op that wrote it last (-1: the input)
-    latest.emplace_back("input", -1);
-    auto writer = [&](const std::string& name) {
-      for (auto it = latest.rbegin(); it != latest.rend(); ++it)
-        if (it->first == name) return it->second;
-      throw std::invalid_argument("executor: the network reads tensor " + name + " before any op writes it");
-    };
-    int tensor = 0;
-    for (std::size_t l = 0; l < net.layers.size(); ++l)
-      for (const LayerOp& op : net.layers[l]) {
-        PlannedOp p;
-        p.op = op;
-        p.layer = l;
-        for (const std::string& name : op.inputs) p.producers.push_back(writer(name));
-        p.in = p.producers[0] < 0 ? net.input : ops_[static_cast<std::size_t>(p.producers[0])].out;
-        p.out = output_shape(p);
-        const int owned = op.kind == LayerOpKind::batch_norm ? 2
-                          : op.kind == LayerOpKind::conv2d || op.kind == LayerOpKind::linear ? 1 + op.bias
-                                                                                              : 0;
-        if (owned > 0) p.first_tensor = tensor;
-        tensor += owned;
-        latest.emplace_back(op.output, static_cast<int>(ops_.size()));
-        ops_.push_back(p);
-      }
-    if (tensor != static_cast<int>(layout_.tensors().size()))
-      throw std::logic_error("cpu network trainer: the ops own " + std::to_string(tensor) + " tensors, the layout " +
+    NetworkPlan plan = plan_network(net);
+    ops_ = std::move(plan.ops);
+    if (plan.param_tensors != static_cast<int>(layout_.tensors().size()))
+      throw std::logic_error("cpu network trainer: the ops own " + std::to_string(plan.param_tensors) + " tensors, the layout " +
                              std::to_string(layout_.tensors().size()));
     const i64 B = config_.micro_batch;
     outputs_.resize(ops_.size());
@@ -208,7 +178,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
     running_.resize(ops_.size());
     i64 widest = net.input.elements() * B;
     for (std::size_t k = 0; k < ops_.size(); ++k) {
-      const PlannedOp& p = ops_[k];
+      const NetworkOp& p = ops_[k];
       outputs_[k].assign(static_cast<std::size_t>(p.out.elements() * B), 0.0f);
       grads_[k].assign(outputs_[k].size(), 0.0f);
       widest = std::max(widest, p.in.elements() * B);
@@ -223,30 +193,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
     losses_.assign(static_cast<std::size_t>(B), 0.0f);
   }
 
-  static TensorShape output_shape(const PlannedOp& p) {
-    const LayerOp& op = p.op;
-    TensorShape y = p.in;
-    switch (op.kind) {
-      case LayerOpKind::conv2d:
-        y.channels = op.out_channels;
-        y.height = cpu::pool_out_size(p.in.height, op.kernel, op.stride, op.padding, op.dilation);
-        y.width = cpu::pool_out_size(p.in.width, op.kernel, op.stride, op.padding, op.dilation);
-        break;
-      case LayerOpKind::max_pool2d:
-        y.height = cpu::pool_out_size(p.in.height, op.kernel, op.stride, op.padding);
-        y.width = cpu::pool_out_size(p.in.width, op.kernel, op.stride, op.padding);
-        break;
-      case LayerOpKind::adaptive_avg_pool2d: y.height = y.width = 1; break;
-      case LayerOpKind::flatten: y = TensorShape{p.in.elements(), 1, 1, true}; break;
-      case LayerOpKind::linear: y = TensorShape{op.out_features, 1, 1, true}; break;
-      case LayerOpKind::batch_norm:
-      case LayerOpKind::relu:
-      case LayerOpKind::add: break;
-    }
-    return y;
-  }
-
-  cpu::Conv2dGeom geometry(const PlannedOp& p) const {
+  cpu::Conv2dGeom geometry(const NetworkOp& p) const {
     const LayerOp& op = p.op;
     return cpu::conv2d_geom(config_.micro_batch, p.in.channels, p.in.height, p.in.width, op.out_channels, op.kernel,
                             op.stride, op.padding, op.dilation, op.groups);
@@ -271,7 +218,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
     const i64 B = config_.micro_batch;
     std::size_t layer = static_cast<std::size_t>(-1);
     for (std::size_t k = 0; k < ops_.size(); ++k) {
-      const PlannedOp& p = ops_[k];
+      const NetworkOp& p = ops_[k];
       if (p.layer != layer) need_unit(layer = p.layer);
       const float* x = input_of(k, 0, images);
       float* y = outputs_[k].data();
@@ -321,7 +268,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
                      (logits.begin() + b * classes) == labels[b];
     cpu::crossentropy_forward_backward(losses_.data(), train ? grads_.back().data() : nullptr, logits.data(), labels, B,
                                        classes, classes,
-                                       dloss * static_cast<float>(scaler_.scale()));
+                                       dloss);
     double sum = 0;
     for (float v : losses_) sum += v;
     return sum / static_cast<double>(B);
@@ -341,7 +288,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
     for (std::size_t k = 0; k + 1 < grads_.size(); ++k) std::fill(grads_[k].begin(), grads_[k].end(), 0.0f);
     std::size_t layer = ops_.back().layer + 1;
     for (std::size_t k = ops_.size(); k-- > 0;) {
-      const PlannedOp& p = ops_[k];
+      const NetworkOp& p = ops_[k];
       if (p.layer != layer) {
         if (layer < layout_.units().size()) engine_->gradients_final_from(layout_.units()[layer].begin);
         layer = p.layer;
@@ -401,7 +348,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
   LossScaler scaler_;
   std::unique_ptr<CpuZeroDevice> device_;
   std::unique_ptr<ZeroEngine> engine_;
-  std::vector<PlannedOp> ops_;
+  std::vector<NetworkOp> ops_;
   std::vector<std::vector<float>> outputs_, grads_;  // per op, (B, shape) fp32
   std::vector<std::vector<float>> saved_;            // BatchNorm: the micro-batch's mean and rstd
   std::vector<std::vector<float>> running_;          // BatchNorm: running mean and variance (buffers)

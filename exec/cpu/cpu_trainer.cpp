@@ -390,7 +390,7 @@ class CpuTrainer final : public EngineTrainer {
     if (s.tied_head) need_embeddings();
     cpu::matmul_forward(logits_.data(), lnf_.data(), P(layout.head()), nullptr, BT, C, s.padded_vocab);
     cpu::crossentropy_forward_backward(losses_.data(), want_grad ? logits_.data() : nullptr, logits_.data(), tg, BT,
-                                       s.vocab, s.padded_vocab, dloss * static_cast<float>(scaler_.scale()));
+                                       s.vocab, s.padded_vocab, dloss);
     double sum = 0;
     for (float x : losses_) sum += x;
     return sum / static_cast<double>(BT);

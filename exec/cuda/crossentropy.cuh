@@ -14,4 +14,11 @@ template <typename T>
 void crossentropy_forward_backward(float* losses, T* logits, const int* targets, std::int64_t N, std::int64_t V,
                                    std::int64_t Vp, float dloss, bool write_grad, cudaStream_t stream);
 
+// An image classifier's loss (layer-list networks: N samples of `classes` unpadded logits), one warp per sample:
+// losses[n] = logsumexp - logit[label], correct[n] = 1 when the first largest logit is the label, and, when asked,
+// dlogits = (softmax - onehot) * dloss in place.
+template <typename T>
+void class_crossentropy_forward_backward(float* losses, int* correct, T* logits, const int* labels, std::int64_t N,
+                                         std::int64_t classes, float dloss, bool write_grad, cudaStream_t stream);
+
 }  // namespace zeroplan::exec::cuda

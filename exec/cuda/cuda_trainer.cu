@@ -22,6 +22,7 @@
 #include "exec/cuda/attention.cuh"
 #include "exec/cuda/crossentropy.cuh"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_handles.cuh"
 #include "exec/cuda/device_allocator.h"
 #include "exec/cuda/encoder.cuh"
 #include "exec/cuda/gelu.cuh"
@@ -56,22 +57,11 @@ bool cuda_device_available(std::string* why) {
 namespace {
 
 using i64 = std::int64_t;
-
-template <typename T>
-float host_to_float(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    std::uint16_t bits;
-    std::memcpy(&bits, &x, 2);
-    const std::uint32_t f = static_cast<std::uint32_t>(bits) << 16;
-    float r;
-    std::memcpy(&r, &f, 4);
-    return r;
-  } else {
-    return __half2float(x);
-  }
-}
+using cuda::CudaEvent;
+using cuda::CudaStream;
+using cuda::PinnedHost;
+using cuda::elapsed_s;
+using cuda::host_to_float;
 
 // One block's saved tensors (activation_accounting.h lists them and their sizes): norm outputs, q/k/v (after the
 // rotary embedding), attention output, the second norm's input, the MLP's pre-activation (GELU: fc; SwiGLU: gate
@@ -81,57 +71,6 @@ struct BlockBuffers {
   T *ln1, *qkv, *att, *res2, *ln2, *fc, *act;
   float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
 };
-
-// Owners of the trainer's CUDA handles. Each releases its handle in its destructor, so a constructor that throws
-// half-way releases whatever it had created (members are destroyed in reverse order of declaration).
-class CudaEvent {
- public:
-  CudaEvent() { CUDA_CHECK(cudaEventCreate(&e_)); }
-  ~CudaEvent() { cudaEventDestroy(e_); }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  cudaEvent_t get() const { return e_; }
- private:
-  cudaEvent_t e_{};
-};
-
-// Null until create(); converts to cudaStream_t so it passes straight to the launchers.
-class CudaStream {
- public:
-  CudaStream() = default;
-  ~CudaStream() {
-    if (s_) cudaStreamDestroy(s_);
-  }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  void create() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  cudaStream_t get() const { return s_; }
-  operator cudaStream_t() const { return s_; }
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-// Page-locked host memory (the targets of the asynchronous loss and norm copies); null until allocate().
-template <typename U>
-class PinnedHost {
- public:
-  PinnedHost() = default;
-  ~PinnedHost() {
-    if (p_) cudaFreeHost(p_);
-  }
-  PinnedHost(const PinnedHost&) = delete;
-  PinnedHost& operator=(const PinnedHost&) = delete;
-  void allocate(std::size_t count) { CUDA_CHECK(cudaMallocHost(&p_, count * sizeof(U))); }
-  U* get() const { return p_; }
- private:
-  U* p_ = nullptr;
-};
-
-double elapsed_s(const CudaEvent& a, const CudaEvent& b) {
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
-  return ms * 1e-3;
-}
 
 template <typename T>
 class CudaTrainer final : public EngineTrainer {
@@ -592,9 +531,7 @@ int cuda_device_count() {
 }
 
 std::unique_ptr<Trainer> make_cuda_trainer(const ExecConfig& config, Communicator* comm) {
-  if (config.network)
-    throw std::invalid_argument("executor: layer-list networks run on the CPU backend (--backend cpu); the CUDA "
-                                "executor's convolutions and BatchNorm are not built yet");
+  if (config.network) return make_cuda_network_trainer(config, comm);
   switch (config.precision) {
     case ExecPrecision::fp32: return std::make_unique<CudaTrainer<float>>(config, comm);
     case ExecPrecision::fp16: return std::make_unique<CudaTrainer<__half>>(config, comm);

@@ -1,5 +1,5 @@
-// The CUDA trainer: GPT-2 on one GPU (world size 1; the flat parameter/gradient/optimizer buffers are the
-// partitions ZeRO will split). Declared without CUDA headers so cli/ can include it.
+// The CUDA trainers: the transformer block pipeline (GPT-2, Llama) and layer-list networks (ResNet), one rank
+// each. Declared without CUDA headers so cli/ can include it.
 #pragma once
 
 #include <memory>
@@ -15,6 +15,8 @@ bool cuda_device_available(std::string* why = nullptr);
 int cuda_device_count();
 // One rank on the current GPU (the communicator's, which called cudaSetDevice); comm null means one rank.
 // Throws DeviceOutOfMemory (exec/cuda/device_allocator.h) naming the tensor when the model does not fit.
+// A layer-list network (config.network set) gets the network trainer (exec/cuda/cuda_network_trainer.cu).
 std::unique_ptr<Trainer> make_cuda_trainer(const ExecConfig& config, Communicator* comm = nullptr);
+std::unique_ptr<Trainer> make_cuda_network_trainer(const ExecConfig& config, Communicator* comm);
 
 }  // namespace zeroplan::exec

@@ -12,95 +12,10 @@
 #include "exec/image_data.h"
 #include "exec/init_rng.h"
 #include "exec/trainer.h"
+#include "tests/exec/network_fixtures.h"
 
 namespace zeroplan::exec {
 namespace {
-
-NetworkShape network_of(const ModelDescription& model) {
-  NetworkShape n;
-  for (const LayerDescription& layer : model.layers) {
-    n.layer_names.push_back(layer.name);
-    n.layers.push_back(layer.ops);
-  }
-  n.input = *model.input_shape;
-  n.classes = model.classes;
-  return n;
-}
-
-LayerOp conv(const std::string& name, const std::string& in, const std::string& out, std::int64_t cin,
-             std::int64_t cout, std::int64_t k, std::int64_t stride, std::int64_t padding) {
-  LayerOp op;
-  op.kind = LayerOpKind::conv2d;
-  op.name = name;
-  op.inputs = {in};
-  op.output = out;
-  op.in_channels = cin;
-  op.out_channels = cout;
-  op.kernel = k;
-  op.stride = stride;
-  op.padding = padding;
-  return op;
-}
-LayerOp simple(LayerOpKind kind, const std::string& in, const std::string& out, const std::string& name = "") {
-  LayerOp op;
-  op.kind = kind;
-  op.name = name;
-  op.inputs = {in};
-  op.output = out;
-  return op;
-}
-LayerOp bn(const std::string& name, const std::string& tensor, std::int64_t channels) {
-  LayerOp op = simple(LayerOpKind::batch_norm, tensor, tensor, name);
-  op.channels = channels;
-  return op;
-}
-
-// A small ResNet: stem conv 3x3/2 + BN + ReLU + max pool 2/2, one basic residual block, global pool and fc.
-NetworkShape small_resnet(std::int64_t side, std::int64_t width) {
-  NetworkShape n;
-  n.input = TensorShape{3, side, side};
-  n.classes = 10;
-  LayerOp pool = simple(LayerOpKind::max_pool2d, "stem", "stem.pool");
-  pool.kernel = pool.stride = 2;
-  n.layer_names = {"stem", "block", "head"};
-  n.layers.push_back({conv("conv1", "input", "stem", 3, width, 3, 2, 1), bn("bn1", "stem", width),
-                      simple(LayerOpKind::relu, "stem", "stem"), pool});
-  LayerOp add = simple(LayerOpKind::add, "block.b", "block.out");
-  add.inputs = {"block.b", "stem.pool"};
-  n.layers.push_back({conv("block.conv1", "stem.pool", "block.a", width, width, 3, 1, 1), bn("block.bn1", "block.a", width),
-                      simple(LayerOpKind::relu, "block.a", "block.a"),
-                      conv("block.conv2", "block.a", "block.b", width, width, 3, 1, 1), bn("block.bn2", "block.b", width),
-                      add, simple(LayerOpKind::relu, "block.out", "block.out")});
-  LayerOp fc = simple(LayerOpKind::linear, "head.features", "logits", "fc");
-  fc.in_features = width;
-  fc.out_features = 10;
-  fc.bias = true;
-  n.layers.push_back({simple(LayerOpKind::adaptive_avg_pool2d, "block.out", "head.pool"),
-                      simple(LayerOpKind::flatten, "head.pool", "head.features"), fc});
-  return n;
-}
-
-ExecConfig network_config(NetworkShape network, std::int64_t micro_batch, double lr) {
-  ExecConfig c;
-  c.network = std::move(network);
-  c.micro_batch = micro_batch;
-  c.precision = ExecPrecision::fp32;
-  c.optimizer.learning_rate = lr;
-  c.optimizer.weight_decay = 0.0;
-  c.optimizer.grad_clip = 0.0;
-  c.seed = 3;
-  return c;
-}
-
-// Images in [-1, 1) and labels from a seed.
-void random_batch(const NetworkShape& n, std::int64_t count, std::uint64_t seed, std::vector<float>& images,
-                  std::vector<std::int32_t>& labels) {
-  images.resize(static_cast<std::size_t>(count * n.input.elements()));
-  labels.resize(static_cast<std::size_t>(count));
-  for (std::size_t i = 0; i < images.size(); ++i) images[i] = hash_uniform(seed, i);
-  for (std::size_t i = 0; i < labels.size(); ++i)
-    labels[i] = static_cast<std::int32_t>(splitmix64(seed ^ (i + 1000003)) % static_cast<std::uint64_t>(n.classes));
-}
 
 TEST(NetworkTrainer, BundledResNet101TrainsAStepOnTheCpu) {
   const ModelDescription model = load_model("resnet101");
@@ -205,6 +120,26 @@ TEST(ParamLayoutInit, ARangeEqualsTheWholeBuffersSlice) {
       EXPECT_TRUE(std::equal(range.begin(), range.end(), whole.begin() + begin)) << "range " << begin << " + " << n;
     }
   }
+}
+
+}  // namespace
+}  // namespace zeroplan::exec
+
+namespace zeroplan::exec {
+namespace {
+
+// The loss scale is applied once: the loss gradient carries it and the engine divides it out (a second factor
+// left fp16 runs' gradient norms 65536 times too large, hidden from the losses by clipping and AdamW's invariance).
+TEST(NetworkTrainer, TheLossScaleIsAppliedOnce) {
+  std::vector<float> images;
+  std::vector<std::int32_t> labels;
+  ExecConfig c = network_config(small_resnet(12, 4), 4, 1e-3);
+  random_batch(*c.network, 4, 3, images, labels);
+  const double fp32_norm = make_cpu_trainer(c)->step_images(images, labels).grad_norm;
+  c.precision = ExecPrecision::fp16;
+  const StepResult scaled = make_cpu_trainer(c)->step_images(images, labels);
+  EXPECT_EQ(scaled.loss_scale, 65536.0);
+  EXPECT_NEAR(scaled.grad_norm, fp32_norm, 1e-6 * fp32_norm);
 }
 
 }  // namespace

@@ -1,0 +1,69 @@
+// Convolutions of the layer-list networks through cuDNN 9 (cudnn_cnn.h: cudnnConvolutionForward,
+// cudnnConvolutionBackwardData, cudnnConvolutionBackwardFilter), channels-last: NHWC activations and KRSC filters,
+// the layout cuDNN's tensor-core kernels take without transposing (NVIDIA's cuDNN developer guide, "Tensor Layouts";
+// PyTorch's channels_last memory format serves the same kernels). 16-bit data computes in fp32 with tensor-core math;
+// fp32 data uses FMA math only (no TF32), so the fp32 mode is a precise reference, as the executor's GEMMs are.
+//
+// Each distinct geometry is planned once: cuDNN measures its algorithms on the real buffers (cudnnFind*Ex, as
+// torch.backends.cudnn.benchmark does) within the fixed workspace kCudnnWorkspaceBytes (exec/activation_accounting.h),
+// keeping the fastest, and only deterministic ones under --deterministic. A fixed workspace makes the device memory
+// a plan predicts the memory a run allocates.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "exec/exec_config.h"
+
+namespace zeroplan::exec::cuda {
+
+using i64 = std::int64_t;
+
+// A convolution of N images (C, H, W) -> (K, OH, OW) with a square kernel R = S, symmetric stride, padding,
+// dilation, and groups (PyTorch's Conv2d).
+struct ConvShape {
+  i64 N = 0, C = 0, H = 0, W = 0, K = 0, R = 1, stride = 1, padding = 0, dilation = 1, groups = 1;
+  i64 OH() const { return (H + 2 * padding - dilation * (R - 1) - 1) / stride + 1; }
+  i64 OW() const { return (W + 2 * padding - dilation * (R - 1) - 1) / stride + 1; }
+  bool operator==(const ConvShape& o) const {  // CUDA sources are C++17: no defaulted comparison
+    return N == o.N && C == o.C && H == o.H && W == o.W && K == o.K && R == o.R && stride == o.stride &&
+           padding == o.padding && dilation == o.dilation && groups == o.groups;
+  }
+};
+
+class CudnnConvolutions {
+ public:
+  // The handle is bound to `stream`; `workspace` (workspace_bytes) is used by every call on that stream only.
+  CudnnConvolutions(ExecPrecision precision, cudaStream_t stream, void* workspace, std::size_t workspace_bytes,
+                    bool deterministic);
+  ~CudnnConvolutions();
+  CudnnConvolutions(const CudnnConvolutions&) = delete;
+  CudnnConvolutions& operator=(const CudnnConvolutions&) = delete;
+
+  // Plans a geometry (once; later calls return the same id). The buffers are scratch of the right sizes that the
+  // algorithm search may overwrite: x (N,H,W,C), w (K,R,S,C/groups), y (N,OH,OW,K), each of the model's element type.
+  int plan(const ConvShape& shape, void* x, void* w, void* y);
+  // y = conv(x, w); dx = convT(dy, w) written, or added when accumulate; dw = the filter gradient (written).
+  void forward(int conv, void* y, const void* x, const void* w);
+  void backward_data(int conv, void* dx, const void* dy, const void* w, bool accumulate);
+  void backward_filter(int conv, void* dw, const void* dy, const void* x);
+  // What was chosen, one line per geometry and direction (the run's log).
+  std::vector<std::string> choices() const;
+
+ private:
+  struct Plan;
+  void release() noexcept;
+  ExecPrecision precision_;
+  cudaStream_t stream_;
+  void* workspace_;
+  std::size_t workspace_bytes_;
+  bool deterministic_;
+  void* handle_ = nullptr;  // cudnnHandle_t (kept out of this header so that C++ files may include it)
+  std::vector<std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace zeroplan::exec::cuda
