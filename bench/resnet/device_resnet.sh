@@ -11,7 +11,8 @@
 #            1's loss and every parameter's gradient (bench/llama/hf_reference.py compare)
 #   speed    zeroplan run, fp16, micro-batch MB (128) per GPU, 32x32 synthetic images, the rows SPEED_ROWS
 #            (default "s0 s2 s3o": stage 0, stage 2, stage 3 with the optimizer on the CPU) beside their plans
-#   peers    bench/resnet/ddp_peer.py on N GPUs in the same call: eager and torch.compile (AMP fp16, channels-last)
+#   peers    bench/resnet/ddp_peer.py on N GPUs in the same call (AMP fp16, channels-last), PEER_MODES (default
+#            "eager compile graphs": eager, torch.compile, torch.compile mode reduce-overhead (CUDA graphs))
 #   ds       DeepSpeed 0.19.8 on torchvision's ResNet-101 the tutorial's way at the speed rows' stages
 # Logs in $OUT/logs.tar.gz, the summary printed last and kept in $OUT/summary.txt.
 set -uo pipefail
@@ -96,9 +97,11 @@ if has speed; then
 fi
 
 if has peers; then
-  for mode in eager compile; do
+  for mode in ${PEER_MODES:-eager compile graphs}; do
     need 120 "peer $mode" || break
-    extra=(); [ $mode = compile ] && extra=(--compile)
+    extra=()
+    [ $mode = compile ] && extra=(--compile)
+    [ $mode = graphs ] && extra=(--compile --compile-mode reduce-overhead)  # torch.compile with CUDA graphs
     if [ $N -gt 1 ]; then launch=(torchrun --standalone --nproc_per_node=$N); else launch=(python3); fi
     timeout ${PEER_TIMEOUT:-300} "${launch[@]}" bench/resnet/ddp_peer.py --micro-batch $MB --steps $STEPS --warmup 10 \
       --precision fp16 "${extra[@]}" --out $L/peer_$mode.json > "$L/peer_$mode.log" 2>&1; rc=$?
