@@ -104,6 +104,10 @@ TEST(Nf4Quantization, EveryCodeIsTheNearestAtBothLevelsAndTheRoundTripIsBoundedP
     const std::vector<float> absmax = nf4_block_absmax(x.data(), n);
     ASSERT_EQ(t.blocks(), (n + 63) / 64);
     ASSERT_EQ(static_cast<std::int64_t>(t.absmax_scales.size()), (t.blocks() + 255) / 256);
+    // The sizes the executors allocate before quantising (the CUDA trainer's device copy) are the tensor's own.
+    EXPECT_EQ(nf4_blocks(n), t.blocks());
+    EXPECT_EQ(nf4_statistics_blocks(n), static_cast<std::int64_t>(t.absmax_scales.size()));
+    EXPECT_EQ(nf4_tensor_bytes(n), t.bytes());
     // First level: each element's code is the nearest NF4 value to x / absmax (ties within fp32 rounding aside).
     const auto& nf4 = nf4_code_values();
     for (std::int64_t i = 0; i < n; ++i) {
@@ -213,12 +217,18 @@ TEST(Nf4Quantization, EqualsBitsandbytesQuantize4bitOnStoredWeights) {
     // The dynamic map, state2's scales and the offset (a mean: torch's CUDA reduction order may differ in the last
     // bits), then each quantised constant, equal unless our normalised value sits within 1e-6 of a midpoint.
     ASSERT_EQ(c.at("state2_blocksize").get<int>(), kNf4StatisticsBlockSize);
-    for (int i = 0; i < 256; ++i)
-      EXPECT_EQ(c.at("state2_code")[i].get<double>(), static_cast<double>(bnb_dynamic_map()[i])) << "dynamic map " << i;
+    // torch builds the map with its vectorised CPU linspace (a chunk's base plus lane multiples of the step), whose
+    // last bit depends on the CPU's vector width: measured on the H200 host, 41 of the 256 entries are one ulp (two: 2)
+    // from the scalar formula. Two ulps are allowed; the codes above and below are exact.
+    for (int i = 0; i < 256; ++i) {
+      const float ours = bnb_dynamic_map()[i];
+      const double ulp = std::nextafter(std::fabs(ours), INFINITY) - std::fabs(ours);
+      EXPECT_LE(std::fabs(c.at("state2_code")[i].get<double>() - ours), 2 * ulp) << "dynamic map " << i;
+    }
     EXPECT_NEAR(c.at("offset").get<double>(), t.offset, 2e-7 * std::fabs(t.offset));
     ASSERT_EQ(c.at("state2_absmax").size(), t.absmax_scales.size());
     for (std::size_t s = 0; s < t.absmax_scales.size(); ++s)
-      EXPECT_NEAR(c.at("state2_absmax")[s].get<double>(), t.absmax_scales[s], 2e-7 * t.absmax_scales[s]);
+      EXPECT_NEAR(c.at("state2_absmax")[s].get<double>(), t.absmax_scales[s], 3e-7 * t.absmax_scales[s]);  // 2 ulps
     const std::vector<std::uint8_t> q = from_hex(c.at("absmax_q"));
     ASSERT_EQ(q.size(), t.absmax_codes.size());
     int differ = 0;
