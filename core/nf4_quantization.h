@@ -34,6 +34,17 @@ std::uint8_t nf4_quantize_normalized(float x);
 // The dynamic-map index of a value already divided by its block's absmax (dQuantize<0>, no stochastic rounding).
 std::uint8_t dynamic_quantize_normalized(const std::array<float, 256>& code, float x);
 
+// The sizes of an n-element tensor's quantisation, known before its values: the blocks of 64 (one absmax code each),
+// the blocks of 256 constants (one fp32 scale each) and the bytes Nf4Tensor::bytes() counts (packed codes, absmax
+// codes, scales and the offset). The executors allocate the device copy from these (exec/activation_accounting.h).
+constexpr std::int64_t nf4_blocks(std::int64_t n) { return (n + kNf4BlockSize - 1) / kNf4BlockSize; }
+constexpr std::int64_t nf4_statistics_blocks(std::int64_t n) {
+  return (nf4_blocks(n) + kNf4StatisticsBlockSize - 1) / kNf4StatisticsBlockSize;
+}
+constexpr std::int64_t nf4_tensor_bytes(std::int64_t n) {
+  return (n + 1) / 2 + nf4_blocks(n) + 4 * nf4_statistics_blocks(n) + 4;
+}
+
 // One tensor as bitsandbytes' Params4bit holds it with compress_statistics: the packed codes and the quant_state.
 struct Nf4Tensor {
   std::int64_t elements = 0;
