@@ -145,6 +145,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const ColumnSums& sums, const T* 
   layernorm_backward_input_kernel<T><<<ceil_div(N, kWarps), 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, mean, rstd,
                                                                                       N, C);
   CUDA_CHECK_LAUNCH();
+  if (!dw) return;  // a frozen norm (LoRA's base): no weight or bias gradient
   dim3 grid(ceil_div(C, 32 * Pack<T>::kSize), ceil_div(N, kParamRowsPerBlock));
   layernorm_backward_params_kernel<T><<<grid, 32 * kParamRowGroups, 0, stream>>>(dw, db, sums, dout, inp, mean, rstd,
                                                                                 N, C, accumulate);

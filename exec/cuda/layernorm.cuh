@@ -15,7 +15,8 @@ template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, std::int64_t N, int C,
                        cudaStream_t stream);
 // dinp += LN backward (the residual gradient flows through); dw/db (+)= their gradients, column sums over the N
-// rows into `sums` (cuda_common.cuh: column_sum_scratch_floats(N, 2C, deterministic) floats).
+// rows into `sums` (cuda_common.cuh: column_sum_scratch_floats(N, 2C, deterministic) floats). dw and db null (a
+// frozen norm, LoRA's base): dinp only.
 template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const ColumnSums& sums, const T* dout, const T* inp, const T* w,
                         const float* mean, const float* rstd, std::int64_t N, int C, bool accumulate,

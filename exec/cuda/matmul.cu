@@ -1,5 +1,6 @@
 #include "exec/cuda/matmul.cuh"
 
+#include <cstdint>
 #include <string>
 
 #include "exec/cuda/cuda_common.cuh"
@@ -29,6 +30,17 @@ struct GemmDescriptors {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+// The largest power of two (at most 256) dividing a pointer's address: cuBLASLt's heuristic assumes 256-byte
+// aligned matrices unless told otherwise (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256), and may pick a
+// kernel that cannot run on a column range of a fused output (LoRA's q/k/v adapters). PyTorch tells it the same
+// way (aten/src/ATen/cuda/CUDABlas.cpp, _getAlignment and the MIN_ALIGNMENT preferences of its cuBLASLt GEMMs).
+std::uint32_t pointer_alignment(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
 }  // namespace
 
 Matmul::Matmul(void* workspace, std::size_t workspace_bytes, bool tune)
@@ -55,7 +67,7 @@ void Matmul::release() noexcept {
 template <typename T>
 bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, bool transa, bool transb,
                  float beta, cublasLtEpilogue_t epilogue, const T* bias, T* aux, cudaStream_t stream,
-                 bool allow_failure) {
+                 bool allow_failure, const GemmStrides& strides) {
   // fp32 runs true fp32 GEMMs (no TF32) so the fp32 mode is a precise reference.
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   const cudaDataType_t dt = data_type<T>();
@@ -74,17 +86,34 @@ bool Matmul::run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, 
     const std::int64_t ld = m;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
   }
-  // column-major: op(A) m x k, op(B) k x n, C/D m x n
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transa ? k : m, transa ? m : k, transa ? k : m));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transb ? n : k, transb ? k : n, transb ? n : k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dt, m, n, m));
+  // column-major: op(A) m x k, op(B) k x n, C/D m x n; leading dimensions packed unless given
+  const i64 lda = strides.lda > 0 ? strides.lda : (transa ? k : m);
+  const i64 ldb = strides.ldb > 0 ? strides.ldb : (transb ? n : k);
+  const i64 ldc = strides.ldc > 0 ? strides.ldc : m;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transa ? k : m, transa ? m : k, lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transb ? n : k, transb ? k : n, ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dt, m, n, ldc));
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                                     sizeof(workspace_bytes_)));
+  const std::uint32_t align_a = pointer_alignment(A), align_b = pointer_alignment(B),
+                      align_c = pointer_alignment(C ? C : D), align_d = pointer_alignment(D);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof(align_a)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof(align_b)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof(align_c)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                    sizeof(align_d)));
+  // The algorithm chosen for a configuration holds for its layouts and alignments: they are part of its key.
   const std::string key = std::to_string(static_cast<int>(dt)) + ":" + std::to_string(m) + "x" + std::to_string(n) +
                           "x" + std::to_string(k) + ":" + (transa ? "T" : "N") + (transb ? "T" : "N") + ":" +
-                          std::to_string(static_cast<int>(epilogue)) + ":" + (C ? "C" : "-") + (beta != 0 ? "b" : "-");
-  const float alpha = 1.0f;
+                          std::to_string(static_cast<int>(epilogue)) + ":" + (C ? "C" : "-") + (beta != 0 ? "b" : "-") +
+                          ":ld" + std::to_string(lda) + "," + std::to_string(ldb) + "," + std::to_string(ldc) + ":al" +
+                          std::to_string(align_a) + "," + std::to_string(align_b) + "," + std::to_string(align_c) +
+                          "," + std::to_string(align_d);
+  const float alpha = strides.alpha;
   bool ok = false;
   auto it = algos_.find(key);
   if (it != algos_.end()) {
@@ -174,6 +203,29 @@ void Matmul::backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i
          CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream, false);
 }
 
+// Row-major to cuBLASLt's column-major as above (out^T = op(W) inp^T); a row stride of a row-major matrix is the
+// leading dimension of its column-major view.
+template <typename T>
+void Matmul::forward_strided(T* out, i64 ldo, const T* inp, i64 ldi, const T* W, i64 M, i64 K, i64 N, float alpha,
+                             bool accumulate, cudaStream_t stream) {
+  run<T>(out, W, inp, accumulate ? out : nullptr, N, M, K, true, false, accumulate ? 1.0f : 0.0f,
+         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream, false, GemmStrides{K, ldi, ldo, alpha});
+}
+
+template <typename T>
+void Matmul::backward_input_strided(T* dinp, const T* dout, i64 ldd, const T* W, i64 M, i64 K, i64 N, float alpha,
+                                    bool accumulate, cudaStream_t stream) {
+  run<T>(dinp, W, dout, accumulate ? dinp : nullptr, K, M, N, false, false, accumulate ? 1.0f : 0.0f,
+         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream, false, GemmStrides{K, ldd, K, alpha});
+}
+
+template <typename T>
+void Matmul::backward_weight_strided(T* dW, const T* dout, i64 ldd, const T* inp, i64 M, i64 K, i64 N, float alpha,
+                                     bool accumulate, cudaStream_t stream) {
+  run<T>(dW, inp, dout, accumulate ? dW : nullptr, K, N, M, false, true, accumulate ? 1.0f : 0.0f,
+         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, stream, false, GemmStrides{K, ldd, K, alpha});
+}
+
 namespace {
 constexpr int kBiasRowGroups = 8;
 constexpr int kBiasRowsPerBlock = kColumnSumRowsPerBlock;
@@ -226,6 +278,12 @@ void bias_backward(T* dbias, const T* dout, const ColumnSums& sums, i64 M, i64 N
   template void Matmul::backward_input<T>(T*, const T*, const T*, i64, i64, i64, cudaStream_t);                \
   template void Matmul::backward_input_dgelu<T>(T*, const T*, const T*, const T*, i64, i64, i64, cudaStream_t); \
   template void Matmul::backward_weight<T>(T*, const T*, const T*, i64, i64, i64, bool, cudaStream_t);         \
+  template void Matmul::forward_strided<T>(T*, i64, const T*, i64, const T*, i64, i64, i64, float, bool,       \
+                                           cudaStream_t);                                                      \
+  template void Matmul::backward_input_strided<T>(T*, const T*, i64, const T*, i64, i64, i64, float, bool,     \
+                                                  cudaStream_t);                                               \
+  template void Matmul::backward_weight_strided<T>(T*, const T*, i64, const T*, i64, i64, i64, float, bool,    \
+                                                   cudaStream_t);                                              \
   template void bias_backward<T>(T*, const T*, const ColumnSums&, i64, i64, bool, cudaStream_t);
 ZP_INSTANTIATE(float)
 ZP_INSTANTIATE(__half)

@@ -17,6 +17,12 @@ namespace zeroplan::exec::cuda {
 
 using i64 = std::int64_t;
 
+// Leading dimensions of a GEMM's column-major operands (0: packed, the default) and the product's scale.
+struct GemmStrides {
+  i64 lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f;
+};
+
 class Matmul {
  public:
   // tune: time cuBLASLt's top candidates per GEMM configuration and keep the fastest; false (--deterministic)
@@ -47,10 +53,27 @@ class Matmul {
   template <typename T>
   void backward_weight(T* dW, const T* dout, const T* inp, i64 M, i64 K, i64 N, bool accumulate, cudaStream_t stream);
 
+  // The same three products with a scale and a row stride, for LoRA's adapters (PEFT's lora_B(lora_A(x)) * scaling),
+  // which act on a range of columns of a fused output (q_proj on the first q rows of the qkv weight): the matrix
+  // named by `ld*` is a column range of a wider row-major one, `ld*` elements from one row to the next.
+  // out (M, N; row stride ldo) (+)= alpha * inp (M, K; row stride ldi) W^T, W (N, K).
+  template <typename T>
+  void forward_strided(T* out, i64 ldo, const T* inp, i64 ldi, const T* W, i64 M, i64 K, i64 N, float alpha,
+                       bool accumulate, cudaStream_t stream);
+  // dinp (M, K) (+)= alpha * dout (M, N; row stride ldd) W (N, K).
+  template <typename T>
+  void backward_input_strided(T* dinp, const T* dout, i64 ldd, const T* W, i64 M, i64 K, i64 N, float alpha,
+                              bool accumulate, cudaStream_t stream);
+  // dW (N, K) (+)= alpha * dout^T inp, dout (M, N; row stride ldd), inp (M, K).
+  template <typename T>
+  void backward_weight_strided(T* dW, const T* dout, i64 ldd, const T* inp, i64 M, i64 K, i64 N, float alpha,
+                               bool accumulate, cudaStream_t stream);
+
  private:
   template <typename T>
   bool run(T* D, const T* A, const T* B, const T* C, i64 m, i64 n, i64 k, bool transa, bool transb, float beta,
-           cublasLtEpilogue_t epilogue, const T* bias, T* aux, cudaStream_t stream, bool allow_failure);
+           cublasLtEpilogue_t epilogue, const T* bias, T* aux, cudaStream_t stream, bool allow_failure,
+           const GemmStrides& strides = GemmStrides{});
   void release() noexcept;  // the handle and events (the destructor, and a constructor that throws)
   cublasLtHandle_t handle_ = nullptr;
   // Chosen algorithm per GEMM configuration (per instance: a Matmul serves one device). The first call of a

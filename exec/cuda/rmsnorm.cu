@@ -117,6 +117,7 @@ void rmsnorm_backward(T* dinp, T* dw, const ColumnSums& sums, const T* dout, con
   if (C % Pack<T>::kSize != 0) throw CudaError("rmsnorm_backward: C must be a multiple of the 16-byte pack");
   rmsnorm_backward_input_kernel<T><<<ceil_div(N, kWarps), 32 * kWarps, 0, stream>>>(dinp, dout, inp, w, rstd, N, C);
   CUDA_CHECK_LAUNCH();
+  if (!dw) return;  // a frozen norm (LoRA's base): no weight gradient
   dim3 grid(ceil_div(C, 32 * Pack<T>::kSize), ceil_div(N, kParamRowsPerBlock));
   rmsnorm_backward_weight_kernel<T><<<grid, 32 * kParamRowGroups, 0, stream>>>(dw, sums, dout, inp, rstd, N, C,
                                                                               accumulate);

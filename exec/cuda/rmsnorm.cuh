@@ -18,7 +18,7 @@ void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, std::int64_t
 // dinp += RMSNorm backward (the residual gradient flows through): rstd * (w*dout - xhat * mean(w*dout*xhat)),
 // xhat = x * rstd. dw (+)= sum over the N rows of dout * xhat, column sums into `sums` (cuda_common.cuh:
 // column_sum_scratch_floats(N, C, deterministic) floats and a zero counter, left zeroed); `accumulate` adds to dw,
-// otherwise overwrites it.
+// otherwise overwrites it. dw null (a frozen norm, LoRA's base): dinp only.
 template <typename T>
 void rmsnorm_backward(T* dinp, T* dw, const ColumnSums& sums, const T* dout, const T* inp, const T* w,
                       const float* rstd, std::int64_t N, int C, bool accumulate, cudaStream_t stream);
