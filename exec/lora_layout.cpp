@@ -1,7 +1,11 @@
 #include "exec/lora_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
+
+#include "exec/init_rng.h"
+#include "exec/zero/zero_partition.h"
 
 namespace zeroplan::exec {
 
@@ -64,6 +68,21 @@ std::int64_t lora_adapter_params(const ModelShape& s, const LoraExecSettings& lo
   std::int64_t n = 0;
   for (const AdaptedLinear& m : adapted_linears(s, lora)) n += lora.rank * (m.in + m.out);
   return n * s.layers;
+}
+
+ParamLayout trained_layout(const ExecConfig& config, int world) {
+  if (config.lora.enabled) return lora_adapter_layout(config.shape, config.lora, zero_alignment(world));
+  return ParamLayout(config.shape, zero_alignment(world));
+}
+
+std::uint64_t lora_adapter_seed(std::uint64_t seed) { return splitmix64(seed ^ 0x4c6f5241ull); }
+
+std::int64_t lora_adapters_per_weight(const std::vector<AdaptedLinear>& modules) {
+  std::int64_t most = 0;
+  for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW})
+    most = std::max<std::int64_t>(most, std::count_if(modules.begin(), modules.end(),
+                                                      [w](const AdaptedLinear& m) { return m.base == w; }));
+  return most;
 }
 
 }  // namespace zeroplan::exec

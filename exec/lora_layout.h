@@ -45,4 +45,16 @@ ParamLayout lora_adapter_layout(const ModelShape& shape, const LoraExecSettings&
 // The adapters' parameters (sum of rank * (in + out) over the adapted modules of every block).
 std::int64_t lora_adapter_params(const ModelShape& shape, const LoraExecSettings& lora);
 
+// What a transformer trainer's ZeRO engine trains at `world` ranks: the model's layout, or with LoRA its adapters'
+// (both backends, so that their engines hold the same flat ranges).
+ParamLayout trained_layout(const ExecConfig& config, int world);
+
+// The adapters draw from their own stream of the run's seed, so that A is not a function of the base's draws at
+// the same indices (exec/init_rng.h hashes (seed, index)); both backends initialise them from it.
+std::uint64_t lora_adapter_seed(std::uint64_t seed);
+
+// The most adapted modules of one block weight (3 for q, k and v on the fused qkv weight): the trainers keep each
+// one's d(x A^T) until the base's input gradient has been written.
+std::int64_t lora_adapters_per_weight(const std::vector<AdaptedLinear>& modules);
+
 }  // namespace zeroplan::exec

@@ -32,16 +32,6 @@ struct LayerActivations {
   std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, lse, res2, ln2, ln2_mean, ln2_rstd, fc, act;
 };
 
-// The adapters draw from their own stream of the run's seed, so that A is not a function of the base's draws at
-// the same indices (exec/init_rng.h hashes (seed, index)).
-std::uint64_t adapter_seed(std::uint64_t seed) { return splitmix64(seed ^ 0x4c6f5241ull); }
-
-// The trained parameters' layout: the model's, or with LoRA its adapters'.
-ParamLayout trainable_layout(const ExecConfig& config, int world) {
-  if (config.lora.enabled) return lora_adapter_layout(config.shape, config.lora, zero_alignment(world));
-  return ParamLayout(config.shape, zero_alignment(world));
-}
-
 // The slot of a block weight among the four a block quantises (nf4_ holds four per layer).
 int weight_slot(BlockTensor which) {
   switch (which) {
@@ -59,7 +49,7 @@ class CpuTrainer final : public EngineTrainer {
       : config_(config),
         own_comm_(comm ? nullptr : std::make_unique<SelfCommunicator>()),
         comm_(comm ? *comm : *own_comm_),
-        layout_(trainable_layout(config, comm_.world())),
+        layout_(trained_layout(config, comm_.world())),
         scaler_(config.precision, config.loss_scale) {
     validate(config_);
     // The ranks of a CPU run share one node (our launcher, or mpirun on one host): its cores divided among them.
@@ -75,7 +65,7 @@ class CpuTrainer final : public EngineTrainer {
       base_engine_ = std::make_unique<ZeroEngine>(config_, *base_layout_, *base_device_, comm_, Trainability::frozen);
       adapted_ = adapted_linears(config_.shape, config_.lora);
     }
-    device_ = std::make_unique<CpuZeroDevice>(layout_, lora ? adapter_seed(config_.seed) : config_.seed, threads);
+    device_ = std::make_unique<CpuZeroDevice>(layout_, lora ? lora_adapter_seed(config_.seed) : config_.seed, threads);
     engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
     attach(*engine_, scaler_);
     if (lora && config_.lora.quantize_nf4) {
