@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/nf4_quantization.h"
+#include "exec/lora_layout.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_buffer_layout.h"
 #include "exec/zero/zero_partition.h"
@@ -47,6 +49,23 @@ std::int64_t norm_stat_rows(const ModelShape& s) { return s.norm == NormKind::la
 }  // namespace
 
 ExpectedMemory expected_device_memory(const ExecConfig& c) {
+  if (!c.network && c.lora.enabled) {
+    // LoRA: the list of allocations at one rank, stage 0, summed (the adapters' and the frozen base's engines, the
+    // trainer's buffers and LoRA's own; device_allocations says where each comes from).
+    ExecConfig one = c;
+    one.zero.stage = 0;
+    ExpectedMemory m;
+    for (const DeviceAllocation& a : device_allocations(one, 1)) {
+      if (a.component == "params") m.params += a.bytes;
+      else if (a.component == "grads") m.grads += a.bytes;
+      else if (a.component == "master_params") m.master_params += a.bytes;
+      else if (a.component == "optimizer_states") m.optimizer_states += a.bytes;
+      else if (a.component == "activations") m.activations += a.bytes;
+      else if (a.component == "logits") m.logits += a.bytes;
+      else if (a.component == "workspace") m.workspace += a.bytes;
+    }
+    return m;
+  }
   const ModelShape& s = c.shape;
   const ParamLayout layout(s);
   const std::int64_t P = layout.total();
@@ -111,7 +130,7 @@ NetworkDeviceLayout network_device_layout(const ExecConfig& c, const NetworkPlan
   d.statistics_offset.assign(plan.ops.size(), -1);
   d.running_offset.assign(plan.ops.size(), -1);
   d.indices_offset.assign(plan.ops.size(), -1);
-  std::int64_t bn_scratch = 0, bias_width = 0;
+  std::int64_t bn_scratch = 0, bias_scratch = 0;
   for (std::size_t k = 0; k < plan.ops.size(); ++k) {
     const NetworkOp& p = plan.ops[k];
     if (p.op.kind == LayerOpKind::batch_norm) {
@@ -125,8 +144,10 @@ NetworkDeviceLayout network_device_layout(const ExecConfig& c, const NetworkPlan
       indices += aligned(4 * B * p.out.elements());
     } else if (p.op.kind == LayerOpKind::conv2d) {
       d.largest_conv_weight = std::max(d.largest_conv_weight, p.op.params() - (p.op.bias ? p.op.out_channels : 0));
+      if (p.op.bias)
+        bias_scratch = std::max(bias_scratch, bias_grad_scratch_floats(B * p.out.height * p.out.width, p.op.out_channels));
     } else if (p.op.kind == LayerOpKind::linear && p.op.bias) {
-      bias_width = std::max(bias_width, p.op.out_features);
+      bias_scratch = std::max(bias_scratch, bias_grad_scratch_floats(B, p.op.out_features));
     }
   }
   if (statistics > 0) add(d.statistics, "activations", statistics, "BatchNorm batch statistics");
@@ -143,37 +164,42 @@ NetworkDeviceLayout network_device_layout(const ExecConfig& c, const NetworkPlan
   }
   d.batchnorm_scratch = bn_scratch;
   if (bn_scratch > 0) add(d.batchnorm_partials, "workspace", 4 * bn_scratch, "BatchNorm reduction partials");
-  d.column_sum_floats = column_sum_scratch_floats(B, std::max<std::int64_t>(bias_width, 1), c.zero.deterministic);
-  add(d.column_sums, "workspace", 4 * (d.column_sum_floats + 1), "bias gradient partials");
+  d.bias_grad_floats = bias_scratch;
+  if (bias_scratch > 0) add(d.bias_partials, "workspace", 4 * bias_scratch, "bias gradient partials");
   add(d.cudnn_workspace, "workspace", kCudnnWorkspaceBytes, "cuDNN workspace");
   add(d.cublas_workspace, "workspace", kCublasWorkspaceBytes, "cuBLASLt workspace");
   return d;
 }
 
-std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world) {
-  const ParamLayout layout = c.network ? ParamLayout(*c.network, zero_alignment(world))
-                                       : ParamLayout(c.shape, zero_alignment(world));
+namespace {
+
+// One ZeRO engine's allocations for `layout` (exec/zero/zero_engine.cpp: the constructor and setup_stage3) and its
+// CUDA device's gradient-norm buffers (exec/cuda/cuda_zero_device.cu, constructor). A frozen engine (LoRA's base,
+// Trainability::frozen) holds the parameters only, and at stage 3 its gathered units.
+void add_engine_allocations(std::vector<DeviceAllocation>& a, const ExecConfig& c, const ParamLayout& layout, int world,
+                            bool frozen) {
   const ZeroPartition partition(layout, world, 0, partition_rules(c.zero));
   const ZeroBufferLayout buffers = zero_buffer_layout(layout, partition, c.zero, c.grad_accum);
   const std::int64_t e = element_bytes(c.precision), n = layout.total(), part = partition.partition_elements();
   const int stage = c.zero.stage;
   const std::int64_t states = stage == 0 ? n : part;
-  std::vector<DeviceAllocation> a;
   // exec/zero/zero_engine.cpp (constructor, setup_stage3); CUDA kernels overwrite, so no micro-step gradients.
   // offload_param (stage 3): the partition in host memory, staging buffers on the device instead.
   if (!c.zero.offload_param) a.push_back({"params", e * (stage == 3 ? part : n)});
-  const std::int64_t grad_bytes = c.zero.fp32_grad_accumulation ? 4 : e;
-  a.push_back({"grads", grad_bytes * (stage >= 2 ? part : n)});
-  if (!c.zero.offload_optimizer) {
-    if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states});
-    a.push_back({"optimizer_states", 4 * states});
-    a.push_back({"optimizer_states", 4 * states});
+  if (!frozen) {
+    const std::int64_t grad_bytes = c.zero.fp32_grad_accumulation ? 4 : e;
+    a.push_back({"grads", grad_bytes * (stage >= 2 ? part : n)});
+    if (!c.zero.offload_optimizer) {
+      if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states});
+      a.push_back({"optimizer_states", 4 * states});
+      a.push_back({"optimizer_states", 4 * states});
+    }
+    if (buffers.micro_step_gradients > 0) a.push_back({"grads", e * buffers.micro_step_gradients});
+    for (std::int64_t elements : buffers.slot_elements) a.push_back({"gradient_buckets", e * elements});
+    if (buffers.accumulation_scratch > 0)
+      a.push_back({"gradient_buckets", (c.zero.fp32_communication ? 4 : e) * buffers.accumulation_scratch});
+    if (buffers.communication_copy > 0) a.push_back({"gradient_buckets", 4 * buffers.communication_copy});
   }
-  if (buffers.micro_step_gradients > 0) a.push_back({"grads", e * buffers.micro_step_gradients});
-  for (std::int64_t elements : buffers.slot_elements) a.push_back({"gradient_buckets", e * elements});
-  if (buffers.accumulation_scratch > 0)
-    a.push_back({"gradient_buckets", (c.zero.fp32_communication ? 4 : e) * buffers.accumulation_scratch});
-  if (buffers.communication_copy > 0) a.push_back({"gradient_buckets", 4 * buffers.communication_copy});
   if (stage == 3 && buffers.persistent_elements > 0) a.push_back({"gathered_params", e * buffers.persistent_elements});
   if (stage == 3 && buffers.arena_elements > 0) a.push_back({"gathered_params", e * buffers.arena_elements});
   for (int i = 0; i < buffers.param_staging_buffers; ++i)
@@ -181,6 +207,25 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   // exec/cuda/cuda_zero_device.cu (constructor): the gradient-norm slots and partials.
   a.push_back({"workspace", 4 * kNormSlots});
   a.push_back({"workspace", 4 * (kNormPartials + 1)});
+}
+
+}  // namespace
+
+std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world) {
+  std::vector<DeviceAllocation> a;
+  const bool lora = !c.network && c.lora.enabled;
+  const std::int64_t e = element_bytes(c.precision);
+  if (lora) {
+    // LoRA (exec/cuda/cuda_trainer.cu constructor): the frozen base's engine and device first (the model's layout,
+    // its block weights left out under NF4), then the adapters' (exec/lora_layout.h).
+    add_engine_allocations(a, c, ParamLayout(c.shape, zero_alignment(world), !c.lora.quantize_nf4), world, true);
+    add_engine_allocations(a, c, trained_layout(c, world), world, false);
+  } else {
+    add_engine_allocations(a, c,
+                           c.network ? ParamLayout(*c.network, zero_alignment(world))
+                                     : ParamLayout(c.shape, zero_alignment(world)),
+                           world, false);
+  }
   if (c.network) {
     const NetworkDeviceLayout d = network_device_layout(c, plan_network(*c.network));
     a.insert(a.end(), d.allocations.begin(), d.allocations.end());
@@ -207,9 +252,28 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   const bool det = c.zero.deterministic;
   a.push_back({"workspace", 4 * (column_sum_scratch_floats(bt, column_sum_width(s), det) + 1)});
   a.push_back({"workspace", 4 * 2 * bt});
-  if (det) a.push_back({"workspace", 4 * (3 * bt + 1)});
+  if (det && !lora) a.push_back({"workspace", 4 * (3 * bt + 1)});  // (LoRA: frozen embeddings, no dwte)
   if (s.position == PositionKind::rope) a.push_back({"workspace", 4 * T * s.head_size});  // RoPE cos and sin
   a.push_back({"workspace", kCublasWorkspaceBytes});
+  if (lora) {
+    // cuda_trainer.cu allocate_lora: x A^T per kept block and adapted module, one block weight's d(x A^T); NF4's
+    // codes and constants of every block weight and the dequantised scratch weight.
+    const std::vector<AdaptedLinear> modules = adapted_linears(s, c.lora);
+    const std::int64_t r = c.lora.rank;
+    a.push_back({"activations", e * nb * static_cast<std::int64_t>(modules.size()) * bt * r});
+    a.push_back({"activations", e * lora_adapters_per_weight(modules) * bt * r});
+    if (c.lora.quantize_nf4) {
+      const ParamLayout full(s);
+      std::int64_t codes = 0, widest = 0;
+      for (std::int64_t l = 0; l < L; ++l)
+        for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+          codes += nf4_tensor_bytes(full.block(l, w).numel());
+          widest = std::max(widest, full.block(l, w).numel());
+        }
+      a.push_back({"params", codes});
+      a.push_back({"params", e * widest});
+    }
+  }
   return a;
 }
 

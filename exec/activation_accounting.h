@@ -33,6 +33,20 @@
 //                   grad-norm partials and result (kNormPartials + 1 floats), the ZeRO engine's norm slots
 //                   (kNormSlots floats), the micro-batch's input and target token ids 8*s*b (int32), the RoPE
 //                   cos/sin tables 4*T*HS (rotary models), and the cuBLASLt workspace (32 MiB, customary on Hopper)
+//
+// LoRA (ExecConfig::lora; exec/cuda/cuda_trainer.cu, as the CPU trainer counts the same tensors): two ZeRO engines,
+// each with its device's gradient-norm buffers (workspace, twice): the frozen base's (params only, e*P_base with
+// P_base the model's layout less the block weights under NF4; at stage 3 its partition and gathered units, no
+// grads, master or moments) and the adapters' (every state of P_A = lora_adapter_params, aligned). No ordered-dwte
+// token positions (the embeddings are frozen). The trainer adds
+// activations  x A^T of every adapted module per kept block e*nb*m*sb*r (m adapted modules of a block, r the rank,
+//              nb = L, or 1 under full recompute, which rebuilds them) and, in the backward working set, the
+//              d(x A^T) of the most adapters of one block weight e*k*sb*r (k = 3 for q, k and v on the fused qkv)
+// params       --quantize-base nf4: every block weight's NF4 codes and constants (core/nf4_quantization.h
+//              nf4_tensor_bytes: n/2 codes, n/64 absmax codes, 4 per 256 blocks and the offset) and one dequantised
+//              weight e*(the largest block weight), the scratch every base GEMM reads (the CPU trainer counts its
+//              fp32 scratch under params too, and the planner's sim/lora_model.h the dequantised weight beside the
+//              codes)
 #pragma once
 
 #include <cstdint>
@@ -84,7 +98,9 @@ ExpectedMemory expected_device_memory(const ExecConfig& config);
 // offloaded, stage 2-3 gradient bucket buffers, stage 3's persistent tensors and arena), the engine device's
 // gradient-norm buffers (exec/cuda/cuda_zero_device.cu) and the trainer's (exec/cuda/cuda_trainer.cu allocate).
 // Summed per component they are expected_device_memory's figures at one rank, stage 0 (a CPU test holds them
-// together); the transient "transfer" buffer of the offload's initialization is freed before training and left out.
+// together; with LoRA expected_device_memory is that sum); the transient "transfer" buffers of the offload's
+// initialization and of set_params / restore_state are freed before training and left out. With LoRA the frozen
+// base's engine comes first, then the adapters', then the trainer's buffers (the header's notes above).
 std::vector<DeviceAllocation> device_allocations(const ExecConfig& config, int world);
 
 // The CUDA network trainer's own device buffers (exec/cuda/cuda_network_trainer.cu allocate, in this order), from
@@ -98,7 +114,7 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& config, int w
 //   workspace    the BatchNorm running statistics (fp32 buffers, 2C per BatchNorm), the images' fp32 upload
 //                (4*B*input) and labels (4B), a convolution weight and its gradient in channels-last order (e*largest
 //                conv weight each), the BatchNorm reduction scratch (4 * the largest batchnorm_scratch_floats), the
-//                bias-gradient column sums of the linear layers (4*(column_sum_scratch_floats + 1)), cuDNN's
+//                bias gradients' column sums (4 * the largest bias_grad_scratch_floats, when an op has a bias), cuDNN's
 //                workspace (kCudnnWorkspaceBytes) and cuBLASLt's (kCublasWorkspaceBytes)
 inline constexpr std::int64_t kNetworkAlignment = 256;
 inline constexpr const char* kActivationGradientsName = "activation gradients";  // the gradient slots' allocation
@@ -107,12 +123,17 @@ inline constexpr std::int64_t kBatchNormRows = 256;
 inline std::int64_t batchnorm_scratch_floats(std::int64_t M, std::int64_t C) {
   return 2 * ((M + kBatchNormRows - 1) / kBatchNormRows) * C;
 }
+// Rows per row block of a bias gradient's column sums (exec/cuda/tensor_ops.cu bias_grad) and their scratch floats.
+inline constexpr std::int64_t kBiasGradRows = 256;
+inline std::int64_t bias_grad_scratch_floats(std::int64_t M, std::int64_t C) {
+  return (M + kBiasGradRows - 1) / kBiasGradRows * C;
+}
 struct NetworkDeviceLayout {
   std::vector<DeviceAllocation> allocations;  // in allocation order, as device_allocations lists them
   // Which allocation holds what (-1: not made, e.g. no max pooling in the network).
   int input = -1, saved = -1, transient = -1, grads = -1, statistics = -1, indices = -1, logits = -1, losses = -1,
       correct = -1, running = -1, images = -1, labels = -1, conv_weight = -1, conv_weight_grad = -1,
-      batchnorm_partials = -1, column_sums = -1, cudnn_workspace = -1, cublas_workspace = -1;
+      batchnorm_partials = -1, bias_partials = -1, cudnn_workspace = -1, cublas_workspace = -1;
   // Byte offsets inside their allocation, -1 where none: per plan buffer (saved ones; the last op's buffer is the
   // logits allocation; transient ones lie in slot `slot` of the transient allocation), per op its BatchNorm
   // statistics, running statistics and max-pool indices.
@@ -121,7 +142,7 @@ struct NetworkDeviceLayout {
   std::vector<std::int64_t> statistics_offset, running_offset, indices_offset;
   std::int64_t largest_conv_weight = 0;   // elements
   std::int64_t batchnorm_scratch = 0;     // floats
-  std::int64_t column_sum_floats = 0;     // floats, the counter excluded
+  std::int64_t bias_grad_floats = 0;      // floats (0: no op has a bias)
 };
 NetworkDeviceLayout network_device_layout(const ExecConfig& config, const NetworkPlan& plan);
 

@@ -4,6 +4,14 @@
 // pipeline whose op kinds come from the shape (LayerNorm or RMSNorm, learned or rotary positions, GELU or SwiGLU,
 // multi-head or grouped-query attention, tied or untied head): GPT-2 and Llama are two configurations of it.
 // Kernels live one op kind per file beside their launchers (exec/cuda/*.cu).
+// With LoRA (ExecConfig::lora) the trainer mirrors the CPU reference (exec/cpu/cpu_trainer.cpp): the adapters are
+// the trained parameters (exec/lora_layout.h: their own layout, trained by the ZeRO engine at stages 0-3), the base
+// is held by a second engine without gradients or optimizer states (zero_engine.h Trainability::frozen: whole at
+// stages 0-2, partitioned and gathered at stage 3), and each adapted linear computes PEFT's Linear.forward
+// (peft/tuners/lora/layer.py, lora_dropout 0): base(x) + scaling * lora_B(lora_A(x)), its backward the adapters'
+// weight gradients and the input gradient through both paths, none for the base. --quantize-base nf4 holds the
+// base's block weights as NF4 codes on the device (exec/cuda/nf4.cuh), dequantised into one scratch weight before
+// each GEMM that reads them (bitsandbytes' MatMul4Bit).
 #include "exec/cuda/cuda_trainer.h"
 
 #include <algorithm>
@@ -28,12 +36,15 @@
 #include "exec/cuda/gelu.cuh"
 #include "exec/cuda/layernorm.cuh"
 #include "exec/cuda/matmul.cuh"
+#include "exec/cuda/nf4.cuh"
 #include "exec/cuda/rmsnorm.cuh"
 #include "exec/cuda/rope.cuh"
 #include "exec/cuda/swiglu.cuh"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/comm/nccl_communicator.h"
 #include "exec/cuda/cuda_zero_device.h"
+#include "core/nf4_quantization.h"
+#include "exec/lora_layout.h"
 #include "exec/loss_scaler.h"
 #include "exec/zero/zero_engine.h"
 
@@ -76,7 +87,7 @@ template <typename T>
 class CudaTrainer final : public EngineTrainer {
  public:
   CudaTrainer(const ExecConfig& config, Communicator* comm)
-      : config_(config), layout_(config.shape, zero_alignment(comm ? comm->world() : 1)),
+      : config_(config), layout_(trained_layout(config, comm ? comm->world() : 1)),
         scaler_(config.precision, config.loss_scale) {
     validate(config_);
     if (config_.seq_len > (1 << 30) || config_.micro_batch * config_.seq_len > (1ll << 31))
@@ -92,13 +103,36 @@ class CudaTrainer final : public EngineTrainer {
     try {
       stream_.create();
       alloc_ = std::make_unique<DeviceAllocator>();
-      zero_device_ = std::make_unique<CudaZeroDevice>(layout_, config_.seed, element_type(), *alloc_, stream_,
+      const bool lora = config_.lora.enabled;
+      if (lora) {
+        // The frozen base: the model's layout (its block weights left out when they are held as NF4 codes), whole
+        // at stages 0-2 and partitioned at stage 3 by an engine without gradients or optimizer states, on a device
+        // of its own over the same streams (its events and marks apart from the adapters').
+        const int world = comm_->world();
+        full_layout_ = std::make_unique<ParamLayout>(config_.shape, zero_alignment(world));
+        base_layout_ = std::make_unique<ParamLayout>(config_.shape, zero_alignment(world), !config_.lora.quantize_nf4);
+        base_device_ = std::make_unique<CudaZeroDevice>(*base_layout_, config_.seed, element_type(), *alloc_, stream_,
+                                                        static_cast<cudaStream_t>(comm_->comm_stream()));
+        base_engine_ = std::make_unique<ZeroEngine>(config_, *base_layout_, *base_device_, *comm_, Trainability::frozen);
+        adapted_ = adapted_linears(config_.shape, config_.lora);
+      }
+      zero_device_ = std::make_unique<CudaZeroDevice>(layout_, lora ? lora_adapter_seed(config_.seed) : config_.seed,
+                                                      element_type(), *alloc_, stream_,
                                                       static_cast<cudaStream_t>(comm_->comm_stream()));
       engine_ = std::make_unique<ZeroEngine>(config_, layout_, *zero_device_, *comm_);
       attach(*engine_, scaler_);
       allocate();
       matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes),
                                                /*tune=*/!config_.zero.deterministic);
+      if (lora && config_.lora.quantize_nf4) {
+        // The base as the full model would be initialised (the engine initialised its other tensors the same way),
+        // its block weights quantised.
+        const ParamLayout& full = *full_layout_;
+        const std::uint64_t seed = config_.seed;
+        quantize_base(full, [&full, seed](std::int64_t begin, std::int64_t n, float* master, float*, float*) {
+          full.initialize_range(seed, begin, n, master);
+        });
+      }
     } catch (...) {
       // the members release everything created so far; first let queued work finish with the buffers
       if (stream_.get()) cudaStreamSynchronize(stream_);
@@ -122,6 +156,7 @@ class CudaTrainer final : public EngineTrainer {
   double forward_loss(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
     engine_->begin_forward_only();
+    if (base_engine_) base_engine_->begin_forward_only();
     forward(in.data(), tg.data(), false, 0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return mean_loss(1);
@@ -130,8 +165,8 @@ class CudaTrainer final : public EngineTrainer {
   double forward_backward(const std::vector<std::int32_t>& in, const std::vector<std::int32_t>& tg) override {
     check_tokens(in, tg, 1);
     const float dloss = static_cast<float>(scaler_.scale() / static_cast<double>(BT()));
-    engine_->begin_step();
-    engine_->begin_micro_step(config_.grad_accum - 1);  // a boundary micro-step: its gradients are reduced
+    begin_step();
+    begin_micro_step(config_.grad_accum - 1);  // a boundary micro-step: its gradients are reduced
     forward(in.data(), tg.data(), true, 0, dloss);
     backward();
     zero_device_->synchronize();
@@ -147,12 +182,12 @@ class CudaTrainer final : public EngineTrainer {
     const double global_tokens = static_cast<double>(BT() * config_.grad_accum * comm_->world());
     const float dloss = static_cast<float>(scale / global_tokens);
     CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
-    engine_->begin_step();
+    begin_step();
     // No host synchronization between micro-steps: the token uploads and the loss copies are ordered on the
     // stream (pageable uploads are staged before cudaMemcpyAsync returns), and the phase times are read from
     // per-micro-step events once the step has finished.
     for (i64 k = 0; k < config_.grad_accum; ++k) {
-      engine_->begin_micro_step(k);
+      begin_micro_step(k);
       CUDA_CHECK(cudaEventRecord(micro_events_[3 * k]->get(), stream_));
       forward(in.data() + k * BT(), tg.data() + k * BT(), true, k, dloss);
       CUDA_CHECK(cudaEventRecord(micro_events_[3 * k + 1]->get(), stream_));
@@ -185,6 +220,43 @@ class CudaTrainer final : public EngineTrainer {
 
   std::vector<float> logits() const override { return download(logits_, BT() * config_.shape.padded_vocab, 1.0); }
 
+  // LoRA: the frozen base (trainer.h), as the CPU trainer gives it.
+  const ParamLayout* frozen_layout() const override { return base_layout_.get(); }
+  std::vector<float> frozen_params() const override {
+    if (!base_engine_) return {};
+    return base_engine_->gathered_params();
+  }
+  // The dequantisation kernel's output, the weight the GEMMs read (into the scratch weight, downloaded).
+  std::vector<float> dequantized_weight(std::int64_t layer, BlockTensor which) const override {
+    if (nf4_.empty()) return {};
+    const cuda::Nf4DeviceTensor& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
+    cuda::dequantize_nf4<T>(dequantized_, q, stream_);
+    return download(dequantized_, q.elements, 1.0);
+  }
+  void set_frozen(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) override {
+    if (!base_engine_) throw std::invalid_argument("set_frozen: this trainer trains every parameter (no LoRA base)");
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // The base engine's own tensors read from the same-named tensors of the source's layout.
+    std::vector<const ParamTensor*> from(base_layout_->tensors().size(), nullptr);
+    for (std::size_t i = 0; i < base_layout_->tensors().size(); ++i)
+      for (const ParamTensor& t : source_layout.tensors())
+        if (t.name == base_layout_->tensors()[i].name) from[i] = &t;
+    const ParamLayout& base = *base_layout_;
+    base_engine_->restore_state(
+        [&](std::int64_t begin, std::int64_t n, float* master, float*, float*) {
+          std::fill(master, master + n, 0.0f);
+          for (std::size_t i = 0; i < base.tensors().size(); ++i) {
+            const ParamTensor& t = base.tensors()[i];
+            const std::int64_t lo = std::max(begin, t.offset), hi = std::min(begin + n, t.offset + t.numel());
+            if (lo >= hi) continue;
+            if (!from[i]) throw std::invalid_argument("set_frozen: the source has no tensor " + t.name);
+            source(from[i]->offset + (lo - t.offset), hi - lo, master + (lo - begin), nullptr, nullptr);
+          }
+        },
+        0);
+    if (config_.lora.quantize_nf4) quantize_base(source_layout, source);
+  }
+
 
   MemoryReport memory() const override {
     MemoryReport r;
@@ -200,16 +272,151 @@ class CudaTrainer final : public EngineTrainer {
 
  private:
   i64 BT() const { return config_.micro_batch * config_.seq_len; }
-  T* P(const ParamTensor& t) const { return static_cast<T*>(engine_->param_at(t.offset)); }
-  T* G(const ParamTensor& t) const { return static_cast<T*>(engine_->grad_at(t.offset)); }
-  // A block tensor's parameters / gradients, or null when the model lacks the role (a bias Llama has not).
-  T* P(i64 l, BlockTensor which) const { return layout_.has(which) ? P(layout_.block(l, which)) : nullptr; }
-  T* G(i64 l, BlockTensor which) const { return layout_.has(which) ? G(layout_.block(l, which)) : nullptr; }
+  T* P(const ParamTensor& t) const { return static_cast<T*>(model_engine().param_at(t.offset)); }
+  // The model's gradients, none for a frozen base (autograd gives frozen leaves none): null, and every weight
+  // gradient of the base is skipped.
+  T* G(const ParamTensor& t) const { return lora() ? nullptr : static_cast<T*>(engine_->grad_at(t.offset)); }
+  // A block tensor's parameters / gradients, or null when the model lacks the role (a bias Llama has not; a block
+  // weight of a base held as NF4 codes, read through W()).
+  T* P(i64 l, BlockTensor which) const {
+    return model_layout().has(which) ? P(model_layout().block(l, which)) : nullptr;
+  }
+  T* G(i64 l, BlockTensor which) const {
+    return model_layout().has(which) ? G(model_layout().block(l, which)) : nullptr;
+  }
   // Stage 3 gathers each unit's parameters before it computes (a no-op at stages 0-2), in the order
-  // exec/zero/zero_buffer_layout.cpp plans: embeddings, blocks, head unit, the embeddings again when tied.
-  void need_embeddings() { engine_->params_needed(0, layout_.block_begin(0)); }
-  void need_block(i64 l) { engine_->params_needed(layout_.block_begin(l), layout_.block_end(l)); }
-  void need_head_unit() { engine_->params_needed(layout_.tail_begin(), layout_.total()); }
+  // exec/zero/zero_buffer_layout.cpp plans: embeddings, blocks, head unit, the embeddings again when tied. With LoRA
+  // the model's units are the frozen base's, and the adapters' engine has one unit per block, used with it.
+  void need_embeddings() { model_engine().params_needed(0, model_layout().block_begin(0)); }
+  void need_block(i64 l) {
+    model_engine().params_needed(model_layout().block_begin(l), model_layout().block_end(l));
+    if (lora()) {
+      const ParamUnit& u = layout_.units()[static_cast<std::size_t>(l)];
+      engine_->params_needed(u.begin, u.end);
+    }
+  }
+  void need_head_unit() { model_engine().params_needed(model_layout().tail_begin(), model_layout().total()); }
+  bool lora() const { return base_engine_ != nullptr; }
+  // The model's layout and the engine holding its parameters: the trained ones, or with LoRA the frozen base.
+  const ParamLayout& model_layout() const { return base_layout_ ? *base_layout_ : layout_; }
+  ZeroEngine& model_engine() const { return base_engine_ ? *base_engine_ : *engine_; }
+  void begin_step() {
+    engine_->begin_step();
+    if (base_engine_) base_engine_->begin_step();
+  }
+  void begin_micro_step(i64 k) {
+    engine_->begin_micro_step(k);
+    if (base_engine_) base_engine_->begin_micro_step(k);
+  }
+  // The slot of a block weight among the four a block quantises (nf4_ holds four per layer, as the CPU trainer).
+  static int weight_slot(BlockTensor which) {
+    switch (which) {
+      case kQkvW: return 0;
+      case kAttProjW: return 1;
+      case kFcW: return 2;
+      case kFcProjW: return 3;
+      default: throw std::logic_error("weight_slot: not a block weight");
+    }
+  }
+  // A block linear's weight as the GEMMs read it: the model's, or its NF4 codes dequantised into the scratch
+  // weight (stream-ordered: the previous GEMM reading the scratch has been enqueued before this overwrites it).
+  const T* W(i64 l, BlockTensor which) {
+    if (nf4_.empty()) return P(l, which);
+    cuda::dequantize_nf4<T>(dequantized_, nf4_[static_cast<std::size_t>(l * 4 + weight_slot(which))], stream_);
+    return dequantized_;
+  }
+  // The adapters of block l: A and B of adapted module j are tensors 2j and 2j+1 of the block's unit.
+  const ParamTensor& adapter(i64 l, std::size_t j, int b) const {
+    return layout_.tensors()[layout_.units()[static_cast<std::size_t>(l)].first_tensor + 2 * j +
+                             static_cast<std::size_t>(b)];
+  }
+  T* AP(i64 l, std::size_t j, int b) const { return static_cast<T*>(engine_->param_at(adapter(l, j, b).offset)); }
+  T* AG(i64 l, std::size_t j, int b) const { return static_cast<T*>(engine_->grad_at(adapter(l, j, b).offset)); }
+  // x A^T of adapted module j in block l (B*T x r), kept for backward (PEFT's lora_A output, which autograd saves for
+  // lora_B); one block's set under full recompute, which rebuilds it.
+  T* xa(i64 l, std::size_t j) const {
+    const i64 k = config_.recompute == ExecRecompute::full ? 0 : l;
+    return lora_xa_ + (k * static_cast<i64>(adapted_.size()) + static_cast<i64>(j)) * BT() * config_.lora.rank;
+  }
+  bool adapted(BlockTensor which) const {
+    for (const AdaptedLinear& m : adapted_)
+      if (m.base == which) return true;
+    return false;
+  }
+  // out (B*T x N, the base's output of block l's linear `which` from inp (B*T x K)) += scaling * (inp A^T) B^T on
+  // each adapted module's columns, x A^T kept; `output` false (full recompute, whose block output is stored) keeps
+  // x A^T only. The base's output is the GEMM's C (beta 1, in place): the residual the adapter adds to.
+  void lora_forward(i64 l, BlockTensor which, T* out, const T* inp, i64 K, i64 N, bool output = true) {
+    const i64 r = config_.lora.rank, bt = BT();
+    const float scaling = static_cast<float>(config_.lora.scaling());
+    for (std::size_t j = 0; j < adapted_.size(); ++j) {
+      const AdaptedLinear& m = adapted_[j];
+      if (m.base != which) continue;
+      matmul_->forward<T>(xa(l, j), inp, AP(l, j, 0), nullptr, nullptr, bt, K, r, stream_);
+      if (output)
+        matmul_->forward_strided<T>(out + m.row_offset, N, xa(l, j), r, AP(l, j, 1), bt, r, m.out, scaling,
+                                    /*accumulate=*/true, stream_);
+    }
+  }
+  // The adapters' part of block l's linear `which` backward from dout (B*T x N), before the base's input gradient:
+  // with g = scaling * dout[:, the module's columns], dB (+)= g^T (x A^T), d(x A^T) = g B, dA (+)= d(x A^T)^T inp
+  // (cpu_ops.h lora_backward). inp is read here, before the input gradient may overwrite it (selective recompute
+  // rebuilds the norm and MLP activation outputs in the working set the input gradients are written to); each
+  // module's d(x A^T) is kept in lora_dxa_ for lora_backward_input.
+  void lora_backward_weights(i64 l, BlockTensor which, const T* dout, const T* inp, i64 K, i64 N, bool acc) {
+    const i64 r = config_.lora.rank, bt = BT();
+    const float scaling = static_cast<float>(config_.lora.scaling());
+    i64 k = 0;
+    for (std::size_t j = 0; j < adapted_.size(); ++j) {
+      const AdaptedLinear& m = adapted_[j];
+      if (m.base != which) continue;
+      T* dxa = lora_dxa_ + (k++) * bt * r;
+      matmul_->backward_weight_strided<T>(AG(l, j, 1), dout + m.row_offset, N, xa(l, j), bt, r, m.out, scaling, acc,
+                                          stream_);
+      matmul_->backward_input_strided<T>(dxa, dout + m.row_offset, N, AP(l, j, 1), bt, r, m.out, scaling,
+                                         /*accumulate=*/false, stream_);
+      matmul_->backward_weight<T>(AG(l, j, 0), dxa, inp, bt, K, r, acc, stream_);
+    }
+  }
+  // dinp (B*T x K, the base's input gradient, written) += d(x A^T) A for each adapted module of `which`.
+  void lora_backward_input(i64 l, BlockTensor which, T* dinp, i64 K) {
+    const i64 r = config_.lora.rank, bt = BT();
+    i64 k = 0;
+    for (std::size_t j = 0; j < adapted_.size(); ++j) {
+      if (adapted_[j].base != which) continue;
+      matmul_->backward_input_strided<T>(dinp, lora_dxa_ + (k++) * bt * r, r, AP(l, j, 0), bt, K, r, 1.0f,
+                                         /*accumulate=*/true, stream_);
+    }
+  }
+  // QLoRA: every block weight of `source` (flat ranges of source_layout, the model's whole layout) rounded to the
+  // model's precision, as the 16-bit model bitsandbytes quantises holds it (transformers' replace_with_bnb_linear
+  // quantises every linear layer but the head; Params4bit quantises the weight in its dtype, read as fp32 by
+  // kQuantizeBlockwise), quantised on the host (core/nf4_quantization.h quantize_nf4) and copied to the device.
+  void quantize_base(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::size_t slot = 0;
+    for (i64 l = 0; l < config_.shape.layers; ++l)
+      for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+        const ParamTensor& t = source_layout.block(l, w);
+        std::vector<float> values(static_cast<std::size_t>(t.numel()));
+        source(t.offset, t.numel(), values.data(), nullptr, nullptr);
+        for (float& v : values) v = host_to_float(host_from_float(v));
+        const Nf4Tensor q = quantize_nf4(values.data(), t.numel());
+        const cuda::Nf4DeviceTensor& d = nf4_[slot++];
+        if (q.elements != d.elements) throw std::logic_error("quantize_base: a block weight of another size");
+        CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d.codes), q.codes.data(), q.codes.size(), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d.absmax_codes), q.absmax_codes.data(), q.absmax_codes.size(),
+                              cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(const_cast<float*>(d.absmax_scales), q.absmax_scales.data(),
+                              q.absmax_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(const_cast<float*>(d.offset), &q.offset, sizeof(float), cudaMemcpyHostToDevice));
+      }
+  }
+  static T host_from_float(float x) {
+    if constexpr (std::is_same_v<T, float>) return x;
+    else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
+    else return __float2bfloat16_rn(x);
+  }
   bool rope() const { return config_.shape.position == PositionKind::rope; }
   bool swiglu() const { return config_.shape.mlp == MlpKind::swiglu; }
 
@@ -307,7 +514,9 @@ class CudaTrainer final : public EngineTrainer {
     CUDA_CHECK(cudaMemset(partial, 0, (partial_floats + 1) * sizeof(float)));
     sums_ = cuda::ColumnSums{partial, reinterpret_cast<unsigned*>(partial + partial_floats), det};
     tokens_ = alloc_->allocate_n<int>("workspace", "input and target tokens", 2 * bt);
-    if (det) token_positions_d_ = alloc_->allocate_n<int>("workspace", "token positions (ordered dwte)", 3 * bt + 1);
+    // (With LoRA the embeddings are frozen: no dwte to order.)
+    if (det && !config_.lora.enabled)
+      token_positions_d_ = alloc_->allocate_n<int>("workspace", "token positions (ordered dwte)", 3 * bt + 1);
     if (rope()) {
       // cos and sin of every (position, frequency) of the sequence, fp32, computed once on the host by the CPU
       // reference's own function so both backends rotate by the same angles.
@@ -323,11 +532,55 @@ class CudaTrainer final : public EngineTrainer {
       CUDA_CHECK(cudaMemcpy(rope_sin_, sin.data(), half * sizeof(float), cudaMemcpyHostToDevice));
     }
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
+    if (config_.lora.enabled) allocate_lora(nb);
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * bt));
     for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
   }
 
+  // LoRA's buffers (activation_accounting.h device_allocations lists them, in this order): every kept block's
+  // x A^T per adapted module (activations, as the CPU trainer counts them), the d(x A^T) of one block weight's
+  // modules (the backward working set), and with NF4 the codes and constants of every block weight and the one
+  // dequantised weight (params, as the CPU trainer and the planner's sim/lora_model.h count them).
+  void allocate_lora(i64 nb) {
+    const auto& s = config_.shape;
+    const i64 bt = BT(), r = config_.lora.rank, n_adapted = static_cast<i64>(adapted_.size());
+    lora_xa_ = alloc_->allocate_n<T>("activations", "LoRA x A^T (kept for backward)", nb * n_adapted * bt * r);
+    lora_dxa_ = alloc_->allocate_n<T>("activations", "LoRA d(x A^T)", lora_adapters_per_weight(adapted_) * bt * r);
+    if (!config_.lora.quantize_nf4) return;
+    // One allocation: the fp32 scales and offset of every tensor first (aligned), then their packed codes and
+    // absmax codes; tensor by tensor in nf4_'s order (per layer qkv, o, fc, down).
+    std::vector<i64> numel;
+    i64 floats = 0, bytes = 0, widest = 0;
+    for (i64 l = 0; l < s.layers; ++l)
+      for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+        const i64 n = full_layout_->block(l, w).numel();
+        numel.push_back(n);
+        floats += nf4_statistics_blocks(n) + 1;
+        bytes += (n + 1) / 2 + nf4_blocks(n);
+        widest = std::max(widest, n);
+      }
+    auto* store = static_cast<unsigned char*>(
+        alloc_->allocate("params", "NF4 codes and absmax constants (frozen base)", 4 * floats + bytes));
+    float* f = reinterpret_cast<float*>(store);
+    std::uint8_t* b = store + 4 * floats;
+    for (i64 n : numel) {
+      cuda::Nf4DeviceTensor t;
+      t.elements = n;
+      t.absmax_scales = f;
+      f += nf4_statistics_blocks(n);
+      t.offset = f++;
+      t.codes = b;
+      b += (n + 1) / 2;
+      t.absmax_codes = b;
+      b += nf4_blocks(n);
+      nf4_.push_back(t);
+    }
+    dequantized_ = alloc_->allocate_n<T>("params", "dequantised NF4 weight (scratch)", widest);
+  }
+
   // One block's forward. `recompute` (full checkpointing, in backward) skips the block output, already stored.
+  // Each adapted linear adds its adapters onto the base's output (lora_forward) before anything reads it; the GELU
+  // then runs apart from the GEMM when c_fc is adapted (the pre-activation must hold the adapter's share first).
   void block_forward(i64 l, bool recompute) {
     const auto& s = config_.shape;
     const i64 C = s.hidden, bt = BT(), Q = s.q_dim(), QKV = s.qkv_dim(), F = s.ffn_hidden, FI = s.mlp_in_dim();
@@ -336,30 +589,40 @@ class CudaTrainer final : public EngineTrainer {
     T* y = residual_ + (l + 1) * bt * C;
     const int B = static_cast<int>(config_.micro_batch), Tn = static_cast<int>(config_.seq_len);
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(l, kLn1W), P(l, kLn1B));
-    matmul_->forward<T>(a.qkv, a.ln1, P(l, kQkvW), P(l, kQkvB), nullptr, bt, C, QKV, stream_);
+    matmul_->forward<T>(a.qkv, a.ln1, W(l, kQkvW), P(l, kQkvB), nullptr, bt, C, QKV, stream_);
+    lora_forward(l, kQkvW, a.qkv, a.ln1, C, QKV);
     if (rope())
       cuda::rope_forward<T>(a.qkv, rope_cos_, rope_sin_, B, Tn, static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
                             static_cast<int>(s.head_size), stream_);
     cuda::attention_forward<T>(a.att, a.lse, a.qkv, B, Tn, static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
                                static_cast<int>(s.head_size), stream_);
-    matmul_->forward<T>(a.res2, a.att, P(l, kAttProjW), P(l, kAttProjB), x, bt, Q, C, stream_);
+    matmul_->forward<T>(a.res2, a.att, W(l, kAttProjW), P(l, kAttProjB), x, bt, Q, C, stream_);
+    lora_forward(l, kAttProjW, a.res2, a.att, Q, C);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(l, kLn2W), P(l, kLn2B));
-    if (swiglu()) {
-      matmul_->forward<T>(a.fc, a.ln2, P(l, kFcW), P(l, kFcB), nullptr, bt, C, FI, stream_);
+    if (swiglu() || adapted(kFcW)) {
+      matmul_->forward<T>(a.fc, a.ln2, W(l, kFcW), P(l, kFcB), nullptr, bt, C, FI, stream_);
+      lora_forward(l, kFcW, a.fc, a.ln2, C, FI);
       activation_forward(a.act, a.fc);
     } else {
-      matmul_->forward_gelu<T>(a.act, a.fc, a.ln2, P(l, kFcW), P(l, kFcB), bt, C, FI, stream_);
+      matmul_->forward_gelu<T>(a.act, a.fc, a.ln2, W(l, kFcW), P(l, kFcB), bt, C, FI, stream_);
     }
-    if (!recompute) matmul_->forward<T>(y, a.act, P(l, kFcProjW), P(l, kFcProjB), a.res2, bt, F, C, stream_);
+    if (!recompute) {
+      matmul_->forward<T>(y, a.act, W(l, kFcProjW), P(l, kFcProjB), a.res2, bt, F, C, stream_);
+      lora_forward(l, kFcProjW, y, a.act, F, C);
+    } else {
+      lora_forward(l, kFcProjW, nullptr, a.act, F, C, /*output=*/false);  // its x A^T, for the adapters' backward
+    }
   }
 
   void forward(const int* in, const int* tg, bool want_grad, i64 micro, float dloss = 0.0f) {
     const auto& s = config_.shape;
+    const ParamLayout& layout = model_layout();
     const i64 C = s.hidden, bt = BT();
     CUDA_CHECK(cudaMemcpyAsync(tokens_, in, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaMemcpyAsync(tokens_ + bt, tg, bt * sizeof(int), cudaMemcpyHostToDevice, stream_));
-    if (want_grad && config_.zero.deterministic) {
+    if (want_grad && config_.zero.deterministic && !lora()) {
       // From pageable memory, cudaMemcpyAsync returns once the bytes are staged: the vectors may change after.
+      // (With LoRA the embeddings are frozen: no dwte to order.)
       token_positions_.build(in, bt);
       const int distinct = static_cast<int>(token_positions_.tokens.size());
       int* d = token_positions_d_;
@@ -371,7 +634,7 @@ class CudaTrainer final : public EngineTrainer {
       token_positions_view_ = cuda::DeviceTokenPositions{d, d + bt, d + 2 * bt + 1, distinct};
     }
     need_embeddings();
-    cuda::encoder_forward<T>(residual_, tokens_, P(layout_.wte()), layout_.has_wpe() ? P(layout_.wpe()) : nullptr,
+    cuda::encoder_forward<T>(residual_, tokens_, P(layout.wte()), layout.has_wpe() ? P(layout.wpe()) : nullptr,
                              config_.micro_batch, config_.seq_len, C, stream_);
     for (i64 l = 0; l < s.layers; ++l) {
       need_block(l);
@@ -379,10 +642,10 @@ class CudaTrainer final : public EngineTrainer {
     }
     need_head_unit();
     norm_forward(lnf_, lnf_stats_, s.norm == NormKind::layer_norm ? lnf_stats_ + bt : lnf_stats_,
-                 residual_ + s.layers * bt * C, P(layout_.final_norm_w()),
-                 s.norm_bias ? P(layout_.final_norm_b()) : nullptr);
+                 residual_ + s.layers * bt * C, P(layout.final_norm_w()),
+                 s.norm_bias ? P(layout.final_norm_b()) : nullptr);
     if (s.tied_head) need_embeddings();
-    matmul_->forward<T>(logits_, lnf_, P(layout_.head()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
+    matmul_->forward<T>(logits_, lnf_, P(layout.head()), nullptr, nullptr, bt, C, s.padded_vocab, stream_);
     cuda::crossentropy_forward_backward<T>(losses_, logits_, tokens_ + bt, bt, s.vocab, s.padded_vocab, dloss,
                                            want_grad, stream_);
     CUDA_CHECK(cudaMemcpyAsync(host_losses_.get() + micro * bt, losses_, bt * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -391,73 +654,97 @@ class CudaTrainer final : public EngineTrainer {
   // Gradients are written on the first micro-step and accumulated on the others.
   // The ZeRO engine learns which gradients backward writes next (prepare_gradients: stage 2 hands out bucket
   // buffers) and which are final (gradients_final_from: finished buckets are reduced on the comm stream while
-  // backward goes on).
+  // backward goes on). With LoRA those are the adapters' (one unit per block); the base's weight gradients are
+  // skipped (G() is null), its input gradients computed as for the whole model.
   void backward() {  // the micro-step's tokens are already on the device
     const auto& s = config_.shape;
+    const ParamLayout& layout = model_layout();
     const i64 C = s.hidden, bt = BT(), Q = s.q_dim(), QKV = s.qkv_dim(), F = s.ffn_hidden, FI = s.mlp_in_dim();
     const int B = static_cast<int>(config_.micro_batch), Tn = static_cast<int>(config_.seq_len);
     const int NH = static_cast<int>(s.heads), NKV = static_cast<int>(s.kv_heads), HS = static_cast<int>(s.head_size);
     const bool acc = engine_->kernels_accumulate();
     const bool layer_norm = s.norm == NormKind::layer_norm;
-    engine_->prepare_gradients(0, layout_.block_begin(0));              // embeddings (wte by the tied head)
-    engine_->prepare_gradients(layout_.tail_begin(), layout_.total());  // the head unit
+    const bool train_model = !lora();
+    if (train_model) {
+      engine_->prepare_gradients(0, layout.block_begin(0));             // embeddings (wte by the tied head)
+      engine_->prepare_gradients(layout.tail_begin(), layout.total());  // the head unit
+    }
     // logits = lnf head^T
     if (s.tied_head) need_embeddings();
     else need_head_unit();
-    matmul_->backward_input<T>(dln_, logits_, P(layout_.head()), bt, C, s.padded_vocab, stream_);
-    matmul_->backward_weight<T>(G(layout_.head()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
+    matmul_->backward_input<T>(dln_, logits_, P(layout.head()), bt, C, s.padded_vocab, stream_);
+    if (train_model)
+      matmul_->backward_weight<T>(G(layout.head()), logits_, lnf_, bt, C, s.padded_vocab, acc, stream_);
     CUDA_CHECK(cudaMemsetAsync(dres_, 0, bt * C * sizeof(T), stream_));
     if (s.tied_head) need_head_unit();
-    norm_backward(dres_, G(layout_.final_norm_w()), s.norm_bias ? G(layout_.final_norm_b()) : nullptr, dln_,
-                  residual_ + s.layers * bt * C, P(layout_.final_norm_w()), lnf_stats_,
+    norm_backward(dres_, G(layout.final_norm_w()), s.norm_bias ? G(layout.final_norm_b()) : nullptr, dln_,
+                  residual_ + s.layers * bt * C, P(layout.final_norm_w()), lnf_stats_,
                   layer_norm ? lnf_stats_ + bt : lnf_stats_, acc);
-    engine_->gradients_final_from(layout_.tail_begin());
+    if (train_model) engine_->gradients_final_from(layout.tail_begin());
     for (i64 l = s.layers - 1; l >= 0; --l) {
-      engine_->prepare_gradients(layout_.block_begin(l), layout_.block_end(l));
+      // The trained unit of this block: its tensors, or with LoRA its adapters' unit.
+      const ParamUnit trained = train_model ? ParamUnit{0, 0, layout.block_begin(l), layout.block_end(l)}
+                                            : layout_.units()[static_cast<std::size_t>(l)];
+      engine_->prepare_gradients(trained.begin, trained.end);
       need_block(l);
       if (config_.recompute == ExecRecompute::full) block_forward(l, true);
       const BlockBuffers<T>& a = blocks_[l];
       const T* x = residual_ + l * bt * C;
       // Selective recompute rebuilds the norm and MLP activation outputs in the working set (a.ln1/a.ln2 are
-      // dln_, a.act is d4_): each weight gradient runs before the input gradient that overwrites its input there.
+      // dln_, a.act is d4_): each weight gradient (the adapters' too) runs before the input gradient that
+      // overwrites its input there.
       const bool rebuild = config_.recompute == ExecRecompute::selective;
       // y = res2 + act Wdown^T + b
       if (rebuild) activation_forward(a.act, a.fc);
-      matmul_->backward_weight<T>(G(l, kFcProjW), dres_, a.act, bt, F, C, acc, stream_);
+      if (train_model) matmul_->backward_weight<T>(G(l, kFcProjW), dres_, a.act, bt, F, C, acc, stream_);
+      lora_backward_weights(l, kFcProjW, dres_, a.act, F, C, acc);
       // d(pre-activation): GELU's fused into the GEMM epilogue, into d4_; SwiGLU's in place over gate and up
-      // (they are read for the last time here), so dfc is a.fc.
+      // (they are read for the last time here), so dfc is a.fc. An adapted down projection adds its input gradient
+      // before the activation's backward, which then runs apart from the GEMM.
       T* dfc = d4_;
       if (swiglu()) {
-        matmul_->backward_input<T>(d4_, dres_, P(l, kFcProjW), bt, F, C, stream_);
+        matmul_->backward_input<T>(d4_, dres_, W(l, kFcProjW), bt, F, C, stream_);
+        lora_backward_input(l, kFcProjW, d4_, F);
         cuda::swiglu_backward<T>(a.fc, a.fc, d4_, bt, F, stream_);
         dfc = a.fc;
+      } else if (adapted(kFcProjW)) {
+        matmul_->backward_input<T>(d4_, dres_, W(l, kFcProjW), bt, F, C, stream_);
+        lora_backward_input(l, kFcProjW, d4_, F);
+        cuda::gelu_backward<T>(d4_, a.fc, d4_, bt * F, stream_);
       } else {
-        matmul_->backward_input_dgelu<T>(d4_, dres_, P(l, kFcProjW), a.fc, bt, F, C, stream_);
+        matmul_->backward_input_dgelu<T>(d4_, dres_, W(l, kFcProjW), a.fc, bt, F, C, stream_);
       }
-      if (layout_.has(kFcProjB)) cuda::bias_backward<T>(G(l, kFcProjB), dres_, sums_, bt, C, acc, stream_);
+      if (T* g = G(l, kFcProjB)) cuda::bias_backward<T>(g, dres_, sums_, bt, C, acc, stream_);
       if (rebuild) norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(l, kLn2W), P(l, kLn2B));
-      matmul_->backward_weight<T>(G(l, kFcW), dfc, a.ln2, bt, C, FI, acc, stream_);
-      matmul_->backward_input<T>(dln_, dfc, P(l, kFcW), bt, C, FI, stream_);
-      if (layout_.has(kFcB)) cuda::bias_backward<T>(G(l, kFcB), dfc, sums_, bt, FI, acc, stream_);
+      if (train_model) matmul_->backward_weight<T>(G(l, kFcW), dfc, a.ln2, bt, C, FI, acc, stream_);
+      lora_backward_weights(l, kFcW, dfc, a.ln2, C, FI, acc);
+      matmul_->backward_input<T>(dln_, dfc, W(l, kFcW), bt, C, FI, stream_);
+      lora_backward_input(l, kFcW, dln_, C);
+      if (T* g = G(l, kFcB)) cuda::bias_backward<T>(g, dfc, sums_, bt, FI, acc, stream_);
       norm_backward(dres_, G(l, kLn2W), G(l, kLn2B), dln_, a.res2, P(l, kLn2W), a.ln2_mean, a.ln2_rstd, acc);
       // res2 = x + att Wo^T + b
-      matmul_->backward_input<T>(dln_, dres_, P(l, kAttProjW), bt, Q, C, stream_);
-      matmul_->backward_weight<T>(G(l, kAttProjW), dres_, a.att, bt, Q, C, acc, stream_);
-      if (layout_.has(kAttProjB)) cuda::bias_backward<T>(G(l, kAttProjB), dres_, sums_, bt, C, acc, stream_);
+      lora_backward_weights(l, kAttProjW, dres_, a.att, Q, C, acc);
+      matmul_->backward_input<T>(dln_, dres_, W(l, kAttProjW), bt, Q, C, stream_);
+      lora_backward_input(l, kAttProjW, dln_, Q);
+      if (train_model) matmul_->backward_weight<T>(G(l, kAttProjW), dres_, a.att, bt, Q, C, acc, stream_);
+      if (T* g = G(l, kAttProjB)) cuda::bias_backward<T>(g, dres_, sums_, bt, C, acc, stream_);
       cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, NH, NKV, HS, stream_);
       if (rope()) cuda::rope_backward<T>(d4_, rope_cos_, rope_sin_, B, Tn, NH, NKV, HS, stream_);
       if (rebuild) norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(l, kLn1W), P(l, kLn1B));
-      matmul_->backward_weight<T>(G(l, kQkvW), d4_, a.ln1, bt, C, QKV, acc, stream_);
-      matmul_->backward_input<T>(dln_, d4_, P(l, kQkvW), bt, C, QKV, stream_);
-      if (layout_.has(kQkvB)) cuda::bias_backward<T>(G(l, kQkvB), d4_, sums_, bt, QKV, acc, stream_);
+      if (train_model) matmul_->backward_weight<T>(G(l, kQkvW), d4_, a.ln1, bt, C, QKV, acc, stream_);
+      lora_backward_weights(l, kQkvW, d4_, a.ln1, C, QKV, acc);
+      matmul_->backward_input<T>(dln_, d4_, W(l, kQkvW), bt, C, QKV, stream_);
+      lora_backward_input(l, kQkvW, dln_, C);
+      if (T* g = G(l, kQkvB)) cuda::bias_backward<T>(g, d4_, sums_, bt, QKV, acc, stream_);
       norm_backward(dres_, G(l, kLn1W), G(l, kLn1B), dln_, x, P(l, kLn1W), a.ln1_mean, a.ln1_rstd, acc);
-      engine_->gradients_final_from(layout_.block_begin(l));
+      engine_->gradients_final_from(trained.begin);
     }
+    if (!train_model) return;  // the embeddings are frozen: nothing below needs their input gradient
     // The token embedding's gradient: the tied head wrote it first; untied, the first micro-step starts it at 0
     // (the scatter below adds).
     if (!s.tied_head && !acc)
-      CUDA_CHECK(cudaMemsetAsync(G(layout_.wte()), 0, layout_.wte().numel() * sizeof(T), stream_));
-    cuda::encoder_backward<T>(G(layout_.wte()), layout_.has_wpe() ? G(layout_.wpe()) : nullptr, dres_, tokens_, B, Tn,
+      CUDA_CHECK(cudaMemsetAsync(G(layout.wte()), 0, layout.wte().numel() * sizeof(T), stream_));
+    cuda::encoder_backward<T>(G(layout.wte()), layout.has_wpe() ? G(layout.wpe()) : nullptr, dres_, tokens_, B, Tn,
                               C, acc, config_.zero.deterministic ? &token_positions_view_ : nullptr, stream_);
     engine_->gradients_final_from(0);
   }
@@ -485,8 +772,12 @@ class CudaTrainer final : public EngineTrainer {
   }
 
   ExecConfig config_;
-  ParamLayout layout_;
+  ParamLayout layout_;  // the trained parameters: the model's, or with LoRA the adapters'
   LossScaler scaler_;
+  // LoRA: the model's whole layout (what --init-from and the seed describe), the frozen base's (without the block
+  // weights under NF4), the adapted modules of a block.
+  std::unique_ptr<ParamLayout> full_layout_, base_layout_;
+  std::vector<AdaptedLinear> adapted_;
   std::string device_name_;
   std::unique_ptr<Communicator> own_comm_;  // one rank, when no communicator was given
   Communicator* comm_ = nullptr;
@@ -494,6 +785,9 @@ class CudaTrainer final : public EngineTrainer {
   // the stream, the communicator (and its stream)
   CudaStream stream_;
   std::unique_ptr<DeviceAllocator> alloc_;
+  // LoRA: the frozen base's device and engine, destroyed after the adapters' (both use the communicator's stream).
+  std::unique_ptr<CudaZeroDevice> base_device_;
+  std::unique_ptr<ZeroEngine> base_engine_;
   std::unique_ptr<CudaZeroDevice> zero_device_;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<cuda::Matmul> matmul_;
@@ -517,6 +811,12 @@ class CudaTrainer final : public EngineTrainer {
   cuda::DeviceTokenPositions token_positions_view_;
   void* cublas_ws_ = nullptr;
   PinnedHost<float> host_losses_;
+  // LoRA (allocate_lora): x A^T per kept block and adapted module, one block weight's d(x A^T), the NF4 codes of
+  // the base's block weights (four per layer: qkv, o, fc, down) and the scratch weight they are dequantised into.
+  T* lora_xa_ = nullptr;
+  T* lora_dxa_ = nullptr;
+  std::vector<cuda::Nf4DeviceTensor> nf4_;
+  T* dequantized_ = nullptr;
 };
 
 }  // namespace

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "core/nf4_quantization.h"
 #include "exec/activation_accounting.h"
+#include "exec/lora_layout.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_engine.h"
 
@@ -120,6 +122,62 @@ TEST(ZeroEngineAllocations, EqualWhatThePlannerCountsForEveryGradientPrecision) 
                 << accumulation << " micro-steps, fp32 accumulation " << c.zero.fp32_grad_accumulation
                 << ", fp32 reductions " << c.zero.fp32_communication;
         }
+}
+
+// LoRA: the frozen base's engine (parameters only; stage 3's partition and gathered units) and the adapters' engine
+// (every state), as the CUDA trainer builds them, against the list the planner counts; the trainer's own params
+// under NF4 (codes and constants, and the dequantised scratch weight) are added by hand here.
+TEST(ZeroEngineAllocations, LoraBaseAndAdaptersEqualWhatTheListCounts) {
+  const char* engine_components[] = {"params", "grads", "master_params", "optimizer_states", "gradient_buckets",
+                                     "gathered_params", "offload_buffers"};
+  for (int stage = 0; stage <= 3; ++stage)
+    for (int world : {1, 2, 4})
+      for (std::int64_t accumulation : {1, 2})
+        for (bool nf4 : {false, true})
+          for (int fp32 = 0; fp32 < 4; ++fp32) {
+            ExecConfig c;
+            c.shape = make_llama_shape(256, 64, 2, 4, 2, 96, 32);
+            c.precision = ExecPrecision::bf16;
+            c.grad_accum = accumulation;
+            c.lora.enabled = true;
+            c.lora.rank = 4;
+            c.lora.modules = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.down_proj"};
+            c.lora.quantize_nf4 = nf4;
+            c.zero.stage = stage;
+            c.zero.reduce_bucket_elements = 3000;  // several buckets of adapters and of the base
+            c.zero.param_persistence_threshold = 500;
+            c.zero.fp32_grad_accumulation = (fp32 & 1) != 0;
+            c.zero.fp32_communication = (fp32 & 2) != 0;
+            RecordingDevice base_device, adapter_device;
+            IdleCommunicator comm(world);
+            const ParamLayout base(c.shape, zero_alignment(world), !nf4);
+            const ParamLayout adapters = trained_layout(c, world);
+            const ZeroEngine frozen(c, base, base_device, comm, Trainability::frozen);
+            const ZeroEngine trained(c, adapters, adapter_device, comm);
+            std::map<std::string, std::int64_t> planned;
+            for (const DeviceAllocation& a : device_allocations(c, world)) planned[a.component] += a.bytes;
+            std::int64_t trainer_params = 0;
+            if (nf4) {
+              const ParamLayout full(c.shape);
+              std::int64_t widest = 0;
+              for (std::int64_t l = 0; l < c.shape.layers; ++l)
+                for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+                  trainer_params += nf4_tensor_bytes(full.block(l, w).numel());
+                  widest = std::max(widest, full.block(l, w).numel());
+                }
+              trainer_params += 2 * widest;
+            }
+            EXPECT_EQ(base_device.bytes["grads"] + base_device.bytes["optimizer_states"] +
+                          base_device.bytes["master_params"] + base_device.bytes["gradient_buckets"],
+                      0)
+                << "the frozen base holds parameters only";
+            for (const char* component : engine_components)
+              EXPECT_EQ(base_device.bytes[component] + adapter_device.bytes[component] +
+                            (std::string(component) == "params" ? trainer_params : 0),
+                        planned[component])
+                  << component << ": stage " << stage << ", " << world << " ranks, " << accumulation
+                  << " micro-steps, nf4 " << nf4 << ", fp32 settings " << fp32;
+          }
 }
 
 }  // namespace
