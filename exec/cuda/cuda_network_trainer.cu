@@ -252,10 +252,6 @@ class CudaNetworkTrainer final : public EngineTrainer {
         std::fill(init.begin() + C, init.end(), 1.0f);
         CUDA_CHECK(cudaMemcpy(running(k), init.data(), 2 * C * sizeof(float), cudaMemcpyHostToDevice));
       }
-    float* partial = static_cast<float*>(at(dev_.column_sums));
-    CUDA_CHECK(cudaMemset(partial, 0, (dev_.column_sum_floats + 1) * sizeof(float)));
-    sums_ = cuda::ColumnSums{partial, reinterpret_cast<unsigned*>(partial + dev_.column_sum_floats),
-                             config_.zero.deterministic};
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
     host_correct_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
     for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
@@ -417,8 +413,8 @@ class CudaNetworkTrainer final : public EngineTrainer {
           cuda::filter_grad_to_kcrs<T>(G(p.first_tensor), dw, op.out_channels, p.in.channels / op.groups, op.kernel,
                                        op.kernel, acc, stream_);
           if (op.bias)
-            cuda::bias_backward<T>(G(p.first_tensor + 1), dy, sums_, B * p.out.height * p.out.width, op.out_channels,
-                                   acc, stream_);
+            cuda::bias_grad<T>(G(p.first_tensor + 1), dy, B * p.out.height * p.out.width, op.out_channels, acc,
+                               static_cast<float*>(at(dev_.bias_partials)), stream_);
           if (dx) {
             filter_to_krsc(p);
             convs_->backward_data(conv_ids_[k], dx, dy, at(dev_.conv_weight), add0);
@@ -455,7 +451,9 @@ class CudaNetworkTrainer final : public EngineTrainer {
         case LayerOpKind::linear:
           matmul_->backward_weight<T>(G(p.first_tensor), dy, in(k, 0), B, p.op.in_features, p.op.out_features, acc,
                                       stream_);
-          if (p.op.bias) cuda::bias_backward<T>(G(p.first_tensor + 1), dy, sums_, B, p.op.out_features, acc, stream_);
+          if (p.op.bias)
+            cuda::bias_grad<T>(G(p.first_tensor + 1), dy, B, p.op.out_features, acc,
+                               static_cast<float*>(at(dev_.bias_partials)), stream_);
           if (dx) matmul_->backward_input<T>(dx, dy, P(p.first_tensor), B, p.op.in_features, p.op.out_features, stream_);
           break;
       }
@@ -494,7 +492,6 @@ class CudaNetworkTrainer final : public EngineTrainer {
   std::vector<int> conv_ids_;  // per op: its cuDNN plan
   T* input_ = nullptr;
   T* logits_ = nullptr;
-  cuda::ColumnSums sums_;
   PinnedHost<float> host_losses_;
   PinnedHost<int> host_correct_;
 };

@@ -44,6 +44,32 @@ __global__ void copy_or_accumulate_kernel(T* dst, const T* src, i64 n, bool accu
     dst[i] = accumulate ? from_f<T>(to_f(dst[i]) + to_f(src[i])) : src[i];
 }
 
+// Per (row block, channel): the block's sum of dy, into scratch row `blockIdx.y`.
+template <typename T>
+__global__ void bias_partial_kernel(float* scratch, const T* dy, i64 M, i64 C) {
+  __shared__ float part[8][33];
+  const i64 c = static_cast<i64>(blockIdx.x) * 32 + threadIdx.x;
+  const i64 block_rows = kBiasGradRows;  // a copy: the constant itself cannot be bound to std::min's reference here
+  const i64 row0 = static_cast<i64>(blockIdx.y) * block_rows, rows = std::min<i64>(block_rows, M - row0);
+  float s = 0.0f;
+  if (c < C)
+    for (i64 r = threadIdx.y; r < rows; r += 8) s += to_f(dy[(row0 + r) * C + c]);
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int k = 1; k < 8; ++k) s += part[k][threadIdx.x];
+  scratch[static_cast<i64>(blockIdx.y) * C + c] = s;
+}
+
+template <typename T>
+__global__ void bias_finish_kernel(T* dbias, const float* scratch, i64 blocks, i64 C, bool accumulate) {
+  const i64 c = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f;
+  for (i64 b = 0; b < blocks; ++b) s += scratch[b * C + c];
+  dbias[c] = from_f<T>(accumulate ? to_f(dbias[c]) + s : s);
+}
+
 // One thread per NHWC element (i = ((n*H + h)*W + w)*C + c), reading its NCHW source.
 template <typename T>
 __global__ void images_to_nhwc_kernel(T* out, const float* x, i64 N, i64 C, i64 H, i64 W) {
@@ -101,6 +127,15 @@ void add_channel_bias(T* y, const T* bias, i64 M, i64 C, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
+void bias_grad(T* dbias, const T* dy, i64 M, i64 C, bool accumulate, float* scratch, cudaStream_t stream) {
+  const i64 blocks = (M + kBiasGradRows - 1) / kBiasGradRows;
+  bias_partial_kernel<T><<<dim3(static_cast<unsigned>(ceil_div(C, 32)), static_cast<unsigned>(blocks)), dim3(32, 8), 0,
+                           stream>>>(scratch, dy, M, C);
+  CUDA_CHECK_LAUNCH();
+  bias_finish_kernel<T><<<ceil_div(C, 128), 128, 0, stream>>>(dbias, scratch, blocks, C, accumulate);
+  CUDA_CHECK_LAUNCH();
+}
+template <typename T>
 void copy_or_accumulate(T* dst, const T* src, i64 n, bool accumulate, cudaStream_t stream) {
   copy_or_accumulate_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(dst, src, n, accumulate);
   CUDA_CHECK_LAUNCH();
@@ -138,6 +173,7 @@ void filter_grad_to_kcrs(T* kcrs, const T* krsc, i64 K, i64 C, i64 R, i64 S, boo
   template void relu_backward<T>(T*, const T*, const T*, i64, bool, cudaStream_t);                        \
   template void add_forward<T>(T*, const T*, const T*, i64, cudaStream_t);                                \
   template void add_channel_bias<T>(T*, const T*, i64, i64, cudaStream_t);                                \
+  template void bias_grad<T>(T*, const T*, i64, i64, bool, float*, cudaStream_t);                         \
   template void copy_or_accumulate<T>(T*, const T*, i64, bool, cudaStream_t);                             \
   template void images_to_nhwc<T>(T*, const float*, i64, i64, i64, i64, cudaStream_t);                    \
   template void flatten_nhwc_forward<T>(T*, const T*, i64, i64, i64, i64, cudaStream_t);                  \

@@ -26,6 +26,11 @@ void add_forward(T* out, const T* a, const T* b, i64 n, cudaStream_t stream);
 // y(m, c) += bias(c) over M rows of C channels (a convolution's bias, NHWC).
 template <typename T>
 void add_channel_bias(T* y, const T* bias, i64 M, i64 C, cudaStream_t stream);
+// A bias's gradient: dbias(c) = sum over M rows of dy(m, c) (NHWC rows of a convolution, or a linear layer's
+// samples), written or added when accumulate. Row blocks of kBiasGradRows rows summed per channel, then the blocks in
+// order (exec/activation_accounting.h bias_grad_scratch_floats): deterministic, and no vector loads, so any width.
+template <typename T>
+void bias_grad(T* dbias, const T* dy, i64 M, i64 C, bool accumulate, float* scratch, cudaStream_t stream);
 // dst = src, or dst += src when accumulate (an add's gradient handed to an input that has a gradient of its own).
 template <typename T>
 void copy_or_accumulate(T* dst, const T* src, i64 n, bool accumulate, cudaStream_t stream);
