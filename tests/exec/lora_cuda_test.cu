@@ -7,8 +7,10 @@
 //   8-bit mantissa activations, gradients and x A^T);
 // - the NF4 dequantisation kernel: bit for bit (core/nf4_quantization.h dequantize_nf4 in fp32; its rounding to
 //   bf16 in bf16);
-// - stages 0-3 on one GPU: 1e-6 (the same arithmetic; cuBLASLt may pick another algorithm for a bucket buffer's
-//   alignment than for the whole gradient buffer's, so not bit for bit).
+// - stages 0-3 on one GPU: losses 2e-6, adapters 1e-5 (the same arithmetic; cuBLASLt may pick another algorithm
+//   for stage 3's gathered weights in the arena, whose alignment differs from the whole parameters', so not bit for
+//   bit);
+// - AdamW steps against the CPU: losses 2e-5, gradient norms 1e-4, adapters 1e-4 (as the whole model's steps).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -359,8 +361,8 @@ TEST(LoraCuda, EveryStageOnOneGpuGivesTheSameRun) {
         params0 = params;
         continue;
       }
-      for (std::size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], losses0[s], 1e-6 * losses0[s]) << "step " << s;
-      EXPECT_LT(rel_err(params, params0), 1e-6);
+      for (std::size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], losses0[s], 2e-6 * losses0[s]) << "step " << s;
+      EXPECT_LT(rel_err(params, params0), 1e-5);
     }
   }
 }
@@ -374,12 +376,13 @@ TEST(LoraCuda, Fp32AdamWStepsWithAccumulationMatchTheCpu) {
     ExecConfig c = lora_config(false, ExecPrecision::fp32);
     c.grad_accum = 2;
     c.zero.stage = stage;
+    c.optimizer.learning_rate = 1e-3;
     Pair p = make_pair_of(c);
     TokenSource data = TokenSource::synthetic(c.shape.vocab, 6);
     for (int s = 0; s < 3; ++s) {
       const auto b = data.next_batch(c.micro_batch * c.grad_accum, c.seq_len);
       const StepResult rg = p.gpu->step(b.inputs, b.targets), rc = p.cpu->step(b.inputs, b.targets);
-      EXPECT_NEAR(rg.loss, rc.loss, 1e-5 * rc.loss) << "step " << s;
+      EXPECT_NEAR(rg.loss, rc.loss, 2e-5 * rc.loss) << "step " << s;
       EXPECT_NEAR(rg.grad_norm, rc.grad_norm, 1e-4 * rc.grad_norm) << "step " << s;
     }
     EXPECT_LT(rel_err(p.gpu->params(), p.cpu->params()), 1e-4);
