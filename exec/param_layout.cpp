@@ -162,8 +162,10 @@ void ParamLayout::add_unit(std::size_t first_tensor, std::int64_t begin) {
   units_.push_back(ParamUnit{first_tensor, tensors_.size() - first_tensor, begin, total_});
 }
 
-ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align) : network_(true), align_(align) {
+ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align)
+    : network_(true), align_(std::max<std::int64_t>(align, kNetworkTensorAlignment)) {
   if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
+  align = align_;
   std::int64_t dense = 0;
   auto round_up = [align](std::int64_t x) { return (x + align - 1) / align * align; };
   auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, InitKind init, float spread,

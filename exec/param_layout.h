@@ -19,6 +19,8 @@
 
 namespace zeroplan::exec {
 
+inline constexpr std::int64_t kNetworkTensorAlignment = 64;  // elements
+
 struct ParamTensor {
   std::string name;       // "h.3.attn.c_attn.weight" (GPT-2) or "layers.3.self_attn.qkv_proj.weight" (Llama)
   std::int64_t offset;    // elements from the start of the flat buffer
@@ -79,6 +81,9 @@ class ParamLayout {
   // A layer-list network (exec_config.h NetworkShape): one unit per layer, its parameterised ops' tensors in op
   // order (conv/linear weight, then bias; BatchNorm weight, then bias), initialized as torchvision does; every
   // tensor decays (the DeepSpeed tutorial's optimizer has one parameter group).
+  // Every tensor of a layer list starts at a multiple of at least kNetworkTensorAlignment elements: its sizes are the
+  // description's (a 10-class head's bias has 10), and the GPU's packed kernels (the gradient norm, AdamW) and
+  // cuBLASLt take ranges of whole 16-byte packs. Transformers' tensors are multiples of 64 by construction.
   ParamLayout(const NetworkShape& network, std::int64_t align);
   // Tensors listed by unit, one unit per list, in forward order, every tensor decayed, the units repeated (LoRA's
   // adapters: one unit per transformer block, exec/lora_layout.h). Names are kept as given.
