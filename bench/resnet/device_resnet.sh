@@ -92,11 +92,15 @@ if has speed; then
     timeout 240 $RUN run --model resnet101 --backend cuda --precision fp16 --gpus $N --micro-batch $MB --steps $STEPS \
       --warmup-steps 5 $(row_flags $row) "${CLUSTER[@]}" --force --report $L/ours_$row.json > "$L/ours_$row.log" 2>&1; rc=$?
     say "ours $row rc=$rc: $(grep -E 'samples/s' "$L/ours_$row.log" | tail -1 | cut -c1-150)"
+    [ $rc -ne 0 ] && say "    $(grep -iE 'error' "$L/ours_$row.log" | head -2 | tr '\n' ' ' | cut -c1-300)"
     grep -E "^  (step|device|activations|params|grads|optimizer|workspace|logits)" "$L/ours_$row.log" | head -12 | sed 's/^/    /' | while read -r l; do say "    $l"; done
   done
 fi
 
-if has peers; then
+# The peers only where ours ran (PEERS_ALWAYS=1 runs them regardless): their ratio is the point of the call.
+if has peers && has speed && [ -z "${PEERS_ALWAYS:-}" ] && ! grep -q "samples/s" $L/ours_s*.log 2>/dev/null; then
+  say "peers skipped: no speed row of ours ran"
+elif has peers; then
   for mode in ${PEER_MODES:-eager compile graphs}; do
     need 120 "peer $mode" || break
     extra=()
