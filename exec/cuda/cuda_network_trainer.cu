@@ -23,6 +23,7 @@
 #include "exec/cuda/crossentropy.cuh"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_handles.cuh"
+#include "exec/cuda/step_graphs.cuh"
 #include "exec/cuda/cuda_trainer.h"
 #include "exec/cuda/cuda_zero_device.h"
 #include "exec/cuda/cudnn_conv.cuh"
@@ -116,16 +117,25 @@ class CudaNetworkTrainer final : public EngineTrainer {
     // Each rank's loss gradient is 1/(samples of the global batch): the sum over ranks is the global mean.
     const double global = static_cast<double>(need * comm_->world());
     const float dloss = static_cast<float>(scale / global);
+    // Page-locked copies of the step's images and labels (the previous step has finished reading them: finish_step
+    // ends synchronized).
+    std::copy(images.begin(), images.end(), host_images_.get());
+    std::copy(labels.begin(), labels.end(), host_labels_.get());
     CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
     engine_->begin_step();
     for (i64 k = 0; k < config_.grad_accum; ++k) {
       engine_->begin_micro_step(k);
       CUDA_CHECK(cudaEventRecord(micro_events_[3 * k]->get(), stream_));
-      forward(images.data() + k * B * sample, labels.data() + k * B, true, k, dloss);
-      CUDA_CHECK(cudaEventRecord(micro_events_[3 * k + 1]->get(), stream_));
-      backward();
+      upload(host_images_.get() + k * B * sample, host_labels_.get() + k * B);
+      if (graphs_.usable() && steps_run_ > 0) {
+        graphs_.launch(k, dloss, stream_, [&] { micro_step(k, dloss, cudaEventRecordExternal); });
+      } else {
+        micro_step(k, dloss, cudaEventRecordDefault);
+      }
       CUDA_CHECK(cudaEventRecord(micro_events_[3 * k + 2]->get(), stream_));
+      download_losses(k);
     }
+    ++steps_run_;
     r.grad_norm = engine_->finish_step(scale, [&](double norm) {
       r.skipped = scaler_.update(!std::isfinite(norm));
       return r.skipped;
@@ -158,7 +168,9 @@ class CudaNetworkTrainer final : public EngineTrainer {
     const i64 B = config_.micro_batch;
     check_images(images, labels, B);
     engine_->begin_forward_only();
-    forward(images.data(), labels.data(), false, 0, 0.0f);
+    upload(images.data(), labels.data());
+    forward(false, 0.0f);
+    download_losses(0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     double sum = 0;
     for (i64 i = 0; i < B; ++i) {
@@ -254,6 +266,14 @@ class CudaNetworkTrainer final : public EngineTrainer {
       }
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
     host_correct_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
+    host_images_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch *
+                                                   config_.network->input.elements()));
+    host_labels_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
+    // A micro-step replays as one CUDA graph where nothing in it changes from step to step: one rank whose
+    // parameters and gradients stay where they are (stages 0-1, no offload, gradients written in place).
+    const ZeroSettings& z = config_.zero;
+    graphs_.enable(comm_->world() == 1 && z.stage <= 1 && !z.offload_optimizer && !z.offload_param &&
+                   !z.fp32_grad_accumulation);
     for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
   }
 
@@ -325,14 +345,30 @@ class CudaNetworkTrainer final : public EngineTrainer {
   }
 
   // Forward of one micro-batch; the loss kernel writes the scaled dlogits over the logits when training.
-  void forward(const float* images, const std::int32_t* labels, bool train, i64 micro, float dloss) {
+  // One micro-batch's images and labels to the device (from page-locked memory in a training step, so that the
+  // copies are asynchronous and the step's graph can follow them).
+  void upload(const float* images, const std::int32_t* labels) {
+    const i64 B = config_.micro_batch;
+    CUDA_CHECK(cudaMemcpyAsync(at(dev_.images), images, B * config_.network->input.elements() * sizeof(float),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(at(dev_.labels), labels, B * sizeof(int), cudaMemcpyHostToDevice, stream_));
+  }
+  // The losses and correct-prediction flags of micro-step `micro` to the host.
+  void download_losses(i64 micro) {
+    const i64 B = config_.micro_batch;
+    CUDA_CHECK(cudaMemcpyAsync(host_losses_.get() + micro * B, at(dev_.losses), B * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(host_correct_.get() + micro * B, at(dev_.correct), B * sizeof(int),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+
+  // Forward of the uploaded micro-batch and its loss; the loss kernel writes the scaled dlogits over the logits when
+  // training.
+  void forward(bool train, float dloss) {
     const i64 B = config_.micro_batch;
     const TensorShape& input = config_.network->input;
-    float* staged = static_cast<float*>(at(dev_.images));
-    int* labels_d = static_cast<int*>(at(dev_.labels));
-    CUDA_CHECK(cudaMemcpyAsync(staged, images, B * input.elements() * sizeof(float), cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(labels_d, labels, B * sizeof(int), cudaMemcpyHostToDevice, stream_));
-    cuda::images_to_nhwc<T>(input_, staged, B, input.channels, input.height, input.width, stream_);
+    cuda::images_to_nhwc<T>(input_, static_cast<const float*>(at(dev_.images)), B, input.channels, input.height,
+                            input.width, stream_);
     std::size_t layer = static_cast<std::size_t>(-1);
     for (std::size_t k = 0; k < plan_.ops.size(); ++k) {
       const NetworkOp& p = plan_.ops[k];
@@ -377,12 +413,17 @@ class CudaNetworkTrainer final : public EngineTrainer {
           break;
       }
     }
-    float* losses = static_cast<float*>(at(dev_.losses));
-    int* correct = static_cast<int*>(at(dev_.correct));
-    cuda::class_crossentropy_forward_backward<T>(losses, correct, logits_, labels_d, B, config_.network->classes, dloss,
-                                                 train, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(host_losses_.get() + micro * B, losses, B * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(host_correct_.get() + micro * B, correct, B * sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    cuda::class_crossentropy_forward_backward<T>(static_cast<float*>(at(dev_.losses)), static_cast<int*>(at(dev_.correct)),
+                                                 logits_, static_cast<const int*>(at(dev_.labels)), B,
+                                                 config_.network->classes, dloss, train, stream_);
+  }
+
+  // A micro-step's forward, loss and backward: the work a CUDA graph replays. The event between forward and
+  // backward is recorded with cudaEventRecordExternal inside a capture, so that the replay records it too.
+  void micro_step(i64 k, float dloss, unsigned event_flags) {
+    forward(true, dloss);
+    CUDA_CHECK(cudaEventRecordWithFlags(micro_events_[3 * k + 1]->get(), stream_, event_flags));
+    backward();
   }
 
   // Backward in reverse op order. Parameter gradients are written on the first micro-step and added on the others
@@ -494,6 +535,10 @@ class CudaNetworkTrainer final : public EngineTrainer {
   T* logits_ = nullptr;
   PinnedHost<float> host_losses_;
   PinnedHost<int> host_correct_;
+  PinnedHost<float> host_images_;
+  PinnedHost<std::int32_t> host_labels_;
+  cuda::StepGraphs graphs_;  // declared last: destroyed first, before the buffers its graphs name
+  std::int64_t steps_run_ = 0;
 };
 
 }  // namespace

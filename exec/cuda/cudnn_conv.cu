@@ -43,14 +43,19 @@ int to_int(i64 v, const char* what, i64 least = 1) {
   return static_cast<int>(v);
 }
 
-// The first measured result that ran, fits, and is deterministic when asked (cuDNN sorts them fastest first).
+// The first result that ran (or, from the heuristics, is supported), fits the workspace, is deterministic when
+// asked, and for fp32 data computes with FMA math only: a result of CUDNN_DEFAULT_MATH lets fp32 convolutions run in
+// TF32 on Ampere and later (cuDNN's "Tensor Core operations are permitted"), whose 10-bit mantissa put the H200's
+// fp32 ResNet-101 step 9e-5 from torchvision's loss and its gradients 9% away. cuDNN sorts results best first.
 template <typename Perf>
-const Perf& choose(const Perf* perf, int count, bool deterministic, const std::string& what) {
+const Perf& choose(const Perf* perf, int count, bool deterministic, bool fp32, std::size_t workspace,
+                   const std::string& what) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC))
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= workspace &&
+        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC) && (!fp32 || perf[i].mathType == CUDNN_FMA_MATH))
       return perf[i];
-  throw CudaError("cuDNN has no " + std::string(deterministic ? "deterministic " : "") + "algorithm for the " + what +
-                  " within the workspace");
+  throw CudaError("cuDNN has no " + std::string(deterministic ? "deterministic " : "") +
+                  (fp32 ? "FMA-math " : "") + "algorithm for the " + what + " within the workspace");
 }
 
 }  // namespace
@@ -128,26 +133,39 @@ int CudnnConvolutions::plan(const ConvShape& s, void* x, void* w, void* y) {
     CUDNN_CHECK(cudnnSetConvolutionMathType(*d, math));
   }
   const std::string what = "convolution " + describe(s);
-  constexpr int kCandidates = 8;
+  const bool fp32 = precision_ == ExecPrecision::fp32;
+  // Measured on the run's own buffers (as torch.backends.cudnn.benchmark), the fastest kept. Under --deterministic
+  // cuDNN's heuristic ranking instead: a choice by timing can differ between two runs, and with it the result.
+  constexpr int kCandidates = 16;
   int found = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[kCandidates];
-  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p->x, x, p->w, w, p->fwd, p->y, y, kCandidates, &found, fwd,
-                                                     workspace_, workspace_bytes_));
-  const auto& f = choose(fwd, found, deterministic_, "forward " + what);
+  if (deterministic_)
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->fwd, p->y, kCandidates, &found, fwd));
+  else
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p->x, x, p->w, w, p->fwd, p->y, y, kCandidates, &found, fwd,
+                                                       workspace_, workspace_bytes_));
+  const auto& f = choose(fwd, found, deterministic_, fp32, workspace_bytes_, "forward " + what);
   p->fwd_algo = f.algo;
   p->fwd_ms = f.time;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p->fwd, f.mathType));
   cudnnConvolutionBwdDataAlgoPerf_t data[kCandidates];
-  CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p->w, w, p->y, y, p->bwd_data, p->x, x, kCandidates,
-                                                          &found, data, workspace_, workspace_bytes_));
-  const auto& d = choose(data, found, deterministic_, "input gradient of the " + what);
+  if (deterministic_)
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->bwd_data, p->x, kCandidates, &found, data));
+  else
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p->w, w, p->y, y, p->bwd_data, p->x, x, kCandidates,
+                                                            &found, data, workspace_, workspace_bytes_));
+  const auto& d = choose(data, found, deterministic_, fp32, workspace_bytes_, "input gradient of the " + what);
   p->data_algo = d.algo;
   p->data_ms = d.time;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_data, d.mathType));
   cudnnConvolutionBwdFilterAlgoPerf_t filter[kCandidates];
-  CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->x, x, p->y, y, p->bwd_filter, p->w, w, kCandidates,
-                                                            &found, filter, workspace_, workspace_bytes_));
-  const auto& g = choose(filter, found, deterministic_, "weight gradient of the " + what);
+  if (deterministic_)
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->bwd_filter, p->w, kCandidates, &found,
+                                                              filter));
+  else
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->x, x, p->y, y, p->bwd_filter, p->w, w, kCandidates,
+                                                              &found, filter, workspace_, workspace_bytes_));
+  const auto& g = choose(filter, found, deterministic_, fp32, workspace_bytes_, "weight gradient of the " + what);
   p->filter_algo = g.algo;
   p->filter_ms = g.time;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_filter, g.mathType));

@@ -6,7 +6,8 @@
 //
 // Each distinct geometry is planned once: cuDNN measures its algorithms on the real buffers (cudnnFind*Ex, as
 // torch.backends.cudnn.benchmark does) within the fixed workspace kCudnnWorkspaceBytes (exec/activation_accounting.h),
-// keeping the fastest, and only deterministic ones under --deterministic. A fixed workspace makes the device memory
+// keeping the fastest; under --deterministic the first deterministic one of cuDNN's heuristic ranking (a choice by
+// timing may differ from run to run). A fixed workspace makes the device memory
 // a plan predicts the memory a run allocates.
 #pragma once
 
