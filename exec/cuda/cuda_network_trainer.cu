@@ -129,6 +129,9 @@ class CudaNetworkTrainer final : public EngineTrainer {
       upload(host_images_.get() + k * B * sample, host_labels_.get() + k * B);
       if (graphs_.usable() && steps_run_ > 0) {
         graphs_.launch(k, dloss, stream_, [&] { micro_step(k, dloss, cudaEventRecordExternal); });
+        // The engine's bookkeeping of the replayed backward: every bucket final (host state only where graphs run:
+        // one rank below stage 2 reduces nothing, exec/zero/zero_engine.cpp reduce_bucket).
+        engine_->gradients_final_from(0);
       } else {
         micro_step(k, dloss, cudaEventRecordDefault);
       }

@@ -47,15 +47,31 @@ int to_int(i64 v, const char* what, i64 least = 1) {
 // asked, and for fp32 data computes with FMA math only: a result of CUDNN_DEFAULT_MATH lets fp32 convolutions run in
 // TF32 on Ampere and later (cuDNN's "Tensor Core operations are permitted"), whose 10-bit mantissa put the H200's
 // fp32 ResNet-101 step 9e-5 from torchvision's loss and its gradients 9% away. cuDNN sorts results best first.
+// fp32 also leaves out the transform algorithms (FFT, Winograd), whose arithmetic is not the direct sum's: with them
+// the H200's fp32 step was still 3.9e-5 from torchvision's loss and 5% from its gradients.
+bool transform_algorithm(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transform_algorithm(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transform_algorithm(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 template <typename Perf>
 const Perf& choose(const Perf* perf, int count, bool deterministic, bool fp32, std::size_t workspace,
                    const std::string& what) {
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= workspace &&
-        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC) && (!fp32 || perf[i].mathType == CUDNN_FMA_MATH))
+        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC) &&
+        (!fp32 || (perf[i].mathType == CUDNN_FMA_MATH && !transform_algorithm(perf[i].algo))))
       return perf[i];
   throw CudaError("cuDNN has no " + std::string(deterministic ? "deterministic " : "") +
-                  (fp32 ? "FMA-math " : "") + "algorithm for the " + what + " within the workspace");
+                  (fp32 ? "direct FMA-math " : "") + "algorithm for the " + what + " within the workspace");
 }
 
 }  // namespace
