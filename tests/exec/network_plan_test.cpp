@@ -1,0 +1,76 @@
+// The network plan (exec/network_plan.h): what the GPU keeps of a layer list is what PyTorch's autograd keeps for
+// torchvision's ResNet (the bundled description's activation_elements_per_sample counts those tensors, from the
+// model's own notes: every convolution output, every in-place ReLU output, the block outputs after add and ReLU, the
+// max pool's output and indices, the pooled features and the logits), ReLU and add run in place, the downsample
+// BatchNorm's output is transient, and each input's gradient is written once before it is added to.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/model_description.h"
+#include "exec/network_plan.h"
+#include "tests/exec/network_fixtures.h"
+
+namespace zeroplan::exec {
+namespace {
+
+TEST(NetworkPlan, ResNet101KeepsWhatAutogradKeeps) {
+  const ModelDescription model = load_model("resnet101");
+  const NetworkPlan plan = plan_network(network_of(model));
+  std::int64_t saved = 0, indices = 0;
+  for (const NetworkBuffer& b : plan.buffers)
+    if (b.saved) saved += b.elements;
+  for (const NetworkOp& p : plan.ops)
+    if (p.op.kind == LayerOpKind::max_pool2d) indices += p.out.elements();
+  std::int64_t described = 0;
+  for (const LayerDescription& l : model.layers) described += l.activation_elements_per_sample;
+  EXPECT_EQ(saved + indices, described);
+  // Transient: the four stages' downsample BatchNorm outputs, read once by their add; one slot holds them in turn.
+  std::int64_t transient = 0;
+  for (const NetworkBuffer& b : plan.buffers) transient += !b.saved;
+  EXPECT_EQ(transient, 4);
+  EXPECT_EQ(plan.transient_slots, 1);
+  // Backward needs few gradient buffers at once: a block's path, its shortcut and the gradient being written.
+  EXPECT_LE(plan.grad_slots, 4);
+}
+
+TEST(NetworkPlan, InPlaceOpsShareTheirInputsBufferAndGradient) {
+  const NetworkPlan plan = plan_network(small_resnet_with_downsample(16, 8));
+  for (const NetworkOp& p : plan.ops) {
+    if (p.op.kind == LayerOpKind::relu) {
+      const NetworkOp& in = plan.ops[static_cast<std::size_t>(p.producers[0])];
+      // After a BatchNorm or an add (whose outputs no backward reads) the ReLU overwrites its input.
+      if (in.op.kind == LayerOpKind::batch_norm || in.op.kind == LayerOpKind::add) {
+        EXPECT_EQ(p.buffer, in.buffer) << p.op.output;
+        EXPECT_TRUE(p.grad_aliases_output[0]);
+        EXPECT_EQ(p.grad_buffer, in.grad_buffer);
+      }
+    }
+    if (p.op.kind == LayerOpKind::conv2d) {
+      // A BatchNorm reads its input (the convolution's output) in backward: a saved buffer of its own.
+      EXPECT_TRUE(plan.buffers[static_cast<std::size_t>(p.buffer)].saved) << p.op.name;
+    }
+  }
+  // An input read by two ops (a block's input: its first convolution and the shortcut) gets its gradient written by
+  // the later op's backward (the first to run) and added to by the earlier one.
+  for (std::size_t k = 0; k < plan.ops.size(); ++k)
+    for (std::size_t i = 0; i < plan.ops[k].producers.size(); ++i) {
+      const int in = plan.ops[k].producers[i];
+      if (in < 0 || plan.ops[k].grad_aliases_output[i]) continue;
+      const std::vector<int>& readers = plan.ops[static_cast<std::size_t>(in)].consumers;
+      EXPECT_EQ(plan.ops[k].grad_first_write[i], readers.back() == static_cast<int>(k)) << plan.ops[k].op.output;
+    }
+}
+
+TEST(NetworkPlan, RefusesWhatItCannotPlan) {
+  NetworkShape n = small_resnet(16, 8);
+  n.layers[1][0].inputs = {"nowhere"};
+  EXPECT_THROW(plan_network(n), std::invalid_argument);
+  NetworkShape twice = small_resnet(16, 8);
+  for (LayerOp& op : twice.layers[1])
+    if (op.kind == LayerOpKind::add) op.inputs = {"block.b", "block.b"};
+  EXPECT_THROW(plan_network(twice), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace zeroplan::exec
