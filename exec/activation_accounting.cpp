@@ -176,8 +176,10 @@ namespace {
 // One ZeRO engine's allocations for `layout` (exec/zero/zero_engine.cpp: the constructor and setup_stage3) and its
 // CUDA device's gradient-norm buffers (exec/cuda/cuda_zero_device.cu, constructor). A frozen engine (LoRA's base,
 // Trainability::frozen) holds the parameters only, and at stage 3 its gathered units.
+// `owner` prefixes each name ("frozen base: ", "adapters: " with LoRA's two engines), so that a plan's terms say
+// which engine holds what.
 void add_engine_allocations(std::vector<DeviceAllocation>& a, const ExecConfig& c, const ParamLayout& layout, int world,
-                            bool frozen) {
+                            bool frozen, const std::string& owner = "") {
   const ZeroPartition partition(layout, world, 0, partition_rules(c.zero));
   const ZeroBufferLayout buffers = zero_buffer_layout(layout, partition, c.zero, c.grad_accum);
   const std::int64_t e = element_bytes(c.precision), n = layout.total(), part = partition.partition_elements();
@@ -185,28 +187,35 @@ void add_engine_allocations(std::vector<DeviceAllocation>& a, const ExecConfig& 
   const std::int64_t states = stage == 0 ? n : part;
   // exec/zero/zero_engine.cpp (constructor, setup_stage3); CUDA kernels overwrite, so no micro-step gradients.
   // offload_param (stage 3): the partition in host memory, staging buffers on the device instead.
-  if (!c.zero.offload_param) a.push_back({"params", e * (stage == 3 ? part : n)});
+  if (!c.zero.offload_param)
+    a.push_back({"params", e * (stage == 3 ? part : n), owner + (stage == 3 ? "parameter partition" : "parameters")});
   if (!frozen) {
     const std::int64_t grad_bytes = c.zero.fp32_grad_accumulation ? 4 : e;
-    a.push_back({"grads", grad_bytes * (stage >= 2 ? part : n)});
+    a.push_back({"grads", grad_bytes * (stage >= 2 ? part : n), owner + (stage >= 2 ? "gradient partition" : "gradients")});
     if (!c.zero.offload_optimizer) {
-      if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states});
-      a.push_back({"optimizer_states", 4 * states});
-      a.push_back({"optimizer_states", 4 * states});
+      if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states, owner + "fp32 master weights"});
+      a.push_back({"optimizer_states", 4 * states, owner + "AdamW momentum"});
+      a.push_back({"optimizer_states", 4 * states, owner + "AdamW variance"});
     }
-    if (buffers.micro_step_gradients > 0) a.push_back({"grads", e * buffers.micro_step_gradients});
-    for (std::int64_t elements : buffers.slot_elements) a.push_back({"gradient_buckets", e * elements});
+    if (buffers.micro_step_gradients > 0)
+      a.push_back({"grads", e * buffers.micro_step_gradients, owner + "micro-step gradients"});
+    for (std::int64_t elements : buffers.slot_elements)
+      a.push_back({"gradient_buckets", e * elements, owner + "gradient bucket buffer"});
     if (buffers.accumulation_scratch > 0)
-      a.push_back({"gradient_buckets", (c.zero.fp32_communication ? 4 : e) * buffers.accumulation_scratch});
-    if (buffers.communication_copy > 0) a.push_back({"gradient_buckets", 4 * buffers.communication_copy});
+      a.push_back({"gradient_buckets", (c.zero.fp32_communication ? 4 : e) * buffers.accumulation_scratch,
+                   owner + "reduce-scatter output (accumulation)"});
+    if (buffers.communication_copy > 0)
+      a.push_back({"gradient_buckets", 4 * buffers.communication_copy, owner + "fp32 communication copy of a bucket"});
   }
-  if (stage == 3 && buffers.persistent_elements > 0) a.push_back({"gathered_params", e * buffers.persistent_elements});
-  if (stage == 3 && buffers.arena_elements > 0) a.push_back({"gathered_params", e * buffers.arena_elements});
+  if (stage == 3 && buffers.persistent_elements > 0)
+    a.push_back({"gathered_params", e * buffers.persistent_elements, owner + "persistent tensors (whole)"});
+  if (stage == 3 && buffers.arena_elements > 0)
+    a.push_back({"gathered_params", e * buffers.arena_elements, owner + "gathered-parameter arena"});
   for (int i = 0; i < buffers.param_staging_buffers; ++i)
-    a.push_back({"offload_buffers", e * buffers.param_staging_elements});
+    a.push_back({"offload_buffers", e * buffers.param_staging_elements, owner + "parameter staging buffer"});
   // exec/cuda/cuda_zero_device.cu (constructor): the gradient-norm slots and partials.
-  a.push_back({"workspace", 4 * kNormSlots});
-  a.push_back({"workspace", 4 * (kNormPartials + 1)});
+  a.push_back({"workspace", 4 * kNormSlots, owner + "gradient-norm slots"});
+  a.push_back({"workspace", 4 * (kNormPartials + 1), owner + "gradient-norm partials"});
 }
 
 }  // namespace
@@ -218,8 +227,9 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   if (lora) {
     // LoRA (exec/cuda/cuda_trainer.cu constructor): the frozen base's engine and device first (the model's layout,
     // its block weights left out under NF4), then the adapters' (exec/lora_layout.h).
-    add_engine_allocations(a, c, ParamLayout(c.shape, zero_alignment(world), !c.lora.quantize_nf4), world, true);
-    add_engine_allocations(a, c, trained_layout(c, world), world, false);
+    add_engine_allocations(a, c, ParamLayout(c.shape, zero_alignment(world), !c.lora.quantize_nf4), world, true,
+                           c.lora.quantize_nf4 ? "frozen base (unquantised tensors): " : "frozen base: ");
+    add_engine_allocations(a, c, trained_layout(c, world), world, false, "adapters: ");
   } else {
     add_engine_allocations(a, c,
                            c.network ? ParamLayout(*c.network, zero_alignment(world))
@@ -235,33 +245,38 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   const ModelShape& s = c.shape;
   const std::int64_t B = c.micro_batch, T = c.seq_len, C = s.hidden, L = s.layers, H = s.heads;
   const std::int64_t bt = B * T, nb = c.recompute == ExecRecompute::full ? 1 : L;
-  a.push_back({"activations", e * (L + 1) * bt * C});  // block inputs (residual stream)
+  a.push_back({"activations", e * (L + 1) * bt * C, "block inputs (residual stream)"});
   const bool selective = c.recompute == ExecRecompute::selective;
-  for (const BlockSaved& t : block_saved(s))
-    if (!(selective && t.recomputed)) a.push_back({"activations", e * nb * bt * t.width});
-  a.push_back({"activations", 4 * nb * 2 * norm_stat_rows(s) * bt});  // norm statistics
-  a.push_back({"activations", 4 * nb * bt * H});                      // attention logsumexp
-  a.push_back({"activations", e * bt * C});                           // final norm output
-  a.push_back({"activations", 4 * norm_stat_rows(s) * bt});           // final norm statistics
-  a.push_back({"logits", e * bt * s.padded_vocab});
-  a.push_back({"logits", 4 * bt});
+  static const char* const kSavedNames[] = {"norm 1 outputs", "QKV",           "attention outputs",
+                                            "norm 2 inputs",  "norm 2 outputs", "MLP pre-activations",
+                                            "MLP activations"};
+  const std::vector<BlockSaved> saved = block_saved(s);
+  for (std::size_t i = 0; i < saved.size(); ++i)
+    if (!(selective && saved[i].recomputed)) a.push_back({"activations", e * nb * bt * saved[i].width, kSavedNames[i]});
+  a.push_back({"activations", 4 * nb * 2 * norm_stat_rows(s) * bt, "norm statistics"});
+  a.push_back({"activations", 4 * nb * bt * H, "attention logsumexp"});
+  a.push_back({"activations", e * bt * C, "final norm output"});
+  a.push_back({"activations", 4 * norm_stat_rows(s) * bt, "final norm statistics"});
+  a.push_back({"logits", e * bt * s.padded_vocab, "logits / dlogits (in place)"});
+  a.push_back({"logits", 4 * bt, "per-token losses"});
   // backward working set
-  for (std::int64_t width : {C, std::max(C, s.q_dim()), std::max(s.qkv_dim(), s.ffn_hidden)})
-    a.push_back({"activations", e * bt * width});
-  a.push_back({"activations", 4 * bt * H});  // rowsum(dO*O)
+  a.push_back({"activations", e * bt * C, "backward: dresidual"});
+  a.push_back({"activations", e * bt * std::max(C, s.q_dim()), "backward: d(norm input)"});
+  a.push_back({"activations", e * bt * std::max(s.qkv_dim(), s.ffn_hidden), "backward: d(MLP / QKV)"});
+  a.push_back({"activations", 4 * bt * H, "backward: rowsum(dO*O)"});
   const bool det = c.zero.deterministic;
-  a.push_back({"workspace", 4 * (column_sum_scratch_floats(bt, column_sum_width(s), det) + 1)});
-  a.push_back({"workspace", 4 * 2 * bt});
-  if (det && !lora) a.push_back({"workspace", 4 * (3 * bt + 1)});  // (LoRA: frozen embeddings, no dwte)
-  if (s.position == PositionKind::rope) a.push_back({"workspace", 4 * T * s.head_size});  // RoPE cos and sin
-  a.push_back({"workspace", kCublasWorkspaceBytes});
+  a.push_back({"workspace", 4 * (column_sum_scratch_floats(bt, column_sum_width(s), det) + 1), "column-sum scratch"});
+  a.push_back({"workspace", 4 * 2 * bt, "input and target token ids"});
+  if (det && !lora) a.push_back({"workspace", 4 * (3 * bt + 1), "ordered dwte token positions"});  // (LoRA: frozen embeddings)
+  if (s.position == PositionKind::rope) a.push_back({"workspace", 4 * T * s.head_size, "RoPE cos and sin"});
+  a.push_back({"workspace", kCublasWorkspaceBytes, "cuBLASLt workspace"});
   if (lora) {
     // cuda_trainer.cu allocate_lora: x A^T per kept block and adapted module, one block weight's d(x A^T); NF4's
     // codes and constants of every block weight and the dequantised scratch weight.
     const std::vector<AdaptedLinear> modules = adapted_linears(s, c.lora);
     const std::int64_t r = c.lora.rank;
-    a.push_back({"activations", e * nb * static_cast<std::int64_t>(modules.size()) * bt * r});
-    a.push_back({"activations", e * lora_adapters_per_weight(modules) * bt * r});
+    a.push_back({"activations", e * nb * static_cast<std::int64_t>(modules.size()) * bt * r, "LoRA x A^T"});
+    a.push_back({"activations", e * lora_adapters_per_weight(modules) * bt * r, "LoRA d(x A^T) of one block weight"});
     if (c.lora.quantize_nf4) {
       const ParamLayout full(s);
       std::int64_t codes = 0, widest = 0;
@@ -270,8 +285,8 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
           codes += nf4_tensor_bytes(full.block(l, w).numel());
           widest = std::max(widest, full.block(l, w).numel());
         }
-      a.push_back({"params", codes});
-      a.push_back({"params", e * widest});
+      a.push_back({"params", codes, "frozen base: NF4 codes and constants"});
+      a.push_back({"params", e * widest, "frozen base: dequantised scratch weight"});
     }
   }
   return a;
