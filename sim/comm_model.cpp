@@ -18,9 +18,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "sim/deepspeed_engine.h"
 #include "sim/deepspeed_param_coordinator.h"
+#include "sim/executor_layout.h"
 #include "sim/lora_model.h"
 #include "sim/memory_inputs.h"
 #include "sim/zero_schedule.h"
@@ -137,6 +139,52 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
       add(v, CollectiveKind::all_gather, 1, P, e, n, "updated parameters, after the optimizer step (one call)");
       elements_one_micro_step += P;
     }
+  }
+
+  // LoRA on zeroplan's executor: its two engines, each over its own layout (sim/executor_layout.h
+  // executor_lora_layout_figures). The adapters' engine issues what the executor's engine issues for any trained
+  // layout (reductions per bucket, the parameter all-gathers after the step, stage 3's fetch plan and persistent
+  // tensors); the frozen base's engine never reduces nor updates, so it communicates only at stage 3, where its
+  // fetch plan gathers its partitioned units before each forward and backward use (exec/zero/zero_engine.h
+  // Trainability::frozen, as DeepSpeed 0.19.8 zero/parameter_offload.py's pre-forward / pre-backward hooks gather
+  // frozen parameters like any other).
+  std::optional<ExecutorLoraFigures> lora_engines;
+  if (training.lora.enabled && training.engine == TrainingEngine::zeroplan && n > 1)
+    lora_engines = executor_lora_layout_figures(model, training, n, in.stage);
+  if (lora_engines) {
+    const ExecutorLayoutFigures& adapters = lora_engines->adapters;
+    const ExecutorLayoutFigures& base = lora_engines->base;
+    const std::int64_t PA = adapters.flat_elements;
+    const std::int64_t gather_calls = buckets(PA, zero.allgather_bucket_size);
+    switch (in.stage) {
+      case 0:
+        add(v, CollectiveKind::all_reduce, adapters.buckets, PA, grad_e, n,
+            "adapters' gradients, at the accumulation boundary, per bucket");
+        break;
+      case 1:
+      case 2:
+        add(v, CollectiveKind::reduce_scatter, in.stage == 1 ? adapters.buckets : sat_mul(A, adapters.buckets),
+            in.stage == 1 ? PA : sat_mul(A, PA), grad_e, n,
+            in.stage == 1 ? "adapters' gradients, at the accumulation boundary, per bucket"
+                          : "adapters' gradients, every micro-step's backward, per bucket");
+        add(v, CollectiveKind::all_gather, gather_calls, PA, e, n, "updated adapters, after the optimizer step");
+        break;
+      default:
+        add(v, CollectiveKind::all_gather, sat_mul(A, base.gathers), sat_mul(A, base.gathered_elements), e, n,
+            "frozen base's parameters, by its fetch plan, before forward and backward units, every micro-step");
+        add(v, CollectiveKind::all_gather, sat_mul(A, adapters.gathers), sat_mul(A, adapters.gathered_elements), e, n,
+            "adapters, by their fetch plan (one unit per block), every micro-step");
+        if (adapters.persistent_elements > 0)
+          add(v, CollectiveKind::all_gather, adapters.persistent_buckets, adapters.persistent_elements, e, n,
+              "persistent adapters, after the optimizer step");
+        add(v, CollectiveKind::reduce_scatter, sat_mul(A, adapters.buckets), sat_mul(A, PA), grad_e, n,
+            "adapters' gradients, every micro-step's backward, per bucket");
+        break;
+    }
+    elements_one_micro_step = in.stage == 3 ? static_cast<double>(base.gathered_elements + adapters.gathered_elements) + PA
+                                            : 2.0 * PA;
+    v.multiple_of_params = PA > 0 ? elements_one_micro_step / static_cast<double>(PA) : 0.0;
+    return v;  // nothing offloaded (the frozen engine offloads nothing, exec/zero/zero_engine.cpp)
   }
 
   // One GPU has nobody to reduce with or gather from: no collective runs (the simulator schedules none either).

@@ -1,5 +1,6 @@
 #include "sim/executor_device_memory.h"
 
+#include "core/lora_modules.h"
 #include "exec/activation_accounting.h"
 #include "sim/executor_layout.h"
 
@@ -19,7 +20,26 @@ exec::ExecConfig executor_exec_config(const ModelDescription& model, const Train
                 : training.checkpointing == Checkpointing::selective ? exec::ExecRecompute::selective
                                                                      : exec::ExecRecompute::none;
   c.zero = executor_zero_settings(training, stage);
+  if (training.lora.enabled && c.network == std::nullopt) {
+    // LoRA (core/lora_modules.h resolve_lora): the adapted modules by their paths in a block, which
+    // exec/lora_layout.h maps onto our fused tensors; they decide both engines' layouts and LoRA's buffers.
+    c.lora.enabled = true;
+    c.lora.rank = training.lora.rank;
+    c.lora.alpha = training.lora.alpha;
+    c.lora.targets = training.lora.targets;
+    for (const BlockLinear& m : adapted_modules(model, training.lora.targets)) c.lora.modules.push_back(m.path);
+    c.lora.quantize_nf4 = training.lora.quantize_base == BaseQuantization::nf4;
+  }
   return c;
+}
+
+std::optional<std::vector<exec::DeviceAllocation>> executor_lora_allocations(const ModelDescription& model,
+                                                                             const TrainingConfig& training, int world,
+                                                                             int stage) {
+  if (!training.lora.enabled || !model.transformer || !executor_trains(model) || world < 1 ||
+      training.zero.reduce_bucket_size < 1 || training.micro_batch < 1)
+    return std::nullopt;
+  return exec::device_allocations(executor_exec_config(model, training, stage), world);
 }
 
 std::optional<std::vector<exec::DeviceAllocation>> executor_network_allocations(const ModelDescription& model,

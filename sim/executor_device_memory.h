@@ -22,7 +22,7 @@ struct ExecutorDeviceBytes {
 };
 
 // The executor's configuration for a plan: what decides its allocations (shape, batch, precision, recompute, ZeRO
-// settings); `zeroplan run` adds the optimizer's, the loss scaler's and the seed. Throws InputError naming the
+// settings, LoRA's adapted modules and NF4 base); `zeroplan run` adds the optimizer's, the loss scaler's and the seed. Throws InputError naming the
 // model's field the executor cannot train.
 exec::ExecConfig executor_exec_config(const ModelDescription& model, const TrainingConfig& training, int stage);
 
@@ -31,6 +31,13 @@ exec::ExecConfig executor_exec_config(const ModelDescription& model, const Train
 // for a transformer or a model it does not train.
 std::optional<std::vector<exec::DeviceAllocation>> executor_network_allocations(const ModelDescription& model,
                                                                                 const TrainingConfig& training);
+
+// A LoRA plan of a transformer the executor trains: every allocation of its CUDA trainer at `world` ranks and
+// `stage` (rank 0's, exec/activation_accounting.h device_allocations: the frozen base's engine, the adapters'
+// engine, the trainer's buffers and LoRA's own), each tagged with its component and named; nullopt otherwise.
+std::optional<std::vector<exec::DeviceAllocation>> executor_lora_allocations(const ModelDescription& model,
+                                                                             const TrainingConfig& training, int world,
+                                                                             int stage);
 
 // For a model the executor trains, at `world` ranks and `stage` (training with the plan's choice applied);
 // nullopt otherwise.

@@ -1,9 +1,11 @@
 #include "sim/executor_layout.h"
 
 #include "core/input_error.h"
+#include "exec/lora_layout.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_buffer_layout.h"
 #include "exec/zero/zero_partition.h"
+#include "sim/executor_device_memory.h"
 
 namespace zeroplan {
 
@@ -135,10 +137,11 @@ exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int st
   return s;
 }
 
-std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescription& model,
-                                                             const TrainingConfig& training, int world, int stage) {
-  if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1) return std::nullopt;
-  const exec::ParamLayout layout = executor_param_layout(model, world);
+namespace {
+
+// One engine's figures over `layout` (the model's, or one of LoRA's two).
+ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const TrainingConfig& training, int world,
+                                     int stage) {
   const exec::ZeroSettings zero = executor_zero_settings(training, stage);
   const exec::ZeroPartition partition(layout, world, 0, exec::partition_rules(zero));
   const exec::ZeroBufferLayout buffers = exec::zero_buffer_layout(layout, partition, zero, training.grad_accum);
@@ -170,6 +173,29 @@ std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescript
     f.offload_pieces += (b.chunk + piece - 1) / piece;
     f.largest_offload_piece = std::max(f.largest_offload_piece, std::min(piece, b.chunk));
   }
+  return f;
+}
+
+}  // namespace
+
+std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescription& model,
+                                                             const TrainingConfig& training, int world, int stage) {
+  if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1) return std::nullopt;
+  return layout_figures(executor_param_layout(model, world), training, world, stage);
+}
+
+std::optional<ExecutorLoraFigures> executor_lora_layout_figures(const ModelDescription& model,
+                                                                const TrainingConfig& training, int world, int stage) {
+  if (!training.lora.enabled || !model.transformer || !executor_trains(model) || world < 1 ||
+      training.zero.reduce_bucket_size < 1)
+    return std::nullopt;
+  const exec::ExecConfig c = executor_exec_config(model, training, stage);
+  // exec/cuda/cuda_trainer.cu and exec/cpu/cpu_trainer.cpp (constructors): the frozen base's engine over the
+  // model's layout, its block weights left out when NF4 holds them, and the adapters' engine over their own.
+  ExecutorLoraFigures f;
+  f.base = layout_figures(exec::ParamLayout(c.shape, exec::zero_alignment(world), !c.lora.quantize_nf4), training,
+                          world, stage);
+  f.adapters = layout_figures(exec::trained_layout(c, world), training, world, stage);
   return f;
 }
 

@@ -71,4 +71,15 @@ struct ExecutorLayoutFigures {
 std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescription& model,
                                                              const TrainingConfig& training, int world, int stage);
 
+// LoRA on the executor (exec/zero/zero_engine.h Trainability): the frozen base's engine (parameters only; at stage 3
+// partitioned and gathered by its fetch plan, never reduced or updated) and the adapters' (every state, their
+// gradients reduced and, at stages 1-3, their parameters gathered after the step), each with its own layout,
+// partition and buckets. nullopt without LoRA or for a model the executor does not train.
+struct ExecutorLoraFigures {
+  ExecutorLayoutFigures base;
+  ExecutorLayoutFigures adapters;
+};
+std::optional<ExecutorLoraFigures> executor_lora_layout_figures(const ModelDescription& model,
+                                                                const TrainingConfig& training, int world, int stage);
+
 }  // namespace zeroplan

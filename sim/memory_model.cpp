@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "sim/activation_memory.h"
 #include "core/input_error.h"
@@ -214,12 +217,20 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   const TrainingConfig training = apply_choice(given, choice);
   MemoryInputs in = gather_memory_inputs(model, cluster, training, choice);
   LoraFigures lora;
+  // LoRA on zeroplan's own engine: what its CUDA trainer allocates, from its own list (below).
+  std::optional<std::vector<exec::DeviceAllocation>> lora_allocations;
   if (training.lora.enabled) {
-    if (in.engine != TrainingEngine::deepspeed)
-      throw InputError("training", "lora", "LoRA is planned for the DeepSpeed engine only (engine " +
+    if (in.engine == TrainingEngine::zeroplan) {
+      lora_allocations = executor_lora_allocations(model, training, static_cast<int>(in.world_size), in.stage);
+      if (!lora_allocations)
+        throw InputError(model.source, "lora", "LoRA on zeroplan's engine needs a transformer the executor trains");
+    } else if (in.engine != TrainingEngine::deepspeed) {
+      throw InputError("training", "lora", "LoRA is planned for the DeepSpeed and zeroplan engines (engine " +
                                                to_string(in.engine) + " has no LoRA model)");
-    lora = lora_figures(model, training);
-    apply_lora_to_memory_inputs(lora, in);
+    } else {
+      lora = lora_figures(model, training);
+      apply_lora_to_memory_inputs(lora, in);
+    }
   }
   if (in.engine == TrainingEngine::deepspeed) return compute_deepspeed(model, cluster, training, choice, in, lora, terms);
   const ModelStatesBytes states = model_states_bytes(in);
@@ -236,6 +247,27 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   gpu.gradient_buckets = buffers.gradient_buckets();
   gpu.gathered_params = buffers.gathered_params();
   gpu.offload_buffers = buffers.gpu_offload_staging;
+  if (lora_allocations) {
+    // LoRA: every component is the sum of the CUDA trainer's allocations tagged with it (exec/activation_accounting.h
+    // device_allocations: the frozen base's engine, parameters only and at stage 3 its partition and gathered
+    // units; the adapters' engine with their gradients, fp32 master, AdamW moments and buckets; the trainer's
+    // activations with LoRA's x A^T; NF4's codes, constants and dequantised scratch under params). Its workspace
+    // is the runtime's below (executor_device_bytes), as without LoRA.
+    gpu = GpuMemoryBreakdown{};
+    for (const exec::DeviceAllocation& a : *lora_allocations) {
+      Bytes* into = a.component == "params"             ? &gpu.params
+                    : a.component == "grads"            ? &gpu.grads
+                    : a.component == "master_params"    ? &gpu.master_params
+                    : a.component == "optimizer_states" ? &gpu.optimizer_states
+                    : a.component == "activations"      ? &gpu.activations
+                    : a.component == "logits"           ? &gpu.logits
+                    : a.component == "gradient_buckets" ? &gpu.gradient_buckets
+                    : a.component == "gathered_params"  ? &gpu.gathered_params
+                    : a.component == "offload_buffers"  ? &gpu.offload_buffers
+                                                        : nullptr;  // workspace: the runtime's
+      if (into) *into = sat_add(*into, a.bytes);
+    }
+  }
   Bytes tensor_bytes = 0;
   for (Bytes component : {gpu.params, gpu.grads, gpu.master_params, gpu.optimizer_states, gpu.activations,
                           gpu.logits, gpu.gradient_buckets, gpu.gathered_params, gpu.offload_buffers})
@@ -252,7 +284,7 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   const Bytes pinned_per_rank = host.pinned / std::max<std::int64_t>(1, in.ranks_per_node);
   if (in.engine == TrainingEngine::zeroplan) runtime.pinned_page_tables = pinned_page_table_bytes(pinned_per_rank);
   // Its workspace exactly (cuBLASLt's and its scratch) and its allocations' round-up to the device's pages.
-  if (in.executor_exact)
+  if (in.executor_exact || lora_allocations)
     if (const auto executor = executor_device_bytes(model, training, static_cast<int>(in.world_size), in.stage)) {
       runtime.cublas_workspace = executor->workspace;
       runtime.allocation_granularity = executor->allocation_granularity;
@@ -279,10 +311,21 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   estimate.init_peak_gpu_bytes = host.init_peak_gpu;
   estimate.init_peak_host_bytes = host.init_peak_host;
 
-  if (terms) {
+  if (terms && lora_allocations) {
+    // Each allocation by its name: which engine holds it, and LoRA's own buffers.
+    const std::string where = "rank 0 of " + num(in.world_size) + " at stage " + std::to_string(in.stage);
+    for (const exec::DeviceAllocation& a : *lora_allocations)
+      if (a.component != "workspace")
+        terms->push_back({a.component, a.what, a.bytes, where,
+                          "zeroplan's executor with LoRA (exec/activation_accounting.h device_allocations; "
+                          "exec/cuda/cuda_trainer.cu; exec/zero/zero_engine.h Trainability::frozen as DeepSpeed "
+                          "0.19.8 zero/stage_1_and_2.py and partition_parameters.py treat frozen parameters)"});
+  } else if (terms) {
     explain_model_states(in, states, *terms);
     explain_activations(model, training, in, activations, *terms);
     explain_zero_buffers(in, training.zero, buffers, *terms);
+  }
+  if (terms) {
     explain_runtime_overhead(runtime_description, in.world_size, reserve_basis, runtime, *terms);
     explain_executor_runtime(pinned_per_rank, runtime, *terms);
     explain_host_and_nvme(in, training.zero, states, buffers, host, *terms);

@@ -8,6 +8,7 @@
 #include "core/number_checks.h"
 #include "sim/collective_time.h"
 #include "sim/compute_time.h"
+#include "core/lora_modules.h"
 #include "sim/lora_model.h"
 #include "sim/executor_layout.h"
 #include "sim/memory_margin.h"
@@ -334,6 +335,29 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
       const std::int64_t adapted = lora_figures(model, training).adapted_per_block;
       for (std::size_t i = 0; i < model.layers.size(); ++i)
         if (model.layers[i].kind == "transformer_block") inputs.linear_calls_per_layer[i] += 2 * adapted;
+    }
+  }
+
+  if (training.engine == TrainingEngine::zeroplan && training.lora.enabled && model.transformer) {
+    // LoRA on zeroplan's executor: the adapters' engine reduces and updates the adapters only (their share of
+    // each block); the frozen base's engine gathers at stage 3 what it partitions, which with --quantize-base
+    // nf4 leaves out the block weights (their codes stay whole: exec/activation_accounting.h device_allocations).
+    const LoraFigures lora = lora_figures(model, training);
+    const std::int64_t per_block = lora.trainable_params / std::max<std::int64_t>(1, model.transformer->layers);
+    const bool nf4 = training.lora.quantize_base == BaseQuantization::nf4;
+    std::int64_t block_weights = 0;
+    for (const BlockLinear& module : block_linear_modules(model))
+      block_weights += module.in_features * module.out_features;
+    const double e = precision_bytes(training.precision);
+    for (const LayerDescription& layer : model.layers) {
+      const bool block = layer.kind == "transformer_block";
+      inputs.trainable_params_per_layer.push_back(block ? per_block : 0);
+      if (nf4)
+        inputs.gather_bytes_per_element.push_back(
+            block && layer.params > 0
+                ? e * static_cast<double>(std::max<std::int64_t>(0, layer.params - block_weights)) /
+                      static_cast<double>(layer.params)
+                : e);
     }
   }
 
