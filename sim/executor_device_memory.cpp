@@ -20,16 +20,26 @@ exec::ExecConfig executor_exec_config(const ModelDescription& model, const Train
                 : training.checkpointing == Checkpointing::selective ? exec::ExecRecompute::selective
                                                                      : exec::ExecRecompute::none;
   c.zero = executor_zero_settings(training, stage);
-  if (training.lora.enabled && c.network == std::nullopt) {
-    // LoRA (core/lora_modules.h resolve_lora): the adapted modules by their paths in a block, which
-    // exec/lora_layout.h maps onto our fused tensors; they decide both engines' layouts and LoRA's buffers.
-    c.lora.enabled = true;
-    c.lora.rank = training.lora.rank;
-    c.lora.alpha = training.lora.alpha;
-    c.lora.targets = training.lora.targets;
-    for (const BlockLinear& m : adapted_modules(model, training.lora.targets)) c.lora.modules.push_back(m.path);
-    c.lora.quantize_nf4 = training.lora.quantize_base == BaseQuantization::nf4;
-  }
+  return c;
+}
+
+exec::LoraExecSettings executor_lora_settings(const ModelDescription& model, const TrainingConfig& training) {
+  exec::LoraExecSettings lora;
+  if (!training.lora.enabled || !model.transformer) return lora;
+  // core/lora_modules.h resolve_lora: the adapted modules by their paths in a block, which exec/lora_layout.h maps
+  // onto our fused tensors; they decide both engines' layouts and LoRA's buffers.
+  lora.enabled = true;
+  lora.rank = training.lora.rank;
+  lora.alpha = training.lora.alpha;
+  lora.targets = training.lora.targets;
+  for (const BlockLinear& m : adapted_modules(model, training.lora.targets)) lora.modules.push_back(m.path);
+  lora.quantize_nf4 = training.lora.quantize_base == BaseQuantization::nf4;
+  return lora;
+}
+
+exec::ExecConfig executor_planned_config(const ModelDescription& model, const TrainingConfig& training, int stage) {
+  exec::ExecConfig c = executor_exec_config(model, training, stage);
+  c.lora = executor_lora_settings(model, training);
   return c;
 }
 
@@ -39,7 +49,7 @@ std::optional<std::vector<exec::DeviceAllocation>> executor_lora_allocations(con
   if (!training.lora.enabled || !model.transformer || !executor_trains(model) || world < 1 ||
       training.zero.reduce_bucket_size < 1 || training.micro_batch < 1)
     return std::nullopt;
-  return exec::device_allocations(executor_exec_config(model, training, stage), world);
+  return exec::device_allocations(executor_planned_config(model, training, stage), world);
 }
 
 std::optional<std::vector<exec::DeviceAllocation>> executor_network_allocations(const ModelDescription& model,
@@ -53,7 +63,7 @@ std::optional<ExecutorDeviceBytes> executor_device_bytes(const ModelDescription&
                                                          int world, int stage) {
   if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1)
     return std::nullopt;
-  const exec::ExecConfig c = executor_exec_config(model, training, stage);
+  const exec::ExecConfig c = executor_planned_config(model, training, stage);
   const std::vector<exec::DeviceAllocation> allocations = exec::device_allocations(c, world);
   ExecutorDeviceBytes b;
   for (const exec::DeviceAllocation& a : allocations)

@@ -22,9 +22,14 @@ struct ExecutorDeviceBytes {
 };
 
 // The executor's configuration for a plan: what decides its allocations (shape, batch, precision, recompute, ZeRO
-// settings, LoRA's adapted modules and NF4 base); `zeroplan run` adds the optimizer's, the loss scaler's and the seed. Throws InputError naming the
+// settings); `zeroplan run` adds the optimizer's, the loss scaler's and the seed. Throws InputError naming the
 // model's field the executor cannot train.
 exec::ExecConfig executor_exec_config(const ModelDescription& model, const TrainingConfig& training, int stage);
+// LoRA's settings of the executor for a LoRA plan (disabled without LoRA): the adapted modules by their paths,
+// rank, alpha and the NF4 base, as `zeroplan run` gives them to its trainer.
+exec::LoraExecSettings executor_lora_settings(const ModelDescription& model, const TrainingConfig& training);
+// executor_exec_config with executor_lora_settings: the configuration whose allocations a plan counts.
+exec::ExecConfig executor_planned_config(const ModelDescription& model, const TrainingConfig& training, int stage);
 
 // A layer-list network's own device buffers in the CUDA executor (exec/activation_accounting.h
 // network_device_layout: activations, logits and workspace, each named), for a model the executor trains; nullopt

@@ -189,7 +189,7 @@ std::optional<ExecutorLoraFigures> executor_lora_layout_figures(const ModelDescr
   if (!training.lora.enabled || !model.transformer || !executor_trains(model) || world < 1 ||
       training.zero.reduce_bucket_size < 1)
     return std::nullopt;
-  const exec::ExecConfig c = executor_exec_config(model, training, stage);
+  const exec::ExecConfig c = executor_planned_config(model, training, stage);
   // exec/cuda/cuda_trainer.cu and exec/cpu/cpu_trainer.cpp (constructors): the frozen base's engine over the
   // model's layout, its block weights left out when NF4 holds them, and the adapters' engine over their own.
   ExecutorLoraFigures f;
