@@ -9,6 +9,7 @@
 #include "core/input_error.h"
 #include "core/lora_modules.h"
 #include "core/plan_inputs.h"
+#include "sim/executor_layout.h"
 #include "sim/lora_model.h"
 
 namespace zeroplan {
@@ -157,11 +158,33 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
   lora.targets = options.lora_targets;
   lora.quantize_base = options.quantize_base;
   resolve_lora(lora, inputs.model, inputs.training);
-  if (inputs.training.lora.enabled && inputs.training.engine != TrainingEngine::deepspeed) {
+  if (inputs.training.lora.enabled && inputs.training.engine == TrainingEngine::zeroplan) {
+    // LoRA on zeroplan's own engine is planned from the executor's allocations (sim/executor_device_memory.h
+    // executor_lora_allocations): what it does not build is refused here by name, as `zeroplan run` refuses it.
+    const char* flag = options.lora_rank ? "--lora-rank" : options.lora_alpha ? "--lora-alpha" : "--lora-targets";
+    if (!executor_trains(inputs.model))
+      throw InputError(kCommandLine, flag, "--engine zeroplan: the executor does not train " + inputs.model.name);
+    if (inputs.training.lora.quantize_base == BaseQuantization::int8)
+      throw InputError(kCommandLine, "--quantize-base", "int8 with --engine zeroplan: the executor holds the base as "
+                                                        "nf4 or unquantised");
+    // The frozen base's engine offloads nothing (exec/zero/zero_engine.cpp), so a LoRA run offloads nothing: the
+    // plans are those without offload.
+    const PlanChoiceFilter& f = inputs.filter;
+    if ((f.offload_optimizer_set && f.offload_optimizer != OffloadDevice::none) ||
+        (f.offload_param_set && f.offload_param != OffloadDevice::none)) {
+      const bool optimizer = f.offload_optimizer_set && f.offload_optimizer != OffloadDevice::none;
+      const char* given = optimizer ? (options.offload_optimizer ? "--offload-optimizer" : "--ds-config")
+                                    : (options.offload_param ? "--offload-param" : "--ds-config");
+      throw InputError(kCommandLine, given, "with LoRA and --engine zeroplan: the executor's frozen base engine "
+                                            "offloads nothing; plan without offload");
+    }
+    inputs.filter.offload_optimizer_set = inputs.filter.offload_param_set = true;
+    inputs.filter.offload_optimizer = inputs.filter.offload_param = OffloadDevice::none;
+  } else if (inputs.training.lora.enabled && inputs.training.engine != TrainingEngine::deepspeed) {
     const char* flag = options.lora_rank ? "--lora-rank" : options.lora_alpha ? "--lora-alpha" : "--lora-targets";
     throw InputError(kCommandLine, flag,
-                     "LoRA is planned for the DeepSpeed engine (PEFT under deepspeed.initialize); --engine " +
-                         to_string(inputs.training.engine) + " has no LoRA model");
+                     "LoRA is planned for the DeepSpeed engine (PEFT under deepspeed.initialize) and zeroplan's; "
+                     "--engine " + to_string(inputs.training.engine) + " has no LoRA model");
   }
   // Every LoRA plan says what it trains as PEFT prints it (peft_model.py print_trainable_parameters).
   if (inputs.training.lora.enabled)
