@@ -302,6 +302,7 @@ void read_precision(const Reader& reader, const JsonFields& top) {
       scale.loss_scale_window = section.positive_integer_or("loss_scale_window", scale.loss_scale_window);
       scale.hysteresis = section.positive_integer_or("hysteresis", scale.hysteresis);
       scale.min_loss_scale = section.positive_number_or("min_loss_scale", scale.min_loss_scale);
+      scale.consecutive_hysteresis = section.boolean_or("consecutive_hysteresis", scale.consecutive_hysteresis);
     }
   }
   if (top.has("bf16") || top.has("bfloat16")) {
@@ -634,6 +635,7 @@ nlohmann::json emit_deepspeed_config(const TrainingConfig& training, int world_s
                            {"initial_scale_power", static_cast<std::int64_t>(training.loss_scale.initial_scale_power)},
                            {"loss_scale_window", training.loss_scale.loss_scale_window},
                            {"hysteresis", training.loss_scale.hysteresis},
+                           {"consecutive_hysteresis", training.loss_scale.consecutive_hysteresis},
                            {"min_loss_scale", training.loss_scale.min_loss_scale}};
     config["fp16"] = std::move(fp16);
   } else if (training.precision == Precision::bf16) {

@@ -156,6 +156,7 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
        {{"initial_scale_power", training.loss_scale.initial_scale_power},
         {"loss_scale_window", training.loss_scale.loss_scale_window},
         {"hysteresis", training.loss_scale.hysteresis},
+        {"consecutive_hysteresis", training.loss_scale.consecutive_hysteresis},
         {"min_loss_scale", training.loss_scale.min_loss_scale},
         {"static_loss_scale", training.loss_scale.static_loss_scale}}},
       {"lora",

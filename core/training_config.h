@@ -115,6 +115,7 @@ struct LossScaleConfig {
   std::int64_t hysteresis = 2;
   double min_loss_scale = 1.0;
   double static_loss_scale = 0.0;    // "loss_scale" > 0 fixes the scale
+  bool consecutive_hysteresis = false;  // a step without overflow restores the hysteresis budget
 };
 
 struct TrainingConfig {

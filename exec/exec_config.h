@@ -109,6 +109,7 @@ struct LossScaleSettings {
   std::int64_t scale_window = 1000;
   std::int64_t hysteresis = 2;
   double min_scale = 1.0;
+  bool consecutive_hysteresis = false;
 };
 
 // The ZeRO side of the step (DeepSpeed's zero_optimization block, docs/config-json "ZeRO optimizations"). The

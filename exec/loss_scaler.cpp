@@ -37,9 +37,12 @@ bool LossScaler::update(bool overflow) {
       --cur_hysteresis_;
     }
     last_overflow_iter_ = cur_iter_;
-  } else if ((cur_iter_ - last_overflow_iter_) % settings_.scale_window == 0) {
-    cur_hysteresis_ = settings_.hysteresis;
-    scale_ *= 2.0;
+  } else {
+    if (settings_.consecutive_hysteresis) cur_hysteresis_ = settings_.hysteresis;
+    if ((cur_iter_ - last_overflow_iter_) % settings_.scale_window == 0) {
+      if (!settings_.consecutive_hysteresis) cur_hysteresis_ = settings_.hysteresis;
+      scale_ *= 2.0;
+    }
   }
   ++cur_iter_;
   return overflow;

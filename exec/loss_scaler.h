@@ -1,10 +1,11 @@
 // Dynamic loss scaling for fp16 with DeepSpeed's semantics (deepspeed/runtime/fp16/loss_scaler.py,
-// DynamicLossScaler.update_scale, consecutive_hysteresis=False, scale_factor 2):
+// DynamicLossScaler.update_scale, scale_factor 2):
 //   overflow: if hysteresis is exhausted (delayed_shift == 1 or cur_hysteresis == 1) the scale halves (not
 //             below min_scale; at min_scale DeepSpeed raises, raise_error_at_min_scale=True, and so do we),
 //             otherwise cur_hysteresis -= 1; the step is skipped; last_overflow_iter = cur_iter.
-//   no overflow: every scale_window iterations since the last overflow the scale doubles and the hysteresis
-//             budget is restored.
+//   no overflow: with consecutive_hysteresis the hysteresis budget is restored at once (so only overflows in a row
+//             lower the scale); every scale_window iterations since the last overflow the scale doubles, and
+//             without consecutive_hysteresis the budget is restored then.
 // A static scale (loss_scale > 0) never changes; overflow still skips the step.
 #pragma once
 

@@ -233,6 +233,7 @@ TEST(EmitDeepSpeedConfig, RoundTripsThroughTheReader) {
   plan.grad_accum = 3;
   plan.precision = Precision::fp16;
   plan.loss_scale.initial_scale_power = 14;
+  plan.loss_scale.consecutive_hysteresis = true;
   plan.zero.stage = 3;
   plan.zero.offload_optimizer = OffloadDevice::cpu;
   plan.zero.offload_param = OffloadDevice::nvme;
@@ -250,6 +251,7 @@ TEST(EmitDeepSpeedConfig, RoundTripsThroughTheReader) {
   EXPECT_EQ(read.grad_accum, 3);
   EXPECT_EQ(read.precision, Precision::fp16);
   EXPECT_DOUBLE_EQ(read.loss_scale.initial_scale_power, 14);
+  EXPECT_TRUE(read.loss_scale.consecutive_hysteresis);
   EXPECT_EQ(read.zero.stage, 3);
   EXPECT_EQ(read.zero.offload_optimizer, OffloadDevice::cpu);
   EXPECT_EQ(read.zero.offload_param, OffloadDevice::nvme);
@@ -407,6 +409,23 @@ TEST(DeepSpeedDataTypes, OverlapCommNotGivenFollowsThePlansStage) {
   apply_deepspeed_config(given, "ds.json", load_model("gpt2-124m"), 2, off);
   EXPECT_TRUE(off.zero.overlap_comm_given);
   EXPECT_EQ(emit_deepspeed_config(off, 2).at("zero_optimization").at("overlap_comm"), false);
+}
+
+// fp16.consecutive_hysteresis (DeepSpeed's DynamicLossScaler argument) is read, not accepted and dropped: a boolean,
+// false when absent as in DeepSpeed; another type names the field.
+TEST(DeepSpeedFp16, ConsecutiveHysteresisIsReadAsABoolean) {
+  TrainingConfig training;
+  const auto on = nlohmann::json::parse(R"({"fp16": {"enabled": true, "consecutive_hysteresis": true}})");
+  apply_deepspeed_config(on, "ds.json", load_model("gpt2-124m"), 1, training);
+  EXPECT_TRUE(training.loss_scale.consecutive_hysteresis);
+  TrainingConfig plain;
+  apply_deepspeed_config(nlohmann::json::parse(R"({"fp16": {"enabled": true}})"), "ds.json", load_model("gpt2-124m"), 1,
+                         plain);
+  EXPECT_FALSE(plain.loss_scale.consecutive_hysteresis);
+  TrainingConfig bad;
+  const auto text = nlohmann::json::parse(R"({"fp16": {"enabled": true, "consecutive_hysteresis": "yes"}})");
+  expect_input_error([&] { apply_deepspeed_config(text, "ds.json", load_model("gpt2-124m"), 1, bad); },
+                     {"ds.json", "consecutive_hysteresis"});
 }
 
 }  // namespace

@@ -111,6 +111,24 @@ TEST(LossScaler, FollowsDeepSpeedHysteresisAndWindow) {
   EXPECT_EQ(ls.skipped_steps(), 7);
 }
 
+// consecutive_hysteresis (DynamicLossScaler.update_scale): a step without overflow restores the hysteresis budget at
+// once, so two overflows apart keep the scale where, without it, the second one halves it.
+TEST(LossScaler, ConsecutiveHysteresisRestoresTheBudgetAfterAGoodStep) {
+  for (bool consecutive : {false, true}) {
+    LossScaleSettings s;
+    s.initial_scale_power = 4;  // 16
+    s.scale_window = 100;
+    s.hysteresis = 2;
+    s.consecutive_hysteresis = consecutive;
+    LossScaler ls(ExecPrecision::fp16, s);
+    EXPECT_TRUE(ls.update(true));    // budget 2 -> 1, scale kept
+    EXPECT_FALSE(ls.update(false));  // consecutive: budget back to 2
+    EXPECT_TRUE(ls.update(true));
+    EXPECT_EQ(ls.scale(), consecutive ? 16 : 8) << "consecutive_hysteresis " << consecutive;
+    EXPECT_EQ(ls.state().cur_hysteresis, 1);
+  }
+}
+
 TEST(LossScaler, Bf16AndStaticScalesDoNotMove) {
   LossScaler bf(ExecPrecision::bf16, LossScaleSettings{});
   EXPECT_EQ(bf.scale(), 1.0);
