@@ -43,6 +43,10 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--init-from", options->init_from,
                   "Start from a Hugging Face checkpoint by its transformers names: a model.safetensors file, a sharded "
                   "model.safetensors.index.json, or the folder holding either; each rank reads its own partition");
+  cmd->add_flag("--augment", options->augment,
+               "An image classifier's training images (--data DIR) with torchvision's CIFAR augmentation: "
+               "RandomCrop(32, padding=4) and RandomHorizontalFlip before the normalisation (DeepSpeed's CIFAR example "
+               "has none, the default)");
   cmd->add_flag("--eval", options->eval,
                "After training an image classifier (a layer-list model such as resnet101 with --data DIR): its "
                "accuracy on CIFAR-10's test split");

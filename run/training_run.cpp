@@ -64,6 +64,7 @@ exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig
   c.loss_scale.initial_scale_power = tr.loss_scale.initial_scale_power;
   c.loss_scale.scale_window = tr.loss_scale.loss_scale_window;
   c.loss_scale.hysteresis = tr.loss_scale.hysteresis;
+  c.loss_scale.consecutive_hysteresis = tr.loss_scale.consecutive_hysteresis;
   c.loss_scale.min_scale = tr.loss_scale.min_loss_scale;
   c.seed = seed;
   if (tr.lora.enabled) {
@@ -263,6 +264,11 @@ ResolvedRun resolve_run(RunOptions& o) {
   }
   if (o.eval && !o.data)
     throw InputError(kCli, "--eval", "needs --data DIR (CIFAR-10's folder: test_batch.bin is evaluated)");
+  if (o.augment && (!network || !o.data))
+    throw InputError(kCli, "--augment", !network ? "augments an image classifier's training images (a layer-list "
+                                                   "model); this model is a transformer"
+                                                 : "needs --data DIR (CIFAR-10's folder: its training images are "
+                                                   "augmented; synthetic images are not)");
   if (tr.lora.enabled) {
     // LoRA runs on both backends' transformer pipeline (exec/cpu/cpu_trainer.cpp, exec/cuda/cuda_trainer.cu); what
     // is not built for it yet is refused by name before anything starts.
@@ -465,7 +471,9 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     // CIFAR-10 with DeepSpeed's example transforms (exec/image_data.h), or images drawn from the seed.
     if (o.data) {
       try {
-        e.images = exec::CifarDataset::open(*o.data, exec::CifarSplit::train, exec::ImageTransforms::deepspeed_cifar(),
+        e.images = exec::CifarDataset::open(*o.data, exec::CifarSplit::train,
+                                            o.augment ? exec::ImageTransforms::augmented()
+                                                      : exec::ImageTransforms::deepspeed_cifar(),
                                             o.seed + 1);
       } catch (const std::invalid_argument& ex) {
         throw InputError(*o.data, "--data", ex.what());

@@ -42,6 +42,10 @@ struct RunOptions {
   std::optional<std::string> save_grads;
   // A layer-list image classifier: its accuracy on CIFAR-10's test split (--data DIR's test_batch.bin) at the end.
   bool eval = false;
+  // A layer-list image classifier trained on --data DIR with torchvision's CIFAR augmentation (RandomCrop(32,
+  // padding=4) and RandomHorizontalFlip, before the normalisation) instead of DeepSpeed's example's plain
+  // ToTensor + Normalize.
+  bool augment = false;
   // --nvme-path: where offload_optimizer nvme swaps (else the DeepSpeed config's offload_optimizer.nvme_path).
   std::optional<std::string> nvme_path;
 };

@@ -122,6 +122,16 @@ TEST(ImageRun, BadImageRunsAreRefusedByName) {
     EXPECT_EQ(r.errors.find('\n'), r.errors.size() - 1) << "one line: " << r.errors;
   };
   refused("run --model resnet101 --backend cpu --steps 2 --eval", "--eval", "needs --data");
+  refused("run --model resnet101 --backend cpu --steps 2 --augment", "--augment", "needs --data");
+  refused("run --model gpt2-124m --backend cpu --steps 2 --augment", "--augment", "transformer");
+  // --augment takes torchvision's CIFAR recipe, and the run says so where it names its data.
+  {
+    const CommandResult r = run("run --model resnet101 --backend cpu --data " + data.string() +
+                                " --micro-batch 2 --steps 1 --augment");
+    EXPECT_EQ(r.status, 0) << r.output << r.errors;
+    EXPECT_NE(r.output.find("RandomCrop(32, padding=4), RandomHorizontalFlip(), ToTensor()"), std::string::npos)
+        << r.output;
+  }
   refused("run --model gpt2-124m --backend cpu --steps 2 --eval", "--eval", "transformer");
   // A truncated CIFAR file: the file and the record.
   {
