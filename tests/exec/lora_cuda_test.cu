@@ -3,7 +3,7 @@
 // weights. Each test skips without a GPU. Tolerances (relative L2 error ||gpu - cpu|| / ||cpu||, or relative loss):
 // - fp32: loss 1e-5, adapter gradients 1e-4 (summation order: cuBLASLt against Eigen, the flash attention);
 // - bf16 (the CPU trainer in fp32 from the same bf16-rounded weights): loss 1e-2 relative, adapter gradients 6e-2,
-//   the whole-model bf16 steps' tolerances of tests/exec/test_exec_cuda.cu (2e-2 absolute on a loss near 5.5, 6e-2;
+//   the whole-model bf16 steps' tolerances of tests/exec/trainer_cuda_test.cu (2e-2 absolute on a loss near 5.5, 6e-2;
 //   8-bit mantissa activations, gradients and x A^T);
 // - the NF4 dequantisation kernel: bit for bit (core/nf4_quantization.h dequantize_nf4 in fp32; its rounding to
 //   bf16 in bf16);
@@ -31,25 +31,15 @@
 #include "exec/lora_layout.h"
 #include "exec/token_data.h"
 #include "exec/trainer.h"
+#include "tests/exec/cuda_test_support.cuh"
 
 namespace zeroplan::exec {
 namespace {
 
-#define REQUIRE_GPU()                                      \
-  do {                                                     \
-    std::string why;                                       \
-    if (!cuda_device_available(&why)) GTEST_SKIP() << why; \
-  } while (0)
-
+// cuda_test::rel_err with the sizes checked first: vectors of different sizes are infinitely far apart.
 double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   if (got.size() != ref.size()) return INFINITY;
-  double d = 0, r = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    d += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
-    r += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(d / std::max(r, 1e-30));
+  return cuda_test::rel_err(got, ref);
 }
 
 float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }

@@ -15,27 +15,13 @@
 #include "exec/activation_accounting.h"
 #include "exec/cuda/cuda_trainer.h"
 #include "exec/trainer.h"
+#include "tests/exec/cuda_test_support.cuh"
 #include "tests/exec/network_fixtures.h"
 
 namespace zeroplan::exec {
 namespace {
 
-#define REQUIRE_GPU()                                      \
-  do {                                                     \
-    std::string why;                                       \
-    if (!cuda_device_available(&why)) GTEST_SKIP() << why; \
-  } while (0)
-
-// ||got - ref|| / ||ref|| over a flat range.
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref, std::int64_t begin, std::int64_t n) {
-  double d = 0, r = 0;
-  for (std::int64_t i = begin; i < begin + n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    d += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
-    r += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(d / std::max(r, 1e-30));
-}
+using cuda_test::rel_err;
 
 // The worst relative error of any parameter tensor, and its name.
 std::pair<double, std::string> worst_tensor(const Trainer& t, const std::vector<float>& got, const std::vector<float>& ref) {
