@@ -64,16 +64,8 @@ exec::ExecConfig exec_config(const ModelDescription& model, const TrainingConfig
   c.loss_scale.consecutive_hysteresis = tr.loss_scale.consecutive_hysteresis;
   c.loss_scale.min_scale = tr.loss_scale.min_loss_scale;
   c.seed = seed;
-  if (tr.lora.enabled) {
-    // LoRA (core/lora_modules.h resolve_lora): the adapted modules by their paths in a block (exec/lora_layout.h
-    // maps them onto our fused tensors).
-    c.lora.enabled = true;
-    c.lora.rank = tr.lora.rank;
-    c.lora.alpha = tr.lora.alpha;
-    c.lora.targets = tr.lora.targets;
-    for (const BlockLinear& m : adapted_modules(model, tr.lora.targets)) c.lora.modules.push_back(m.path);
-    c.lora.quantize_nf4 = tr.lora.quantize_base == BaseQuantization::nf4;
-  }
+  // LoRA (core/lora_modules.h resolve_lora): the adapted modules by their paths in a block, as the plan counts them.
+  if (tr.lora.enabled) c.lora = executor_lora_settings(model, tr);
   try {
     if (!c.network) exec::validate(c);  // a layer list was checked as the description was read (core/layer_ops.h)
   } catch (const std::invalid_argument& e) {
@@ -310,15 +302,9 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
                        " is not implemented by the executor; the run and its plan use dropout 0");
     in.model.transformer->dropout = 0;
   }
-  // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits.
-  if (!tr.lora.enabled) {
-    use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
-  } else {
-    // The planner models LoRA under DeepSpeed's engine only (sim/lora_model.h); a LoRA run prints that plan (on the
-    // GPU its rows beside the measured ones: DeepSpeed's engine against ours, not a check of our executor's plan).
-    tr.notes.push_back("run: LoRA's plan is DeepSpeed's engine (PEFT under deepspeed.initialize); the planner has "
-                       "no LoRA model of zeroplan's own engine yet");
-  }
+  // What the executor stores: flash attention (no s x s), dlogits written in place over the 16-bit logits; with
+  // LoRA both engines' allocations (sim/executor_device_memory.h executor_planned_config).
+  use_engine(tr, TrainingEngine::zeroplan);  // the memory model of our own executor (core/training_config.h)
   exec::ExecConfig& cfg = e.cfg;
   cfg = exec_config(in.model, tr, o.seed);
   // DeepSpeed's overlap_comm when a DeepSpeed config gives it; otherwise our executor's default (it overlaps),
