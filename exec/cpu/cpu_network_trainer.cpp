@@ -14,6 +14,7 @@
 #include "exec/cpu/cpu_zero_device.h"
 #include "exec/loss_scaler.h"
 #include "exec/engine_trainer.h"
+#include "exec/network_trainer.h"
 #include "exec/network_plan.h"
 #include "exec/zero/zero_engine.h"
 
@@ -23,7 +24,7 @@ namespace {
 
 using i64 = std::int64_t;
 
-class CpuNetworkTrainer final : public EngineTrainer {
+class CpuNetworkTrainer final : public NetworkTrainer {
  public:
   CpuNetworkTrainer(const ExecConfig& config, Communicator* comm)
       : config_(config),
@@ -51,27 +52,10 @@ class CpuNetworkTrainer final : public EngineTrainer {
   int world() const override { return comm_.world(); }
   CommCounters comm_counters() const override { return comm_.counters(); }
 
-  StepResult step(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&) override {
-    throw std::invalid_argument("this trainer runs a layer-list network on images (step_images), not tokens");
-  }
-  double forward_loss(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&) override {
-    throw std::invalid_argument("this trainer runs a layer-list network on images, not tokens");
-  }
-  double forward_backward(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&) override {
-    throw std::invalid_argument("this trainer runs a layer-list network on images, not tokens");
-  }
-
   StepResult step_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels) override {
     const i64 B = config_.micro_batch, sample = config_.network->input.elements();
     const i64 need = config_.grad_accum * B;
-    if (static_cast<i64>(labels.size()) != need || static_cast<i64>(images.size()) != need * sample)
-      throw std::invalid_argument("cpu network trainer: expected " + std::to_string(need) + " images of " +
-                                  std::to_string(sample) + " values and their labels");
-    for (i64 i = 0; i < need; ++i)
-      if (labels[i] < 0 || labels[i] >= config_.network->classes)
-        throw std::invalid_argument("cpu network trainer: label " + std::to_string(labels[i]) + " at sample " +
-                                    std::to_string(i) + " is outside [0, " +
-                                    std::to_string(config_.network->classes) + ")");
+    check_images(images, labels, need);
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     StepResult r;
@@ -103,9 +87,7 @@ class CpuNetworkTrainer final : public EngineTrainer {
   double evaluate_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels,
                          std::int64_t& correct) override {
     const i64 B = config_.micro_batch;
-    if (static_cast<i64>(labels.size()) != B || static_cast<i64>(images.size()) != B * config_.network->input.elements())
-      throw std::invalid_argument("cpu network trainer: evaluation takes one micro-batch of " + std::to_string(B) +
-                                  " images");
+    check_images(images, labels, B);  // one micro-batch
     engine_->begin_forward_only();
     i64 right = 0;
     const double mean = forward(images.data(), labels.data(), 0.0f, right, /*train=*/false);

@@ -33,6 +33,7 @@
 #include "exec/cuda/tensor_ops.cuh"
 #include "exec/engine_trainer.h"
 #include "exec/network_plan.h"
+#include "exec/network_trainer.h"
 #include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
@@ -45,7 +46,7 @@ using cuda::CudaStream;
 using cuda::PinnedHost;
 
 template <typename T>
-class CudaNetworkTrainer final : public EngineTrainer {
+class CudaNetworkTrainer final : public NetworkTrainer {
  public:
   CudaNetworkTrainer(const ExecConfig& config, Communicator* comm)
       : config_(config),
@@ -96,16 +97,6 @@ class CudaNetworkTrainer final : public EngineTrainer {
   int rank() const override { return comm_->rank(); }
   int world() const override { return comm_->world(); }
   CommCounters comm_counters() const override { return comm_->counters(); }
-
-  StepResult step(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&) override {
-    throw std::invalid_argument("this trainer runs a layer-list network on images (step_images), not tokens");
-  }
-  double forward_loss(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&) override {
-    throw std::invalid_argument("this trainer runs a layer-list network on images, not tokens");
-  }
-  double forward_backward(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&) override {
-    throw std::invalid_argument("this trainer runs a layer-list network on images, not tokens");
-  }
 
   StepResult step_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels) override {
     const i64 B = config_.micro_batch, sample = config_.network->input.elements();
@@ -237,18 +228,6 @@ class CudaNetworkTrainer final : public EngineTrainer {
       if (p.op.kind == LayerOpKind::max_pool2d && p.op.dilation != 1)
         throw std::invalid_argument("executor: the CUDA backend's max pooling takes dilation 1 (op " + p.op.name + ")");
     }
-  }
-
-  void check_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels, i64 count) const {
-    const i64 sample = config_.network->input.elements();
-    if (static_cast<i64>(labels.size()) != count || static_cast<i64>(images.size()) != count * sample)
-      throw std::invalid_argument("cuda network trainer: expected " + std::to_string(count) + " images of " +
-                                  std::to_string(sample) + " values and their labels");
-    for (i64 i = 0; i < count; ++i)
-      if (labels[i] < 0 || labels[i] >= config_.network->classes)
-        throw std::invalid_argument("cuda network trainer: label " + std::to_string(labels[i]) + " at sample " +
-                                    std::to_string(i) + " is outside [0, " + std::to_string(config_.network->classes) +
-                                    ")");
   }
 
   void* at(int allocation) const { return allocation < 0 ? nullptr : bases_[static_cast<std::size_t>(allocation)]; }
