@@ -121,6 +121,12 @@ RecommendResult recommend_plans(const ModelDescription& model, const ClusterDesc
     for (const PlanChoice& choice : choices) {
       if (!cluster_supports(sized, choice)) continue;  // e.g. NVMe offload on a cluster without NVMe
       if (training.engine == TrainingEngine::deepspeed && !deepspeed_runs(training, choice)) continue;
+      // zeroplan's executor trains LoRA without offload (its frozen base engine offloads nothing) and keeps NF4 codes
+      // whole, so not at stage 3 (run/training_run.cpp refuses both by name): no such plan is recommended for it.
+      if (training.engine == TrainingEngine::zeroplan && training.lora.enabled &&
+          (choice.offload_optimizer != OffloadDevice::none || choice.offload_param != OffloadDevice::none ||
+           (training.lora.quantize_base == BaseQuantization::nf4 && choice.stage == 3)))
+        continue;
       for (Checkpointing checkpointing : options.checkpointing) {
         for (std::int64_t micro = 1; micro <= std::min(per_gpu, options.max_micro_batch); ++micro) {
           if (per_gpu % micro != 0) continue;

@@ -62,6 +62,25 @@ TEST(LoraCli, RecommendFinetuneRanksMethodsTogether) {
   EXPECT_TRUE(methods.count("qlora-nf4")) << result.output;
 }
 
+// Under zeroplan's own engine recommend ranks only what its executor runs: LoRA without offload, NF4 below stage 3.
+TEST(LoraCli, RecommendFinetuneUnderZeroplanKeepsToWhatTheExecutorRuns) {
+  const CommandResult result = run("recommend --model llama2-7b --gpus 1 --only-given-gpus --seq 1024 "
+                                   "--global-batch 4 --checkpointing full --finetune --engine zeroplan --top 200 "
+                                   "--format json");
+  ASSERT_EQ(result.status, 0) << result.output << result.errors;
+  const nlohmann::json document = nlohmann::json::parse(result.output);
+  int adapters = 0;
+  for (const auto& plan : document["plans"]) {
+    const std::string method = plan["method"].get<std::string>();
+    if (method == "full") continue;
+    ++adapters;
+    EXPECT_EQ(plan["offload_optimizer"].get<std::string>(), "none") << method << " stage " << plan["stage"];
+    EXPECT_EQ(plan["offload_param"].get<std::string>(), "none") << method << " stage " << plan["stage"];
+    if (method == "qlora-nf4") EXPECT_NE(plan["stage"].get<int>(), 3);
+  }
+  EXPECT_GT(adapters, 0) << result.output;
+}
+
 TEST(LoraCli, BadLoraInputsAreOneLineExitTwo) {
   expect_one_line_error(run("plan --model llama2-7b --lora-rank 0"), {"--lora-rank", "at least 1"});
   expect_one_line_error(run("plan --model llama2-7b --lora-rank -4"), {"--lora-rank"});
