@@ -19,6 +19,7 @@
 #include "exec/lora_layout.h"
 #include "exec/loss_scaler.h"
 #include "exec/engine_trainer.h"
+#include "exec/frozen_base.h"
 #include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
@@ -183,24 +184,7 @@ class CpuTrainer final : public EngineTrainer {
 
   void set_frozen(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) override {
     if (!base_engine_) throw std::invalid_argument("set_frozen: this trainer trains every parameter (no LoRA base)");
-    // The base engine's own tensors read from the same-named tensors of the source's layout.
-    std::vector<const ParamTensor*> from(base_layout_->tensors().size(), nullptr);
-    for (std::size_t i = 0; i < base_layout_->tensors().size(); ++i)
-      for (const ParamTensor& t : source_layout.tensors())
-        if (t.name == base_layout_->tensors()[i].name) from[i] = &t;
-    const ParamLayout& base = *base_layout_;
-    base_engine_->restore_state(
-        [&](std::int64_t begin, std::int64_t n, float* master, float*, float*) {
-          std::fill(master, master + n, 0.0f);
-          for (std::size_t i = 0; i < base.tensors().size(); ++i) {
-            const ParamTensor& t = base.tensors()[i];
-            const std::int64_t lo = std::max(begin, t.offset), hi = std::min(begin + n, t.offset + t.numel());
-            if (lo >= hi) continue;
-            if (!from[i]) throw std::invalid_argument("set_frozen: the source has no tensor " + t.name);
-            source(from[i]->offset + (lo - t.offset), hi - lo, master + (lo - begin), nullptr, nullptr);
-          }
-        },
-        0);
+    restore_frozen_base(*base_engine_, *base_layout_, source_layout, source);
     if (!config_.lora.quantize_nf4) return;
     // QLoRA: transformers quantises every linear layer but the output head (integrations/bitsandbytes.py
     // replace_with_bnb_linear): the four block weights, each its own Params4bit.
