@@ -25,6 +25,17 @@ class NetworkTrainer : public EngineTrainer {
   }
 
  protected:
+  // Backward reaching an op of layer `next` (ops run in reverse): the layer left behind has its final gradients
+  // (the engine reduces its buckets), the next one's gradients are prepared and its parameters gathered (stage 3).
+  static void backward_enter_layer(ZeroEngine& engine, const ParamLayout& layout, std::size_t& layer,
+                                   std::size_t next) {
+    if (layer < layout.units().size()) engine.gradients_final_from(layout.units()[layer].begin);
+    layer = next;
+    const ParamUnit& u = layout.units()[layer];
+    engine.prepare_gradients(u.begin, u.end);
+    engine.params_needed(u.begin, u.end);
+  }
+
   // `count` samples of the network's input shape and their labels, each in [0, classes).
   void check_images(const std::vector<float>& images, const std::vector<std::int32_t>& labels,
                     std::int64_t count) const {

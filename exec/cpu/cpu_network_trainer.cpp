@@ -271,13 +271,7 @@ class CpuNetworkTrainer final : public NetworkTrainer {
     std::size_t layer = ops_.back().layer + 1;
     for (std::size_t k = ops_.size(); k-- > 0;) {
       const NetworkOp& p = ops_[k];
-      if (p.layer != layer) {
-        if (layer < layout_.units().size()) engine_->gradients_final_from(layout_.units()[layer].begin);
-        layer = p.layer;
-        const ParamUnit& u = layout_.units()[layer];
-        engine_->prepare_gradients(u.begin, u.end);
-        need_unit(layer);
-      }
+      if (p.layer != layer) backward_enter_layer(*engine_, layout_, layer, p.layer);
       const float* x = input_of(k, 0, images);
       const float* dy = grads_[k].data();
       float* dx = scratch_.data();

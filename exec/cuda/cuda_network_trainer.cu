@@ -417,13 +417,7 @@ class CudaNetworkTrainer final : public NetworkTrainer {
     std::size_t layer = plan_.ops.back().layer + 1;
     for (std::size_t k = plan_.ops.size(); k-- > 0;) {
       const NetworkOp& p = plan_.ops[k];
-      if (p.layer != layer) {
-        if (layer < layout_.units().size()) engine_->gradients_final_from(layout_.units()[layer].begin);
-        layer = p.layer;
-        const ParamUnit& u = layout_.units()[layer];
-        engine_->prepare_gradients(u.begin, u.end);
-        need_unit(layer);
-      }
+      if (p.layer != layer) backward_enter_layer(*engine_, layout_, layer, p.layer);
       const T* dy = grad(k);
       T* dx = in_grad(k, 0);
       const bool add0 = !p.grad_first_write[0];
