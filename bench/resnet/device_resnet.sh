@@ -6,9 +6,11 @@
 #   build    the CLI and the GPU tests in build-dev (bench/exec/device_common.sh's configuration)
 #   tests    the executor's GPU tests (GTEST_FILTER narrows them; default the network trainer's and two whole-step
 #            transformer tests)
-#   correct  torchvision's resnet101(num_classes=10) in fp32 on the CPU (bench/resnet/tv_reference.py, TF32 off)
+#   correct  torchvision's resnet101(num_classes=10) in fp32 and in fp64 on the CPU (bench/resnet/tv_reference.py)
 #            against `zeroplan run --backend cuda --precision fp32 --init-from` on the same weights and images: step
-#            1's loss and every parameter's gradient (bench/llama/hf_reference.py compare)
+#            1's loss and every parameter's gradient (bench/llama/hf_reference.py compare), at each batch size of
+#            CORRECT_BATCHES (default 8); torchvision's own fp32 against fp64 beside them
+#   profile  one step's kernels under Nsight Compute, ours and the eager peer's (PROFILE_PRECISION, default bf16)
 #   speed    zeroplan run, fp16, micro-batch MB (128) per GPU, 32x32 synthetic images, the rows SPEED_ROWS
 #            (default "s0 s2 s3o": stage 0, stage 2, stage 3 with the optimizer on the CPU) beside their plans
 #   peers    bench/resnet/ddp_peer.py on N GPUs in the same call (AMP fp16, channels-last), PEER_MODES (default
@@ -65,19 +67,58 @@ if has tests; then
   }
 fi
 
-if has correct && need 90 "correctness against torchvision"; then
-  B=${CORRECT_BATCH:-8}
-  python3 bench/resnet/tv_reference.py --out $W/tv --batch $B --device cpu > "$L/tv_reference.log" 2>&1 || say "tv_reference FAILED: $(tail -2 "$L/tv_reference.log" | tr '\n' ' ')"
-  timeout 180 $RUN run --model resnet101 --backend cuda --precision fp32 --data $W/tv/cifar --micro-batch $B --steps 1 \
-    --warmup-steps 0 --init-from $W/tv/model.safetensors --save-grads $W/ours.safetensors --deterministic --force \
-    "${CLUSTER[@]}" > "$L/ours_fp32.log" 2>&1; rc=$?
-  [ $rc -ne 0 ] && say "ours fp32 FAILED rc=$rc: $(grep -iE 'error|zeroplan:' "$L/ours_fp32.log" | head -2 | tr '\n' ' ')"
+# One batch size B: torchvision's step in fp32 and in fp64 (the exact step, to within fp64) on the same weights and
+# images, ours in fp32 on the GPU; ours and torchvision's fp32 each against fp64, and ours against torchvision's fp32.
+# Torchvision's own fp32 distance from fp64 is the floor any fp32 implementation of this step is held to.
+correct_at() {
+  local B=$1 D=$W/b$1
+  python3 bench/resnet/tv_reference.py --out $D/tv --batch $B --device cpu > "$L/tv_reference_b$B.log" 2>&1 || say "tv_reference FAILED: $(tail -2 "$L/tv_reference_b$B.log" | tr '\n' ' ')"
+  python3 bench/resnet/tv_reference.py --out $D/tv64 --batch $B --device cpu --dtype float64 > "$L/tv_reference64_b$B.log" 2>&1 || say "tv_reference fp64 FAILED: $(tail -2 "$L/tv_reference64_b$B.log" | tr '\n' ' ')"
+  timeout 180 $RUN run --model resnet101 --backend cuda --precision fp32 --data $D/tv/cifar --micro-batch $B --steps 1 \
+    --warmup-steps 0 --init-from $D/tv/model.safetensors --save-grads $D/ours.safetensors --deterministic --force \
+    "${CLUSTER[@]}" > "$L/ours_fp32_b$B.log" 2>&1; rc=$?
+  [ $rc -ne 0 ] && say "ours fp32 FAILED rc=$rc: $(grep -iE 'error|zeroplan:' "$L/ours_fp32_b$B.log" | head -2 | tr '\n' ' ')"
+  local loss tvloss
   loss=$(python3 -c "
 from safetensors import safe_open
-with safe_open('$W/ours.safetensors', 'np') as f: print(f.metadata()['loss'])" 2>/dev/null)
-  python3 bench/llama/hf_reference.py compare --ref $W/tv --ours $W/ours.safetensors --loss ${loss:-nan} \
-    --json "$L/cmp_fp32.json" > "$L/cmp_fp32.log" 2>&1
-  say "fp32 resnet101 (cuda) vs torchvision rc=$? (0: within tolerance): $(tail -1 "$L/cmp_fp32.log" | cut -c1-300)"
+with safe_open('$D/ours.safetensors', 'np') as f: print(f.metadata()['loss'])" 2>/dev/null)
+  tvloss=$(python3 -c "import json; print(json.load(open('$D/tv/reference.json'))['loss'])" 2>/dev/null)
+  for pair in "ours:tv:$D/ours.safetensors:${loss:-nan}" "ours:tv64:$D/ours.safetensors:${loss:-nan}" \
+              "torchvision-fp32:tv64:$D/tv/grads.safetensors:${tvloss:-nan}"; do
+    IFS=: read -r who ref grads l <<< "$pair"
+    python3 bench/llama/hf_reference.py compare --ref $D/$ref --ours $grads --loss $l --json "$L/cmp_${who}_${ref}_b$B.json" \
+      > "$L/cmp_${who}_${ref}_b$B.log" 2>&1
+    say "B=$B $who vs $ref rc=$?: $(python3 -c "
+import json; r = json.load(open('$L/cmp_${who}_${ref}_b$B.json'))
+print(f\"loss rel {r['loss_rel_err']:.2e}, worst grad rel L2 {r['worst_rel_l2']['value']:.2e} ({r['worst_rel_l2']['name']}), worst max/max {r['worst_rel_max']['value']:.2e}, {len(r['failed'])} outside\")" 2>/dev/null)"
+  done
+}
+if has correct; then
+  for B in ${CORRECT_BATCHES:-8}; do
+    need 90 "correctness against torchvision at batch $B" && correct_at $B
+  done
+fi
+
+# Where one step's GPU time goes, ours and PyTorch's (eager, bf16: no loss scaler whose warm-up would need many
+# profiled steps), kernel by kernel (Nsight Compute's gpu__time_duration; bench/resnet/kernel_profile.py).
+if has profile; then
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  NCU_FLAGS=(--clock-control none --metrics gpu__time_duration.sum --csv --print-units base)
+  if [ -z "$NCU" ]; then say "profile skipped: no ncu"; else
+    need 150 "profile ours" && {
+      timeout 300 $NCU "${NCU_FLAGS[@]}" --log-file $L/ncu_ours.csv $RUN run --model resnet101 --backend cuda \
+        --precision ${PROFILE_PRECISION:-bf16} --micro-batch $MB --steps 4 --warmup-steps 1 --force "${CLUSTER[@]}" \
+        > "$L/ncu_ours.log" 2>&1; rc=$?
+      python3 bench/resnet/kernel_profile.py $L/ncu_ours.csv --top 30 --json $L/profile_ours.json > $L/profile_ours.txt 2>&1
+      say "profile ours rc=$rc: $(head -1 $L/profile_ours.txt)"; cat $L/profile_ours.txt
+    }
+    need 150 "profile peer" && {
+      timeout 300 $NCU "${NCU_FLAGS[@]}" --log-file $L/ncu_peer.csv python3 bench/resnet/ddp_peer.py --micro-batch $MB \
+        --steps 3 --warmup 2 --precision ${PROFILE_PRECISION:-bf16} > "$L/ncu_peer.log" 2>&1; rc=$?
+      python3 bench/resnet/kernel_profile.py $L/ncu_peer.csv --top 30 --json $L/profile_peer.json > $L/profile_peer.txt 2>&1
+      say "profile peer rc=$rc: $(head -1 $L/profile_peer.txt)"; cat $L/profile_peer.txt
+    }
+  fi
 fi
 
 row_flags() {  # s0 | s1 | s2 | s3 | s3o (stage 3 + optimizer on the CPU)

@@ -34,6 +34,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                    help="the step's arithmetic; float64 measures how far fp32 itself (torchvision's or ours) lands "
+                         "from the exact step on these weights (the weights and images are the same either way)")
     a = ap.parse_args(argv)
     if a.batch < 1:
         ap.error(f"--batch {a.batch}: expected at least 1")
@@ -70,12 +73,14 @@ def main(argv=None):
     x = torch.from_numpy(np.concatenate(train_pixels)).float().view(-1, 3, 32, 32) / 255.0
     x = ((x - 0.5) / 0.5).to(device)
 
-    model = model.to(device).train()
+    dtype = getattr(torch, a.dtype)
+    model = model.to(device=device, dtype=dtype).train()
+    x = x.to(dtype)
     loss = torch.nn.functional.cross_entropy(model(x), labels)
     loss.backward()
     grads = {name: p.grad.detach().float().cpu().contiguous() for name, p in model.named_parameters()}
     save_file(grads, os.path.join(a.out, "grads.safetensors"))
-    reference = {"loss": loss.item(), "dtype": "fp32", "model": "torchvision.models.resnet101(num_classes=10)",
+    reference = {"loss": loss.item(), "dtype": "fp32", "arithmetic": a.dtype, "model": "torchvision.models.resnet101(num_classes=10)",
                  "torch": torch.__version__, "torchvision": torchvision.__version__, "device": str(device),
                  "seed": a.seed, "batch": a.batch}
     with open(os.path.join(a.out, "reference.json"), "w") as f:
