@@ -158,6 +158,7 @@ NetworkDeviceLayout network_device_layout(const ExecConfig& c, const NetworkPlan
   if (running > 0) add(d.running, "workspace", running, "BatchNorm running statistics (buffers)");
   add(d.images, "workspace", 4 * B * net.input.elements(), "images (fp32 upload)");
   add(d.labels, "workspace", 4 * B, "labels");
+  add(d.dloss, "workspace", 4, "loss gradient scale (fp32)");
   if (d.largest_conv_weight > 0) {
     add(d.conv_weight, "workspace", e * d.largest_conv_weight, "convolution weight (channels-last)");
     add(d.conv_weight_grad, "workspace", e * d.largest_conv_weight, "convolution weight gradient (channels-last)");

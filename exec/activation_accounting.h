@@ -112,7 +112,7 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& config, int w
 //   logits       the last op's buffer (its gradient is written over it) e*B*classes, per-sample losses and
 //                correct-prediction flags (4B each)
 //   workspace    the BatchNorm running statistics (fp32 buffers, 2C per BatchNorm), the images' fp32 upload
-//                (4*B*input) and labels (4B), a convolution weight and its gradient in channels-last order (e*largest
+//                (4*B*input), labels (4B) and the loss gradient's scale (4), a convolution weight and its gradient in channels-last order (e*largest
 //                conv weight each), the BatchNorm reduction scratch (4 * the largest batchnorm_scratch_floats), the
 //                bias gradients' column sums (4 * the largest bias_grad_scratch_floats, when an op has a bias), cuDNN's
 //                workspace (kCudnnWorkspaceBytes) and cuBLASLt's (kCublasWorkspaceBytes)
@@ -132,7 +132,7 @@ struct NetworkDeviceLayout {
   std::vector<DeviceAllocation> allocations;  // in allocation order, as device_allocations lists them
   // Which allocation holds what (-1: not made, e.g. no max pooling in the network).
   int input = -1, saved = -1, transient = -1, grads = -1, statistics = -1, indices = -1, logits = -1, losses = -1,
-      correct = -1, running = -1, images = -1, labels = -1, conv_weight = -1, conv_weight_grad = -1,
+      correct = -1, running = -1, images = -1, labels = -1, dloss = -1, conv_weight = -1, conv_weight_grad = -1,
       batchnorm_partials = -1, bias_partials = -1, cudnn_workspace = -1, cublas_workspace = -1;
   // Byte offsets inside their allocation, -1 where none: per plan buffer (saved ones; the last op's buffer is the
   // logits allocation; transient ones lie in slot `slot` of the transient allocation), per op its BatchNorm

@@ -43,7 +43,6 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
   const std::int64_t run_steps = r.run_steps;
   const exec::ExecConfig& cfg = e.cfg;
   exec::Trainer* trainer = e.trainer.get();
-  const exec::TokenSource& data = e.data;
   exec::Communicator* ranks_comm = e.ranks_comm;
   const PlanResult& plan = e.plan;
   const GpuMemoryBreakdown& pred = plan.memory.gpu;

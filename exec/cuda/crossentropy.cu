@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreadsCe) crossentropy_kernel(float* losses,
 // is the label (std::max_element's and torch.argmax's first maximum), and the scaled gradient in place.
 template <typename T>
 __global__ void class_crossentropy_kernel(float* losses, int* correct, T* logits, const int* labels, i64 N, i64 classes,
-                                          float dloss, bool write_grad) {
+                                          const float* dloss_scale, bool write_grad) {
   const i64 row = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -85,6 +85,7 @@ __global__ void class_crossentropy_kernel(float* losses, int* correct, T* logits
     correct[row] = arg == label;
   }
   if (!write_grad) return;
+  const float dloss = *dloss_scale;
   for (i64 c = lane; c < classes; c += 32)
     x[c] = from_f<T>((expf(to_f(x[c]) - lse) - (c == label ? 1.0f : 0.0f)) * dloss);
 }
@@ -92,7 +93,7 @@ __global__ void class_crossentropy_kernel(float* losses, int* correct, T* logits
 
 template <typename T>
 void class_crossentropy_forward_backward(float* losses, int* correct, T* logits, const int* labels, i64 N, i64 classes,
-                                         float dloss, bool write_grad, cudaStream_t stream) {
+                                         const float* dloss, bool write_grad, cudaStream_t stream) {
   constexpr int kWarps = 4;
   class_crossentropy_kernel<T><<<ceil_div(N, kWarps), 32 * kWarps, 0, stream>>>(losses, correct, logits, labels, N,
                                                                                 classes, dloss, write_grad);
@@ -108,12 +109,12 @@ void crossentropy_forward_backward(float* losses, T* logits, const int* targets,
   CUDA_CHECK_LAUNCH();
 }
 
-template void class_crossentropy_forward_backward<float>(float*, int*, float*, const int*, i64, i64, float, bool,
-                                                        cudaStream_t);
-template void class_crossentropy_forward_backward<__half>(float*, int*, __half*, const int*, i64, i64, float, bool,
-                                                         cudaStream_t);
+template void class_crossentropy_forward_backward<float>(float*, int*, float*, const int*, i64, i64, const float*,
+                                                        bool, cudaStream_t);
+template void class_crossentropy_forward_backward<__half>(float*, int*, __half*, const int*, i64, i64, const float*,
+                                                         bool, cudaStream_t);
 template void class_crossentropy_forward_backward<__nv_bfloat16>(float*, int*, __nv_bfloat16*, const int*, i64, i64,
-                                                                float, bool, cudaStream_t);
+                                                                const float*, bool, cudaStream_t);
 template void crossentropy_forward_backward<float>(float*, float*, const int*, i64, i64, i64, float, bool, cudaStream_t);
 template void crossentropy_forward_backward<__half>(float*, __half*, const int*, i64, i64, i64, float, bool, cudaStream_t);
 template void crossentropy_forward_backward<__nv_bfloat16>(float*, __nv_bfloat16*, const int*, i64, i64, i64, float,

@@ -16,9 +16,10 @@ void crossentropy_forward_backward(float* losses, T* logits, const int* targets,
 
 // An image classifier's loss (layer-list networks: N samples of `classes` unpadded logits), one warp per sample:
 // losses[n] = logsumexp - logit[label], correct[n] = 1 when the first largest logit is the label, and, when asked,
-// dlogits = (softmax - onehot) * dloss in place.
+// dlogits = (softmax - onehot) * dloss in place, dloss read from the device (one fp32: a CUDA graph of the training
+// micro-step replays with whatever loss scale the step has).
 template <typename T>
 void class_crossentropy_forward_backward(float* losses, int* correct, T* logits, const int* labels, std::int64_t N,
-                                         std::int64_t classes, float dloss, bool write_grad, cudaStream_t stream);
+                                         std::int64_t classes, const float* dloss, bool write_grad, cudaStream_t stream);
 
 }  // namespace zeroplan::exec::cuda

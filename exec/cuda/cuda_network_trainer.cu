@@ -8,6 +8,7 @@
 // SyncBatchNorm (DeepSpeed leaves buffers out of its partitions).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -112,6 +113,8 @@ class CudaNetworkTrainer final : public NetworkTrainer {
     // ends synchronized).
     std::copy(images.begin(), images.end(), host_images_.get());
     std::copy(labels.begin(), labels.end(), host_labels_.get());
+    *host_dloss_.get() = dloss;
+    CUDA_CHECK(cudaMemcpyAsync(at(dev_.dloss), host_dloss_.get(), sizeof(float), cudaMemcpyHostToDevice, stream_));
     CUDA_CHECK(cudaEventRecord(ev_start_.get(), stream_));
     engine_->begin_step();
     for (i64 k = 0; k < config_.grad_accum; ++k) {
@@ -119,12 +122,12 @@ class CudaNetworkTrainer final : public NetworkTrainer {
       CUDA_CHECK(cudaEventRecord(micro_events_[3 * k]->get(), stream_));
       upload(host_images_.get() + k * B * sample, host_labels_.get() + k * B);
       if (graphs_.usable() && steps_run_ > 0) {
-        graphs_.launch(k, dloss, stream_, [&] { micro_step(k, dloss, cudaEventRecordExternal); });
+        graphs_.launch(k, stream_, [&] { micro_step(k, cudaEventRecordExternal); });
         // The engine's bookkeeping of the replayed backward: every bucket final (host state only where graphs run:
         // one rank below stage 2 reduces nothing, exec/zero/zero_engine.cpp reduce_bucket).
         engine_->gradients_final_from(0);
       } else {
-        micro_step(k, dloss, cudaEventRecordDefault);
+        micro_step(k, cudaEventRecordDefault);
       }
       CUDA_CHECK(cudaEventRecord(micro_events_[3 * k + 2]->get(), stream_));
       download_losses(k);
@@ -163,7 +166,7 @@ class CudaNetworkTrainer final : public NetworkTrainer {
     check_images(images, labels, B);
     engine_->begin_forward_only();
     upload(images.data(), labels.data());
-    forward(false, 0.0f);
+    forward(false);
     download_losses(0);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     double sum = 0;
@@ -251,6 +254,7 @@ class CudaNetworkTrainer final : public NetworkTrainer {
     host_images_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch *
                                                    config_.network->input.elements()));
     host_labels_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
+    host_dloss_.allocate(1);
     // A micro-step replays as one CUDA graph where nothing in it changes from step to step: one rank whose
     // parameters and gradients stay where they are (stages 0-1, no offload, gradients written in place).
     const ZeroSettings& z = config_.zero;
@@ -320,10 +324,19 @@ class CudaNetworkTrainer final : public NetworkTrainer {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  void filter_to_krsc(const NetworkOp& p) {
+  // A 1x1 filter's (K, C, 1, 1) is its (K, 1, 1, C): cuDNN reads and writes the parameter and its gradient where
+  // they are (kept 16-byte aligned by kNetworkTensorAlignment, exec/param_layout.h). Larger filters go through
+  // KRSC scratch, transposed from and to torchvision's KCRS order each time (70 of ResNet-101's 104 convolutions are
+  // 1x1: 210 of the 311 transposes of its step are left out).
+  static bool direct_filter(const NetworkOp& p, const void* tensor) {
+    return p.op.kernel == 1 && reinterpret_cast<std::uintptr_t>(tensor) % 16 == 0;
+  }
+  const void* filter_krsc(const NetworkOp& p) {
     const LayerOp& op = p.op;
+    if (direct_filter(p, P(p.first_tensor))) return P(p.first_tensor);
     cuda::filter_to_krsc<T>(static_cast<T*>(at(dev_.conv_weight)), P(p.first_tensor), op.out_channels,
                             p.in.channels / op.groups, op.kernel, op.kernel, stream_);
+    return at(dev_.conv_weight);
   }
 
   // Forward of one micro-batch; the loss kernel writes the scaled dlogits over the logits when training.
@@ -346,7 +359,7 @@ class CudaNetworkTrainer final : public NetworkTrainer {
 
   // Forward of the uploaded micro-batch and its loss; the loss kernel writes the scaled dlogits over the logits when
   // training.
-  void forward(bool train, float dloss) {
+  void forward(bool train) {
     const i64 B = config_.micro_batch;
     const TensorShape& input = config_.network->input;
     cuda::images_to_nhwc<T>(input_, static_cast<const float*>(at(dev_.images)), B, input.channels, input.height,
@@ -360,8 +373,7 @@ class CudaNetworkTrainer final : public NetworkTrainer {
       const i64 rows = B * p.in.height * p.in.width, n_out = B * p.out.elements();
       switch (p.op.kind) {
         case LayerOpKind::conv2d:
-          filter_to_krsc(p);
-          convs_->forward(conv_ids_[k], y, x, at(dev_.conv_weight));
+          convs_->forward(conv_ids_[k], y, x, filter_krsc(p));
           if (p.op.bias) cuda::add_channel_bias<T>(y, P(p.first_tensor + 1), B * p.out.height * p.out.width,
                                                    p.op.out_channels, stream_);
           break;
@@ -397,13 +409,14 @@ class CudaNetworkTrainer final : public NetworkTrainer {
     }
     cuda::class_crossentropy_forward_backward<T>(static_cast<float*>(at(dev_.losses)), static_cast<int*>(at(dev_.correct)),
                                                  logits_, static_cast<const int*>(at(dev_.labels)), B,
-                                                 config_.network->classes, dloss, train, stream_);
+                                                 config_.network->classes, static_cast<const float*>(at(dev_.dloss)),
+                                                 train, stream_);
   }
 
   // A micro-step's forward, loss and backward: the work a CUDA graph replays. The event between forward and
   // backward is recorded with cudaEventRecordExternal inside a capture, so that the replay records it too.
-  void micro_step(i64 k, float dloss, unsigned event_flags) {
-    forward(true, dloss);
+  void micro_step(i64 k, unsigned event_flags) {
+    forward(true);
     CUDA_CHECK(cudaEventRecordWithFlags(micro_events_[3 * k + 1]->get(), stream_, event_flags));
     backward();
   }
@@ -425,17 +438,18 @@ class CudaNetworkTrainer final : public NetworkTrainer {
       switch (p.op.kind) {
         case LayerOpKind::conv2d: {
           const LayerOp& op = p.op;
-          T* dw = static_cast<T*>(at(dev_.conv_weight_grad));
-          convs_->backward_filter(conv_ids_[k], dw, dy, in(k, 0));
-          cuda::filter_grad_to_kcrs<T>(G(p.first_tensor), dw, op.out_channels, p.in.channels / op.groups, op.kernel,
-                                       op.kernel, acc, stream_);
+          if (T* g = G(p.first_tensor); direct_filter(p, g)) {
+            convs_->backward_filter(conv_ids_[k], g, dy, in(k, 0), acc);
+          } else {
+            T* dw = static_cast<T*>(at(dev_.conv_weight_grad));
+            convs_->backward_filter(conv_ids_[k], dw, dy, in(k, 0), false);
+            cuda::filter_grad_to_kcrs<T>(g, dw, op.out_channels, p.in.channels / op.groups, op.kernel, op.kernel, acc,
+                                         stream_);
+          }
           if (op.bias)
             cuda::bias_grad<T>(G(p.first_tensor + 1), dy, B * p.out.height * p.out.width, op.out_channels, acc,
                                static_cast<float*>(at(dev_.bias_partials)), stream_);
-          if (dx) {
-            filter_to_krsc(p);
-            convs_->backward_data(conv_ids_[k], dx, dy, at(dev_.conv_weight), add0);
-          }
+          if (dx) convs_->backward_data(conv_ids_[k], dx, dy, filter_krsc(p), add0);
           break;
         }
         case LayerOpKind::batch_norm:
@@ -513,6 +527,7 @@ class CudaNetworkTrainer final : public NetworkTrainer {
   PinnedHost<int> host_correct_;
   PinnedHost<float> host_images_;
   PinnedHost<std::int32_t> host_labels_;
+  PinnedHost<float> host_dloss_;  // the step's loss gradient scale, uploaded before the micro-steps
   cuda::StepGraphs graphs_;  // declared last: destroyed first, before the buffers its graphs name
   std::int64_t steps_run_ = 0;
 };

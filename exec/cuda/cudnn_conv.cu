@@ -43,12 +43,12 @@ int to_int(i64 v, const char* what, i64 least = 1) {
   return static_cast<int>(v);
 }
 
-// The first result that ran (or, from the heuristics, is supported), fits the workspace, is deterministic when
-// asked, and for fp32 data computes with FMA math only: a result of CUDNN_DEFAULT_MATH lets fp32 convolutions run in
-// TF32 on Ampere and later (cuDNN's "Tensor Core operations are permitted"), whose 10-bit mantissa put the H200's
-// fp32 ResNet-101 step 9e-5 from torchvision's loss and its gradients 9% away. cuDNN sorts results best first.
-// fp32 also leaves out the transform algorithms (FFT, Winograd), whose arithmetic is not the direct sum's: with them
-// the H200's fp32 step was still 3.9e-5 from torchvision's loss and 5% from its gradients.
+// An algorithm may be kept when cuDNN supports it, it fits the workspace, it is deterministic when asked, and for
+// fp32 data it computes with FMA math only: CUDNN_DEFAULT_MATH lets fp32 convolutions run in TF32 on Ampere and later
+// (cuDNN's "Tensor Core operations are permitted"), whose 10-bit mantissa put the H200's fp32 ResNet-101 step 9e-5
+// from torchvision's loss. fp32 also leaves out the transform algorithms (FFT, Winograd), whose arithmetic is not the
+// direct sum's. So restricted, the step's loss is 2.2e-6 from the fp64 step's, torchvision's own fp32 3.7e-5
+// (batch 8, bench/resnet/device_resnet.sh 'correct').
 bool transform_algorithm(cudnnConvolutionFwdAlgo_t a) {
   return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
          a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
@@ -63,15 +63,10 @@ bool transform_algorithm(cudnnConvolutionBwdFilterAlgo_t a) {
 }
 
 template <typename Perf>
-const Perf& choose(const Perf* perf, int count, bool deterministic, bool fp32, std::size_t workspace,
-                   const std::string& what) {
-  for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= workspace &&
-        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC) &&
-        (!fp32 || (perf[i].mathType == CUDNN_FMA_MATH && !transform_algorithm(perf[i].algo))))
-      return perf[i];
-  throw CudaError("cuDNN has no " + std::string(deterministic ? "deterministic " : "") +
-                  (fp32 ? "direct FMA-math " : "") + "algorithm for the " + what + " within the workspace");
+bool qualifies(const Perf& perf, bool deterministic, bool fp32, std::size_t workspace) {
+  return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= workspace &&
+         (!deterministic || perf.determinism == CUDNN_DETERMINISTIC) &&
+         (!fp32 || (perf.mathType == CUDNN_FMA_MATH && !transform_algorithm(perf.algo)));
 }
 
 }  // namespace
@@ -104,6 +99,8 @@ CudnnConvolutions::CudnnConvolutions(ExecPrecision precision, cudaStream_t strea
   handle_ = h;
   try {
     CUDNN_CHECK(cudnnSetStream(h, stream_));
+    CUDA_CHECK(cudaEventCreate(&timing_start_));
+    CUDA_CHECK(cudaEventCreate(&timing_end_));
   } catch (...) {
     release();
     throw;
@@ -114,8 +111,38 @@ CudnnConvolutions::~CudnnConvolutions() { release(); }
 
 void CudnnConvolutions::release() noexcept {
   plans_.clear();
+  if (timing_end_) cudaEventDestroy(timing_end_);
+  if (timing_start_) cudaEventDestroy(timing_start_);
+  timing_start_ = timing_end_ = nullptr;
   if (handle_) cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
   handle_ = nullptr;
+}
+
+// The algorithm to keep among cuDNN's ranking `perf` (best first): the first that qualifies under --deterministic,
+// else the fastest of those that qualify as `run` (which launches one and returns cuDNN's status) times them on the
+// stream: one launch first (it loads the kernel's module), then the mean of kTimedRuns; one that cuDNN refuses for
+// these buffers is passed over. Its `time` is set to the measured milliseconds.
+template <typename Perf, typename Run>
+Perf& CudnnConvolutions::fastest(Perf* perf, int count, bool fp32, const std::string& what, Run&& run) {
+  constexpr int kTimedRuns = 3;
+  Perf* best = nullptr;
+  for (int i = 0; i < count; ++i) {
+    Perf& a = perf[i];
+    if (!qualifies(a, deterministic_, fp32, workspace_bytes_)) continue;
+    if (deterministic_) return a;
+    if (run(a) != CUDNN_STATUS_SUCCESS) continue;
+    CUDA_CHECK(cudaEventRecord(timing_start_, stream_));
+    for (int r = 0; r < kTimedRuns; ++r) CUDNN_CHECK(run(a));
+    CUDA_CHECK(cudaEventRecord(timing_end_, stream_));
+    CUDA_CHECK(cudaEventSynchronize(timing_end_));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, timing_start_, timing_end_));
+    a.time = ms / kTimedRuns;
+    if (!best || a.time < best->time) best = &a;
+  }
+  if (best) return *best;
+  throw CudaError("cuDNN has no " + std::string(deterministic_ ? "deterministic " : "") +
+                  (fp32 ? "direct FMA-math " : "") + "algorithm for the " + what + " within the workspace");
 }
 
 int CudnnConvolutions::plan(const ConvShape& s, void* x, void* w, void* y) {
@@ -150,38 +177,48 @@ int CudnnConvolutions::plan(const ConvShape& s, void* x, void* w, void* y) {
   }
   const std::string what = "convolution " + describe(s);
   const bool fp32 = precision_ == ExecPrecision::fp32;
-  // Measured on the run's own buffers (as torch.backends.cudnn.benchmark), the fastest kept. Under --deterministic
-  // cuDNN's heuristic ranking instead: a choice by timing can differ between two runs, and with it the result.
+  // cuDNN's heuristic ranking of every algorithm (with its workspace, determinism and math type); under
+  // --deterministic the first that qualifies is kept (a choice by timing may differ between two runs, and with it
+  // the result). Otherwise each qualifying algorithm is timed on the run's own buffers and the fastest kept, as
+  // torch.backends.cudnn.benchmark does. Not with cudnnFind*Ex: it times each algorithm once, and the first launch of
+  // a kernel includes loading its module (CUDA's lazy loading, the default since CUDA 12.2), so on the H200 it ranked
+  // cuDNN's legacy direct kernels (already loaded) above the sm90 implicit-GEMM ones: ResNet-101's step spent 50 of
+  // its 57 ms of kernel time in convolutions, 9.9 ms all told in PyTorch's (bench/resnet/kernel_profile.py).
   constexpr int kCandidates = 16;
   int found = 0;
   cudnnConvolutionFwdAlgoPerf_t fwd[kCandidates];
-  if (deterministic_)
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->fwd, p->y, kCandidates, &found, fwd));
-  else
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p->x, x, p->w, w, p->fwd, p->y, y, kCandidates, &found, fwd,
-                                                       workspace_, workspace_bytes_));
-  const auto& f = choose(fwd, found, deterministic_, fp32, workspace_bytes_, "forward " + what);
+  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->fwd, p->y, kCandidates, &found, fwd));
+  const auto& f = fastest(fwd, found, fp32, "forward " + what, [&](const cudnnConvolutionFwdAlgoPerf_t& a) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->fwd, a.mathType));
+    const float alpha = 1.0f, beta = 0.0f;
+    return cudnnConvolutionForward(h, &alpha, p->x, x, p->w, w, p->fwd, a.algo, workspace_, workspace_bytes_, &beta,
+                                   p->y, y);
+  });
   p->fwd_algo = f.algo;
   p->fwd_ms = f.time;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p->fwd, f.mathType));
   cudnnConvolutionBwdDataAlgoPerf_t data[kCandidates];
-  if (deterministic_)
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->bwd_data, p->x, kCandidates, &found, data));
-  else
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p->w, w, p->y, y, p->bwd_data, p->x, x, kCandidates,
-                                                            &found, data, workspace_, workspace_bytes_));
-  const auto& d = choose(data, found, deterministic_, fp32, workspace_bytes_, "input gradient of the " + what);
+  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->bwd_data, p->x, kCandidates, &found, data));
+  const auto& d = fastest(data, found, fp32, "input gradient of the " + what,
+                          [&](const cudnnConvolutionBwdDataAlgoPerf_t& a) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_data, a.mathType));
+    const float alpha = 1.0f, beta = 0.0f;
+    return cudnnConvolutionBackwardData(h, &alpha, p->w, w, p->y, y, p->bwd_data, a.algo, workspace_,
+                                        workspace_bytes_, &beta, p->x, x);
+  });
   p->data_algo = d.algo;
   p->data_ms = d.time;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_data, d.mathType));
   cudnnConvolutionBwdFilterAlgoPerf_t filter[kCandidates];
-  if (deterministic_)
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->bwd_filter, p->w, kCandidates, &found,
-                                                              filter));
-  else
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->x, x, p->y, y, p->bwd_filter, p->w, w, kCandidates,
-                                                              &found, filter, workspace_, workspace_bytes_));
-  const auto& g = choose(filter, found, deterministic_, fp32, workspace_bytes_, "weight gradient of the " + what);
+  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->bwd_filter, p->w, kCandidates, &found,
+                                                            filter));
+  const auto& g = fastest(filter, found, fp32, "weight gradient of the " + what,
+                          [&](const cudnnConvolutionBwdFilterAlgoPerf_t& a) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_filter, a.mathType));
+    const float alpha = 1.0f, beta = 0.0f;
+    return cudnnConvolutionBackwardFilter(h, &alpha, p->x, x, p->y, y, p->bwd_filter, a.algo, workspace_,
+                                          workspace_bytes_, &beta, p->w, w);
+  });
   p->filter_algo = g.algo;
   p->filter_ms = g.time;
   CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_filter, g.mathType));
@@ -203,9 +240,9 @@ void CudnnConvolutions::backward_data(int conv, void* dx, const void* dy, const 
                                            p.data_algo, workspace_, workspace_bytes_, &beta, p.x, dx));
 }
 
-void CudnnConvolutions::backward_filter(int conv, void* dw, const void* dy, const void* x) {
+void CudnnConvolutions::backward_filter(int conv, void* dw, const void* dy, const void* x, bool accumulate) {
   const Plan& p = *plans_.at(static_cast<std::size_t>(conv));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(static_cast<cudnnHandle_t>(handle_), &alpha, p.x, x, p.y, dy,
                                              p.bwd_filter, p.filter_algo, workspace_, workspace_bytes_, &beta, p.w, dw));
 }

@@ -4,11 +4,11 @@
 // PyTorch's channels_last memory format serves the same kernels). 16-bit data computes in fp32 with tensor-core math;
 // fp32 data uses FMA math only (no TF32), so the fp32 mode is a precise reference, as the executor's GEMMs are.
 //
-// Each distinct geometry is planned once: cuDNN measures its algorithms on the real buffers (cudnnFind*Ex, as
-// torch.backends.cudnn.benchmark does) within the fixed workspace kCudnnWorkspaceBytes (exec/activation_accounting.h),
-// keeping the fastest; under --deterministic the first deterministic one of cuDNN's heuristic ranking (a choice by
-// timing may differ from run to run). A fixed workspace makes the device memory
-// a plan predicts the memory a run allocates.
+// Each distinct geometry is planned once: the algorithms cuDNN ranks (cudnnGet*Algorithm_v7) that fit the fixed
+// workspace kCudnnWorkspaceBytes (exec/activation_accounting.h) are timed on the real buffers and the fastest kept, as
+// torch.backends.cudnn.benchmark does; under --deterministic the first deterministic one of the ranking (a choice by
+// timing may differ from run to run). A fixed workspace makes the device memory a plan predicts the memory a run
+// allocates.
 #pragma once
 
 #include <cstdint>
@@ -48,22 +48,25 @@ class CudnnConvolutions {
   // Plans a geometry (once; later calls return the same id). The buffers are scratch of the right sizes that the
   // algorithm search may overwrite: x (N,H,W,C), w (K,R,S,C/groups), y (N,OH,OW,K), each of the model's element type.
   int plan(const ConvShape& shape, void* x, void* w, void* y);
-  // y = conv(x, w); dx = convT(dy, w) written, or added when accumulate; dw = the filter gradient (written).
+  // y = conv(x, w); dx = convT(dy, w) and dw = the filter gradient, each written, or added when accumulate.
   void forward(int conv, void* y, const void* x, const void* w);
   void backward_data(int conv, void* dx, const void* dy, const void* w, bool accumulate);
-  void backward_filter(int conv, void* dw, const void* dy, const void* x);
+  void backward_filter(int conv, void* dw, const void* dy, const void* x, bool accumulate);
   // What was chosen, one line per geometry and direction (the run's log).
   std::vector<std::string> choices() const;
 
  private:
   struct Plan;
   void release() noexcept;
+  template <typename Perf, typename Run>
+  Perf& fastest(Perf* perf, int count, bool fp32, const std::string& what, Run&& run);
   ExecPrecision precision_;
   cudaStream_t stream_;
   void* workspace_;
   std::size_t workspace_bytes_;
   bool deterministic_;
   void* handle_ = nullptr;  // cudnnHandle_t (kept out of this header so that C++ files may include it)
+  cudaEvent_t timing_start_ = nullptr, timing_end_ = nullptr;  // the algorithm search's timing
   std::vector<std::unique_ptr<Plan>> plans_;
 };
 

@@ -2,9 +2,9 @@
 // network's micro-step is ~2,000 small kernels and cuDNN calls whose host-side cost exceeds their GPU time on
 // CIFAR-sized images (ResNet-101 at micro-batch 128 on an H200: 48 ms a step launched one by one), so the trainer
 // captures the work once and replays it with one launch, as torch.compile's "reduce-overhead" mode does. A graph names
-// every buffer and kernel argument it was captured with, so one is kept per (micro-step, loss gradient scale): the
-// first micro-step writes the gradients and the others add to them, and fp16's dynamic loss scale changes the scale
-// (rarely: on an overflow, or after loss_scale_window good steps). Where capture fails (a library call that cannot be
+// every buffer and kernel argument it was captured with, so one is kept per micro-step (the first writes the
+// gradients, the others add to them); what changes from step to step is read from the device (the images, labels and
+// fp16's loss gradient scale, uploaded before the launch). Where capture fails (a library call that cannot be
 // captured) the trainer runs the work directly from then on and says so once on stderr.
 #pragma once
 
@@ -30,16 +30,15 @@ class StepGraphs {
   void enable(bool on) { enabled_ = on; }
   bool usable() const { return enabled_ && failed_.empty(); }
 
-  // Replays the graph of (micro, dloss) on `stream`, capturing `work` (which enqueues the micro-step on `stream`)
+  // Replays the graph of micro-step `micro` on `stream`, capturing `work` (which enqueues the micro-step on `stream`)
   // first when there is none.
   template <typename Work>
-  void launch(std::int64_t micro, float dloss, cudaStream_t stream, Work&& work) {
+  void launch(std::int64_t micro, cudaStream_t stream, Work&& work) {
     for (const Entry& g : graphs_)
-      if (g.micro == micro && g.dloss == dloss) {
+      if (g.micro == micro) {
         CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
         return;
       }
-    if (graphs_.size() >= kMaxGraphs) clear();  // a loss scale left behind
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
@@ -59,15 +58,13 @@ class StepGraphs {
     const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     CUDA_CHECK(err);
-    graphs_.push_back(Entry{micro, dloss, exec});
+    graphs_.push_back(Entry{micro, exec});
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
   }
 
  private:
-  static constexpr std::size_t kMaxGraphs = 16;
   struct Entry {
     std::int64_t micro;
-    float dloss;
     cudaGraphExec_t exec;
   };
   void clear() noexcept {
