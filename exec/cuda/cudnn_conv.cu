@@ -1,6 +1,7 @@
 #include "exec/cuda/cudnn_conv.cuh"
 
 #include <stdexcept>
+#include <utility>
 
 #include <cudnn.h>
 
@@ -20,6 +21,9 @@ namespace {
     cudnnStatus_t zp_st_ = (call);                                                   \
     if (zp_st_ != CUDNN_STATUS_SUCCESS) throw_cudnn(zp_st_, #call, __FILE__, __LINE__); \
   } while (0)
+// One attribute of a backend descriptor (cudnn_graph.h: cudnnBackendSetAttribute), checked at the call site.
+#define CUDNN_CHECK_STATUS(status) CUDNN_CHECK(static_cast<cudnnStatus_t>(status))
+#define CUDNN_SET(desc, name, type, count, values) CUDNN_CHECK(cudnnBackendSetAttribute((desc), (name), (type), (count), (values)))
 
 cudnnDataType_t data_type(ExecPrecision p) {
   switch (p) {
@@ -36,58 +40,96 @@ std::string describe(const ConvShape& s) {
          std::to_string(s.padding) + (s.groups > 1 ? " g" + std::to_string(s.groups) : "");
 }
 
-int to_int(i64 v, const char* what, i64 least = 1) {
+void check_dimension(i64 v, const char* what, i64 least = 1) {
   if (v < least || v > (1ll << 31) - 1)
     throw std::invalid_argument(std::string("cudnn: ") + what + " " + std::to_string(v) + " outside [" +
                                 std::to_string(least) + ", 2^31)");
-  return static_cast<int>(v);
 }
 
-// An algorithm may be kept when cuDNN supports it, it fits the workspace, it is deterministic when asked, and for
-// fp32 data it computes with FMA math only: CUDNN_DEFAULT_MATH lets fp32 convolutions run in TF32 on Ampere and later
-// (cuDNN's "Tensor Core operations are permitted"), whose 10-bit mantissa put the H200's fp32 ResNet-101 step 9e-5
-// from torchvision's loss. fp32 also leaves out the transform algorithms (FFT, Winograd), whose arithmetic is not the
-// direct sum's. So restricted, the step's loss is 2.2e-6 from the fp64 step's, torchvision's own fp32 3.7e-5
-// (batch 8, bench/resnet/device_resnet.sh 'correct').
-bool transform_algorithm(cudnnConvolutionFwdAlgo_t a) {
-  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
-         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
-}
-bool transform_algorithm(cudnnConvolutionBwdDataAlgo_t a) {
-  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
-         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
-}
-bool transform_algorithm(cudnnConvolutionBwdFilterAlgo_t a) {
-  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
-         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+// The unique ids of a convolution's three tensors in its operation graphs and variant packs.
+constexpr std::int64_t kX = 1, kW = 2, kY = 3;
+// Every tensor is declared 16-byte aligned, which the tensor-core kernels need: the trainer's buffers start at
+// multiples of 256 bytes, a 1x1 filter read in place at a multiple of kNetworkTensorAlignment elements.
+constexpr std::int64_t kByteAlignment = 16;
+
+}  // namespace
+
+// One cudnnBackendDescriptor_t, destroyed with the object.
+class CudnnConvolutions::Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type) { CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
+  ~Descriptor() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+  void finalize() { CUDNN_CHECK(cudnnBackendFinalize(d_)); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+namespace {
+
+using Descriptor = CudnnConvolutions::Descriptor;
+
+// An NCHW-indexed tensor of dims (n, c, h, w) stored channels-last (NHWC strides); filters are (K, C/groups, R, S)
+// stored KRSC, the same strides.
+std::unique_ptr<Descriptor> tensor(std::int64_t uid, cudnnDataType_t dt, i64 n, i64 c, i64 h, i64 w) {
+  auto t = std::make_unique<Descriptor>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const std::int64_t dims[4] = {n, c, h, w};
+  const std::int64_t strides[4] = {h * w * c, 1, w * c, c};
+  CUDNN_SET(t->get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+  CUDNN_SET(t->get(), CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+  CUDNN_SET(t->get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+  CUDNN_SET(t->get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  CUDNN_SET(t->get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kByteAlignment);
+  t->finalize();
+  return t;
 }
 
-template <typename Perf>
-bool qualifies(const Perf& perf, bool deterministic, bool fp32, std::size_t workspace) {
-  return perf.status == CUDNN_STATUS_SUCCESS && perf.memory <= workspace &&
-         (!deterministic || perf.determinism == CUDNN_DETERMINISTIC) &&
-         (!fp32 || (perf.mathType == CUDNN_FMA_MATH && !transform_algorithm(perf.algo)));
+// PyTorch's Conv2d is a cross-correlation; its arithmetic in fp32 for every data type.
+std::unique_ptr<Descriptor> convolution(const ConvShape& s) {
+  auto c = std::make_unique<Descriptor>(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const std::int64_t spatial = 2, padding[2] = {s.padding, s.padding}, stride[2] = {s.stride, s.stride},
+                     dilation[2] = {s.dilation, s.dilation};
+  CUDNN_SET(c->get(), CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  CUDNN_SET(c->get(), CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  CUDNN_SET(c->get(), CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial);
+  CUDNN_SET(c->get(), CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dilation);
+  CUDNN_SET(c->get(), CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride);
+  CUDNN_SET(c->get(), CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, padding);
+  CUDNN_SET(c->get(), CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, padding);
+  c->finalize();
+  return c;
+}
+
+bool has_note(const std::vector<cudnnBackendNumericalNote_t>& notes, cudnnBackendNumericalNote_t n) {
+  for (cudnnBackendNumericalNote_t x : notes)
+    if (x == n) return true;
+  return false;
 }
 
 }  // namespace
 
+// One direction of one geometry with a fixed beta: its operation graph and the execution plan kept, plus the variant
+// pack of the last buffers it ran on (rebuilt when they change: at stages 0-2 the buffers are the same every step).
+struct CudnnConvolutions::Op {
+  std::unique_ptr<Descriptor> operation, graph, config, plan;
+  std::int64_t engine = -1;  // cuDNN's global engine index, for the record
+  float ms = 0;              // measured (-1: the heuristic's choice, not timed)
+  std::unique_ptr<Descriptor> pack;
+  const void* pointers[3] = {nullptr, nullptr, nullptr};
+};
+
 struct CudnnConvolutions::Plan {
   ConvShape shape;
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t fwd = nullptr, bwd_data = nullptr, bwd_filter = nullptr;  // each with its math type
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t data_algo{};
-  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
-  float fwd_ms = 0, data_ms = 0, filter_ms = 0;
-  ~Plan() {
-    if (bwd_filter) cudnnDestroyConvolutionDescriptor(bwd_filter);
-    if (bwd_data) cudnnDestroyConvolutionDescriptor(bwd_data);
-    if (fwd) cudnnDestroyConvolutionDescriptor(fwd);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (x) cudnnDestroyTensorDescriptor(x);
-  }
+  std::unique_ptr<Descriptor> x, w, y, conv;
+  // forward; input gradient written / added; filter gradient written / added
+  std::unique_ptr<Op> forward, data[2], filter[2];
 };
 
 CudnnConvolutions::CudnnConvolutions(ExecPrecision precision, cudaStream_t stream, void* workspace,
@@ -118,31 +160,174 @@ void CudnnConvolutions::release() noexcept {
   handle_ = nullptr;
 }
 
-// The algorithm to keep among cuDNN's ranking `perf` (best first): the first that qualifies under --deterministic,
-// else the fastest of those that qualify as `run` (which launches one and returns cuDNN's status) times them on the
-// stream: one launch first (it loads the kernel's module), then the mean of kTimedRuns; one that cuDNN refuses for
-// these buffers is passed over. Its `time` is set to the measured milliseconds.
-template <typename Perf, typename Run>
-Perf& CudnnConvolutions::fastest(Perf* perf, int count, bool fp32, const std::string& what, Run&& run) {
-  constexpr int kTimedRuns = 3;
-  Perf* best = nullptr;
-  for (int i = 0; i < count; ++i) {
-    Perf& a = perf[i];
-    if (!qualifies(a, deterministic_, fp32, workspace_bytes_)) continue;
-    if (deterministic_) return a;
-    if (run(a) != CUDNN_STATUS_SUCCESS) continue;
-    CUDA_CHECK(cudaEventRecord(timing_start_, stream_));
-    for (int r = 0; r < kTimedRuns; ++r) CUDNN_CHECK(run(a));
-    CUDA_CHECK(cudaEventRecord(timing_end_, stream_));
-    CUDA_CHECK(cudaEventSynchronize(timing_end_));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, timing_start_, timing_end_));
-    a.time = ms / kTimedRuns;
-    if (!best || a.time < best->time) best = &a;
+// Runs `op` on the stream with the given tensors (x, w, y by unique id: for the backward directions dx, dw and dy are
+// the x, w and y of the geometry).
+int CudnnConvolutions::execute(Op& op, const void* x, const void* w, const void* y) {
+  if (!op.pack || op.pointers[0] != x || op.pointers[1] != w || op.pointers[2] != y) {
+    auto pack = std::make_unique<Descriptor>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    const std::int64_t uids[3] = {kX, kW, kY};
+    void* pointers[3] = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+    void* workspace = workspace_;
+    CUDNN_SET(pack->get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+    CUDNN_SET(pack->get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
+    CUDNN_SET(pack->get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    pack->finalize();
+    op.pack = std::move(pack);
+    op.pointers[0] = x;
+    op.pointers[1] = w;
+    op.pointers[2] = y;
   }
-  if (best) return *best;
-  throw CudaError("cuDNN has no " + std::string(deterministic_ ? "deterministic " : "") +
-                  (fp32 ? "direct FMA-math " : "") + "algorithm for the " + what + " within the workspace");
+  return static_cast<int>(cudnnBackendExecute(static_cast<cudnnHandle_t>(handle_), op.plan->get(), op.pack->get()));
+}
+
+// cuDNN's graph API, as PyTorch's cudnn.benchmark uses it (cudnn-frontend): the convolution as a one-operation graph,
+// the engine configurations of heuristic mode A, each made an execution plan; those that cuDNN can build, that fit
+// the fixed workspace and whose numerical notes the run allows are timed on the run's own buffers (one launch, which
+// loads the kernel's module, then the mean of kTimedRuns) and the fastest kept. Under --deterministic the first such
+// in the heuristic's order, untimed (a choice by timing can differ between two runs, and with it the result).
+// Not the legacy API (cudnnFind*Ex / cudnnGet*_v7): on the H200 with cuDNN 9.14 its algorithms reach only cuDNN's
+// legacy kernels for channels-last 16-bit data (72 us to 1.1 ms for ResNet-101's 1x1 and 3x3 geometries at batch
+// 128, where PyTorch's sm90 implicit-GEMM kernels take 5 to 27 us), and cudnnFind*Ex's single timing includes lazy
+// module loading.
+std::unique_ptr<CudnnConvolutions::Op> CudnnConvolutions::build(const Plan& p, Direction direction, float beta,
+                                                                const std::string& what, void* x, void* w, void* y) {
+  const cudnnHandle_t h = static_cast<cudnnHandle_t>(handle_);
+  auto op = std::make_unique<Op>();
+  const float alpha = 1.0f;
+  cudnnBackendDescriptor_t xd = p.x->get(), wd = p.w->get(), yd = p.y->get(), cd = p.conv->get();
+  switch (direction) {
+    case Direction::forward:
+      op->operation = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                1, &cd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+      break;
+    case Direction::data:
+      op->operation = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+      break;
+    case Direction::filter:
+      op->operation = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                &xd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                &wd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                &yd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+      CUDNN_SET(op->operation->get(), CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+      break;
+  }
+  op->operation->finalize();
+  op->graph = std::make_unique<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  cudnnBackendDescriptor_t od = op->operation->get();
+  CUDNN_SET(op->graph->get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &od);
+  CUDNN_SET(op->graph->get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  op->graph->finalize();
+
+  Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  cudnnBackendDescriptor_t gd = op->graph->get();
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  CUDNN_SET(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &gd);
+  CUDNN_SET(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  heuristics.finalize();
+  std::int64_t count = 0;
+  CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                       0, &count, nullptr));
+  std::vector<std::unique_ptr<Descriptor>> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (std::int64_t i = 0; i < count; ++i) {
+    configs.push_back(std::make_unique<Descriptor>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(configs.back()->get());
+  }
+  if (count > 0)
+    CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, raw.data()));
+
+  const bool fp32 = precision_ == ExecPrecision::fp32;
+  constexpr int kTimedRuns = 3, kMostTimed = 24;
+  int timed = 0;
+  for (std::int64_t i = 0; i < count && timed < kMostTimed; ++i) {
+    Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    cudnnBackendDescriptor_t ed = engine.get();
+    std::int64_t got = 0;
+    CUDNN_CHECK(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                         &ed));
+    std::vector<cudnnBackendNumericalNote_t> notes(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
+    CUDNN_CHECK(cudnnBackendGetAttribute(ed, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &got, notes.data()));
+    notes.resize(static_cast<std::size_t>(got));
+    std::vector<cudnnBackendBehaviorNote_t> behaviour(CUDNN_BEHAVIOR_NOTE_TYPE_COUNT);
+    CUDNN_CHECK(cudnnBackendGetAttribute(ed, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                         CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &got, behaviour.data()));
+    behaviour.resize(static_cast<std::size_t>(got));
+    // Left out: engines that compile kernels at run time (NVRTC; seconds per geometry at start-up), nondeterministic
+    // ones under --deterministic, and for fp32 data any that computes in reduced precision (TF32 tensor cores, inputs
+    // converted down: on the H200 TF32 put the fp32 ResNet-101 step 9e-5 from torchvision's loss) or by a transform
+    // (FFT, Winograd), so that fp32 stays the direct sum. So restricted, the fp32 step's loss was 2.2e-6 from the
+    // fp64 step's, torchvision's own fp32 3.7e-5 (batch 8, bench/resnet/device_resnet.sh 'correct').
+    bool allowed = true;
+    for (cudnnBackendBehaviorNote_t b : behaviour) allowed = allowed && b != CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+    if (deterministic_ && has_note(notes, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) allowed = false;
+    if (fp32)
+      for (cudnnBackendNumericalNote_t n : {CUDNN_NUMERICAL_NOTE_TENSOR_CORE, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
+                                            CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION, CUDNN_NUMERICAL_NOTE_FFT,
+                                            CUDNN_NUMERICAL_NOTE_WINOGRAD, CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4,
+                                            CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6,
+                                            CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13})
+        allowed = allowed && !has_note(notes, n);
+    if (!allowed) continue;
+    auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    cudnnBackendDescriptor_t config = raw[i];
+    CUDNN_SET(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    CUDNN_SET(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
+    if (cudnnBackendFinalize(plan->get()) != CUDNN_STATUS_SUCCESS) continue;  // not for this geometry
+    std::int64_t workspace = 0;
+    CUDNN_CHECK(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                         &got, &workspace));
+    if (workspace < 0 || static_cast<std::size_t>(workspace) > workspace_bytes_) continue;
+    auto candidate = std::make_unique<Op>();
+    candidate->plan = std::move(plan);
+    CUDNN_CHECK(cudnnBackendGetAttribute(ed, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got,
+                                         &candidate->engine));
+    if (deterministic_) {
+      candidate->ms = -1.0f;
+    } else {
+      if (execute(*candidate, x, w, y) != CUDNN_STATUS_SUCCESS) continue;
+      ++timed;
+      CUDA_CHECK(cudaEventRecord(timing_start_, stream_));
+      for (int r = 0; r < kTimedRuns; ++r) CUDNN_CHECK_STATUS(execute(*candidate, x, w, y));
+      CUDA_CHECK(cudaEventRecord(timing_end_, stream_));
+      CUDA_CHECK(cudaEventSynchronize(timing_end_));
+      CUDA_CHECK(cudaEventElapsedTime(&candidate->ms, timing_start_, timing_end_));
+      candidate->ms /= kTimedRuns;
+      if (op->plan && op->ms <= candidate->ms) continue;
+    }
+    op->plan = std::move(candidate->plan);
+    op->engine = candidate->engine;
+    op->ms = candidate->ms;
+    op->config = std::move(configs[static_cast<std::size_t>(i)]);
+    op->pack.reset();  // the candidate's pack named its plan's buffers; rebuilt at the first run
+    if (deterministic_) break;
+  }
+  if (!op->plan)
+    throw CudaError("cuDNN has no " + std::string(deterministic_ ? "deterministic " : "") +
+                    (fp32 ? "full-precision " : "") + "engine for the " + what + " within the " +
+                    std::to_string(workspace_bytes_ >> 20) + " MiB workspace (" + std::to_string(count) +
+                    " engine configurations proposed)");
+  return op;
 }
 
 int CudnnConvolutions::plan(const ConvShape& s, void* x, void* w, void* y) {
@@ -150,111 +335,42 @@ int CudnnConvolutions::plan(const ConvShape& s, void* x, void* w, void* y) {
     if (plans_[i]->shape == s) return static_cast<int>(i);
   if (s.C % s.groups != 0 || s.K % s.groups != 0 || s.OH() < 1 || s.OW() < 1)
     throw std::invalid_argument("cudnn: convolution " + describe(s) + " has no valid output or groups");
-  const cudnnHandle_t h = static_cast<cudnnHandle_t>(handle_);
+  check_dimension(s.N, "N");
+  check_dimension(s.C, "C");
+  check_dimension(s.H, "H");
+  check_dimension(s.W, "W");
+  check_dimension(s.K, "K");
+  check_dimension(s.R, "R");
+  check_dimension(s.stride, "stride");
+  check_dimension(s.padding, "padding", 0);
+  check_dimension(s.dilation, "dilation");
   auto p = std::make_unique<Plan>();
   p->shape = s;
   const cudnnDataType_t dt = data_type(precision_);
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x));
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y));
-  CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NHWC, dt, to_int(s.N, "N"), to_int(s.C, "C"),
-                                         to_int(s.H, "H"), to_int(s.W, "W")));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NHWC, dt, to_int(s.N, "N"), to_int(s.K, "K"),
-                                         to_int(s.OH(), "OH"), to_int(s.OW(), "OW")));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w, dt, CUDNN_TENSOR_NHWC, to_int(s.K, "K"), to_int(s.C / s.groups, "C"),
-                                         to_int(s.R, "R"), to_int(s.R, "S")));
-  // fp32 math for every precision; tensor cores for 16-bit data, plain FMA (no TF32) for fp32 data.
-  const cudnnMathType_t math = precision_ == ExecPrecision::fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
-  for (cudnnConvolutionDescriptor_t* d : {&p->fwd, &p->bwd_data, &p->bwd_filter}) {
-    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d));
-    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*d, to_int(s.padding, "padding", 0),
-                                                to_int(s.padding, "padding", 0), to_int(s.stride, "stride"),
-                                                to_int(s.stride, "stride"), to_int(s.dilation, "dilation"),
-                                                to_int(s.dilation, "dilation"), CUDNN_CROSS_CORRELATION,
-                                                CUDNN_DATA_FLOAT));
-    CUDNN_CHECK(cudnnSetConvolutionGroupCount(*d, to_int(s.groups, "groups")));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(*d, math));
-  }
+  p->x = tensor(kX, dt, s.N, s.C, s.H, s.W);
+  p->w = tensor(kW, dt, s.K, s.C / s.groups, s.R, s.R);
+  p->y = tensor(kY, dt, s.N, s.K, s.OH(), s.OW());
+  p->conv = convolution(s);
   const std::string what = "convolution " + describe(s);
-  const bool fp32 = precision_ == ExecPrecision::fp32;
-  // cuDNN's heuristic ranking of every algorithm (with its workspace, determinism and math type); under
-  // --deterministic the first that qualifies is kept (a choice by timing may differ between two runs, and with it
-  // the result). Otherwise each qualifying algorithm is timed on the run's own buffers and the fastest kept, as
-  // torch.backends.cudnn.benchmark does. Not with cudnnFind*Ex: it times each algorithm once, and the first launch of
-  // a kernel includes loading its module (CUDA's lazy loading, the default since CUDA 12.2), so on the H200 it ranked
-  // cuDNN's legacy direct kernels (already loaded) above the sm90 implicit-GEMM ones: ResNet-101's step spent 50 of
-  // its 57 ms of kernel time in convolutions, 9.9 ms all told in PyTorch's (bench/resnet/kernel_profile.py).
-  constexpr int kCandidates = 16;
-  int found = 0;
-  cudnnConvolutionFwdAlgoPerf_t fwd[kCandidates];
-  CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->fwd, p->y, kCandidates, &found, fwd));
-  const auto& f = fastest(fwd, found, fp32, "forward " + what, [&](const cudnnConvolutionFwdAlgoPerf_t& a) {
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->fwd, a.mathType));
-    const float alpha = 1.0f, beta = 0.0f;
-    return cudnnConvolutionForward(h, &alpha, p->x, x, p->w, w, p->fwd, a.algo, workspace_, workspace_bytes_, &beta,
-                                   p->y, y);
-  });
-  p->fwd_algo = f.algo;
-  p->fwd_ms = f.time;
-  CUDNN_CHECK(cudnnSetConvolutionMathType(p->fwd, f.mathType));
-  cudnnConvolutionBwdDataAlgoPerf_t data[kCandidates];
-  CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->bwd_data, p->x, kCandidates, &found, data));
-  const auto& d = fastest(data, found, fp32, "input gradient of the " + what,
-                          [&](const cudnnConvolutionBwdDataAlgoPerf_t& a) {
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_data, a.mathType));
-    const float alpha = 1.0f, beta = 0.0f;
-    return cudnnConvolutionBackwardData(h, &alpha, p->w, w, p->y, y, p->bwd_data, a.algo, workspace_,
-                                        workspace_bytes_, &beta, p->x, x);
-  });
-  p->data_algo = d.algo;
-  p->data_ms = d.time;
-  CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_data, d.mathType));
-  cudnnConvolutionBwdFilterAlgoPerf_t filter[kCandidates];
-  CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->bwd_filter, p->w, kCandidates, &found,
-                                                            filter));
-  const auto& g = fastest(filter, found, fp32, "weight gradient of the " + what,
-                          [&](const cudnnConvolutionBwdFilterAlgoPerf_t& a) {
-    CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_filter, a.mathType));
-    const float alpha = 1.0f, beta = 0.0f;
-    return cudnnConvolutionBackwardFilter(h, &alpha, p->x, x, p->y, y, p->bwd_filter, a.algo, workspace_,
-                                          workspace_bytes_, &beta, p->w, w);
-  });
-  p->filter_algo = g.algo;
-  p->filter_ms = g.time;
-  CUDNN_CHECK(cudnnSetConvolutionMathType(p->bwd_filter, g.mathType));
+  p->forward = build(*p, Direction::forward, 0.0f, "forward " + what, x, w, y);
+  for (int add = 0; add < 2; ++add) {
+    p->data[add] = build(*p, Direction::data, static_cast<float>(add), "input gradient of the " + what, x, w, y);
+    p->filter[add] = build(*p, Direction::filter, static_cast<float>(add), "weight gradient of the " + what, x, w, y);
+  }
   plans_.push_back(std::move(p));
   return static_cast<int>(plans_.size() - 1);
 }
 
 void CudnnConvolutions::forward(int conv, void* y, const void* x, const void* w) {
-  const Plan& p = *plans_.at(static_cast<std::size_t>(conv));
-  const float alpha = 1.0f, beta = 0.0f;
-  CUDNN_CHECK(cudnnConvolutionForward(static_cast<cudnnHandle_t>(handle_), &alpha, p.x, x, p.w, w, p.fwd, p.fwd_algo,
-                                      workspace_, workspace_bytes_, &beta, p.y, y));
+  CUDNN_CHECK_STATUS(execute(*plans_.at(static_cast<std::size_t>(conv))->forward, x, w, y));
 }
 
 void CudnnConvolutions::backward_data(int conv, void* dx, const void* dy, const void* w, bool accumulate) {
-  const Plan& p = *plans_.at(static_cast<std::size_t>(conv));
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUDNN_CHECK(cudnnConvolutionBackwardData(static_cast<cudnnHandle_t>(handle_), &alpha, p.w, w, p.y, dy, p.bwd_data,
-                                           p.data_algo, workspace_, workspace_bytes_, &beta, p.x, dx));
+  CUDNN_CHECK_STATUS(execute(*plans_.at(static_cast<std::size_t>(conv))->data[accumulate ? 1 : 0], dx, w, dy));
 }
 
 void CudnnConvolutions::backward_filter(int conv, void* dw, const void* dy, const void* x, bool accumulate) {
-  const Plan& p = *plans_.at(static_cast<std::size_t>(conv));
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUDNN_CHECK(cudnnConvolutionBackwardFilter(static_cast<cudnnHandle_t>(handle_), &alpha, p.x, x, p.y, dy,
-                                             p.bwd_filter, p.filter_algo, workspace_, workspace_bytes_, &beta, p.w, dw));
-}
-
-std::vector<std::string> CudnnConvolutions::choices() const {
-  std::vector<std::string> out;
-  for (const auto& p : plans_)
-    out.push_back(describe(p->shape) + ": forward algo " + std::to_string(static_cast<int>(p->fwd_algo)) + " (" +
-                  std::to_string(p->fwd_ms) + " ms), data algo " + std::to_string(static_cast<int>(p->data_algo)) +
-                  " (" + std::to_string(p->data_ms) + " ms), filter algo " +
-                  std::to_string(static_cast<int>(p->filter_algo)) + " (" + std::to_string(p->filter_ms) + " ms)");
-  return out;
+  CUDNN_CHECK_STATUS(execute(*plans_.at(static_cast<std::size_t>(conv))->filter[accumulate ? 1 : 0], x, dw, dy));
 }
 
 }  // namespace zeroplan::exec::cuda

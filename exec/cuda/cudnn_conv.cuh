@@ -4,7 +4,8 @@
 // PyTorch's channels_last memory format serves the same kernels). 16-bit data computes in fp32 with tensor-core math;
 // fp32 data uses FMA math only (no TF32), so the fp32 mode is a precise reference, as the executor's GEMMs are.
 //
-// Each distinct geometry is planned once: the algorithms cuDNN ranks (cudnnGet*Algorithm_v7) that fit the fixed
+// Each distinct geometry is planned once, through cuDNN's graph API (cudnn_graph.h, the backend descriptors that
+// cudnn-frontend and PyTorch use): per direction, the engine configurations of heuristic mode A that fit the fixed
 // workspace kCudnnWorkspaceBytes (exec/activation_accounting.h) are timed on the real buffers and the fastest kept, as
 // torch.backends.cudnn.benchmark does; under --deterministic the first deterministic one of the ranking (a choice by
 // timing may differ from run to run). A fixed workspace makes the device memory a plan predicts the memory a run
@@ -52,21 +53,24 @@ class CudnnConvolutions {
   void forward(int conv, void* y, const void* x, const void* w);
   void backward_data(int conv, void* dx, const void* dy, const void* w, bool accumulate);
   void backward_filter(int conv, void* dw, const void* dy, const void* x, bool accumulate);
-  // What was chosen, one line per geometry and direction (the run's log).
-  std::vector<std::string> choices() const;
+
+  class Descriptor;  // one cudnnBackendDescriptor_t (cudnn_conv.cu)
 
  private:
+  struct Op;
   struct Plan;
+  enum class Direction { forward, data, filter };
   void release() noexcept;
-  template <typename Perf, typename Run>
-  Perf& fastest(Perf* perf, int count, bool fp32, const std::string& what, Run&& run);
+  std::unique_ptr<Op> build(const Plan& p, Direction direction, float beta, const std::string& what, void* x, void* w,
+                            void* y);
+  int execute(Op& op, const void* x, const void* w, const void* y);  // cuDNN's status
   ExecPrecision precision_;
   cudaStream_t stream_;
   void* workspace_;
   std::size_t workspace_bytes_;
   bool deterministic_;
   void* handle_ = nullptr;  // cudnnHandle_t (kept out of this header so that C++ files may include it)
-  cudaEvent_t timing_start_ = nullptr, timing_end_ = nullptr;  // the algorithm search's timing
+  cudaEvent_t timing_start_ = nullptr, timing_end_ = nullptr;  // the engine search's timing
   std::vector<std::unique_ptr<Plan>> plans_;
 };
 
