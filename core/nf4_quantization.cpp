@@ -182,4 +182,31 @@ void dequantize_nf4_range(const Nf4Tensor& tensor, std::int64_t first, std::int6
 
 void dequantize_nf4(const Nf4Tensor& tensor, float* out) { dequantize_nf4_range(tensor, 0, tensor.elements, out); }
 
+std::int64_t nf4_module_tensors_bytes(const std::vector<std::int64_t>& module_elements) {
+  std::int64_t b = 0;
+  for (std::int64_t n : module_elements) b += nf4_tensor_bytes(n);
+  return b;
+}
+
+Nf4ModuleTensors quantize_nf4_modules(const float* x, const std::vector<std::int64_t>& module_elements) {
+  if (module_elements.empty()) throw std::invalid_argument("quantize_nf4_modules: expected at least one module");
+  // Each module is its own quantize_4bit call (own blocks, own offset and 256-block groups), so a module boundary
+  // needs no alignment to 64: a module whose size is not a multiple of 64 ends in a partial block of its own, as
+  // bitsandbytes' kQuantizeBlockwise ends a tensor.
+  Nf4ModuleTensors t;
+  std::int64_t first = 0;
+  for (std::int64_t n : module_elements) {
+    t.modules.push_back(quantize_nf4(x + first, n));
+    first += n;
+  }
+  return t;
+}
+
+void dequantize_nf4(const Nf4ModuleTensors& tensors, float* out) {
+  for (const Nf4Tensor& m : tensors.modules) {
+    dequantize_nf4(m, out);
+    out += m.elements;
+  }
+}
+
 }  // namespace zeroplan

@@ -67,13 +67,44 @@ struct Nf4Tensor {
   }
 };
 
+// One executor weight that fuses several transformers modules back to back (Llama's q_proj, k_proj and v_proj rows
+// in the qkv weight; gate_proj and up_proj in gate_up), quantised as bitsandbytes quantises the model: transformers'
+// replace_with_bnb_linear makes each nn.Linear a Linear4bit whose Params4bit is its own quantize_4bit call, so every
+// module has its own blocks of 64 (the first block starts at the module's first element, the last may be partial)
+// AND its own double quantisation (offset = that module's absmax.mean(), and its absmax in groups of 256 blocks
+// counted from that module's first block: compress_statistics' quantize_blockwise(absmax - offset, blocksize=256)).
+// Quantising the fused tensor as one would share blocks and the offset across modules and give other codes. A
+// weight of one module (GPT-2's c_attn / c_fc Conv1D, Llama's o_proj / down_proj) holds one tensor.
+struct Nf4ModuleTensors {
+  std::vector<Nf4Tensor> modules;  // in element order: module j covers the elements after modules 0..j-1
+
+  std::int64_t elements() const {
+    std::int64_t n = 0;
+    for (const Nf4Tensor& m : modules) n += m.elements;
+    return n;
+  }
+  std::int64_t bytes() const {
+    std::int64_t b = 0;
+    for (const Nf4Tensor& m : modules) b += m.bytes();
+    return b;
+  }
+};
+
+// The bytes of a weight of these modules (element counts, in order): each module's nf4_tensor_bytes.
+std::int64_t nf4_module_tensors_bytes(const std::vector<std::int64_t>& module_elements);
+
 // Per block of 64: max |x| (fp32), the first-level constants before double quantisation.
 std::vector<float> nf4_block_absmax(const float* x, std::int64_t n);
 // quantize_4bit(x, blocksize=64, compress_statistics=True, quant_type="nf4") of n values (fp32 here; bitsandbytes
 // reads fp16/bf16/fp32 and converts each value to fp32 first, so 16-bit inputs widened exactly give its codes).
 Nf4Tensor quantize_nf4(const float* x, std::int64_t n);
+// x[0, sum module_elements) quantised module by module: module j is quantize_nf4 of its own elements alone. Throws
+// std::invalid_argument on an empty module list or a module of fewer than one element.
+Nf4ModuleTensors quantize_nf4_modules(const float* x, const std::vector<std::int64_t>& module_elements);
 // dequantize_4bit into out[0, n) (fp32).
 void dequantize_nf4(const Nf4Tensor& tensor, float* out);
+// Each module's dequantize_4bit into its own elements of out[0, elements()).
+void dequantize_nf4(const Nf4ModuleTensors& tensors, float* out);
 // Elements [first, first + count) only (the matmul path dequantises a weight's rows as it needs them).
 void dequantize_nf4_range(const Nf4Tensor& tensor, std::int64_t first, std::int64_t count, float* out);
 

@@ -283,7 +283,9 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
       std::int64_t codes = 0, widest = 0;
       for (std::int64_t l = 0; l < L; ++l)
         for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
-          codes += nf4_tensor_bytes(full.block(l, w).numel());
+          // One bitsandbytes tensor per transformers module (Llama's qkv and gate_up fuse 3 and 2): each its own
+          // 256-block scales and offset.
+          codes += nf4_module_tensors_bytes(nf4_module_elements(s, w));
           widest = std::max(widest, full.block(l, w).numel());
         }
       a.push_back({"params", codes, "frozen base: NF4 codes and constants"});

@@ -42,8 +42,10 @@
 // activations  x A^T of every adapted module per kept block e*nb*m*sb*r (m adapted modules of a block, r the rank,
 //              nb = L, or 1 under full recompute, which rebuilds them) and, in the backward working set, the
 //              d(x A^T) of the most adapters of one block weight e*k*sb*r (k = 3 for q, k and v on the fused qkv)
-// params       --quantize-base nf4: every block weight's NF4 codes and constants (core/nf4_quantization.h
-//              nf4_tensor_bytes: n/2 codes, n/64 absmax codes, 4 per 256 blocks and the offset) and one dequantised
+// params       --quantize-base nf4: every block weight's NF4 codes and constants, per transformers module as
+//              bitsandbytes holds them (exec/lora_layout.h nf4_module_elements: Llama's qkv as q, k and v, gate_up
+//              as gate and up; core/nf4_quantization.h nf4_tensor_bytes of each module: n/2 codes, n/64 absmax
+//              codes, 4 per 256 blocks and the offset) and one dequantised
 //              weight e*(the largest block weight), the scratch every base GEMM reads (the CPU trainer counts its
 //              fp32 scratch under params too, and the planner's sim/lora_model.h the dequantised weight beside the
 //              codes)

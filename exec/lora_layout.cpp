@@ -9,36 +9,48 @@
 
 namespace zeroplan::exec {
 
-std::vector<AdaptedLinear> adapted_linears(const ModelShape& s, const LoraExecSettings& lora) {
+std::vector<AdaptedLinear> transformers_linears(const ModelShape& s) {
   const std::int64_t C = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), F = s.ffn_hidden;
   // transformers' module paths (modeling_llama.py LlamaAttention / LlamaMLP, modeling_gpt2.py GPT2Attention /
   // GPT2MLP) and where each sits in our fused block tensors (exec/param_layout.cpp roles: q, k, v rows; gate, up).
-  struct Known {
-    const char* path;
-    BlockTensor base;
-    std::int64_t row_offset, out, in;
-  };
-  std::vector<Known> known;
   if (s.naming == TensorNaming::llama)
-    known = {{"self_attn.q_proj", kQkvW, 0, Q, C},      {"self_attn.k_proj", kQkvW, Q, KV, C},
-             {"self_attn.v_proj", kQkvW, Q + KV, KV, C}, {"self_attn.o_proj", kAttProjW, 0, C, Q},
-             {"mlp.gate_proj", kFcW, 0, F, C},           {"mlp.up_proj", kFcW, F, F, C},
-             {"mlp.down_proj", kFcProjW, 0, C, F}};
-  else
-    known = {{"attn.c_attn", kQkvW, 0, s.qkv_dim(), C}, {"attn.c_proj", kAttProjW, 0, C, Q},
-             {"mlp.c_fc", kFcW, 0, s.mlp_in_dim(), C},   {"mlp.c_proj", kFcProjW, 0, C, F}};
+    return {{"self_attn.q_proj", kQkvW, 0, Q, C},      {"self_attn.k_proj", kQkvW, Q, KV, C},
+            {"self_attn.v_proj", kQkvW, Q + KV, KV, C}, {"self_attn.o_proj", kAttProjW, 0, C, Q},
+            {"mlp.gate_proj", kFcW, 0, F, C},           {"mlp.up_proj", kFcW, F, F, C},
+            {"mlp.down_proj", kFcProjW, 0, C, F}};
+  return {{"attn.c_attn", kQkvW, 0, s.qkv_dim(), C}, {"attn.c_proj", kAttProjW, 0, C, Q},
+          {"mlp.c_fc", kFcW, 0, s.mlp_in_dim(), C},   {"mlp.c_proj", kFcProjW, 0, C, F}};
+}
+
+std::vector<AdaptedLinear> adapted_linears(const ModelShape& s, const LoraExecSettings& lora) {
+  const std::vector<AdaptedLinear> known = transformers_linears(s);
   std::vector<AdaptedLinear> out;
   for (const std::string& path : lora.modules) {
     bool found = false;
-    for (const Known& k : known)
+    for (const AdaptedLinear& k : known)
       if (path == k.path) {
-        out.push_back(AdaptedLinear{path, k.base, k.row_offset, k.out, k.in});
+        out.push_back(k);
         found = true;
       }
     if (!found) throw std::invalid_argument("executor: lora target module " + path + ": not a linear module of this model");
   }
   if (out.empty()) throw std::invalid_argument("executor: lora: no adapted module");
   return out;
+}
+
+std::vector<std::int64_t> nf4_module_elements(const ModelShape& s, BlockTensor which) {
+  // The modules of `which` are contiguous row ranges in row order (q, k, v; gate, up), and a module's [out, in]
+  // weight is row-major in both layouts, so module j's elements follow module j-1's.
+  std::vector<std::int64_t> elements;
+  std::int64_t next_row = 0;
+  for (const AdaptedLinear& m : transformers_linears(s)) {
+    if (m.base != which) continue;
+    if (m.row_offset != next_row) throw std::logic_error("nf4_module_elements: " + m.path + " out of row order");
+    elements.push_back(m.out * m.in);
+    next_row += m.out;
+  }
+  if (elements.empty()) throw std::logic_error("nf4_module_elements: not a block weight");
+  return elements;
 }
 
 std::string peft_block_prefix(const ModelShape& s, std::int64_t layer) {

@@ -31,6 +31,10 @@ struct AdaptedLinear {
   std::int64_t out = 0, in = 0;
 };
 
+// Every linear module of a transformers block on this shape (Llama: q_proj, k_proj, v_proj, o_proj, gate_proj,
+// up_proj, down_proj; GPT-2: c_attn, c_proj, c_fc, c_proj), each as the rows of the block tensor holding it.
+std::vector<AdaptedLinear> transformers_linears(const ModelShape& shape);
+
 // The adapted modules of lora.modules on this shape, in that order. Throws std::invalid_argument naming a module
 // the shape has not (a path of another model type).
 std::vector<AdaptedLinear> adapted_linears(const ModelShape& shape, const LoraExecSettings& lora);
@@ -52,6 +56,12 @@ ParamLayout trained_layout(const ExecConfig& config, int world);
 // The adapters draw from their own stream of the run's seed, so that A is not a function of the base's draws at
 // the same indices (exec/init_rng.h hashes (seed, index)); both backends initialise them from it.
 std::uint64_t lora_adapter_seed(std::uint64_t seed);
+
+// QLoRA: the element counts of the transformers modules block weight `which` fuses, in element order, each of
+// which bitsandbytes quantises as its own Params4bit (core/nf4_quantization.h Nf4ModuleTensors): Llama's qkv
+// {q_proj, k_proj, v_proj} and gate_up {gate_proj, up_proj}; one module for o_proj, down_proj and every GPT-2 weight
+// (c_attn and c_fc are single Conv1D modules in transformers).
+std::vector<std::int64_t> nf4_module_elements(const ModelShape& shape, BlockTensor which);
 
 // The most adapted modules of one block weight (3 for q, k and v on the fused qkv weight): the trainers keep each
 // one's d(x A^T) until the base's input gradient has been written.

@@ -176,8 +176,8 @@ class CpuTrainer final : public EngineTrainer {
   }
   std::vector<float> dequantized_weight(std::int64_t layer, BlockTensor which) const override {
     if (nf4_.empty()) return {};
-    const Nf4Tensor& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
-    std::vector<float> out(static_cast<std::size_t>(q.elements));
+    const Nf4ModuleTensors& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
+    std::vector<float> out(static_cast<std::size_t>(q.elements()));
     dequantize_nf4(q, out.data());
     return out;
   }
@@ -187,14 +187,15 @@ class CpuTrainer final : public EngineTrainer {
     restore_frozen_base(*base_engine_, *base_layout_, source_layout, source);
     if (!config_.lora.quantize_nf4) return;
     // QLoRA: transformers quantises every linear layer but the output head (integrations/bitsandbytes.py
-    // replace_with_bnb_linear): the four block weights, each its own Params4bit.
+    // replace_with_bnb_linear), each nn.Linear its own Params4bit: the four block weights, Llama's fused qkv and
+    // gate_up module by module (q_proj, k_proj, v_proj; gate_proj, up_proj: exec/lora_layout.h nf4_module_elements).
     nf4_.clear();
     for (std::int64_t l = 0; l < config_.shape.layers; ++l)
       for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
         const ParamTensor& t = source_layout.block(l, w);
         std::vector<float> values(static_cast<std::size_t>(t.numel()));
         source(t.offset, t.numel(), values.data(), nullptr, nullptr);
-        nf4_.push_back(quantize_nf4(values.data(), t.numel()));
+        nf4_.push_back(quantize_nf4_modules(values.data(), nf4_module_elements(config_.shape, w)));
       }
   }
 
@@ -225,7 +226,7 @@ class CpuTrainer final : public EngineTrainer {
     };
     if (base_device_)
       for (const auto& [name, bytes] : base_device_->bytes_by_component()) add(name, bytes);
-    for (const Nf4Tensor& q : nf4_) add("params", q.bytes());
+    for (const Nf4ModuleTensors& q : nf4_) add("params", q.bytes());
     if (!dequantized_.empty()) add("params", static_cast<std::int64_t>(dequantized_.size()) * 4);
     r.peak_by_component.emplace_back("activations", act);
     r.peak_by_component.emplace_back("logits", static_cast<std::int64_t>(logits_.size()) * 4);
@@ -267,7 +268,7 @@ class CpuTrainer final : public EngineTrainer {
   // A block linear's weight: the base's, or its NF4 codes dequantised into the scratch weight.
   const float* W(i64 l, BlockTensor which) {
     if (nf4_.empty()) return Pb(l, which);
-    const Nf4Tensor& q = nf4_[static_cast<std::size_t>(l * 4 + weight_slot(which))];
+    const Nf4ModuleTensors& q = nf4_[static_cast<std::size_t>(l * 4 + weight_slot(which))];
     dequantize_nf4(q, dequantized_.data());
     return dequantized_.data();
   }
@@ -436,7 +437,7 @@ class CpuTrainer final : public EngineTrainer {
   std::unique_ptr<ZeroEngine> base_engine_;
   std::vector<AdaptedLinear> adapted_;
   std::vector<std::vector<float>> lora_xa_;
-  std::vector<Nf4Tensor> nf4_;
+  std::vector<Nf4ModuleTensors> nf4_;  // per block weight, one bitsandbytes tensor per transformers module
   std::vector<float> dequantized_;
   std::unique_ptr<CpuZeroDevice> device_;
   std::unique_ptr<ZeroEngine> engine_;

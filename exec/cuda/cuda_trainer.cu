@@ -230,9 +230,11 @@ class CudaTrainer final : public EngineTrainer {
   // The dequantisation kernel's output, the weight the GEMMs read (into the scratch weight, downloaded).
   std::vector<float> dequantized_weight(std::int64_t layer, BlockTensor which) const override {
     if (nf4_.empty()) return {};
-    const cuda::Nf4DeviceTensor& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
+    const std::vector<cuda::Nf4DeviceTensor>& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
     cuda::dequantize_nf4<T>(dequantized_, q, stream_);
-    return download(dequantized_, q.elements, 1.0);
+    i64 n = 0;
+    for (const cuda::Nf4DeviceTensor& m : q) n += m.elements;
+    return download(dequantized_, n, 1.0);
   }
   void set_frozen(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) override {
     if (!base_engine_) throw std::invalid_argument("set_frozen: this trainer trains every parameter (no LoRA base)");
@@ -375,7 +377,9 @@ class CudaTrainer final : public EngineTrainer {
   // QLoRA: every block weight of `source` (flat ranges of source_layout, the model's whole layout) rounded to the
   // model's precision, as the 16-bit model bitsandbytes quantises holds it (transformers' replace_with_bnb_linear
   // quantises every linear layer but the head; Params4bit quantises the weight in its dtype, read as fp32 by
-  // kQuantizeBlockwise), quantised on the host (core/nf4_quantization.h quantize_nf4) and copied to the device.
+  // kQuantizeBlockwise), quantised on the host module by module (core/nf4_quantization.h quantize_nf4_modules:
+  // each transformers nn.Linear is its own Params4bit, so Llama's fused qkv and gate_up are 3 and 2 tensors,
+  // exec/lora_layout.h nf4_module_elements) and copied to the device.
   void quantize_base(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::size_t slot = 0;
@@ -385,15 +389,20 @@ class CudaTrainer final : public EngineTrainer {
         std::vector<float> values(static_cast<std::size_t>(t.numel()));
         source(t.offset, t.numel(), values.data(), nullptr, nullptr);
         for (float& v : values) v = host_to_float(host_from_float(v));
-        const Nf4Tensor q = quantize_nf4(values.data(), t.numel());
-        const cuda::Nf4DeviceTensor& d = nf4_[slot++];
-        if (q.elements != d.elements) throw std::logic_error("quantize_base: a block weight of another size");
-        CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d.codes), q.codes.data(), q.codes.size(), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d.absmax_codes), q.absmax_codes.data(), q.absmax_codes.size(),
-                              cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(const_cast<float*>(d.absmax_scales), q.absmax_scales.data(),
-                              q.absmax_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(const_cast<float*>(d.offset), &q.offset, sizeof(float), cudaMemcpyHostToDevice));
+        const Nf4ModuleTensors q = quantize_nf4_modules(values.data(), nf4_module_elements(config_.shape, w));
+        const std::vector<cuda::Nf4DeviceTensor>& d = nf4_[slot++];
+        if (q.modules.size() != d.size()) throw std::logic_error("quantize_base: a block weight of other modules");
+        for (std::size_t j = 0; j < d.size(); ++j) {
+          const Nf4Tensor& h = q.modules[j];
+          if (h.elements != d[j].elements) throw std::logic_error("quantize_base: a module of another size");
+          CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d[j].codes), h.codes.data(), h.codes.size(),
+                                cudaMemcpyHostToDevice));
+          CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d[j].absmax_codes), h.absmax_codes.data(),
+                                h.absmax_codes.size(), cudaMemcpyHostToDevice));
+          CUDA_CHECK(cudaMemcpy(const_cast<float*>(d[j].absmax_scales), h.absmax_scales.data(),
+                                h.absmax_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+          CUDA_CHECK(cudaMemcpy(const_cast<float*>(d[j].offset), &h.offset, sizeof(float), cudaMemcpyHostToDevice));
+        }
       }
   }
   static T host_from_float(float x) {
@@ -531,33 +540,39 @@ class CudaTrainer final : public EngineTrainer {
     lora_xa_ = alloc_->allocate_n<T>("activations", "LoRA x A^T (kept for backward)", nb * n_adapted * bt * r);
     lora_dxa_ = alloc_->allocate_n<T>("activations", "LoRA d(x A^T)", lora_adapters_per_weight(adapted_) * bt * r);
     if (!config_.lora.quantize_nf4) return;
-    // One allocation: the fp32 scales and offset of every tensor first (aligned), then their packed codes and
-    // absmax codes; tensor by tensor in nf4_'s order (per layer qkv, o, fc, down).
-    std::vector<i64> numel;
+    // One allocation: the fp32 scales and offset of every module's tensor first (aligned), then their packed codes
+    // and absmax codes; block weight by block weight in nf4_'s order (per layer qkv, o, fc, down), module by module
+    // inside one (nf4_module_elements: each its own bitsandbytes tensor, so its own scales and offset).
+    std::vector<std::vector<i64>> numel;
     i64 floats = 0, bytes = 0, widest = 0;
     for (i64 l = 0; l < s.layers; ++l)
       for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
-        const i64 n = full_layout_->block(l, w).numel();
-        numel.push_back(n);
-        floats += nf4_statistics_blocks(n) + 1;
-        bytes += (n + 1) / 2 + nf4_blocks(n);
-        widest = std::max(widest, n);
+        numel.push_back(nf4_module_elements(s, w));
+        for (i64 n : numel.back()) {
+          floats += nf4_statistics_blocks(n) + 1;
+          bytes += (n + 1) / 2 + nf4_blocks(n);
+        }
+        widest = std::max(widest, full_layout_->block(l, w).numel());
       }
     auto* store = static_cast<unsigned char*>(
         alloc_->allocate("params", "NF4 codes and absmax constants (frozen base)", 4 * floats + bytes));
     float* f = reinterpret_cast<float*>(store);
     std::uint8_t* b = store + 4 * floats;
-    for (i64 n : numel) {
-      cuda::Nf4DeviceTensor t;
-      t.elements = n;
-      t.absmax_scales = f;
-      f += nf4_statistics_blocks(n);
-      t.offset = f++;
-      t.codes = b;
-      b += (n + 1) / 2;
-      t.absmax_codes = b;
-      b += nf4_blocks(n);
-      nf4_.push_back(t);
+    for (const std::vector<i64>& modules : numel) {
+      std::vector<cuda::Nf4DeviceTensor> weight;
+      for (i64 n : modules) {
+        cuda::Nf4DeviceTensor t;
+        t.elements = n;
+        t.absmax_scales = f;
+        f += nf4_statistics_blocks(n);
+        t.offset = f++;
+        t.codes = b;
+        b += (n + 1) / 2;
+        t.absmax_codes = b;
+        b += nf4_blocks(n);
+        weight.push_back(t);
+      }
+      nf4_.push_back(std::move(weight));
     }
     dequantized_ = alloc_->allocate_n<T>("params", "dequantised NF4 weight (scratch)", widest);
   }
@@ -799,7 +814,7 @@ class CudaTrainer final : public EngineTrainer {
   // the base's block weights (four per layer: qkv, o, fc, down) and the scratch weight they are dequantised into.
   T* lora_xa_ = nullptr;
   T* lora_dxa_ = nullptr;
-  std::vector<cuda::Nf4DeviceTensor> nf4_;
+  std::vector<std::vector<cuda::Nf4DeviceTensor>> nf4_;  // per block weight, one tensor per transformers module
   T* dequantized_ = nullptr;
 };
 

@@ -64,8 +64,19 @@ void dequantize_nf4(T* out, const Nf4DeviceTensor& tensor, cudaStream_t stream) 
   CUDA_CHECK_LAUNCH();
 }
 
+template <typename T>
+void dequantize_nf4(T* out, const std::vector<Nf4DeviceTensor>& modules, cudaStream_t stream) {
+  for (const Nf4DeviceTensor& m : modules) {
+    dequantize_nf4<T>(out, m, stream);
+    out += m.elements;
+  }
+}
+
 template void dequantize_nf4<float>(float*, const Nf4DeviceTensor&, cudaStream_t);
 template void dequantize_nf4<__half>(__half*, const Nf4DeviceTensor&, cudaStream_t);
 template void dequantize_nf4<__nv_bfloat16>(__nv_bfloat16*, const Nf4DeviceTensor&, cudaStream_t);
+template void dequantize_nf4<float>(float*, const std::vector<Nf4DeviceTensor>&, cudaStream_t);
+template void dequantize_nf4<__half>(__half*, const std::vector<Nf4DeviceTensor>&, cudaStream_t);
+template void dequantize_nf4<__nv_bfloat16>(__nv_bfloat16*, const std::vector<Nf4DeviceTensor>&, cudaStream_t);
 
 }  // namespace zeroplan::exec::cuda

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -27,5 +28,12 @@ struct Nf4DeviceTensor {
 // the CPU's bit for bit), then rounded to T (kDequantizeBlockwise's store of the fp32 value in the output dtype).
 template <typename T>
 void dequantize_nf4(T* out, const Nf4DeviceTensor& tensor, cudaStream_t stream);
+
+// One block weight that fuses several transformers modules (core/nf4_quantization.h Nf4ModuleTensors: Llama's
+// q/k/v and gate/up, each its own bitsandbytes tensor with its own blocks, 256-block groups and offset): each
+// module's tensor dequantised into its own elements of out (module j after modules 0..j-1), one launch per module,
+// so each finds its constants by its own block indices, as dequantize_4bit of that module does.
+template <typename T>
+void dequantize_nf4(T* out, const std::vector<Nf4DeviceTensor>& modules, cudaStream_t stream);
 
 }  // namespace zeroplan::exec::cuda

@@ -192,6 +192,53 @@ std::vector<float> sixteen_bit_values(const std::string& hex, const std::string&
   return out;
 }
 
+// One tensor of ours against one stored case of bitsandbytes' quantize_4bit (the case's x, n elements).
+void expect_equals_bitsandbytes_case(const nlohmann::json& c, const std::string& dtype, const std::vector<float>& x,
+                                     std::int64_t n, const Nf4Tensor& t) {
+  // The first level is exact: max |x| per block and the packed codes.
+  const std::vector<float> absmax = nf4_block_absmax(x.data(), n);
+  ASSERT_EQ(c.at("absmax").size(), absmax.size());
+  for (std::size_t b = 0; b < absmax.size(); ++b) ASSERT_EQ(c.at("absmax")[b].get<double>(), absmax[b]) << "block " << b;
+  EXPECT_EQ(from_hex(c.at("codes")), t.codes);
+  // The dynamic map, state2's scales and the offset (a mean: torch's CUDA reduction order may differ in the last
+  // bits), then each quantised constant, equal unless our normalised value sits within 1e-6 of a midpoint.
+  ASSERT_EQ(c.at("state2_blocksize").get<int>(), kNf4StatisticsBlockSize);
+  // torch builds the map with its vectorised CPU linspace (a chunk's base plus lane multiples of the step), whose
+  // last bit depends on the CPU's vector width: measured on the H200 host, 41 of the 256 entries are one ulp (two: 2)
+  // from the scalar formula. Two ulps are allowed; the codes above and below are exact.
+  for (int i = 0; i < 256; ++i) {
+    const float ours = bnb_dynamic_map()[i];
+    const double ulp = std::nextafter(std::fabs(ours), INFINITY) - std::fabs(ours);
+    EXPECT_LE(std::fabs(c.at("state2_code")[i].get<double>() - ours), 2 * ulp) << "dynamic map " << i;
+  }
+  EXPECT_NEAR(c.at("offset").get<double>(), t.offset, 2e-7 * std::fabs(t.offset));
+  ASSERT_EQ(c.at("state2_absmax").size(), t.absmax_scales.size());
+  for (std::size_t s = 0; s < t.absmax_scales.size(); ++s)
+    EXPECT_NEAR(c.at("state2_absmax")[s].get<double>(), t.absmax_scales[s], 3e-7 * t.absmax_scales[s]);  // 2 ulps
+  const std::vector<std::uint8_t> q = from_hex(c.at("absmax_q"));
+  ASSERT_EQ(q.size(), t.absmax_codes.size());
+  int differ = 0;
+  for (std::size_t b = 0; b < q.size(); ++b) {
+    if (q[b] == t.absmax_codes[b]) continue;
+    const float y = (absmax[b] - t.offset) / t.absmax_scales[b / 256];
+    const auto& code = bnb_dynamic_map();
+    const float mid = 0.5f * (code[q[b]] + code[t.absmax_codes[b]]);
+    EXPECT_LE(std::abs(int(q[b]) - int(t.absmax_codes[b])), 1) << "constant " << b;
+    EXPECT_LE(std::fabs(y - mid), 1e-6f) << "constant " << b << ": ours " << int(t.absmax_codes[b]) << ", bitsandbytes "
+                                         << int(q[b]) << ", not at a midpoint";
+    ++differ;
+  }
+  EXPECT_LE(differ, 2);
+  // dequantize_4bit's output in the dtype: ours rounded the same way equals it but where a constant differed.
+  const std::vector<float> want = sixteen_bit_values(c.at("dequantized_bits"), dtype);
+  std::vector<float> y(static_cast<std::size_t>(n));
+  dequantize_nf4(t, y.data());
+  std::int64_t off = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (std::fabs(y[i] - want[i]) > 0.008f * std::fabs(want[i]) + 1e-30f) ++off;  // beyond 16-bit rounding
+  EXPECT_LE(off, differ * kNf4BlockSize);
+}
+
 TEST(Nf4Quantization, EqualsBitsandbytesQuantize4bitOnStoredWeights) {
   if (!std::filesystem::exists(kGoldenPath))
     GTEST_SKIP() << "the golden file " << kGoldenPath << " is missing: on the GPU machine (torch + bitsandbytes 0.50) "
@@ -208,49 +255,55 @@ TEST(Nf4Quantization, EqualsBitsandbytesQuantize4bitOnStoredWeights) {
     const std::vector<float> x = sixteen_bit_values(c.at("input_bits"), dtype);
     const auto n = static_cast<std::int64_t>(x.size());
     ASSERT_EQ(n, c.at("shape")[0].get<std::int64_t>() * c.at("shape")[1].get<std::int64_t>());
-    const Nf4Tensor t = quantize_nf4(x.data(), n);
-    // The first level is exact: max |x| per block and the packed codes.
-    const std::vector<float> absmax = nf4_block_absmax(x.data(), n);
-    ASSERT_EQ(c.at("absmax").size(), absmax.size());
-    for (std::size_t b = 0; b < absmax.size(); ++b) ASSERT_EQ(c.at("absmax")[b].get<double>(), absmax[b]) << "block " << b;
-    EXPECT_EQ(from_hex(c.at("codes")), t.codes);
-    // The dynamic map, state2's scales and the offset (a mean: torch's CUDA reduction order may differ in the last
-    // bits), then each quantised constant, equal unless our normalised value sits within 1e-6 of a midpoint.
-    ASSERT_EQ(c.at("state2_blocksize").get<int>(), kNf4StatisticsBlockSize);
-    // torch builds the map with its vectorised CPU linspace (a chunk's base plus lane multiples of the step), whose
-    // last bit depends on the CPU's vector width: measured on the H200 host, 41 of the 256 entries are one ulp (two: 2)
-    // from the scalar formula. Two ulps are allowed; the codes above and below are exact.
-    for (int i = 0; i < 256; ++i) {
-      const float ours = bnb_dynamic_map()[i];
-      const double ulp = std::nextafter(std::fabs(ours), INFINITY) - std::fabs(ours);
-      EXPECT_LE(std::fabs(c.at("state2_code")[i].get<double>() - ours), 2 * ulp) << "dynamic map " << i;
+    expect_equals_bitsandbytes_case(c, dtype, x, n, quantize_nf4(x.data(), n));
+  }
+}
+
+// A fused weight of several modules (the executor's Llama qkv / gate_up) quantised module by module: bitsandbytes
+// quantises each nn.Linear alone, so two stored cases laid back to back, as one tensor of two modules, must give
+// each case's own bitsandbytes codes, constants and offset. (The stored file has no case quantised through
+// transformers' Linear4bit modules of a real Llama layer: bench/lora/bnb_nf4_codes.py quantises single tensors;
+// that each module is its own quantize_4bit call is transformers' replace_with_bnb_linear, one Linear4bit per
+// nn.Linear.) One quantize_4bit of the concatenation shares the offset and the 256-block groups across the two
+// and differs from bitsandbytes' constants.
+TEST(Nf4Quantization, ModulesOfAFusedTensorEachEqualBitsandbytesQuantize4bitOfThatModule) {
+  if (!std::filesystem::exists(kGoldenPath)) GTEST_SKIP() << "the golden file " << kGoldenPath << " is missing";
+  std::ifstream f(kGoldenPath);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  // The same dtype's cases (a 128-block module, then a 768-block one: its first group of 256 would start at block
+  // 128 of the fused tensor's second group), one std 0.02 and (bf16) one std 1: offsets far apart.
+  for (const std::string dtype : {"fp16", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    std::vector<const nlohmann::json*> cases;
+    for (const auto& c : doc.at("cases"))
+      if (c.at("dtype") == dtype) cases.push_back(&c);
+    ASSERT_GE(cases.size(), 2u);
+    std::vector<float> fused;
+    std::vector<std::int64_t> sizes;
+    for (const nlohmann::json* c : cases) {
+      const std::vector<float> x = sixteen_bit_values(c->at("input_bits"), dtype);
+      fused.insert(fused.end(), x.begin(), x.end());
+      sizes.push_back(static_cast<std::int64_t>(x.size()));
     }
-    EXPECT_NEAR(c.at("offset").get<double>(), t.offset, 2e-7 * std::fabs(t.offset));
-    ASSERT_EQ(c.at("state2_absmax").size(), t.absmax_scales.size());
-    for (std::size_t s = 0; s < t.absmax_scales.size(); ++s)
-      EXPECT_NEAR(c.at("state2_absmax")[s].get<double>(), t.absmax_scales[s], 3e-7 * t.absmax_scales[s]);  // 2 ulps
-    const std::vector<std::uint8_t> q = from_hex(c.at("absmax_q"));
-    ASSERT_EQ(q.size(), t.absmax_codes.size());
-    int differ = 0;
-    for (std::size_t b = 0; b < q.size(); ++b) {
-      if (q[b] == t.absmax_codes[b]) continue;
-      const float y = (absmax[b] - t.offset) / t.absmax_scales[b / 256];
-      const auto& code = bnb_dynamic_map();
-      const float mid = 0.5f * (code[q[b]] + code[t.absmax_codes[b]]);
-      EXPECT_LE(std::abs(int(q[b]) - int(t.absmax_codes[b])), 1) << "constant " << b;
-      EXPECT_LE(std::fabs(y - mid), 1e-6f) << "constant " << b << ": ours " << int(t.absmax_codes[b]) << ", bitsandbytes "
-                                           << int(q[b]) << ", not at a midpoint";
-      ++differ;
+    const Nf4ModuleTensors q = quantize_nf4_modules(fused.data(), sizes);
+    ASSERT_EQ(q.modules.size(), cases.size());
+    std::int64_t first = 0;
+    for (std::size_t j = 0; j < cases.size(); ++j) {
+      SCOPED_TRACE(cases[j]->at("name").get<std::string>());
+      const std::vector<float> x(fused.begin() + first, fused.begin() + first + sizes[j]);
+      expect_equals_bitsandbytes_case(*cases[j], dtype, x, sizes[j], q.modules[j]);
+      first += sizes[j];
     }
-    EXPECT_LE(differ, 2);
-    // dequantize_4bit's output in the dtype: ours rounded the same way equals it but where a constant differed.
-    const std::vector<float> want = sixteen_bit_values(c.at("dequantized_bits"), dtype);
-    std::vector<float> y(static_cast<std::size_t>(n));
-    dequantize_nf4(t, y.data());
-    std::int64_t off = 0;
-    for (std::int64_t i = 0; i < n; ++i)
-      if (std::fabs(y[i] - want[i]) > 0.008f * std::fabs(want[i]) + 1e-30f) ++off;  // beyond 16-bit rounding
-    EXPECT_LE(off, differ * kNf4BlockSize);
+    // The fused tensor quantised as one: its offset is none of the modules' (bitsandbytes' state.offset).
+    const Nf4Tensor one = quantize_nf4(fused.data(), static_cast<std::int64_t>(fused.size()));
+    for (const nlohmann::json* c : cases)
+      EXPECT_GT(std::fabs(c->at("offset").get<double>() - one.offset), 1e-5 * std::fabs(one.offset));
+    // ... and so the absmax codes of the second module's blocks are not bitsandbytes'.
+    const std::vector<std::uint8_t> second = from_hex(cases[1]->at("absmax_q"));
+    std::size_t differ = 0;
+    for (std::size_t b = 0; b < second.size(); ++b)
+      differ += second[b] != one.absmax_codes[static_cast<std::size_t>(q.modules[0].blocks()) + b];
+    EXPECT_GT(differ, second.size() / 2) << differ << " of " << second.size();
   }
 }
 

@@ -271,7 +271,8 @@ TEST(LoraCuda, Bf16QloraDequantisesTheBf16WeightsCodes) {
   for (std::int64_t l = 0; l < c.shape.layers; ++l)
     for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
       const ParamTensor& t = full.block(l, w);
-      const Nf4Tensor q = quantize_nf4(base.data() + t.offset, t.numel());
+      // Module by module, as bitsandbytes holds Llama's q/k/v and gate/up (each its own Params4bit).
+      const Nf4ModuleTensors q = quantize_nf4_modules(base.data() + t.offset, nf4_module_elements(c.shape, w));
       std::vector<float> want(static_cast<std::size_t>(t.numel()));
       dequantize_nf4(q, want.data());
       for (float& x : want) x = bf16_round(x);

@@ -7,8 +7,10 @@
 // base is the NF4 round trip of the same weights (core/nf4_quantization.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/nf4_quantization.h"
@@ -201,11 +203,12 @@ TEST(LoraTrainer, QloraHoldsTheBaseWeightsAsNf4AndComputesWithTheirRoundTrip) {
     const ParamTensor& w = tensor(model, t.name);
     for (std::int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(base[t.offset + i], deq[w.offset + i]) << t.name;
   }
-  // Each block weight is bitsandbytes' quantize_4bit / dequantize_4bit of the whole model's initial weight.
+  // Each block weight is bitsandbytes' quantize_4bit / dequantize_4bit of the whole model's initial weight, one
+  // call per transformers module (Llama's qkv as q_proj, k_proj, v_proj; gate_up as gate_proj, up_proj).
   for (std::int64_t l = 0; l < cfg.shape.layers; ++l)
     for (BlockTensor which : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
       const ParamTensor& w = model.block(l, which);
-      const Nf4Tensor q = quantize_nf4(deq.data() + w.offset, w.numel());
+      const Nf4ModuleTensors q = quantize_nf4_modules(deq.data() + w.offset, nf4_module_elements(cfg.shape, which));
       std::vector<float> round_trip(static_cast<std::size_t>(w.numel()));
       dequantize_nf4(q, round_trip.data());
       ASSERT_EQ(qlora->dequantized_weight(l, which), round_trip);
@@ -222,7 +225,9 @@ TEST(LoraTrainer, QloraHoldsTheBaseWeightsAsNf4AndComputesWithTheirRoundTrip) {
   std::int64_t nf4_bytes = 0;
   for (std::int64_t l = 0; l < cfg.shape.layers; ++l)
     for (BlockTensor which : {kQkvW, kAttProjW, kFcW, kFcProjW})
-      nf4_bytes += quantize_nf4(deq.data() + model.block(l, which).offset, model.block(l, which).numel()).bytes();
+      nf4_bytes += quantize_nf4_modules(deq.data() + model.block(l, which).offset,
+                                        nf4_module_elements(cfg.shape, which))
+                       .bytes();
   const std::int64_t widest = std::max({model.block(0, kQkvW).numel(), model.block(0, kFcW).numel(),
                                         model.block(0, kAttProjW).numel(), model.block(0, kFcProjW).numel()});
   EXPECT_EQ(mem.component("params"), 4 * (qlora->layout().total() + base_layout.total()) + nf4_bytes + 4 * widest);
@@ -233,6 +238,136 @@ TEST(LoraTrainer, QloraHoldsTheBaseWeightsAsNf4AndComputesWithTheirRoundTrip) {
     qlora->step(t.inputs, t.targets);
   }
   EXPECT_EQ(qlora->dequantized_weight(1, kFcW), w0);
+}
+
+
+// QLoRA per transformers module: bitsandbytes (through transformers' replace_with_bnb_linear) quantises every
+// nn.Linear as its own Params4bit, so Llama's q_proj, k_proj and v_proj (our fused qkv's rows) and gate_proj and
+// up_proj (gate_up's rows) each get their own blocks of 64, their own offset (absmax.mean()) and their own groups of
+// 256 blocks for the double quantisation (quantize_4bit with compress_statistics). The shape puts module boundaries
+// inside a group of 256 blocks of the fused tensor (q_proj: 192 x 192 = 576 blocks), and each module has its own
+// spread, so that one quantisation of the fused tensor gives other constants and codes.
+ModelShape module_test_shape() { return make_llama_shape(256, 192, 2, 6, 2, 320, 32, 10000.0, 1e-5); }
+
+// Module j of `which` drawn with spread spreads[j] (rows of the fused weight in order).
+std::vector<float> fused_weight(const ModelShape& s, BlockTensor which, std::uint64_t seed,
+                                const std::vector<float>& spreads) {
+  const std::vector<std::int64_t> modules = nf4_module_elements(s, which);
+  std::vector<float> w;
+  for (std::size_t j = 0; j < modules.size(); ++j)
+    for (std::int64_t i = 0; i < modules[j]; ++i)
+      w.push_back(spreads[j] * hash_normal(seed, static_cast<std::uint64_t>(w.size())));
+  return w;
+}
+
+TEST(LoraTrainer, Nf4ModulesOfAFusedLlamaWeightAreEachModuleQuantisedAlone) {
+  const ModelShape s = module_test_shape();
+  const std::int64_t C = s.hidden, Q = s.q_dim(), KV = s.kv_dim(), F = s.ffn_hidden;
+  // The modules' sizes are transformers' weights [out, in]: q, k, v; gate, up; o and down whole.
+  EXPECT_EQ(nf4_module_elements(s, kQkvW), (std::vector<std::int64_t>{Q * C, KV * C, KV * C}));
+  EXPECT_EQ(nf4_module_elements(s, kFcW), (std::vector<std::int64_t>{F * C, F * C}));
+  EXPECT_EQ(nf4_module_elements(s, kAttProjW), (std::vector<std::int64_t>{C * Q}));
+  EXPECT_EQ(nf4_module_elements(s, kFcProjW), (std::vector<std::int64_t>{C * F}));
+  // GPT-2's c_attn and c_fc are one Conv1D module each in transformers: one tensor.
+  const ModelShape g = make_shape(257, 64, 2, 2, 32);
+  EXPECT_EQ(nf4_module_elements(g, kQkvW), (std::vector<std::int64_t>{g.qkv_dim() * g.hidden}));
+  EXPECT_EQ(nf4_module_elements(g, kFcW), (std::vector<std::int64_t>{g.mlp_in_dim() * g.hidden}));
+
+  const std::vector<std::pair<BlockTensor, std::vector<float>>> cases = {
+      {kQkvW, {0.02f, 0.08f, 0.005f}}, {kFcW, {0.03f, 0.01f}}};
+  for (const auto& [which, spreads] : cases) {
+    SCOPED_TRACE(which == kQkvW ? "qkv" : "gate_up");
+    const std::vector<float> w = fused_weight(s, which, 5, spreads);
+    const std::vector<std::int64_t> sizes = nf4_module_elements(s, which);
+    const Nf4ModuleTensors q = quantize_nf4_modules(w.data(), sizes);
+    ASSERT_EQ(q.modules.size(), sizes.size());
+    EXPECT_EQ(q.elements(), static_cast<std::int64_t>(w.size()));
+    std::int64_t first = 0, bytes = 0;
+    for (std::size_t j = 0; j < sizes.size(); ++j) {
+      SCOPED_TRACE("module " + std::to_string(j));
+      // The module's weight alone, as its own nn.Linear holds it.
+      const std::vector<float> alone(w.begin() + first, w.begin() + first + sizes[j]);
+      const Nf4Tensor want = quantize_nf4(alone.data(), sizes[j]);
+      const Nf4Tensor& got = q.modules[j];
+      EXPECT_EQ(got.elements, sizes[j]);
+      EXPECT_EQ(got.codes, want.codes);
+      EXPECT_EQ(got.absmax_codes, want.absmax_codes);
+      EXPECT_EQ(got.absmax_scales, want.absmax_scales);
+      EXPECT_EQ(got.offset, want.offset);
+      // Its own blocks and groups: ceil(n/64) absmax codes, ceil(blocks/256) scales, counted from its first element.
+      EXPECT_EQ(got.blocks(), nf4_blocks(sizes[j]));
+      EXPECT_EQ(static_cast<std::int64_t>(got.absmax_scales.size()), nf4_statistics_blocks(sizes[j]));
+      // The first-level absmax it dequantises with is its own blocks' max |x| (within the double quantisation's
+      // 8-bit error: the constants are not borrowed from a neighbouring module's blocks).
+      const std::vector<float> absmax = nf4_block_absmax(alone.data(), sizes[j]), read = got.block_absmax();
+      for (std::size_t b = 0; b < absmax.size(); ++b)
+        ASSERT_NEAR(read[b], absmax[b], 0.02 * absmax[b] + 1e-3 * spreads[j]) << "block " << b;
+      bytes += nf4_tensor_bytes(sizes[j]);
+      first += sizes[j];
+    }
+    // Bytes: each module's codes, absmax codes, scales and offset (what device_allocations counts).
+    EXPECT_EQ(q.bytes(), bytes);
+    EXPECT_EQ(nf4_module_tensors_bytes(sizes), bytes);
+    // One quantize_4bit of the fused tensor is not bitsandbytes' model: one offset for all modules, groups across
+    // module boundaries, so other constants and other dequantised weights.
+    const Nf4Tensor fused = quantize_nf4(w.data(), static_cast<std::int64_t>(w.size()));
+    for (const Nf4Tensor& m : q.modules) EXPECT_NE(m.offset, fused.offset);
+    std::vector<float> per_module(w.size()), one(w.size());
+    dequantize_nf4(q, per_module.data());
+    dequantize_nf4(fused, one.data());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) differ += per_module[i] != one[i];
+    EXPECT_GT(differ, w.size() / 4);
+  }
+}
+
+// The CPU trainer's QLoRA base: the weight its matmuls read is each module's own round trip, from the base it was
+// given (set_frozen, as --init-from gives it); GPT-2's fused c_attn stays one tensor.
+TEST(LoraTrainer, QloraDequantisesEachModuleOfAFusedWeightFromItsOwnConstants) {
+  for (bool llama : {true, false}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    ExecConfig cfg = config_of(llama, true);
+    if (llama) cfg.shape = module_test_shape();
+    auto qlora = make_cpu_trainer(cfg);
+    const ParamLayout full(cfg.shape);
+    std::vector<float> values(static_cast<std::size_t>(full.total()));
+    full.initialize_range(cfg.seed, 0, full.total(), values.data());
+    // Modules of one weight with different spreads (q, k, v; gate, up), written over the initialisation.
+    for (std::int64_t l = 0; l < cfg.shape.layers; ++l)
+      for (BlockTensor which : {kQkvW, kFcW}) {
+        const std::vector<float> w = fused_weight(cfg.shape, which, 17 + static_cast<std::uint64_t>(l),
+                                                  which == kQkvW ? std::vector<float>{0.02f, 0.08f, 0.005f}
+                                                                 : std::vector<float>{0.03f, 0.01f});
+        ASSERT_EQ(static_cast<std::int64_t>(w.size()), full.block(l, which).numel());
+        std::copy(w.begin(), w.end(), values.begin() + full.block(l, which).offset);
+      }
+    qlora->set_frozen(full, [&values](std::int64_t begin, std::int64_t n, float* master, float* m, float* v) {
+      if (master) std::copy(values.begin() + begin, values.begin() + begin + n, master);
+      if (m) std::fill(m, m + n, 0.0f);
+      if (v) std::fill(v, v + n, 0.0f);
+    });
+    for (std::int64_t l = 0; l < cfg.shape.layers; ++l)
+      for (BlockTensor which : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
+        const ParamTensor& t = full.block(l, which);
+        // Each transformers module alone: quantize_4bit, dequantize_4bit, back to back.
+        std::vector<float> want;
+        std::int64_t first = t.offset;
+        for (std::int64_t n : nf4_module_elements(cfg.shape, which)) {
+          std::vector<float> out(static_cast<std::size_t>(n));
+          dequantize_nf4(quantize_nf4(values.data() + first, n), out.data());
+          want.insert(want.end(), out.begin(), out.end());
+          first += n;
+        }
+        ASSERT_EQ(first, t.offset + t.numel());
+        const std::vector<float> got = qlora->dequantized_weight(l, which);
+        ASSERT_EQ(got, want) << t.name;
+        std::vector<float> one(static_cast<std::size_t>(t.numel()));
+        dequantize_nf4(quantize_nf4(values.data() + t.offset, t.numel()), one.data());
+        const bool fused_modules = llama && (which == kQkvW || which == kFcW);
+        if (fused_modules) EXPECT_NE(got, one) << t.name << ": quantised as one tensor";
+        else EXPECT_EQ(got, one) << t.name << ": one module, one tensor";
+      }
+  }
 }
 
 }  // namespace

@@ -160,11 +160,15 @@ TEST(ZeroEngineAllocations, LoraBaseAndAdaptersEqualWhatTheListCounts) {
             if (nf4) {
               const ParamLayout full(c.shape);
               std::int64_t widest = 0;
-              for (std::int64_t l = 0; l < c.shape.layers; ++l)
-                for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
-                  trainer_params += nf4_tensor_bytes(full.block(l, w).numel());
+              // One bitsandbytes tensor per transformers module: q_proj, k_proj, v_proj (the qkv rows), o_proj,
+              // gate_proj, up_proj (the gate_up rows), down_proj, each with its own constants.
+              const std::int64_t C = c.shape.hidden, Q = c.shape.q_dim(), KV = c.shape.kv_dim(), F = c.shape.ffn_hidden;
+              for (std::int64_t l = 0; l < c.shape.layers; ++l) {
+                for (std::int64_t n : {Q * C, KV * C, KV * C, C * Q, F * C, F * C, C * F})
+                  trainer_params += nf4_tensor_bytes(n);
+                for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW})
                   widest = std::max(widest, full.block(l, w).numel());
-                }
+              }
               trainer_params += 2 * widest;
             }
             EXPECT_EQ(base_device.bytes["grads"] + base_device.bytes["optimizer_states"] +
