@@ -14,6 +14,7 @@
 #include "exec/activation_accounting.h"
 #include "run/process_memory.h"
 #include "run/training_run_steps.h"
+#include "sim/compute_time.h"
 #include "sim/plan_json.h"
 
 namespace zeroplan {
@@ -219,8 +220,7 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
                 median(param_nvme_wait_s) * 1e3, static_cast<long long>(cfg.zero.param_buffer_count));
   std::printf("  %.0f %s/s, %.1f TFLOP/s, MFU %.1f%% (%s; peak = datasheet dense %s %.0f TFLOP/s of %s x %d)\n",
               tps, cfg.network ? "samples" : "tokens", tps * flops_per_token / 1e12, 100 * mfu,
-              cfg.network ? "3 x the description's forward FLOPs per sample"
-                          : "6N + 12*L*h*s per token, PaLM appendix B",
+              model_flops_convention(in.model, tr).c_str(),
               to_string(tr.precision).c_str(), peak / 1e12, in.cluster.gpu_model.c_str(), world);
   std::printf("  loss %.4f -> %.4f\n", losses.front(), losses.back());
   if (world > 1) {
@@ -278,7 +278,7 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     m["optimizer_seconds"] = median(opt_s);
     m["tokens_per_second"] = tps;
     m["model_flops_per_token"] = flops_per_token;
-    m["flop_convention"] = "6N + 12*L*h*s per token (PaLM appendix B)";
+    m["flop_convention"] = model_flops_convention(in.model, tr);
     m["peak_flops"] = peak;
     m["peak_name"] = "datasheet dense " + to_string(tr.precision);
     m["mfu"] = mfu;

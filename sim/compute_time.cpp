@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/input_error.h"
+#include "sim/lora_model.h"
 
 namespace zeroplan {
 
@@ -415,9 +416,12 @@ double model_flops_per_token(const ModelDescription& model, const TrainingConfig
   if (model.transformer) {
     const TransformerShape& shape = *model.transformer;
     // PaLM appendix B: 6N + 12 * L * h * s (attention matmuls, causal mask not discounted).
-    return 6.0 * static_cast<double>(model.params()) + 12.0 * static_cast<double>(shape.layers) *
-                                                           static_cast<double>(shape.hidden) *
-                                                           static_cast<double>(training.seq_len);
+    const double attention = 12.0 * static_cast<double>(shape.layers) * static_cast<double>(shape.hidden) *
+                             static_cast<double>(training.seq_len);
+    if (!training.lora.enabled) return 6.0 * static_cast<double>(model.params()) + attention;
+    // LoRA computes no weight gradient for the frozen N (2N of PaLM's 6N) and trains the adapters fully.
+    const double adapters = static_cast<double>(lora_figures(model, training).trainable_params);
+    return 4.0 * static_cast<double>(model.params()) + 6.0 * adapters + attention;
   }
   double forward = 0.0;
   for (const LayerDescription& layer : model.layers) {
@@ -425,6 +429,13 @@ double model_flops_per_token(const ModelDescription& model, const TrainingConfig
                                                     : 2.0 * static_cast<double>(layer.params);
   }
   return 3.0 * forward;
+}
+
+std::string model_flops_convention(const ModelDescription& model, const TrainingConfig& training) {
+  if (!model.transformer) return "3 x forward FLOPs per sample (forward + backward at 2x)";
+  if (training.lora.enabled)
+    return "4N + 6 N_adapters + 12*L*h*s per token (PaLM appendix B's 6N less the frozen weights' gradients, LoRA)";
+  return "6N + 12*L*h*s per token (PaLM appendix B)";
 }
 
 }  // namespace zeroplan

@@ -21,6 +21,7 @@
 // memory-bound norm and activation kernels over the saved activations with their launches (compute_time.cpp).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/cluster_description.h"
@@ -98,5 +99,7 @@ double executor_optimizer_step_bytes_per_param(const TrainingConfig& training);
 // training sequence length). A generic layer-list model has no tokens: its unit is the sample, and the figure is
 // 3x its forward FLOPs per sample (forward + backward at 2x). Recompute is not model FLOPs (MFU, not HFU).
 double model_flops_per_token(const ModelDescription& model, const TrainingConfig& training);
+// How model_flops_per_token counts them, for the reports beside an MFU.
+std::string model_flops_convention(const ModelDescription& model, const TrainingConfig& training);
 
 }  // namespace zeroplan

@@ -380,15 +380,7 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   result.token_unit = model.transformer ? "tokens" : "samples";
   result.tokens_per_second = static_cast<double>(result.tokens_per_step) / result.step_seconds;
   result.model_flops_per_token = model_flops_per_token(model, training);
-  result.flop_convention = model.transformer ? "6N + 12*L*h*s per token (PaLM appendix B)"
-                                             : "3 x forward FLOPs per sample (forward + backward at 2x)";
-  if (training.lora.enabled && model.transformer) {
-    // LoRA computes no weight gradient for the frozen N (2N of PaLM's 6N) and trains the adapters fully.
-    const double adapters = static_cast<double>(lora_figures(model, training).trainable_params);
-    result.model_flops_per_token += -2.0 * static_cast<double>(model.params()) + 6.0 * adapters;
-    result.flop_convention = "4N + 6 N_adapters + 12*L*h*s per token (PaLM appendix B's 6N less the frozen weights' "
-                             "gradients, LoRA)";
-  }
+  result.flop_convention = model_flops_convention(model, training);
   result.model_flops_per_second_per_gpu =
       result.model_flops_per_token * static_cast<double>(per_gpu_items) / result.step_seconds;
   result.peak_flops = cluster.peak_flops(to_string(training.precision));

@@ -129,6 +129,25 @@ TEST(LoraCli, ZeroplanEnginePlanNamesTheComponents) {
 // the CPU backend allocates as the CUDA one does (fp32: the same element bytes) equal the plan's too; gradients at
 // stages 0-1 (the CPU kernels accumulate, so it keeps micro-step gradients the CUDA engine does not), buckets
 // (sized by the run's overlap_comm) and activations (the CPU trainer's own fp32 buffers) are left out.
+// The run's MFU counts a LoRA step's FLOPs as the simulator does (no weight gradients for the frozen base: 4N,
+// not 6N): before, the run counted PaLM's full 6N and printed TinyLlama's LoRA step at 70% MFU on an H200.
+TEST(LoraCli, RunCountsTheFlopsTheSimulatorCounts) {
+  const std::string model = std::string(ZEROPLAN_SOURCE_DIR) + "/bench/llama/configs/tiny-ci.json";
+  const std::string inputs = "--model " + model + " --micro-batch 2 --seq 32 --precision fp32 --lora-rank 4 "
+                             "--lora-targets q_proj,v_proj --gpus 1 --stage 0";
+  const std::filesystem::path report = fresh("lora_flops_report.json");
+  const CommandResult r = run("run --backend cpu " + inputs + " --steps 1 --warmup-steps 0 --report " + report.string());
+  ASSERT_EQ(r.status, 0) << r.output << r.errors;
+  const CommandResult s = run("simulate --engine zeroplan " + inputs + " --format json");
+  ASSERT_LE(s.status, 1) << s.errors;
+  const nlohmann::json simulated = nlohmann::json::parse(s.output).at("plans").at(0);
+  const nlohmann::json measured = nlohmann::json::parse(read_file(report)).at("measured");
+  EXPECT_EQ(measured.at("model_flops_per_token"), simulated.at("model_flops_per_token"));
+  EXPECT_EQ(measured.at("flop_convention"), simulated.at("flop_convention"));
+  EXPECT_NE(measured.at("flop_convention").get<std::string>().find("4N"), std::string::npos);
+  EXPECT_NE(r.output.find("4N + 6 N_adapters"), std::string::npos) << r.output;
+}
+
 TEST(LoraCli, CpuRunCommunicatesWhatTheZeroplanPlanSays) {
   const std::string model = std::string(ZEROPLAN_SOURCE_DIR) + "/bench/llama/configs/tiny-ci.json";
   for (const char* quantize : {"none", "nf4"})
