@@ -13,31 +13,8 @@
 #   peers    bench/llama/hf_peer.py on N GPUs in the same call (PEER_MODES; default ddp fsdp2 fsdp2_compile ds_s3)
 #   big      Llama-2 7B, micro-batch 2 x 2048, stage 3, with and without the optimizer on the CPU (BIG_ROWS)
 # Logs in $OUT/logs.tar.gz, the summary printed last and kept in $OUT/summary.txt.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-PARTS=${PARTS:-build tests correct speed}
-has() { [[ " $PARTS " == *" $1 "* ]]; }
-FINAL_OUT=${OUT:-/tmp/zeroplan-out}
-L=$(mktemp -d /tmp/llama-logs.XXXX)
-mkdir -p "$FINAL_OUT"
-N=$(nvidia-smi -L | wc -l)
-summary=("GPUs: $N x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores")
-say() { summary+=("$*"); echo "$*"; }
-# The call's own deadline (DEADLINE seconds after start, default 540): a part that would start later is skipped and
-# says so, so that the logs always come back inside the call's limit.
-START=$(date +%s)
-time_left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - START) )); }
-need() {  # seconds a step needs; false (and said) when the deadline would pass
-  if [ "$(time_left)" -lt "$1" ]; then say "skipped (deadline): $2"; return 1; fi
-}
-finish() {
-  printf '%s\n' "${summary[@]}" > "$FINAL_OUT/summary.txt"
-  tar czf "$FINAL_OUT/logs.tar.gz" -C "$L" .
-  echo "================ summary ($PARTS) ================"; cat "$FINAL_OUT/summary.txt"
-}
-trap finish EXIT
-BUILD=build-dev
-RUN=$BUILD/cli/zeroplan
+DEFAULT_PARTS="build tests correct speed" LOG_NAME=llama
+source bench/device_call.sh
 # The machine's own description (configs/clusters/h200xN.json): without --cluster a run plans on the default
 # (h200x4, resized), whose runtime section is not this host's.
 CLUSTER=(--cluster h200x$N)
@@ -57,17 +34,7 @@ if [ ! -d $site ] && { [ -d bench/deepspeed/wheels ] || [ -d bench/llama/wheels 
 fi
 [ -d $site ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
-if has build; then
-  t0=$(date +%s)
-  [ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
-  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
-    -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$L/build.log" 2>&1
-  if ! ninja -C $BUILD -j"$(nproc)" zeroplan zeroplan_exec_cuda_tests >> "$L/build.log" 2>&1; then
-    grep -E "error|FAILED" "$L/build.log" | head -30; say "build FAILED"; exit 1
-  fi
-  say "build: $(( $(date +%s) - t0 )) s"
-fi
+has build && build_dev zeroplan zeroplan_exec_cuda_tests
 
 # The GPU tests run on the last GPU while the correctness checks use the first (both are small).
 tests_pid=""

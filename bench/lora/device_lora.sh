@@ -29,27 +29,8 @@
 # Every part is guarded by the call's deadline (DEADLINE seconds after the start, default 540) and every command by
 # timeout. Logs in $OUT/logs.tar.gz, the speed figures in $OUT/lora_speed.json, the summary printed last and kept
 # in $OUT/summary.txt.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-PARTS=${PARTS:-build check speed}
-has() { [[ " $PARTS " == *" $1 "* ]]; }
-FINAL_OUT=${OUT:-/tmp/zeroplan-out}
-L=$(mktemp -d /tmp/lora-logs.XXXX)
-mkdir -p "$FINAL_OUT"
-N=$(nvidia-smi -L | wc -l)
-summary=("GPUs: $N x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores")
-say() { summary+=("$*"); echo "$*"; }
-START=$(date +%s)
-time_left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - START) )); }
-need() { if [ "$(time_left)" -lt "$1" ]; then say "skipped (deadline): $2"; return 1; fi; }
-finish() {
-  printf '%s\n' "${summary[@]}" > "$FINAL_OUT/summary.txt"
-  tar czf "$FINAL_OUT/logs.tar.gz" -C "$L" .
-  echo "================ summary ($PARTS) ================"; cat "$FINAL_OUT/summary.txt"
-}
-trap finish EXIT
-BUILD=build-dev
-RUN=$BUILD/cli/zeroplan
+DEFAULT_PARTS="build check speed" LOG_NAME=lora
+source bench/device_call.sh
 CLUSTER=(--cluster h200x$N)
 [ -f configs/clusters/h200x$N.json ] || CLUSTER=(--cluster h200x4)  # resized to --gpus
 C=bench/llama/configs
@@ -88,18 +69,8 @@ print('torch', torch.__version__, '| transformers', transformers.__version__, '|
 say "python: $pyv"
 
 if has build; then
-  t0=$(date +%s)
-  [ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
   targets=(zeroplan); has tests && targets+=(zeroplan_exec_cuda_tests)
-  timeout $(( $(time_left) > 60 ? $(time_left) - 30 : 30 )) cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    "${ZLIB_HINT[@]}" > "$L/build.log" 2>&1
-  grep "zeroplan:\|CUDNN" "$L/build.log" | head -3
-  if ! timeout $(( $(time_left) > 60 ? $(time_left) - 30 : 30 )) ninja -C $BUILD -j"$(nproc)" "${targets[@]}" >> "$L/build.log" 2>&1; then
-    grep -E "error|FAILED" "$L/build.log" | head -30; say "build FAILED (or ran past the deadline)"; exit 1
-  fi
-  say "build: $(( $(date +%s) - t0 )) s"
+  build_dev "${targets[@]}"
 fi
 [ -x $RUN ] || { say "no $RUN: build first (PARTS='build ...')"; exit 1; }
 

@@ -17,46 +17,16 @@
 #            "eager compile graphs": eager, torch.compile, torch.compile mode reduce-overhead (CUDA graphs))
 #   ds       DeepSpeed 0.19.8 on torchvision's ResNet-101 the tutorial's way at the speed rows' stages
 # Logs in $OUT/logs.tar.gz, the summary printed last and kept in $OUT/summary.txt.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-PARTS=${PARTS:-build tests correct speed peers}
-has() { [[ " $PARTS " == *" $1 "* ]]; }
-FINAL_OUT=${OUT:-/tmp/zeroplan-out}
-L=$(mktemp -d /tmp/resnet-logs.XXXX)
-mkdir -p "$FINAL_OUT"
-N=$(nvidia-smi -L | wc -l)
+DEFAULT_PARTS="build tests correct speed peers" LOG_NAME=resnet
+source bench/device_call.sh
 MB=${MB:-128}
 STEPS=${STEPS:-30}
-summary=("GPUs: $N x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores")
-say() { summary+=("$*"); echo "$*"; }
-START=$(date +%s)
-time_left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - START) )); }
-need() { if [ "$(time_left)" -lt "$1" ]; then say "skipped (deadline): $2"; return 1; fi; }
-finish() {
-  printf '%s\n' "${summary[@]}" > "$FINAL_OUT/summary.txt"
-  tar czf "$FINAL_OUT/logs.tar.gz" -C "$L" .
-  echo "================ summary ($PARTS) ================"; cat "$FINAL_OUT/summary.txt"
-}
-trap finish EXIT
-BUILD=build-dev
-RUN=$BUILD/cli/zeroplan
 CLUSTER=(--cluster h200x$N)
 [ $N -eq 1 ] && CLUSTER=(--cluster h200x1)
 W=/tmp/resnet-work
 mkdir -p $W
 
-if has build; then
-  t0=$(date +%s)
-  [ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  ZLIB_HINT=(); [ -f /usr/include/zlib.h ] || ZLIB_HINT=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
-  cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF -DZEROPLAN_BUILD_BENCHMARKS=OFF \
-    -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${ZLIB_HINT[@]}" > "$L/build.log" 2>&1
-  grep "zeroplan:\|CUDNN" "$L/build.log" | head -3
-  if ! ninja -C $BUILD -j"$(nproc)" zeroplan zeroplan_exec_cuda_tests >> "$L/build.log" 2>&1; then
-    grep -E "error|FAILED" "$L/build.log" | head -30; say "build FAILED"; exit 1
-  fi
-  say "build: $(( $(date +%s) - t0 )) s"
-fi
+has build && build_dev zeroplan zeroplan_exec_cuda_tests
 
 if has tests; then
   need 60 "gpu tests" && {

@@ -1,0 +1,48 @@
+# Sourced by the device scripts that run as one timed call (bench/resnet/device_resnet.sh, bench/lora/device_lora.sh,
+# bench/llama/device_llama.sh) after they set DEFAULT_PARTS and LOG_NAME: the environment every GPU call needs, the
+# parts asked for (PARTS), the summary lines (say), the call's deadline (DEADLINE seconds after the start, default
+# 540: a part that would start later is skipped and says so, so that the logs always come back inside the call's
+# limit), and on exit the logs packed into $OUT/logs.tar.gz and the summary printed last and kept in
+# $OUT/summary.txt. build_dev TARGET... builds the CLI configuration in build-dev.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+PARTS=${PARTS:-$DEFAULT_PARTS}
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+FINAL_OUT=${OUT:-/tmp/zeroplan-out}
+L=$(mktemp -d "/tmp/$LOG_NAME-logs.XXXX")
+mkdir -p "$FINAL_OUT"
+N=$(nvidia-smi -L | wc -l)
+summary=("GPUs: $N x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cores")
+say() { summary+=("$*"); echo "$*"; }
+START=$(date +%s)
+time_left() { echo $(( ${DEADLINE:-540} - ($(date +%s) - START) )); }
+need() {  # seconds a step needs; false (and said) when the deadline would pass
+  if [ "$(time_left)" -lt "$1" ]; then say "skipped (deadline): $2"; return 1; fi
+}
+finish() {
+  printf '%s\n' "${summary[@]}" > "$FINAL_OUT/summary.txt"
+  tar czf "$FINAL_OUT/logs.tar.gz" -C "$L" .
+  echo "================ summary ($PARTS) ================"; cat "$FINAL_OUT/summary.txt"
+}
+trap finish EXIT
+BUILD=build-dev
+RUN=$BUILD/cli/zeroplan
+
+# The executor's release build (no GUI, no benchmarks; liburing and zlib from the carried bench/deps where the
+# machine lacks them), the given ninja targets, each step bounded by what is left of the deadline; exits on failure.
+build_dev() {
+  local t0 limit
+  t0=$(date +%s)
+  [ -d bench/deps/liburing ] && export PKG_CONFIG_PATH="$PWD/bench/deps/liburing/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  local zlib_hint=(); [ -f /usr/include/zlib.h ] || zlib_hint=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
+  limit=$(( $(time_left) > 60 ? $(time_left) - 30 : 30 ))
+  timeout $limit cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF \
+    -DZEROPLAN_BUILD_BENCHMARKS=OFF -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_hint[@]}" \
+    > "$L/build.log" 2>&1
+  grep "zeroplan:\|CUDNN" "$L/build.log" | head -3
+  limit=$(( $(time_left) > 60 ? $(time_left) - 30 : 30 ))
+  if ! timeout $limit ninja -C $BUILD -j"$(nproc)" "$@" >> "$L/build.log" 2>&1; then
+    grep -E "error|FAILED" "$L/build.log" | head -30; say "build FAILED (or ran past the deadline)"; exit 1
+  fi
+  say "build: $(( $(date +%s) - t0 )) s"
+}
