@@ -3,7 +3,7 @@
 # parts asked for (PARTS), the summary lines (say), the call's deadline (DEADLINE seconds after the start, default
 # 540: a part that would start later is skipped and says so, so that the logs always come back inside the call's
 # limit), and on exit the logs packed into $OUT/logs.tar.gz and the summary printed last and kept in
-# $OUT/summary.txt. build_dev TARGET... builds the CLI configuration in build-dev.
+# $OUT/summary.txt. build_dev TARGET... builds the CLI configuration in build-dev; gpu_tests FILTER runs the GPU tests.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 PARTS=${PARTS:-$DEFAULT_PARTS}
@@ -45,4 +45,14 @@ build_dev() {
     grep -E "error|FAILED" "$L/build.log" | head -30; say "build FAILED (or ran past the deadline)"; exit 1
   fi
   say "build: $(( $(date +%s) - t0 )) s"
+}
+
+# The executor's GPU tests of this call (GTEST_FILTER, else the given default filter), their tally in the summary.
+gpu_tests() {
+  local default_filter=$1 rc
+  need 60 "gpu tests" || return 0
+  GTEST_FILTER=${GTEST_FILTER:-$default_filter} \
+    timeout 300 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$L/gpu_tests.log" 2>&1; rc=$?
+  grep -E "^\[  FAILED|Failure|Expected|Which is|actual|error" "$L/gpu_tests.log" | head -30
+  say "gpu tests rc=$rc: $(grep -c '\[       OK' "$L/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$L/gpu_tests.log") failed lines: $(grep '^\[  FAILED' "$L/gpu_tests.log" | head -8 | cut -c14-90 | tr '\n' ' ')"
 }

@@ -74,14 +74,7 @@ if has build; then
 fi
 [ -x $RUN ] || { say "no $RUN: build first (PARTS='build ...')"; exit 1; }
 
-if has tests; then
-  need 60 "gpu tests" && {
-    GTEST_FILTER=${GTEST_FILTER:-'*Lora*:*LoRA*:*lora*:*Nf4*:*NF4*'} \
-      timeout 240 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$L/gpu_tests.log" 2>&1; rc=$?
-    grep -E "^\[  FAILED|Failure" "$L/gpu_tests.log" | head -20
-    say "gpu tests rc=$rc: $(grep -c '\[       OK' "$L/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$L/gpu_tests.log") failed lines: $(grep '^\[  FAILED' "$L/gpu_tests.log" | head -8 | cut -c14-90 | tr '\n' ' ')"
-  }
-fi
+has tests && gpu_tests '*Lora*:*LoRA*:*lora*:*Nf4*:*NF4*'
 
 # ---------------------------------------------------------------------------------------------------- check
 CHECK_LORA=(--lora-rank ${CHECK_RANK:-8} --lora-alpha ${CHECK_ALPHA:-16}

@@ -28,14 +28,7 @@ mkdir -p $W
 
 has build && build_dev zeroplan zeroplan_exec_cuda_tests
 
-if has tests; then
-  need 60 "gpu tests" && {
-    GTEST_FILTER=${GTEST_FILTER:-'CudaNetwork*:CudaTrainer.Fp32StepMatchesCpuReference:CudaTrainer.LlamaBf16StepMatchesCpuReference'} \
-      timeout 300 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$L/gpu_tests.log" 2>&1; rc=$?
-    grep -E "^\[  FAILED|Failure|Expected|Which is|actual|error" "$L/gpu_tests.log" | head -30
-    say "gpu tests rc=$rc: $(grep -c '\[       OK' "$L/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$L/gpu_tests.log") failed lines: $(grep '^\[  FAILED' "$L/gpu_tests.log" | head -8 | cut -c14-90 | tr '\n' ' ')"
-  }
-fi
+has tests && gpu_tests 'CudaNetwork*:CudaTrainer.Fp32StepMatchesCpuReference:CudaTrainer.LlamaBf16StepMatchesCpuReference'
 
 # One batch size B: torchvision's step in fp32 and in fp64 (the exact step, to within fp64) on the same weights and
 # images, ours in fp32 on the GPU; ours and torchvision's fp32 each against fp64, and ours against torchvision's fp32.
