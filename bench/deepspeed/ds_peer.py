@@ -15,6 +15,15 @@ Rank 0 writes one JSON file in the schema of bench/deepspeed/results/ (a "runs" 
 cluster, GPU count, DeepSpeed config and "measured"), so that tests/sim/deepspeed_measurements_test.cpp checks the
 planner against it once it is stored there. Random data (token ids, images): step time and memory do not depend on
 the values.
+
+A Hugging Face config.json (model_type llama, mistral or qwen2) as --model trains that model the way a
+"transformers + DeepSpeed" script does (hf_model below): AutoModelForCausalLM.from_config(attn_implementation="sdpa")
+in the config's 16-bit dtype, built on the GPU at stages 0-2 and under deepspeed.zero.Init at stage 3 (transformers'
+HfDeepSpeedConfig, as its Trainer does), model.train(), the model's own loss (labels=input_ids) on random token ids,
+--gradient-checkpointing (gradient_checkpointing_enable, use_reentrant False); optionally LoRA adapters (--lora-rank,
+--lora-alpha, --lora-targets: peft.get_peft_model, lora_dropout 0, bias none, CAUSAL_LM) on a bf16 base, or on a
+bitsandbytes NF4 base (--quantize-base nf4: QLoRA, stages 0-2 only). The run records what `zeroplan plan` needs to
+plan the row again (micro_batch, seq, checkpointing, lora with peft's trainable-parameter count, planner_flags).
 """
 import argparse
 import contextlib
@@ -23,6 +32,8 @@ import os
 import statistics
 import sys
 import time
+
+import subprocess
 
 import torch
 import torch.distributed as dist
@@ -55,7 +66,117 @@ def pinned_host_bytes():
     return None
 
 
-def build_model(args, config, dtype):
+HF_MODEL_TYPES = ("llama", "mistral", "qwen2")
+_hf_deepspeed_config = None  # transformers' HfDeepSpeedConfig must outlive from_config (a weak reference is kept)
+
+
+def read_hf_config(path):
+    """The Hugging Face config.json at path as a dict, or None when path is not one (a zeroplan model description
+    has "transformer", a config.json "model_type")."""
+    if not path.endswith(".json") or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        d = json.load(f)
+    return d if isinstance(d, dict) and "model_type" in d and "transformer" not in d else None
+
+
+def has_checkpoint(d):
+    return bool(d) and (os.path.exists(os.path.join(d, "model.safetensors"))
+                        or os.path.exists(os.path.join(d, "model.safetensors.index.json")))
+
+
+def hf_model(args, config, dtype, rank, world, local_rank):
+    """The transformers model of the config.json args.model as a training script builds it, with its LoRA
+    adapters where asked; returns (model, shape) where shape says what micro_step_parts and the JSON need."""
+    global _hf_deepspeed_config
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    with open(args.model) as f:
+        hf = AutoConfig.for_model(**json.load(f))
+    hf.use_cache = False
+    stage = config.get("zero_optimization", {}).get("stage", 0)
+    build = None
+    torch.manual_seed(args.seed)
+    if args.quantize_base == "nf4":
+        # bitsandbytes quantises at load: the base is a bf16 checkpoint written first (bench/lora/peft_peer.py
+        # save-base, a child process so that this one's allocator never holds the bf16 model)
+        base_dir = args.base_dir
+        if not has_checkpoint(base_dir):
+            if rank == 0:
+                subprocess.run([sys.executable, os.path.join(HERE, "..", "lora", "peft_peer.py"), "save-base",
+                                "--config", args.model, "--out", base_dir, "--seed", str(args.seed)], check=True,
+                               env={**os.environ, "CUDA_VISIBLE_DEVICES":
+                                    os.environ.get("CUDA_VISIBLE_DEVICES", str(local_rank))})
+            if world > 1:
+                dist.barrier()
+        from transformers import BitsAndBytesConfig
+        quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                          bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(base_dir, quantization_config=quantization, dtype=torch.bfloat16,
+                                                     device_map={"": local_rank}, attn_implementation="sdpa")
+        model.config.use_cache = False
+        build = f"from_pretrained({base_dir}) with BitsAndBytesConfig nf4, double quant, compute bf16, on the GPU"
+    elif stage == 3:
+        # from_config sees the live HfDeepSpeedConfig and builds the model under deepspeed.zero.Init (partitioned as
+        # it is made), as transformers' Trainer does
+        from transformers.integrations import HfDeepSpeedConfig
+        _hf_deepspeed_config = HfDeepSpeedConfig(config)
+        model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa", dtype=dtype)
+        build = f"from_config under deepspeed.zero.Init (HfDeepSpeedConfig), {str(dtype).replace('torch.', '')}"
+    else:
+        with torch.device("cuda", local_rank):  # initialised where it trains (a CPU init of 1B+ takes long)
+            model = AutoModelForCausalLM.from_config(hf, attn_implementation="sdpa", dtype=dtype)
+        build = f"from_config on the GPU, {str(dtype).replace('torch.', '')}"
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = None
+    if args.lora_rank is not None:
+        import io
+        from peft import LoraConfig, get_peft_model
+        targets = args.lora_targets
+        if targets is not None:
+            targets = [t.strip() for t in targets.split(",") if t.strip()]
+            if targets == ["all-linear"]:
+                targets = "all-linear"
+        model = get_peft_model(model, LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, target_modules=targets,
+                                                 lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"))
+        line = io.StringIO()
+        with contextlib.redirect_stdout(line):
+            model.print_trainable_parameters()
+        trainable, total = model.get_nb_trainable_parameters()
+        adapter_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters() if p.requires_grad})
+        if stage == 3:
+            # DeepSpeed casts the parameters to bf16 itself at stages 0-2 but not those of a zero.Init model, and
+            # peft keeps the adapters in fp32 (autocast_adapter_dtype): stage 3 would partition fp32 adapters
+            # beside bf16 ones. The same dtype at every stage (fp32 masters in DeepSpeed's optimizer).
+            for p in model.parameters():
+                if p.requires_grad and p.dtype != dtype:
+                    p.data = p.data.to(dtype)
+        peft_config = model.peft_config["default"]
+        lora = {"rank": args.lora_rank, "alpha": args.lora_alpha,
+                "targets": sorted(peft_config.target_modules) if isinstance(peft_config.target_modules, (set, list))
+                else peft_config.target_modules,
+                "dropout": 0.0, "quantize_base": args.quantize_base, "trainable_params": int(trainable),
+                "all_params": int(total), "print_trainable_parameters": line.getvalue().strip(),
+                "adapter_dtypes_from_peft": adapter_dtypes}
+        if args.quantize_base == "nf4":
+            import bitsandbytes as bnb
+            lora["linear4bit_modules"] = sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
+            if lora["linear4bit_modules"] == 0:
+                raise SystemExit("ds_peer.py: --quantize-base nf4 but no bitsandbytes Linear4bit in the model")
+    model.train()  # from_config leaves it as built; gradient checkpointing applies in training mode only
+    parameters = sum(getattr(p, "ds_numel", 0) or p.numel() for p in model.parameters())
+    shape = {"hf": True, "vocab_size": hf.vocab_size, "model_type": hf.model_type,
+             "class": type(model.get_base_model() if lora else model).__name__, "build": build,
+             "parameters": parameters, "tie_word_embeddings": bool(getattr(hf, "tie_word_embeddings", False)),
+             "lora": lora}
+    return model, shape
+
+
+def build_model(args, config, dtype, rank=0, world=1, local_rank=0):
+    if args.hf_config is not None:
+        return hf_model(args, config, dtype, rank, world, local_rank)
     if args.model == "resnet101":
         import torchvision
         model = torchvision.models.resnet101(num_classes=10)
@@ -84,6 +205,9 @@ def micro_step_parts(engine, shape, micro, seq, device, dtype, generator):
             images = torch.randn(micro, 3, 32, 32, device=device, dtype=dtype, generator=generator)
             labels = torch.randint(0, 10, (micro,), device=device, generator=generator)
             return F.cross_entropy(engine(images).float(), labels)
+        if shape.get("hf"):  # the model's own loss (transformers shifts the labels itself)
+            tokens = torch.randint(0, shape["vocab_size"], (micro, seq), device=device, generator=generator)
+            return engine(input_ids=tokens, labels=tokens).loss
         tokens = torch.randint(0, shape["vocab_size"], (micro, seq + 1), device=device, generator=generator)
         return engine(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
     return forward, engine.backward, engine.step
@@ -164,9 +288,10 @@ def memory_trace(path, micro_step, accumulation, steps=2, start=None):
                    "max_reserved": torch.cuda.max_memory_reserved()}, f)
 
 
-def main():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True, help="zeroplan model description (gpt2 family) or 'resnet101'")
+    ap.add_argument("--model", required=True, help="zeroplan model description (gpt2 family), 'resnet101', or a "
+                    "Hugging Face config.json (model_type llama, mistral, qwen2: transformers' model of it)")
     ap.add_argument("--planner-model", help="what the planner is given for this model (default: --model)")
     ap.add_argument("--ds-config", required=True, help="the DeepSpeed config (zeroplan plan --emit-ds-config)")
     ap.add_argument("--cluster", default="h200x2", help="the zeroplan cluster description of this machine")
@@ -192,13 +317,76 @@ def main():
     ap.add_argument("--memory-trace-from-start", action="store_true",
                     help="with --memory-trace: record from before deepspeed.initialize through every step instead "
                     "(where the first step's lazy states and buffers land)")
-    args = ap.parse_args()
+    hf = ap.add_argument_group("Hugging Face config.json models (transformers, peft, bitsandbytes)")
+    hf.add_argument("--gradient-checkpointing", action="store_true",
+                    help="model.gradient_checkpointing_enable(use_reentrant=False): every decoder layer recomputed "
+                    "(the planner's --checkpointing full)")
+    hf.add_argument("--lora-rank", type=int, help="LoRA adapters of this rank (peft LoraConfig r); the base frozen")
+    hf.add_argument("--lora-alpha", type=float, help="LoRA lora_alpha (default peft's 8)")
+    hf.add_argument("--lora-targets", help="LoRA target modules, comma-separated (q_proj,k_proj,v_proj,o_proj), or "
+                    "all-linear (default peft's for the model type)")
+    hf.add_argument("--quantize-base", choices=["none", "nf4"], default="none",
+                    help="nf4: QLoRA, the frozen base loaded through bitsandbytes (BitsAndBytesConfig load_in_4bit, "
+                    "nf4, double quant, compute bf16) from a bf16 checkpoint (--base-dir); ZeRO stages 0-2")
+    hf.add_argument("--base-dir", help="nf4: the bf16 checkpoint folder to load, written there first when absent "
+                    "(default /tmp/ds_peer_base/<config name>_<seed>)")
+    hf.add_argument("--seed", type=int, default=1234, help="the model's random init (every rank the same)")
+    hf.add_argument("--planner-flags", help="the `zeroplan plan` flags that planned this row, kept in the JSON")
+    hf.add_argument("--plan-json", help="the `zeroplan plan -f json` output of this row: its predicted device used "
+                    "and step are kept in the JSON beside the measured ones")
+    args = ap.parse_args(argv)
+    args.hf_config = read_hf_config(args.model) if args.model != "resnet101" else None
+    lora_asked = args.lora_alpha is not None or args.lora_targets is not None or args.quantize_base != "none"
+    if args.hf_config is None:
+        if args.gradient_checkpointing or args.lora_rank is not None or lora_asked:
+            ap.error(f"--gradient-checkpointing, --lora-* and --quantize-base are for a Hugging Face config.json "
+                     f"--model; {args.model} is not one")
+    else:
+        model_type = args.hf_config.get("model_type")
+        if model_type not in HF_MODEL_TYPES:
+            ap.error(f"{args.model}: model_type {model_type!r}; ds_peer.py trains {', '.join(HF_MODEL_TYPES)}")
+        if args.lora_rank is None and lora_asked:
+            args.lora_rank = 8  # as the planner: peft's default r when another LoRA flag is given
+        if args.lora_rank is not None:
+            if args.lora_rank < 1:
+                ap.error(f"--lora-rank {args.lora_rank}: at least 1")
+            if args.lora_alpha is None:
+                args.lora_alpha = 8.0  # peft's LoraConfig default
+        if args.quantize_base == "nf4":
+            if model_type not in ("llama", "qwen2"):
+                ap.error(f"--quantize-base nf4: the base checkpoint is written by bench/lora/peft_peer.py save-base, "
+                         f"which builds llama and qwen2, not {model_type}")
+            with open(args.ds_config) as f:
+                ds = json.load(f)
+            stage = ds.get("zero_optimization", {}).get("stage", 0)
+            if stage == 3:
+                ap.error("--quantize-base nf4 at ZeRO stage 3: not run here. Stage 3 builds the model under "
+                         "deepspeed.zero.Init and partitions every parameter, and bitsandbytes' 4-bit Params4bit "
+                         "(uint8 codes with their quant_state) cannot be partitioned that way (transformers' own "
+                         "route needs bnb_4bit_quant_storage and a different load); use stages 0-2")
+            if not ds.get("bf16", {}).get("enabled", False):
+                ap.error("--quantize-base nf4: the DeepSpeed config must enable bf16 (the compute dtype)")
+            if not args.base_dir:
+                name = os.path.splitext(os.path.basename(args.model))[0]
+                args.base_dir = os.path.join("/tmp", "ds_peer_base", f"{name}_{args.seed}")
     if args.settled < 1:
         ap.error(f"--settled {args.settled}: the number of updating steps in a row that ends the warm-up, at least 1")
     if args.max_warmup < args.warmup:
         ap.error(f"--max-warmup {args.max_warmup}: below --warmup {args.warmup}; give at least as many")
     if args.memory_trace_from_start and not args.memory_trace:
         ap.error("--memory-trace-from-start needs --memory-trace FILE (where the trace goes)")
+    return args
+
+
+def repo_relative(path):
+    """A path inside the repository as the planner's tests name it (from the repository's root), else as given."""
+    root = os.path.abspath(os.path.join(HERE, "..", ".."))
+    full = os.path.abspath(path)
+    return os.path.relpath(full, root) if full.startswith(root + os.sep) else path
+
+
+def main():
+    args = parse_args()
 
     deepspeed.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -214,13 +402,16 @@ def main():
     micro = config["train_micro_batch_size_per_gpu"]
     accumulation = config.get("gradient_accumulation_steps", 1)
 
-    model, shape = build_model(args, config, dtype)
+    model, shape = build_model(args, config, dtype, rank, world, local_rank)
     trace_start = None
     if args.memory_trace and args.memory_trace_from_start and rank == 0:
         trace_start = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
         torch.cuda.memory._record_memory_history(max_entries=2000000)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()],
-                                           config=config)
+    # A Hugging Face model's trainable parameters only (all of them but with LoRA), as transformers' Trainer hands
+    # DeepSpeed; the other models' every parameter, as before.
+    hf_run = shape is not None and shape.get("hf", False)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad or not hf_run], config=config)
     generator = torch.Generator(device=device).manual_seed(1 + rank)
 
     parts = micro_step_parts(engine, shape, micro, args.seq, device, dtype, generator)
@@ -319,6 +510,7 @@ def main():
             "ds_config": os.path.relpath(os.path.abspath(args.ds_config), os.path.join(HERE, "..", "..")),
             "cpu_threads_per_rank": int(omp) if omp else None,
             # build_model: stage 3 builds the GPT-2 family under deepspeed.zero.Init, ResNet-101 whole (torchvision)
+            # (and a Hugging Face config.json's under zero.Init through HfDeepSpeedConfig)
             "zero_init": shape is not None and config.get("zero_optimization", {}).get("stage", 0) == 3,
             # whether the caching allocator was emptied after deepspeed.initialize (--empty-cache-after-init); rows
             # measured before 2026-11-28 always were
@@ -328,6 +520,41 @@ def main():
         }
         if shape is not None:
             run["seq"] = args.seq
+        if hf_run:
+            zero = config.get("zero_optimization", {})
+            run["model"] = repo_relative(args.planner_model or args.model)
+            run["micro_batch"] = micro
+            run["stage"] = zero.get("stage", 0)
+            run["offload_optimizer"] = zero.get("offload_optimizer", {}).get("device", "none")
+            run["offload_param"] = zero.get("offload_param", {}).get("device", "none")
+            # transformers' gradient checkpointing recomputes every decoder layer: the planner's --checkpointing full
+            run["gradient_checkpointing"] = args.gradient_checkpointing
+            run["checkpointing"] = "full" if args.gradient_checkpointing else "none"
+            run["lora"] = shape["lora"]  # null without LoRA; trainable_params as peft counts them
+            run["hf"] = {key: shape[key] for key in ("model_type", "class", "build", "parameters",
+                                                     "tie_word_embeddings")}
+            run["hf"]["attn_implementation"] = "sdpa"
+            run["hf"]["loss"] = "the model's own (labels=input_ids), random token ids"
+            run["hf"]["model_parameters"] = "the trainable ones (requires_grad), as transformers' Trainer passes them"
+            versions = {}
+            for package in ("transformers", "peft", "bitsandbytes"):
+                module = sys.modules.get(package)
+                if module is not None:
+                    versions[package] = getattr(module, "__version__", "?")
+            run["hf"]["versions"] = versions
+            if args.planner_flags:
+                run["planner_flags"] = args.planner_flags
+            if args.plan_json:
+                try:
+                    with open(args.plan_json) as f:
+                        plan = json.load(f)["plans"][0]
+                    run["planned"] = {
+                        "plan_json": os.path.basename(args.plan_json), "label": plan.get("label"),
+                        "device_used_gib": max(plan.get("timeline_peak_gpu_bytes") or plan["gpu_bytes"]["total"],
+                                               plan.get("init_peak_gpu_bytes") or 0) / gib,
+                        "step_seconds": plan.get("step_seconds")}
+                except (OSError, ValueError, KeyError, IndexError) as e:
+                    run["planned"] = {"plan_json": args.plan_json, "unreadable": f"{type(e).__name__}: {e}"}
         document = {
             "source": "bench/deepspeed/ds_peer.py under torchrun (bench/deepspeed/device_matrix.sh)",
             "deepspeed": deepspeed.__version__,
