@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/parallel_ranges.h"
+
 namespace zeroplan {
 
 const std::array<float, 16>& nf4_code_values() {
@@ -108,33 +110,57 @@ std::uint8_t dynamic_quantize_normalized(const std::array<float, 256>& code, flo
   return static_cast<std::uint8_t>(x < midpoint ? lower_pivot : pivot);
 }
 
-std::vector<float> nf4_block_absmax(const float* x, std::int64_t n) {
-  const std::int64_t blocks = (n + kNf4BlockSize - 1) / kNf4BlockSize;
-  std::vector<float> absmax(static_cast<std::size_t>(blocks));
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    float m = 0.0f;
-    for (std::int64_t i = b * kNf4BlockSize; i < std::min(n, (b + 1) * kNf4BlockSize); ++i) m = std::max(m, std::fabs(x[i]));
-    absmax[static_cast<std::size_t>(b)] = m;
-  }
-  return absmax;
+namespace {
+
+// max |x| over x[lo, hi): one block's first-level constant.
+float block_absmax(const float* x, std::int64_t lo, std::int64_t hi) {
+  float m = 0.0f;
+  for (std::int64_t i = lo; i < hi; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
 }
 
-Nf4Tensor quantize_nf4(const float* x, std::int64_t n) {
-  if (n < 1) throw std::invalid_argument("quantize_nf4: expected at least one element");
-  Nf4Tensor t;
-  t.elements = n;
-  const std::vector<float> absmax = nf4_block_absmax(x, n);
-  t.codes.assign(static_cast<std::size_t>((n + 1) / 2), 0);
-  for (std::int64_t b = 0; b < static_cast<std::int64_t>(absmax.size()); ++b) {
+// Blocks of 64 a thread quantises at the least (1M values): below that, starting a thread costs more than it saves.
+constexpr std::int64_t kMinBlocksPerThread = std::int64_t{1} << 14;
+
+// Blocks [first_block, last_block) of x[0, n): each block's absmax, and its values' 4-bit codes. A block of 64
+// starts at an even element, so it owns whole bytes of `codes`: blocks quantised on different threads never write
+// the same byte.
+void quantize_nf4_blocks(const float* x, std::int64_t n, std::int64_t first_block, std::int64_t last_block,
+                         std::uint8_t* codes, float* absmax) {
+  for (std::int64_t b = first_block; b < last_block; ++b) {
+    const std::int64_t lo = b * kNf4BlockSize, hi = std::min(n, (b + 1) * kNf4BlockSize);
+    const float m = block_absmax(x, lo, hi);
+    absmax[b] = m;
     // kQuantizeBlockwise: one reciprocal per block, each value multiplied by it.
-    const float inv = 1.0f / absmax[static_cast<std::size_t>(b)];
-    for (std::int64_t i = b * kNf4BlockSize; i < std::min(n, (b + 1) * kNf4BlockSize); ++i) {
+    const float inv = 1.0f / m;
+    for (std::int64_t i = lo; i < hi; ++i) {
       const std::uint8_t q = nf4_quantize_normalized(x[i] * inv);
-      std::uint8_t& byte = t.codes[static_cast<std::size_t>(i / 2)];
+      std::uint8_t& byte = codes[i / 2];
       byte = static_cast<std::uint8_t>(i % 2 == 0 ? (q << 4) | (byte & 0x0f) : (byte & 0xf0) | q);
     }
   }
-  // compress_statistics: offset = absmax.mean(), then quantize_blockwise(absmax - offset, blocksize=256).
+}
+
+}  // namespace
+
+std::vector<float> nf4_block_absmax(const float* x, std::int64_t n) {
+  std::vector<float> absmax(static_cast<std::size_t>(nf4_blocks(n)));
+  for (std::int64_t b = 0; b < nf4_blocks(n); ++b)
+    absmax[static_cast<std::size_t>(b)] = block_absmax(x, b * kNf4BlockSize, std::min(n, (b + 1) * kNf4BlockSize));
+  return absmax;
+}
+
+Nf4Tensor quantize_nf4(const float* x, std::int64_t n, int threads) {
+  if (n < 1) throw std::invalid_argument("quantize_nf4: expected at least one element");
+  Nf4Tensor t;
+  t.elements = n;
+  std::vector<float> absmax(static_cast<std::size_t>(nf4_blocks(n)));
+  t.codes.assign(static_cast<std::size_t>((n + 1) / 2), 0);
+  for_each_range(nf4_blocks(n), threads, kMinBlocksPerThread, [&](std::int64_t first, std::int64_t last) {
+    quantize_nf4_blocks(x, n, first, last, t.codes.data(), absmax.data());
+  });
+  // compress_statistics: offset = absmax.mean(), then quantize_blockwise(absmax - offset, blocksize=256). One
+  // sixty-fourth of the values, on one thread: the mean's summation order stays the same for any thread count.
   double sum = 0.0;
   for (float a : absmax) sum += a;
   t.offset = static_cast<float>(sum / static_cast<double>(absmax.size()));
@@ -188,7 +214,7 @@ std::int64_t nf4_module_tensors_bytes(const std::vector<std::int64_t>& module_el
   return b;
 }
 
-Nf4ModuleTensors quantize_nf4_modules(const float* x, const std::vector<std::int64_t>& module_elements) {
+Nf4ModuleTensors quantize_nf4_modules(const float* x, const std::vector<std::int64_t>& module_elements, int threads) {
   if (module_elements.empty()) throw std::invalid_argument("quantize_nf4_modules: expected at least one module");
   // Each module is its own quantize_4bit call (own blocks, own offset and 256-block groups), so a module boundary
   // needs no alignment to 64: a module whose size is not a multiple of 64 ends in a partial block of its own, as
@@ -196,7 +222,7 @@ Nf4ModuleTensors quantize_nf4_modules(const float* x, const std::vector<std::int
   Nf4ModuleTensors t;
   std::int64_t first = 0;
   for (std::int64_t n : module_elements) {
-    t.modules.push_back(quantize_nf4(x + first, n));
+    t.modules.push_back(quantize_nf4(x + first, n, threads));
     first += n;
   }
   return t;

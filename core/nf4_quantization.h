@@ -97,10 +97,13 @@ std::int64_t nf4_module_tensors_bytes(const std::vector<std::int64_t>& module_el
 std::vector<float> nf4_block_absmax(const float* x, std::int64_t n);
 // quantize_4bit(x, blocksize=64, compress_statistics=True, quant_type="nf4") of n values (fp32 here; bitsandbytes
 // reads fp16/bf16/fp32 and converts each value to fp32 first, so 16-bit inputs widened exactly give its codes).
-Nf4Tensor quantize_nf4(const float* x, std::int64_t n);
+// The blocks of 64 are shared among up to `threads` threads (core/parallel_ranges.h); the result is the same for any
+// thread count.
+Nf4Tensor quantize_nf4(const float* x, std::int64_t n, int threads = 1);
 // x[0, sum module_elements) quantised module by module: module j is quantize_nf4 of its own elements alone. Throws
 // std::invalid_argument on an empty module list or a module of fewer than one element.
-Nf4ModuleTensors quantize_nf4_modules(const float* x, const std::vector<std::int64_t>& module_elements);
+Nf4ModuleTensors quantize_nf4_modules(const float* x, const std::vector<std::int64_t>& module_elements,
+                                      int threads = 1);
 // dequantize_4bit into out[0, n) (fp32).
 void dequantize_nf4(const Nf4Tensor& tensor, float* out);
 // Each module's dequantize_4bit into its own elements of out[0, elements()).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/parallel_ranges.h"
 #include "exec/init_rng.h"
 #include "exec/zero/zero_partition.h"
 
@@ -95,6 +96,32 @@ std::int64_t lora_adapters_per_weight(const std::vector<AdaptedLinear>& modules)
     most = std::max<std::int64_t>(most, std::count_if(modules.begin(), modules.end(),
                                                       [w](const AdaptedLinear& m) { return m.base == w; }));
   return most;
+}
+
+int nf4_weight_slot(BlockTensor which) {
+  for (int slot = 0; slot < 4; ++slot)
+    if (kNf4BlockWeights[slot] == which) return slot;
+  throw std::logic_error("nf4_weight_slot: not a block weight");
+}
+
+void quantize_frozen_block_weights(const ModelShape& shape, const ParamLayout& source_layout,
+                                   const std::function<void(std::int64_t, std::int64_t, float*)>& read,
+                                   bool read_in_parallel, const std::function<float(float)>& round, int threads,
+                                   const std::function<void(std::int64_t, Nf4ModuleTensors&&)>& consume) {
+  constexpr std::int64_t kMinValuesPerThread = std::int64_t{1} << 20;
+  for (std::int64_t l = 0; l < shape.layers; ++l)
+    for (BlockTensor w : kNf4BlockWeights) {
+      const ParamTensor& t = source_layout.block(l, w);
+      std::vector<float> values(static_cast<std::size_t>(t.numel()));
+      float* v = values.data();
+      for_each_range(t.numel(), read_in_parallel ? threads : 1, kMinValuesPerThread,
+                     [&](std::int64_t lo, std::int64_t hi) { read(t.offset + lo, hi - lo, v + lo); });
+      if (round)
+        for_each_range(t.numel(), threads, kMinValuesPerThread, [&](std::int64_t lo, std::int64_t hi) {
+          for (std::int64_t i = lo; i < hi; ++i) v[i] = round(v[i]);
+        });
+      consume(l * 4 + nf4_weight_slot(w), quantize_nf4_modules(v, nf4_module_elements(shape, w), threads));
+    }
 }
 
 }  // namespace zeroplan::exec

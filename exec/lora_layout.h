@@ -14,9 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/nf4_quantization.h"
 #include "exec/exec_config.h"
 #include "exec/param_layout.h"
 
@@ -62,6 +64,23 @@ std::uint64_t lora_adapter_seed(std::uint64_t seed);
 // {q_proj, k_proj, v_proj} and gate_up {gate_proj, up_proj}; one module for o_proj, down_proj and every GPT-2 weight
 // (c_attn and c_fc are single Conv1D modules in transformers).
 std::vector<std::int64_t> nf4_module_elements(const ModelShape& shape, BlockTensor which);
+
+// QLoRA quantises every linear layer of a block: these four block weights, held in this order per layer (the slot
+// of layer l's weight w is l * 4 + nf4_weight_slot(w); std::logic_error for another tensor).
+inline constexpr BlockTensor kNf4BlockWeights[4] = {kQkvW, kAttProjW, kFcW, kFcProjW};
+int nf4_weight_slot(BlockTensor which);
+
+// The frozen base's block weights quantised (--quantize-base nf4), what both trainers hold: for each layer and each
+// of kNf4BlockWeights, the weight's values read(begin, n, out) at its offsets in source_layout, each mapped by
+// `round` (to the model's 16-bit dtype and back, as the 16-bit model bitsandbytes quantises holds it; empty in
+// fp32), quantised module by module (nf4_module_elements), handed to consume(slot, tensors) in slot order. The work
+// is shared among `threads` threads (a 7B base is 6.5e9 values: over four minutes on one); `read` is called from
+// several threads at once only when read_in_parallel (a pure function such as the initialisation; not a file
+// reader), and the result is the same for any thread count.
+void quantize_frozen_block_weights(const ModelShape& shape, const ParamLayout& source_layout,
+                                   const std::function<void(std::int64_t begin, std::int64_t n, float* out)>& read,
+                                   bool read_in_parallel, const std::function<float(float)>& round, int threads,
+                                   const std::function<void(std::int64_t slot, Nf4ModuleTensors&&)>& consume);
 
 // The most adapted modules of one block weight (3 for q, k and v on the fused qkv weight): the trainers keep each
 // one's d(x A^T) until the base's input gradient has been written.

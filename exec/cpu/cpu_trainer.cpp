@@ -33,16 +33,6 @@ struct LayerActivations {
   std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, lse, res2, ln2, ln2_mean, ln2_rstd, fc, act;
 };
 
-// The slot of a block weight among the four a block quantises (nf4_ holds four per layer).
-int weight_slot(BlockTensor which) {
-  switch (which) {
-    case kQkvW: return 0;
-    case kAttProjW: return 1;
-    case kFcW: return 2;
-    case kFcProjW: return 3;
-    default: throw std::logic_error("weight_slot: not a block weight");
-  }
-}
 
 class CpuTrainer final : public EngineTrainer {
  public:
@@ -56,6 +46,7 @@ class CpuTrainer final : public EngineTrainer {
     // The ranks of a CPU run share one node (our launcher, or mpirun on one host): its cores divided among them.
     const int threads = config_.zero.cpu_optimizer_threads > 0 ? config_.zero.cpu_optimizer_threads
                                                                 : offload::default_optimizer_threads(comm_.world());
+    host_threads_ = threads;
     const bool lora = config_.lora.enabled;
     if (lora) {
       // The frozen base: the model's layout (its block weights left out when they are held as NF4 codes), whole
@@ -74,11 +65,14 @@ class CpuTrainer final : public EngineTrainer {
       // block linear weights quantised.
       const ParamLayout& full = *full_layout_;
       const std::uint64_t seed = config_.seed;
-      set_frozen(full, [&full, seed](std::int64_t begin, std::int64_t n, float* master, float* m, float* v) {
+      const ZeroEngine::StateSource init = [&full, seed](std::int64_t begin, std::int64_t n, float* master, float* m,
+                                                          float* v) {
         full.initialize_range(seed, begin, n, master);
         if (m) std::fill(m, m + n, 0.0f);
         if (v) std::fill(v, v + n, 0.0f);
-      });
+      };
+      restore_frozen_base(*base_engine_, *base_layout_, full, init);
+      quantize_base(full, init, /*read_in_parallel=*/true);  // the initialisation is a pure function of the index
     }
     const auto& s = config_.shape;
     const std::int64_t BT = config_.micro_batch * config_.seq_len, C = s.hidden;
@@ -176,7 +170,7 @@ class CpuTrainer final : public EngineTrainer {
   }
   std::vector<float> dequantized_weight(std::int64_t layer, BlockTensor which) const override {
     if (nf4_.empty()) return {};
-    const Nf4ModuleTensors& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
+    const Nf4ModuleTensors& q = nf4_[static_cast<std::size_t>(layer * 4 + nf4_weight_slot(which))];
     std::vector<float> out(static_cast<std::size_t>(q.elements()));
     dequantize_nf4(q, out.data());
     return out;
@@ -185,18 +179,19 @@ class CpuTrainer final : public EngineTrainer {
   void set_frozen(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) override {
     if (!base_engine_) throw std::invalid_argument("set_frozen: this trainer trains every parameter (no LoRA base)");
     restore_frozen_base(*base_engine_, *base_layout_, source_layout, source);
+    quantize_base(source_layout, source, /*read_in_parallel=*/false);  // a checkpoint reader reads one piece at a time
+  }
+  // QLoRA: transformers quantises every linear layer but the output head (integrations/bitsandbytes.py
+  // replace_with_bnb_linear), each nn.Linear its own Params4bit: the four block weights, Llama's fused qkv and
+  // gate_up module by module (q_proj, k_proj, v_proj; gate_proj, up_proj: exec/lora_layout.h nf4_module_elements).
+  void quantize_base(const ParamLayout& source_layout, const ZeroEngine::StateSource& source, bool read_in_parallel) {
     if (!config_.lora.quantize_nf4) return;
-    // QLoRA: transformers quantises every linear layer but the output head (integrations/bitsandbytes.py
-    // replace_with_bnb_linear), each nn.Linear its own Params4bit: the four block weights, Llama's fused qkv and
-    // gate_up module by module (q_proj, k_proj, v_proj; gate_proj, up_proj: exec/lora_layout.h nf4_module_elements).
-    nf4_.clear();
-    for (std::int64_t l = 0; l < config_.shape.layers; ++l)
-      for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
-        const ParamTensor& t = source_layout.block(l, w);
-        std::vector<float> values(static_cast<std::size_t>(t.numel()));
-        source(t.offset, t.numel(), values.data(), nullptr, nullptr);
-        nf4_.push_back(quantize_nf4_modules(values.data(), nf4_module_elements(config_.shape, w)));
-      }
+    nf4_.assign(static_cast<std::size_t>(config_.shape.layers * 4), Nf4ModuleTensors{});
+    quantize_frozen_block_weights(
+        config_.shape, source_layout,
+        [&source](std::int64_t begin, std::int64_t n, float* out) { source(begin, n, out, nullptr, nullptr); },
+        read_in_parallel, /*round=*/{}, host_threads_,
+        [this](std::int64_t slot, Nf4ModuleTensors&& q) { nf4_[static_cast<std::size_t>(slot)] = std::move(q); });
   }
 
 
@@ -268,7 +263,7 @@ class CpuTrainer final : public EngineTrainer {
   // A block linear's weight: the base's, or its NF4 codes dequantised into the scratch weight.
   const float* W(i64 l, BlockTensor which) {
     if (nf4_.empty()) return Pb(l, which);
-    const Nf4ModuleTensors& q = nf4_[static_cast<std::size_t>(l * 4 + weight_slot(which))];
+    const Nf4ModuleTensors& q = nf4_[static_cast<std::size_t>(l * 4 + nf4_weight_slot(which))];
     dequantize_nf4(q, dequantized_.data());
     return dequantized_.data();
   }
@@ -438,6 +433,7 @@ class CpuTrainer final : public EngineTrainer {
   std::vector<AdaptedLinear> adapted_;
   std::vector<std::vector<float>> lora_xa_;
   std::vector<Nf4ModuleTensors> nf4_;  // per block weight, one bitsandbytes tensor per transformers module
+  int host_threads_ = 1;               // the CPU optimizer's threads, also those that quantise the base
   std::vector<float> dequantized_;
   std::unique_ptr<CpuZeroDevice> device_;
   std::unique_ptr<ZeroEngine> engine_;

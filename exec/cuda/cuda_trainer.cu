@@ -47,6 +47,7 @@
 #include "core/nf4_quantization.h"
 #include "exec/lora_layout.h"
 #include "exec/loss_scaler.h"
+#include "exec/offload/cpu_adamw.h"
 #include "exec/zero/zero_engine.h"
 
 namespace zeroplan::exec {
@@ -132,7 +133,7 @@ class CudaTrainer final : public EngineTrainer {
         const std::uint64_t seed = config_.seed;
         quantize_base(full, [&full, seed](std::int64_t begin, std::int64_t n, float* master, float*, float*) {
           full.initialize_range(seed, begin, n, master);
-        });
+        }, /*read_in_parallel=*/true);  // the initialisation is a pure function of the index
       }
     } catch (...) {
       // the members release everything created so far; first let queued work finish with the buffers
@@ -230,7 +231,7 @@ class CudaTrainer final : public EngineTrainer {
   // The dequantisation kernel's output, the weight the GEMMs read (into the scratch weight, downloaded).
   std::vector<float> dequantized_weight(std::int64_t layer, BlockTensor which) const override {
     if (nf4_.empty()) return {};
-    const std::vector<cuda::Nf4DeviceTensor>& q = nf4_[static_cast<std::size_t>(layer * 4 + weight_slot(which))];
+    const std::vector<cuda::Nf4DeviceTensor>& q = nf4_[static_cast<std::size_t>(layer * 4 + nf4_weight_slot(which))];
     cuda::dequantize_nf4<T>(dequantized_, q, stream_);
     i64 n = 0;
     for (const cuda::Nf4DeviceTensor& m : q) n += m.elements;
@@ -240,7 +241,7 @@ class CudaTrainer final : public EngineTrainer {
     if (!base_engine_) throw std::invalid_argument("set_frozen: this trainer trains every parameter (no LoRA base)");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     restore_frozen_base(*base_engine_, *base_layout_, source_layout, source);
-    if (config_.lora.quantize_nf4) quantize_base(source_layout, source);
+    if (config_.lora.quantize_nf4) quantize_base(source_layout, source, /*read_in_parallel=*/false);
   }
 
 
@@ -294,21 +295,11 @@ class CudaTrainer final : public EngineTrainer {
     engine_->begin_micro_step(k);
     if (base_engine_) base_engine_->begin_micro_step(k);
   }
-  // The slot of a block weight among the four a block quantises (nf4_ holds four per layer, as the CPU trainer).
-  static int weight_slot(BlockTensor which) {
-    switch (which) {
-      case kQkvW: return 0;
-      case kAttProjW: return 1;
-      case kFcW: return 2;
-      case kFcProjW: return 3;
-      default: throw std::logic_error("weight_slot: not a block weight");
-    }
-  }
   // A block linear's weight as the GEMMs read it: the model's, or its NF4 codes dequantised into the scratch
   // weight (stream-ordered: the previous GEMM reading the scratch has been enqueued before this overwrites it).
   const T* W(i64 l, BlockTensor which) {
     if (nf4_.empty()) return P(l, which);
-    cuda::dequantize_nf4<T>(dequantized_, nf4_[static_cast<std::size_t>(l * 4 + weight_slot(which))], stream_);
+    cuda::dequantize_nf4<T>(dequantized_, nf4_[static_cast<std::size_t>(l * 4 + nf4_weight_slot(which))], stream_);
     return dequantized_;
   }
   // The adapters of block l: A and B of adapted module j are tensors 2j and 2j+1 of the block's unit.
@@ -377,33 +368,32 @@ class CudaTrainer final : public EngineTrainer {
   // QLoRA: every block weight of `source` (flat ranges of source_layout, the model's whole layout) rounded to the
   // model's precision, as the 16-bit model bitsandbytes quantises holds it (transformers' replace_with_bnb_linear
   // quantises every linear layer but the head; Params4bit quantises the weight in its dtype, read as fp32 by
-  // kQuantizeBlockwise), quantised on the host module by module (core/nf4_quantization.h quantize_nf4_modules:
-  // each transformers nn.Linear is its own Params4bit, so Llama's fused qkv and gate_up are 3 and 2 tensors,
-  // exec/lora_layout.h nf4_module_elements) and copied to the device.
-  void quantize_base(const ParamLayout& source_layout, const ZeroEngine::StateSource& source) {
+  // kQuantizeBlockwise), quantised on the host module by module on the CPU optimizer's threads
+  // (exec/lora_layout.h quantize_frozen_block_weights: each transformers nn.Linear is its own Params4bit, so
+  // Llama's fused qkv and gate_up are 3 and 2 tensors) and copied to the device.
+  void quantize_base(const ParamLayout& source_layout, const ZeroEngine::StateSource& source, bool read_in_parallel) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::size_t slot = 0;
-    for (i64 l = 0; l < config_.shape.layers; ++l)
-      for (BlockTensor w : {kQkvW, kAttProjW, kFcW, kFcProjW}) {
-        const ParamTensor& t = source_layout.block(l, w);
-        std::vector<float> values(static_cast<std::size_t>(t.numel()));
-        source(t.offset, t.numel(), values.data(), nullptr, nullptr);
-        for (float& v : values) v = host_to_float(host_from_float(v));
-        const Nf4ModuleTensors q = quantize_nf4_modules(values.data(), nf4_module_elements(config_.shape, w));
-        const std::vector<cuda::Nf4DeviceTensor>& d = nf4_[slot++];
-        if (q.modules.size() != d.size()) throw std::logic_error("quantize_base: a block weight of other modules");
-        for (std::size_t j = 0; j < d.size(); ++j) {
-          const Nf4Tensor& h = q.modules[j];
-          if (h.elements != d[j].elements) throw std::logic_error("quantize_base: a module of another size");
-          CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d[j].codes), h.codes.data(), h.codes.size(),
-                                cudaMemcpyHostToDevice));
-          CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d[j].absmax_codes), h.absmax_codes.data(),
-                                h.absmax_codes.size(), cudaMemcpyHostToDevice));
-          CUDA_CHECK(cudaMemcpy(const_cast<float*>(d[j].absmax_scales), h.absmax_scales.data(),
-                                h.absmax_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
-          CUDA_CHECK(cudaMemcpy(const_cast<float*>(d[j].offset), &h.offset, sizeof(float), cudaMemcpyHostToDevice));
-        }
-      }
+    const int threads = config_.zero.cpu_optimizer_threads > 0 ? config_.zero.cpu_optimizer_threads
+                                                                : offload::default_optimizer_threads(comm_->world());
+    quantize_frozen_block_weights(
+        config_.shape, source_layout,
+        [&source](std::int64_t begin, std::int64_t n, float* out) { source(begin, n, out, nullptr, nullptr); },
+        read_in_parallel, [](float v) { return host_to_float(host_from_float(v)); }, threads,
+        [this](std::int64_t slot, Nf4ModuleTensors&& q) {
+          const std::vector<cuda::Nf4DeviceTensor>& d = nf4_[static_cast<std::size_t>(slot)];
+          if (q.modules.size() != d.size()) throw std::logic_error("quantize_base: a block weight of other modules");
+          for (std::size_t j = 0; j < d.size(); ++j) {
+            const Nf4Tensor& h = q.modules[j];
+            if (h.elements != d[j].elements) throw std::logic_error("quantize_base: a module of another size");
+            CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d[j].codes), h.codes.data(), h.codes.size(),
+                                  cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(const_cast<std::uint8_t*>(d[j].absmax_codes), h.absmax_codes.data(),
+                                  h.absmax_codes.size(), cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(const_cast<float*>(d[j].absmax_scales), h.absmax_scales.data(),
+                                  h.absmax_scales.size() * sizeof(float), cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(const_cast<float*>(d[j].offset), &h.offset, sizeof(float), cudaMemcpyHostToDevice));
+          }
+        });
   }
   static T host_from_float(float x) {
     if constexpr (std::is_same_v<T, float>) return x;

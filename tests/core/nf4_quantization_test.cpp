@@ -307,5 +307,28 @@ TEST(Nf4Quantization, ModulesOfAFusedTensorEachEqualBitsandbytesQuantize4bitOfTh
   }
 }
 
+// The blocks shared among threads give the one-thread result bit for bit: a tensor of 5,000,003 values (a partial
+// last block, an odd count, a block of zeros whose reciprocal is infinite) on 7 threads against 1, as the executors
+// quantise a frozen base on the CPU optimizer's threads.
+TEST(Nf4Quantization, SeveralThreadsGiveTheOneThreadCodes) {
+  const std::int64_t n = 5'000'003;
+  std::vector<float> x = normal_weights(n, 11, 0.02f);
+  std::fill(x.begin() + 64 * 1000, x.begin() + 64 * 1001, 0.0f);
+  const Nf4Tensor one = quantize_nf4(x.data(), n, 1);
+  const Nf4Tensor seven = quantize_nf4(x.data(), n, 7);
+  EXPECT_EQ(seven.elements, n);
+  EXPECT_TRUE(seven.codes == one.codes);
+  EXPECT_TRUE(seven.absmax_codes == one.absmax_codes);
+  EXPECT_TRUE(seven.absmax_scales == one.absmax_scales);
+  EXPECT_EQ(std::memcmp(&seven.offset, &one.offset, sizeof(float)), 0);
+  // and each piece is what it would be alone: the first block of the last piece against a serial quantisation
+  const std::vector<std::int64_t> modules = {n - 3'000'000, 3'000'000};
+  const Nf4ModuleTensors m7 = quantize_nf4_modules(x.data(), modules, 7);
+  const Nf4Tensor second = quantize_nf4(x.data() + modules[0], modules[1], 1);
+  ASSERT_EQ(m7.modules.size(), 2u);
+  EXPECT_TRUE(m7.modules[1].codes == second.codes);
+  EXPECT_TRUE(m7.modules[1].absmax_codes == second.absmax_codes);
+}
+
 }  // namespace
 }  // namespace zeroplan
