@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -290,6 +291,146 @@ void add_output_head(const ComputeTimer& timer, const TransformerShape& shape, c
   layer.backward_flops += 2.0 * flops;
 }
 
+// zeroplan's executor on a layer-list model with ops (exec/cuda/cuda_network_trainer.cu): the kernels it launches
+// for each op, each timed by the roofline of what bounds it, max(FLOPs / achieved GEMM rate, bytes / streaming
+// bandwidth, the cluster's kernel_overhead_seconds). At ResNet-101 on CIFAR-10 sizes (feature maps of 16x16 down to
+// 1x1, 0.5-8 MB per tensor at micro-batch 128) nearly every kernel is shorter than the fixed time of one kernel, so
+// the count of kernels decides the step: the earlier form split each layer's FLOPs evenly over module_count (its
+// BatchNorms counted as convolutions) and charged 1.5 kernels per module on top of the bytes, which put the
+// 588-kernel forward at 3.65 ms and the 724-kernel backward at 6.21 ms where one H200 measured 2.58 and 4.47 ms
+// (bench/resnet/results/2026-11-29-h200x1/call7/ours_s0.json). The floor is a maximum, not an addition: a kernel
+// whose bytes take longer than the fixed time is bound by them alone. Kernels per op (and bytes, e = element bytes,
+// n = elements of the op's output, per micro-batch):
+// - conv2d: one cuDNN kernel per pass (exec/cuda/cudnn_conv.cu): forward, filter gradient, and the input gradient
+//   unless the input is the network's images; each 2*B*Ho*Wo*K*C*R*S/groups FLOPs on the executor's GEMM curve,
+//   reading the input and the filter and writing the output (or the matching operands backward). A filter larger
+//   than 1x1 is transposed KCRS -> KRSC before the forward and the input gradient, and its gradient back after the
+//   filter gradient (cuda_network_trainer.cu filter_krsc / filter_grad_to_kcrs): a read and a write of the filter.
+// - batch_norm (exec/cuda/batchnorm.cu): forward the column partials (read x), the per-channel finish and the
+//   normalize (read x, write y); backward the partials (read dy and x), the finish and the input gradient (read dy
+//   and x, write dx).
+// - relu: forward read + write; backward read the output and dy, write dx. add: forward read two, write one;
+//   backward one copy per input gradient that is not the output's own (cuda_network_trainer.cu: the residual's).
+// - max_pool2d: forward read the input, write the output and its int32 indices; backward the reverse.
+//   adaptive_avg_pool2d: read the input, write C per sample, and back. flatten of a 1x1 map: a view.
+// - linear: the forward GEMM (bias in its epilogue); backward the weight gradient, the bias gradient (a reduction
+//   kernel) and the input gradient.
+// The images' conversion to NHWC (read fp32, write e) runs with the first layer, the loss kernel (read and write the
+// logits) with the last.
+std::vector<LayerCompute> executor_network_times(const ComputeTimer& timer, const ModelDescription& model,
+                                                 const TrainingConfig& training) {
+  const double b = static_cast<double>(training.micro_batch);
+  const double e = precision_bytes(training.precision);
+  const auto kernel = [&](double bytes) { return timer.streaming_seconds(bytes, 0.0); };  // bytes only
+  const double floor = timer.streaming_seconds(0.0, 1.0);                                 // one kernel's fixed time
+  const auto memory_kernel = [&](double bytes) { return std::max(kernel(bytes), floor); };
+  const auto gemm_kernel = [&](double flops, double bytes) {
+    return std::max({timer.gemm_seconds(flops), kernel(bytes), floor});
+  };
+  std::map<std::string, TensorShape> shapes;
+  shapes["input"] = *model.input_shape;
+  const auto shape_of = [&](const std::string& name, std::size_t i) {
+    const auto it = shapes.find(name);
+    if (it == shapes.end())
+      throw InputError(model.source, "layers[" + std::to_string(i) + "].ops", "reads '" + name + "' before it is written");
+    return it->second;
+  };
+  std::vector<LayerCompute> times(model.layers.size());
+  for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    const LayerDescription& layer = model.layers[i];
+    LayerCompute& t = times[i];
+    for (const LayerOp& op : layer.ops) {
+      const TensorShape in = shape_of(op.inputs.front(), i);
+      const double n_in = b * static_cast<double>(in.elements());
+      TensorShape out = in;
+      switch (op.kind) {
+        case LayerOpKind::conv2d: {
+          const std::int64_t span = op.dilation * (op.kernel - 1) + 1;
+          out = TensorShape{op.out_channels, (in.height + 2 * op.padding - span) / op.stride + 1,
+                            (in.width + 2 * op.padding - span) / op.stride + 1, false};
+          const double filter = static_cast<double>(op.out_channels * (in.channels / op.groups) * op.kernel * op.kernel);
+          const double n_out = b * static_cast<double>(out.elements());
+          // 2 FLOPs per multiply-add: 2 * (B*Ho*Wo*K outputs) * (C/groups*R*S products each).
+          const double flops = 2.0 * n_out * filter / static_cast<double>(op.out_channels);
+          const double bytes = (n_in + filter + n_out) * e;
+          const double transpose = op.kernel > 1 ? memory_kernel(2.0 * filter * e) : 0.0;
+          t.forward_seconds += gemm_kernel(flops, bytes) + transpose;
+          t.backward_weight_seconds += gemm_kernel(flops, bytes) + transpose;
+          if (op.inputs.front() != "input") t.backward_input_seconds += gemm_kernel(flops, bytes) + transpose;
+          if (op.bias) {
+            t.forward_seconds += memory_kernel(2.0 * n_out * e);
+            t.backward_weight_seconds += memory_kernel(n_out * e);
+          }
+          break;
+        }
+        case LayerOpKind::batch_norm: {
+          const double n = n_in * e;
+          t.forward_seconds += memory_kernel(n) + floor + memory_kernel(2.0 * n);
+          t.backward_input_seconds += memory_kernel(2.0 * n) + floor + memory_kernel(3.0 * n);
+          break;
+        }
+        case LayerOpKind::relu:
+          t.forward_seconds += memory_kernel(2.0 * n_in * e);
+          t.backward_input_seconds += memory_kernel(3.0 * n_in * e);
+          break;
+        case LayerOpKind::add:
+          t.forward_seconds += memory_kernel(3.0 * n_in * e);
+          t.backward_input_seconds += memory_kernel(2.0 * n_in * e);
+          break;
+        case LayerOpKind::max_pool2d: {
+          const std::int64_t size = (in.height + 2 * op.padding - op.dilation * (op.kernel - 1) - 1) / op.stride + 1;
+          const std::int64_t width = (in.width + 2 * op.padding - op.dilation * (op.kernel - 1) - 1) / op.stride + 1;
+          out = TensorShape{in.channels, size, width, false};
+          const double n_out = b * static_cast<double>(out.elements());
+          t.forward_seconds += memory_kernel(n_in * e + n_out * (e + 4.0));
+          t.backward_input_seconds += memory_kernel(n_out * (e + 4.0) + n_in * e);
+          break;
+        }
+        case LayerOpKind::adaptive_avg_pool2d:
+          out = TensorShape{in.channels, 1, 1, false};
+          t.forward_seconds += memory_kernel((n_in + b * static_cast<double>(in.channels)) * e);
+          t.backward_input_seconds += memory_kernel((n_in + b * static_cast<double>(in.channels)) * e);
+          break;
+        case LayerOpKind::flatten:
+          out = TensorShape{in.elements(), 1, 1, true};
+          if (in.height * in.width != 1) {  // a copy unless the map is 1x1 (a view)
+            t.forward_seconds += memory_kernel(2.0 * n_in * e);
+            t.backward_input_seconds += memory_kernel(2.0 * n_in * e);
+          }
+          break;
+        case LayerOpKind::linear: {
+          out = TensorShape{op.out_features, 1, 1, true};
+          const double weights = static_cast<double>(op.in_features * op.out_features);
+          const double flops = 2.0 * b * weights;
+          const double bytes = (n_in + weights + b * static_cast<double>(op.out_features)) * e;
+          t.forward_seconds += gemm_kernel(flops, bytes);
+          t.backward_weight_seconds += gemm_kernel(flops, bytes);
+          if (op.bias) t.backward_weight_seconds += memory_kernel(b * static_cast<double>(op.out_features) * e);
+          t.backward_input_seconds += gemm_kernel(flops, bytes);
+          break;
+        }
+      }
+      shapes[op.output] = out;
+    }
+    // The model's FLOPs as the description counts them (model_flops_per_token reads the same figure).
+    const double per_sample = layer.forward_flops_per_sample > 0.0 ? layer.forward_flops_per_sample
+                                                                   : 2.0 * static_cast<double>(layer.params);
+    t.forward_flops = per_sample * b;
+    t.backward_flops = 2.0 * t.forward_flops;
+    if (training.checkpointing == Checkpointing::full) {
+      t.recompute_seconds = t.forward_seconds;
+      t.recompute_flops = t.forward_flops;
+    }
+  }
+  if (!times.empty()) {
+    const TensorShape& input = *model.input_shape;
+    times.front().forward_seconds += memory_kernel(b * static_cast<double>(input.elements()) * (4.0 + e));
+    const double logits = b * static_cast<double>(std::max<std::int64_t>(1, model.classes));
+    times.back().forward_seconds += memory_kernel(2.0 * logits * e);
+  }
+  return times;
+}
+
 }  // namespace
 
 std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, const ClusterDescription& cluster,
@@ -299,6 +440,9 @@ std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, con
   const double b = static_cast<double>(training.micro_batch);
   const double e = precision_bytes(training.precision);
 
+  if (!model.transformer && model.has_ops() && model.input_shape && training.engine == TrainingEngine::zeroplan) {
+    return executor_network_times(timer, model, training);
+  }
   if (!model.transformer) {
     for (std::size_t i = 0; i < model.layers.size(); ++i) {
       const LayerDescription& layer = model.layers[i];
