@@ -93,7 +93,11 @@ if has rows; then
     IFS='|' read -r model plan_flags peer_flags limit expect <<< "$spec"
     need $expect "row $row (~$expect s)" || continue
     left=$(( $(time_left) - 15 )); [ $left -lt $limit ] && limit=$left
-    flags="--model $model --micro-batch 4 --seq 2048 --precision bf16 --gpus $N --cluster $CLUSTER $plan_flags --cpu-threads-per-rank $THREADS"
+    # The optimizer as bench/deepspeed/make_matrix.sh gives the GPT-2 rows: torch's AdamW on the GPU (torch_adam; the
+    # default FusedAdam is a JIT build, whose arch parsing fails on torch 2.11's "9.0a"), DeepSpeedCPUAdam offloaded.
+    base=bench/deepspeed/base_torch_adam.json
+    [[ "$plan_flags" == *"--offload-optimizer cpu"* ]] && base=bench/deepspeed/base_cpu_adam.json
+    flags="--model $model --ds-config $base --micro-batch 4 --seq 2048 --precision bf16 --gpus $N --cluster $CLUSTER $plan_flags --cpu-threads-per-rank $THREADS"
     ds=$CONFIGS/$row.json
     rm -f $ds
     timeout 60 $RUN plan $flags --emit-ds-config $ds --overwrite -f json > $W/$row.plan.json 2> "$L/$row.plan.log"; rc=$?
