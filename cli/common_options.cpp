@@ -54,6 +54,10 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
   command.add_option("--checkpointing", options.checkpointing, "Activation checkpointing: none, selective or full");
   command.add_option("--ds-config", options.ds_config,
                      "A DeepSpeed config file (// comments and \"auto\" accepted); flags given beside it win");
+  command.add_option("--model-code", options.model_code,
+                     "DeepSpeed engine: whose modules the script builds the model from: transformers "
+                     "(AutoModelForCausalLM; the default for a Hugging Face config.json) or harness (bench/exec/"
+                     "pytorch_peer.py's GPT-2; the default for a zeroplan model description)");
   command.add_option("--engine", options.engine,
                      "Whose engine the model describes: deepspeed (default), zeroplan (our executor) or ideal (the ZeRO "
                      "paper's schedule without a framework's overheads)");
@@ -113,6 +117,7 @@ ResolvedInputs resolve_inputs(const CommonOptions& options) {
     given.checkpointing = parse_checkpointing(*options.checkpointing, kCommandLine, "--checkpointing");
   }
   if (options.engine) given.engine = parse_engine(*options.engine, kCommandLine, "--engine");
+  if (options.model_code) given.model_code = parse_model_code(*options.model_code, kCommandLine, "--model-code");
   if (options.stage) given.stage = *options.stage == "all" ? kAllStages : parse_stage(*options.stage);
   if (options.offload_optimizer) {
     given.offload_optimizer = parse_offload_device(*options.offload_optimizer, kCommandLine, "--offload-optimizer");

@@ -34,6 +34,7 @@ struct CommonOptions {
   std::optional<std::string> checkpointing;
   std::optional<std::string> ds_config;
   std::optional<std::string> engine;
+  std::optional<std::string> model_code;
   std::optional<std::string> margin;  // percent of the predicted GPU peak kept free ("5" or "5%")
   std::optional<std::int64_t> cpu_threads_per_rank;  // CPU Adam threads per rank (default: cores / ranks per node)
   std::optional<double> host_op_seconds;  // the training host's DeepSpeed Python speed (default: the cluster's host)

@@ -235,6 +235,7 @@ ModelDescription model_from_hf_config(const nlohmann::json& document, const std:
   }
   const std::string imported = "Hugging Face config.json (model_type " + model_type + ") read from " + source;
   model.reference = model.reference.empty() ? imported : imported + "; " + model.reference;
+  model.hf_config = true;
   return model;
 }
 

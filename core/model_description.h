@@ -90,6 +90,7 @@ struct LayerDescription {
 struct ModelDescription {
   std::string name;
   std::string source;  // file it came from, or "bundled:NAME"
+  bool hf_config = false;  // read from a Hugging Face config.json (core/hf_config_import.h)
   std::string reference;  // where its parameter count is published (paper, model card)
   ModelFamily family = ModelFamily::generic;
   std::optional<TransformerShape> transformer;

@@ -114,6 +114,12 @@ ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputName
                                                       " (the model's maximum; " + names.seq + " sets another)");
   }
   if (in.engine) use_engine(training, *in.engine);
+  // A Hugging Face config.json is built by transformers in the script people write (from_config, or from_pretrained
+  // of the checkpoint the config belongs to); a zeroplan description by the harness's own model.
+  training.model_code = in.model_code.value_or(out.model.hf_config ? ModelCode::transformers : ModelCode::harness);
+  if (training.engine == TrainingEngine::deepspeed && training.model_code == ModelCode::transformers && !in.model_code)
+    training.notes.push_back("model code transformers: a Hugging Face config.json, built by transformers' modules "
+                             "(--model-code harness for the harness's own model)");
   // zeroplan's executor implements no dropout: its plan is made without, as `zeroplan run` makes it
   // (run/training_run.cpp), so that the two show the same figures.
   if (in.engine == TrainingEngine::zeroplan && out.model.transformer && out.model.transformer->dropout > 0) {

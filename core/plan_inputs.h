@@ -29,6 +29,7 @@ struct PlanInputs {
   std::optional<OptimizerKind> optimizer;
   std::optional<Checkpointing> checkpointing;
   std::optional<TrainingEngine> engine;
+  std::optional<ModelCode> model_code;           // default: transformers for a Hugging Face config.json
   std::optional<int> stage;                      // 0..3, or kAllStages
   std::optional<OffloadDevice> offload_optimizer;
   std::optional<OffloadDevice> offload_param;

@@ -51,6 +51,14 @@ std::string to_string(TrainingEngine engine) {
   return "unknown";
 }
 
+std::string to_string(ModelCode code) {
+  switch (code) {
+    case ModelCode::harness: return "harness";
+    case ModelCode::transformers: return "transformers";
+  }
+  return "unknown";
+}
+
 std::string to_string(AdamImplementation implementation) {
   switch (implementation) {
     case AdamImplementation::deepspeed_fused: return "deepspeed_fused_adam";
@@ -105,6 +113,10 @@ Checkpointing parse_checkpointing(const std::string& text, const std::string& so
 
 TrainingEngine parse_engine(const std::string& text, const std::string& source, const std::string& field) {
   return parse_named(text, source, field, {TrainingEngine::deepspeed, TrainingEngine::zeroplan, TrainingEngine::ideal});
+}
+
+ModelCode parse_model_code(const std::string& text, const std::string& source, const std::string& field) {
+  return parse_named(text, source, field, {ModelCode::harness, ModelCode::transformers});
 }
 
 void use_engine(TrainingConfig& training, TrainingEngine engine) {
@@ -196,6 +208,9 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
   // The LoRA settings only where LoRA is on: a full fine-tune's record (and the run reports written before LoRA
   // existed, which the GUI matches field by field) has none.
   if (!training.lora.enabled) j.erase("lora");
+  // Whose modules build the model only where it shapes the plan, the DeepSpeed engine's (a run's record is the
+  // zeroplan engine's, and the run reports written before it existed have none).
+  if (training.engine == TrainingEngine::deepspeed) j["model_code"] = to_string(training.model_code);
   return j;
 }
 

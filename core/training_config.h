@@ -34,6 +34,13 @@ enum class AdamImplementation { deepspeed_fused, torch_foreach, torch_fused };
 // quantize_4bit with compress_statistics); or LLM.int8 weights (bitsandbytes Int8Params: int8 codes and one fp32
 // scale per output row, arXiv 2208.07339).
 enum class BaseQuantization { none, nf4, int8 };
+// Whose modules the training script builds the model from, under the DeepSpeed engine: the harness's own PyTorch
+// model (bench/exec/pytorch_peer.py's GPT-2, which bench/deepspeed/ds_peer.py trains from a zeroplan description:
+// nn.LayerNorm, fused GELU, one QKV linear) or transformers' (AutoModelForCausalLM.from_config from a Hugging Face
+// config.json, as a script with the Trainer or accelerate builds it: modeling_llama.py's eager RMSNorm, SwiGLU MLP
+// and attention glue save more per token, sim/activation_memory.h). The default follows where the model came
+// from (ModelDescription::hf_config); --model-code sets it.
+enum class ModelCode { harness, transformers };
 
 std::string to_string(Precision precision);
 std::string to_string(OptimizerKind optimizer);
@@ -42,12 +49,14 @@ std::string to_string(Checkpointing checkpointing);
 std::string to_string(TrainingEngine engine);
 std::string to_string(AdamImplementation implementation);
 std::string to_string(BaseQuantization quantization);
+std::string to_string(ModelCode code);
 // Parse the names above; throw InputError(source, field, "expected one of ...") on anything else.
 Precision parse_precision(const std::string& text, const std::string& source, const std::string& field);
 OptimizerKind parse_optimizer(const std::string& text, const std::string& source, const std::string& field);
 OffloadDevice parse_offload_device(const std::string& text, const std::string& source, const std::string& field);
 Checkpointing parse_checkpointing(const std::string& text, const std::string& source, const std::string& field);
 TrainingEngine parse_engine(const std::string& text, const std::string& source, const std::string& field);
+ModelCode parse_model_code(const std::string& text, const std::string& source, const std::string& field);
 
 // Bytes per element of a 16/32-bit training precision's model weights and gradients.
 int precision_bytes(Precision precision);
@@ -127,6 +136,7 @@ struct TrainingConfig {
   ZeroConfig zero;
   Checkpointing checkpointing = Checkpointing::none;
   TrainingEngine engine = TrainingEngine::deepspeed;
+  ModelCode model_code = ModelCode::harness;  // the DeepSpeed engine's model: whose modules build it
   // DeepSpeed activation_checkpointing (ZeRO-R Pa / Pa+cpu): checkpoints partitioned across model-parallel
   // ranks, or kept in host memory. They take effect only with checkpointing on.
   bool partition_activations = false;

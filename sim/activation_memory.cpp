@@ -15,6 +15,62 @@ constexpr const char* kKorthikantiRecompute = "Korthikanti et al. 2022 (arXiv 22
 constexpr const char* kOutputLayer = "Korthikanti et al. 2022 (arXiv 2205.05198) sec. 4.3; zero-formulas.md sec. 4";
 
 int mlp_tensors(ActivationKind activation) { return activation == ActivationKind::swiglu ? 3 : 2; }
+
+// transformers' Llama-family modules (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py; transformers 5.17)
+// under the DeepSpeed engine run eager, and autograd saves a tensor only for an operation whose backward needs it:
+// a linear's input only when its weight trains (or PEFT adapts it: lora_A saves the same tensor), a multiply's
+// factor only when the other factor needs a gradient. Per token (e the model dtype):
+//  - LlamaRMSNorm: hidden_states.to(float32), saved by pow(2) and by the multiply with rsqrt (4h; in fp32 training
+//    the input itself); the normalised value cast back, saved by the weight's multiply when the weight trains (h e);
+//    the output, saved by the next linears when one of them trains (h e).
+//  - Attention: SDPA saves its inputs (the rotated q and k, and v: the list's q, k, v; rotary embeddings save only
+//    cos and sin) and its output (h e); transpose(1, 2).reshape copies the output into o_proj's input, saved when
+//    o_proj trains (h e).
+//  - LlamaMLP down_proj(act_fn(gate_proj(x)) * up_proj(x)): gate (SiLU's input), silu(gate) and up (the product's
+//    inputs): 3fe; the product, saved when down_proj trains (f e).
+// Training everything that is 4h + 2he a norm where the list has 2he, 2he for the attention output where it has
+// he, and 4fe for the MLP where it has 3fe: measured against TinyLlama-1.1B and Qwen2-0.5B under DeepSpeed on one
+// H200 (bench/deepspeed/results-pending/hf_tinyllama_qwen2_bf16_1gpu_h200x1_2026-11-29.json).
+bool transformers_llama_modules(const TransformerShape& shape, const TrainingConfig& training) {
+  return training.engine == TrainingEngine::deepspeed && training.model_code == ModelCode::transformers &&
+         shape.norm == NormKind::rms_norm && shape.activation == ActivationKind::swiglu;
+}
+
+// Whether a block linear (modeling_llama.py's name and path in the block) keeps its input for backward: every
+// weight trains, or PEFT adapts it (a target equal to its name or path, or all-linear: core/lora_modules.h).
+bool linear_saves_input(const TrainingConfig& training, const std::string& name, const std::string& path) {
+  if (!training.lora.enabled) return true;
+  return std::any_of(training.lora.targets.begin(), training.lora.targets.end(), [&](const std::string& t) {
+    return t == "all-linear" || t == name || t == path;
+  });
+}
+
+struct TransformersSaved {
+  bool norm_weights = true;  // the RMSNorm weights train (the normalised value kept)
+  bool attention_in = true;  // q_proj, k_proj or v_proj keeps the first norm's output
+  bool o_proj_in = true;
+  bool mlp_in = true;        // gate_proj or up_proj keeps the second norm's output
+  bool down_proj_in = true;
+};
+
+TransformersSaved transformers_saved(const TrainingConfig& training) {
+  TransformersSaved s;
+  s.norm_weights = !training.lora.enabled;
+  s.attention_in = linear_saves_input(training, "q_proj", "self_attn.q_proj") ||
+                   linear_saves_input(training, "k_proj", "self_attn.k_proj") ||
+                   linear_saves_input(training, "v_proj", "self_attn.v_proj");
+  s.o_proj_in = linear_saves_input(training, "o_proj", "self_attn.o_proj");
+  s.mlp_in = linear_saves_input(training, "gate_proj", "mlp.gate_proj") ||
+             linear_saves_input(training, "up_proj", "mlp.up_proj");
+  s.down_proj_in = linear_saves_input(training, "down_proj", "mlp.down_proj");
+  return s;
+}
+
+// One RMSNorm's saved bytes per token: its fp32 input, the normalised value when its weight trains, its output
+// when the next linear keeps it.
+Bytes transformers_norm_bytes(const TransformerShape& shape, int e, bool weight_trains, bool output_kept) {
+  return 4 * shape.hidden + ((weight_trains ? 1 : 0) + (output_kept ? 1 : 0)) * shape.hidden * e;
+}
 int norm_statistics_per_norm(NormKind norm) { return norm == NormKind::layer_norm ? 2 * 4 : 4; }
 
 // Per token: the gradient temporaries alive while one block runs its backward. MLP: the gradients of its
@@ -59,6 +115,13 @@ BlockActivationTerms block_activation_terms(const TransformerShape& shape, const
   t.qkv = (h + 2 * kv) * e;
   t.attention_output = h * e;
   t.mlp = mlp_tensors(shape.activation) * f * e;
+  if (transformers_llama_modules(shape, training)) {
+    const TransformersSaved saved = transformers_saved(training);
+    t.norm_inputs_outputs = transformers_norm_bytes(shape, e, saved.norm_weights, saved.attention_in) +
+                            transformers_norm_bytes(shape, e, saved.norm_weights, saved.mlp_in);
+    t.attention_output = (saved.o_proj_in ? 2 : 1) * h * e;
+    t.mlp = (saved.down_proj_in ? 4 : 3) * f * e;
+  }
   t.dropout_masks = dropout ? 2 * h : 0;
   t.norm_statistics = 2 * norm_statistics_per_norm(shape.norm);
   if (training.fused_attention) {
@@ -98,7 +161,12 @@ ActivationBytes activation_bytes(const ModelDescription& model, const TrainingCo
     out.saved_layers = sat_mul(out.block_saved, shape.layers);
     out.backward_working_set = sat_mul(backward_working_set_per_token(shape, training, e), T);
     out.embedding_dropout_mask = shape.dropout > 0.0 ? sat_mul(shape.hidden, T) : 0;
-    out.final_norm = sat_mul(2 * shape.hidden * e + norm_statistics_per_norm(shape.norm), T);
+    // The final norm's input and output (its output the LM head's input); transformers': its fp32 input, and the
+    // normalised value and output when the norm and the head train (a LoRA plan's are frozen).
+    const Bytes final_norm = transformers_llama_modules(shape, training)
+                                 ? transformers_norm_bytes(shape, e, !training.lora.enabled, !training.lora.enabled)
+                                 : 2 * shape.hidden * e;
+    out.final_norm = sat_mul(final_norm + norm_statistics_per_norm(shape.norm), T);
     out.logits = sat_mul(logits_per_token(shape, training, e), T);
   } else {
     // Layer list: activation_elements_per_sample per layer (the model description's own count).

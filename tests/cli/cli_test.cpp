@@ -96,6 +96,26 @@ TEST(PlanCommand, ExplainShowsFormulasAndSources) {
   EXPECT_NE(result.output.find("ZeRO"), std::string::npos);
 }
 
+// Whose modules the DeepSpeed engine's model is (--model-code): transformers' for a Hugging Face config.json (said in
+// the notes), the harness's for a zeroplan description; transformers' eager Llama modules keep more for backward
+// (their RMSNorm's fp32 input, the o_proj input copy, the SwiGLU product), so the same shape plans more activations.
+TEST(PlanCommand, ModelCodeDefaultsToTransformersForAHuggingFaceConfig) {
+  const std::string config = std::string(ZEROPLAN_SOURCE_DIR) + "/bench/llama/configs/tinyllama-1.1b.json";
+  const std::string plan = "plan --model " + config + " --gpus 1 --cluster h200x1 --stage 0 --micro-batch 4 --seq 2048";
+  const CommandResult by_default = run(plan + " --format json");
+  ASSERT_EQ(by_default.status, 0) << by_default.output;
+  EXPECT_NE(by_default.output.find("model code transformers"), std::string::npos);
+  const CommandResult harness = run(plan + " --model-code harness --format json");
+  ASSERT_EQ(harness.status, 0) << harness.output;
+  EXPECT_EQ(harness.output.find("model code transformers"), std::string::npos);
+  const auto activations = [](const std::string& json) {
+    return nlohmann::json::parse(json.substr(json.find('{'))).at("plans").at(0).at("gpu_bytes").at("activations")
+        .get<double>();
+  };
+  EXPECT_GT(activations(by_default.output), 1.3 * activations(harness.output));
+  expect_one_line_error(run(plan + " --model-code torch"), {"--model-code", "torch", "transformers", "harness"});
+}
+
 TEST(PlanCommand, ZeroGpusIsAnInputError) {
   expect_one_line_error(run("plan --model gpt2-124m --gpus 0"), {"--gpus"});
 }
