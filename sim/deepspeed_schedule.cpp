@@ -56,12 +56,29 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
   const double zero_init_linears = zero_.stage == 3 && zero_.zero_init && index < in_.linear_calls_per_layer.size()
                                        ? static_cast<double>(in_.linear_calls_per_layer[index])
                                        : 0.0;
-  if (zero_.stage == 3) {
-    const double modules = static_cast<double>(layers_[index].module_calls);
-    seconds += modules * in_.module_hook_seconds;
-    if (forward) seconds += modules * in_.forward_module_function_seconds;
-    seconds += zero_init_linears * (forward ? in_.linear_forward_seconds : in_.linear_backward_seconds);
-  }
+  const double modules = static_cast<double>(layers_[index].module_calls);
+  // Stage 3's module hooks and zero.Init's linears for one pass over the layer's modules, and eager PyTorch's
+  // issue of the modules' operators from Python (and of its autograd nodes in backward): the GPU's kernels for a
+  // small convolution, or a small transformer block's, finish sooner than the host issues them. zero.Init's
+  // F.linear calls are timed with their GEMM launches (linear_forward_seconds, linear_backward_seconds), so they
+  // are not counted twice.
+  const auto module_pass_seconds = [&](bool forward_pass) {
+    double pass = 0.0;
+    if (zero_.stage == 3) {
+      pass += modules * in_.module_hook_seconds;
+      if (forward_pass) pass += modules * in_.forward_module_function_seconds;
+      pass += zero_init_linears * (forward_pass ? in_.linear_forward_seconds : in_.linear_backward_seconds);
+    }
+    return pass + std::max(0.0, modules - zero_init_linears) *
+                      (forward_pass ? in_.eager_forward_module_seconds : in_.eager_backward_module_seconds);
+  };
+  seconds += module_pass_seconds(forward);
+  // Full checkpointing recomputes the layer's forward inside its backward (torch.utils.checkpoint, which
+  // transformers' gradient_checkpointing_enable wraps each decoder layer in; DeepSpeed's own
+  // checkpointing.checkpoint alike): its modules run again, with their stage-3 fetch and release hooks and their
+  // Python, before the backward's own. Measured (bench/deepspeed/results/, TinyLlama-1.1B stage 3 on one H200):
+  // 444 ms a step with transformers' gradient checkpointing against 324 without.
+  if (!forward && training_.checkpointing == Checkpointing::full) seconds += module_pass_seconds(true);
   if (!forward && stage3 && index < in_.tensors_per_layer.size()) {
     const double tensors = static_cast<double>(in_.tensors_per_layer[index]);
     seconds += tensors * in_.stage3_gradient_hook_seconds;
@@ -114,13 +131,6 @@ TaskId StepBuilder::host_hooks(bool forward, std::int32_t layer, std::int32_t mi
                  (restore ? 3.0 * bytes / in_.streaming_bandwidth : 0.0);
     }
   }
-  // Eager PyTorch issues the model's operators from Python, module by module, in both passes (and its autograd
-  // nodes in backward): the GPU's kernels for a small convolution, or a small transformer block's, finish sooner
-  // than the host issues them. Under zero.Init at stage 3 each F.linear is zero/linear.py's autograd Function,
-  // timed above with its GEMM launches (linear_forward_seconds, linear_backward_seconds): those calls are not
-  // counted twice.
-  seconds += std::max(0.0, static_cast<double>(layers_[index].module_calls) - zero_init_linears) *
-             (forward ? in_.eager_forward_module_seconds : in_.eager_backward_module_seconds);
   if (seconds <= 0.0) return kNoTask;
   const bool host_waits = offload_hooks || accumulation_offload_hooks;
   const Dependency sync = (forward && first_of_pass) || host_waits
