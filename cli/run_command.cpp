@@ -43,6 +43,10 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--init-from", options->init_from,
                   "Start from a Hugging Face checkpoint by its transformers names: a model.safetensors file, a sharded "
                   "model.safetensors.index.json, or the folder holding either; each rank reads its own partition");
+  cmd->add_option("--init-adapter", options->init_adapter,
+                  "LoRA: start from an adapter as PEFT saves it (its folder, or adapter_model.safetensors), e.g. one "
+                  "`zeroplan export --adapter` wrote; its adapter_config.json must give the run's rank, alpha and "
+                  "targets");
   cmd->add_flag("--augment", options->augment,
                "An image classifier's training images (--data DIR) with torchvision's CIFAR augmentation: "
                "RandomCrop(32, padding=4) and RandomHorizontalFlip before the normalisation (DeepSpeed's CIFAR example "

@@ -1,11 +1,16 @@
 #include "run/peft_adapter_export.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <set>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "core/input_error.h"
+#include "core/json_input.h"
 #include "exec/lora_layout.h"
 #include "run/atomic_file.h"
 #include "run/checkpoint.h"
@@ -70,6 +75,50 @@ void export_peft_adapter(const std::string& checkpoint_dir, const std::string& o
   } catch (const std::exception& e) {
     throw InputError(out_dir, "--adapter", e.what());
   }
+}
+
+std::string resolve_peft_adapter(const std::string& path, const LoraSettings& lora, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw InputError(path, flag, "no such file or folder: expected an adapter folder as PEFT saves one "
+                                 "(adapter_model.safetensors, adapter_config.json) or its adapter_model.safetensors");
+  const fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "adapter_model.safetensors" : fs::path(path);
+  if (!fs::is_regular_file(file, ec))
+    throw InputError(path, flag, "holds no adapter_model.safetensors (PEFT's save_pretrained writes one)");
+  const fs::path config_path = file.parent_path() / "adapter_config.json";
+  if (!fs::exists(config_path, ec)) return file.string();
+  const nlohmann::json config = read_json_file(config_path);
+  const std::string source = config_path.string();
+  if (!config.is_object()) throw InputError(source, "(top level)", "expected a JSON object (PEFT's LoraConfig)");
+  // The rank also shows in the tensors' shapes (checked as they are read); alpha and the targets only here.
+  if (config.contains("peft_type") && config.at("peft_type") != "LORA")
+    throw InputError(source, "peft_type", "is " + config.at("peft_type").dump() + "; expected \"LORA\"");
+  if (config.contains("r") && !(config.at("r").is_number_integer() && config.at("r").get<std::int64_t>() == lora.rank))
+    throw InputError(source, "r", "is " + config.at("r").dump() + "; the run's --lora-rank is " +
+                                      std::to_string(lora.rank));
+  if (config.contains("lora_alpha") &&
+      !(config.at("lora_alpha").is_number() && std::abs(config.at("lora_alpha").get<double>() - lora.alpha) <= 1e-9 * lora.alpha)) {
+    char alpha[32];
+    std::snprintf(alpha, sizeof alpha, "%g", lora.alpha);
+    throw InputError(source, "lora_alpha", "is " + config.at("lora_alpha").dump() + "; the run's --lora-alpha is " +
+                                               alpha + " (the adapters' scaling alpha / r would differ)");
+  }
+  if (config.contains("target_modules") && !config.at("target_modules").is_null()) {
+    const nlohmann::json& t = config.at("target_modules");
+    std::set<std::string> theirs;
+    if (t.is_string()) theirs.insert(t.get<std::string>());
+    else if (t.is_array())
+      for (const nlohmann::json& x : t)
+        if (x.is_string()) theirs.insert(x.get<std::string>());
+    const std::set<std::string> ours(lora.targets.begin(), lora.targets.end());
+    if (theirs != ours) {
+      std::string list;
+      for (const std::string& x : ours) list += (list.empty() ? "" : ",") + x;
+      throw InputError(source, "target_modules", "is " + t.dump() + "; the run's --lora-targets are " + list);
+    }
+  }
+  return file.string();
 }
 
 }  // namespace zeroplan

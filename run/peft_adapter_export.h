@@ -10,11 +10,20 @@
 
 #include <string>
 
+#include "core/training_config.h"
+
 namespace zeroplan {
 
 // dtype: "fp32" (the master values, exact), "bf16" or "fp16". Throws InputError naming --checkpoint (not a LoRA
 // checkpoint, or damaged), --adapter (cannot write) or --dtype. The files are written through temporary names and
 // renamed.
 void export_peft_adapter(const std::string& checkpoint_dir, const std::string& out_dir, const std::string& dtype);
+
+// `zeroplan run --init-adapter PATH`: the adapter to start from, as PEFT saves one (PATH its folder, or the
+// adapter_model.safetensors file in it): the safetensors file's path, after adapter_config.json beside it (when there
+// is one; PEFT always writes it) was checked against the run's LoRA settings: "r" the rank, "lora_alpha" the alpha,
+// "target_modules" the targets (as sets), "peft_type" LORA. Throws InputError naming the flag (no such file or
+// folder, a folder without adapter_model.safetensors) or adapter_config.json and the field that differs.
+std::string resolve_peft_adapter(const std::string& path, const LoraSettings& lora, const std::string& flag);
 
 }  // namespace zeroplan

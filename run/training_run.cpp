@@ -20,6 +20,7 @@
 #include "core/units.h"
 #include "exec/activation_accounting.h"
 #include "exec/exec_config.h"
+#include "exec/lora_layout.h"
 #include "exec/offload/cpu_adamw.h"
 #include "exec/data_shard.h"
 #include "exec/image_data.h"
@@ -29,6 +30,7 @@
 #include "run/checkpoint.h"
 #include "run/hf_checkpoint.h"
 #include "run/image_training.h"
+#include "run/peft_adapter_export.h"
 #include "run/training_run_steps.h"
 #include "sim/executor_device_memory.h"
 #include "sim/executor_layout.h"
@@ -241,6 +243,17 @@ ResolvedRun resolve_run(RunOptions& o) {
   }
   r.init_layout = std::make_unique<exec::ParamLayout>(executor_param_layout(in.model, world));
   if (o.init_from) r.init_from = std::make_unique<HfCheckpointSource>(*o.init_from, *r.init_layout, "--init-from");
+  if (o.init_adapter) {
+    if (!tr.lora.enabled)
+      throw InputError(kCli, "--init-adapter", "sets LoRA's adapters: give --lora-rank (and --lora-alpha, "
+                                               "--lora-targets) as the adapter was trained");
+    if (o.resume)
+      throw InputError(kCli, "--init-adapter", "cannot be combined with --resume (a LoRA checkpoint of ours holds "
+                                               "its adapters and their optimizer states)");
+    const std::string file = resolve_peft_adapter(*o.init_adapter, tr.lora, "--init-adapter");
+    r.adapter_layout = std::make_unique<exec::ParamLayout>(exec::trained_layout(exec_config(in.model, tr, o.seed), world));
+    r.init_adapter = std::make_unique<HfCheckpointSource>(file, *r.adapter_layout, "--init-adapter");
+  }
   return r;
 }
 
@@ -428,7 +441,7 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   e.tokens_per_step = (cfg.network ? cfg.micro_batch * cfg.grad_accum : cfg.tokens_per_step()) * world;
   if (r.init_from && cfg.lora.enabled) {
     // LoRA: the checkpoint is the frozen base (each rank its share, as below); the adapters keep PEFT's
-    // initialisation (A kaiming-uniform from the seed, B zero).
+    // initialisation (A kaiming-uniform from the seed, B zero) unless --init-adapter gives them.
     trainer->set_frozen(*r.init_layout, r.init_from->state_source());
     std::cout << "initialized the frozen base from " << r.init_from->description() << '\n';
   } else if (r.init_from) {
@@ -438,6 +451,11 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     // A layer list's BatchNorm running statistics: buffers every rank keeps whole.
     for (const exec::BufferTensor& b : r.init_layout->buffers()) trainer->set_buffer(b.name, r.init_from->buffer(b));
     std::cout << "initialized from " << r.init_from->description() << '\n';
+  }
+  if (r.init_adapter) {
+    // LoRA's trainable parameters, each rank its share (its partition at stage 3), AdamW from step 0.
+    trainer->restore_state(r.init_adapter->state_source(), 0, trainer->loss_scaler_state());
+    std::cout << "initialized the adapters from " << r.init_adapter->description() << '\n';
   }
   if (const auto& resume = r.resume) {
     // A LoRA checkpoint's adapters were trained on a base that is not in it: the one --init-from gives again.

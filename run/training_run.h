@@ -37,6 +37,9 @@ struct RunOptions {
   std::optional<std::string> resume;
   // A Hugging Face checkpoint to start from (run/hf_checkpoint.h): file, index or folder.
   std::optional<std::string> init_from;
+  // LoRA: the adapters to start from, as PEFT saves them (run/peft_adapter_export.h resolve_peft_adapter): folder or
+  // adapter_model.safetensors (else PEFT's initialisation: A kaiming-uniform from the seed, B zero).
+  std::optional<std::string> init_adapter;
   // The first step's gradients (reduced, unscaled), written under the checkpoint names as fp32 safetensors: for
   // checking the executor against another framework (bench/llama/hf_reference.py compare).
   std::optional<std::string> save_grads;

@@ -47,6 +47,9 @@ struct ResolvedRun {
   // --init-from, checked against the layout every rank builds.
   std::unique_ptr<exec::ParamLayout> init_layout;
   std::unique_ptr<HfCheckpointSource> init_from;
+  // --init-adapter, checked against the adapters' layout (LoRA's trained parameters).
+  std::unique_ptr<exec::ParamLayout> adapter_layout;
+  std::unique_ptr<HfCheckpointSource> init_adapter;
 };
 
 // One rank's engine: its plan, communicators, trainer and data. The communicators are declared before the

@@ -10,7 +10,9 @@
 #          widths, 2 layers): bench/llama/hf_reference.py make writes the base (fp32, seeded) and the tokens;
 #          `zeroplan run --init-from BASE --lora-rank 8 --lora-alpha 16` on every linear module (CHECK_TARGETS;
 #          q/k/v share our fused QKV tensor and gate/up our fused FC, so all seven exercise every slice) for one
-#          step at --lr 1e-30 (the adapters do not move: what it saves is the initialisation step 1 ran with),
+#          step at --lr 1e-30 from an adapter whose B is not zero (--init-adapter: three steps at lr 1e-3 exported
+#          first, so that lora_A's gradients are not zero; the adapters do not move: what it saves is what step 1
+#          ran with),
 #          --save-grads; `zeroplan export --adapter`; bench/lora/lora_check.py loads base + adapter with
 #          PeftModel.from_pretrained (fails on missing/unexpected keys or values), runs the same step and compares
 #          the loss (rtol 1e-5) and every lora_A / lora_B gradient (rel L2 1e-4, max/max 1e-3). Variants
@@ -90,10 +92,21 @@ check_variant() {  # CONFIG BASE_DIR B T VARIANT
     *) say "check: unknown variant $v (cuda_sK, cpu_sK, cuda_nf4, cpu_nf4)"; return ;;
   esac
   rm -rf "$out"; mkdir -p "$out"
+  # The adapters the step starts from: PEFT's initialisation has B = 0, where every lora_A gradient is 0 in both
+  # frameworks and checks nothing; three steps at lr 1e-3 move B off zero, and both start from that adapter
+  # (ours through --init-adapter, peft through PeftModel.from_pretrained).
+  CUDA_VISIBLE_DEVICES=0 OMP_NUM_THREADS=$(nproc) timeout 180 $RUN run --model $base/config.json --init-from $base \
+    --data $base/tokens.bin --backend $backend --precision fp32 --gpus 1 --stage 0 "${CLUSTER[@]}" \
+    --micro-batch $B --seq $T --steps 3 --warmup-steps 0 --lr 1e-3 --deterministic "${CHECK_LORA[@]}" \
+    --quantize-base $q --save-dir $out/ck0 --force > "$L/ours_seed_$tag.log" 2>&1 &&
+    timeout 60 $RUN export --checkpoint $out/ck0 --adapter $out/adapter0 >> "$L/ours_seed_$tag.log" 2>&1 || {
+    say "check $tag: the starting adapter FAILED: $(grep -iE 'error' "$L/ours_seed_$tag.log" | head -2 | tr '\n' ' ' | cut -c1-300)"
+    return; }
   CUDA_VISIBLE_DEVICES=0 OMP_NUM_THREADS=$(nproc) timeout 180 $RUN run --model $base/config.json --init-from $base \
     --data $base/tokens.bin --backend $backend --precision fp32 --gpus 1 --stage $stage "${CLUSTER[@]}" \
     --micro-batch $B --seq $T --steps 1 --warmup-steps 0 --lr 1e-30 --deterministic "${CHECK_LORA[@]}" \
-    --quantize-base $q --save-dir $out/ck --save-grads $out/grads.safetensors --force > "$L/ours_$tag.log" 2>&1
+    --quantize-base $q --init-adapter $out/adapter0 --save-dir $out/ck --save-grads $out/grads.safetensors --force \
+    > "$L/ours_$tag.log" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then
     say "check $tag: zeroplan run FAILED rc=$rc: $(grep -iE 'error' "$L/ours_$tag.log" | head -2 | tr '\n' ' ' | cut -c1-300)"

@@ -406,6 +406,50 @@ TEST(LoraRun, InitFromTrainsTheAdaptersAndExportWritesPeftFiles) {
   EXPECT_EQ(resumed.status, 0) << resumed.output << resumed.errors;
 }
 
+// --init-adapter starts from an adapter PEFT's way (here one `export --adapter` wrote after three steps): its B is no
+// longer zero, so step 1's lora_A gradients are not zero either (from PEFT's initialisation they are); after a step
+// at a learning rate too small to move an fp32 value, the exported adapter is the one read, bit for bit. An adapter
+// of other LoRA settings, or without LoRA, is one line naming adapter_config.json's field or the flag.
+TEST(LoraRun, InitAdapterStartsFromAPeftAdapter) {
+  const fs::path init = init_checkpoint();
+  const fs::path save = fresh("lora_ia_save"), adapter = fresh("lora_ia_adapter");
+  ASSERT_EQ(run(kTrain + kLora + " --steps 3 --init-from " + init.string() + " --save-dir " + save.string()).status, 0);
+  ASSERT_EQ(run("export --checkpoint " + save.string() + " --adapter " + adapter.string()).status, 0);
+  const fs::path again = fresh("lora_ia_again"), again_adapter = fresh("lora_ia_again_adapter");
+  const fs::path grads = fresh("lora_ia_grads.safetensors");
+  const CommandResult r = run(kTrain + kLora + " --steps 1 --warmup-steps 0 --lr 1e-30 --stage 3 --gpus 2 --init-from " +
+                              init.string() + " --init-adapter " + adapter.string() + " --save-dir " + again.string());
+#if defined(ZEROPLAN_TEST_HAVE_MPI)
+  ASSERT_EQ(r.status, 0) << r.output << r.errors;
+#else
+  if (r.status != 0) GTEST_SKIP() << "2 CPU ranks need the MPI communicator: " << r.errors;
+#endif
+  EXPECT_NE(r.output.find("initialized the adapters from"), std::string::npos) << r.output;
+  ASSERT_EQ(run("export --checkpoint " + again.string() + " --adapter " + again_adapter.string()).status, 0);
+  const std::string check = "/usr/bin/python3 " + std::string(ZEROPLAN_SOURCE_DIR) + "/tests/cli/adapter_check.py ";
+  const CommandResult same = run_command(check + again_adapter.string() + " " + adapter.string());
+  ASSERT_EQ(same.status, 0) << same.errors;
+  EXPECT_TRUE(nlohmann::json::parse(same.output).at("equal_to_other").get<bool>()) << same.output;
+  const CommandResult one = run(kTrain + kLora + " --steps 1 --warmup-steps 0 --init-from " + init.string() +
+                                " --init-adapter " + adapter.string() + " --save-grads " + grads.string());
+  ASSERT_EQ(one.status, 0) << one.output << one.errors;
+  const CommandResult g = run_command(
+      "/usr/bin/python3 -c \"import sys, numpy as np; from safetensors.numpy import load_file; t = load_file(sys.argv[1]); "
+      "print(sum(1 for k, v in t.items() if k.endswith('lora_A.weight') and np.any(v != 0)))\" " + grads.string());
+  ASSERT_EQ(g.status, 0) << g.errors;
+  EXPECT_EQ(std::stoi(g.output), 6) << "every lora_A's gradient nonzero once B is";
+  // Other settings than the adapter's, no LoRA, no adapter there.
+  expect_one_line_error(run(kTrain + " --lora-rank 4 --lora-alpha 16 --lora-targets q_proj,v_proj,down_proj --steps 1 "
+                                     "--init-adapter " + adapter.string()),
+                        {"adapter_config.json", "lora_alpha", "--lora-alpha"});
+  expect_one_line_error(run(kTrain + " --lora-rank 4 --lora-alpha 8 --lora-targets q_proj,v_proj --steps 1 "
+                                     "--init-adapter " + adapter.string()),
+                        {"adapter_config.json", "target_modules"});
+  expect_one_line_error(run(kTrain + " --steps 1 --init-adapter " + adapter.string()), {"--init-adapter", "--lora-rank"});
+  expect_one_line_error(run(kTrain + kLora + " --steps 1 --init-adapter " + fresh("no_adapter_here").string()),
+                        {"--init-adapter", "no such file"});
+}
+
 TEST(LoraRun, QloraTrainsOnTheCpuBackend) {
   const CommandResult r = run(kTrain + kLora + " --quantize-base nf4 --stage 1 --steps 3");
   ASSERT_EQ(r.status, 0) << r.output << r.errors;
