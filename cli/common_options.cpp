@@ -56,8 +56,9 @@ void add_common_options(CLI::App& command, CommonOptions& options, bool model_re
                      "A DeepSpeed config file (// comments and \"auto\" accepted); flags given beside it win");
   command.add_option("--model-code", options.model_code,
                      "DeepSpeed engine: whose modules the script builds the model from: transformers "
-                     "(AutoModelForCausalLM; the default for a Hugging Face config.json) or harness (bench/exec/"
-                     "pytorch_peer.py's GPT-2; the default for a zeroplan model description)");
+                     "(AutoModelForCausalLM, whose eager Llama/Mistral/Qwen2 modules keep more for backward; the "
+                     "default for a Hugging Face config.json) or harness (bench/exec/pytorch_peer.py's GPT-2; the "
+                     "default for a zeroplan model description)");
   command.add_option("--engine", options.engine,
                      "Whose engine the model describes: deepspeed (default), zeroplan (our executor) or ideal (the ZeRO "
                      "paper's schedule without a framework's overheads)");

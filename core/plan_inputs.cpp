@@ -117,9 +117,17 @@ ResolvedPlanInputs resolve_plan_inputs(const PlanInputs& in, const PlanInputName
   // A Hugging Face config.json is built by transformers in the script people write (from_config, or from_pretrained
   // of the checkpoint the config belongs to); a zeroplan description by the harness's own model.
   training.model_code = in.model_code.value_or(out.model.hf_config ? ModelCode::transformers : ModelCode::harness);
-  if (training.engine == TrainingEngine::deepspeed && training.model_code == ModelCode::transformers && !in.model_code)
-    training.notes.push_back("model code transformers: a Hugging Face config.json, built by transformers' modules "
-                             "(--model-code harness for the harness's own model)");
+  if (training.engine == TrainingEngine::deepspeed && training.model_code == ModelCode::transformers && !in.model_code) {
+    // sim/activation_memory.cpp counts transformers' own saved set for the Llama family (RMSNorm, SwiGLU); other
+    // families' modules are planned with the harness's list.
+    const bool llama_like = out.model.transformer && out.model.transformer->norm == NormKind::rms_norm &&
+                            out.model.transformer->activation == ActivationKind::swiglu;
+    training.notes.push_back(llama_like ? "model code transformers: a Hugging Face config.json, built by transformers' "
+                                          "modules (--model-code harness for the harness's own model)"
+                                        : "model code transformers: a Hugging Face config.json; this family's modules "
+                                          "are planned with the harness's saved activations (only the Llama family's "
+                                          "own are modelled)");
+  }
   // zeroplan's executor implements no dropout: its plan is made without, as `zeroplan run` makes it
   // (run/training_run.cpp), so that the two show the same figures.
   if (in.engine == TrainingEngine::zeroplan && out.model.transformer && out.model.transformer->dropout > 0) {
