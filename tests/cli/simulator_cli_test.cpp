@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_test_support.h"
+
 namespace {
 
 struct Output {
@@ -22,14 +24,8 @@ struct Output {
   std::string text;
 };
 
-std::filesystem::path scratch() {
-  static const std::filesystem::path dir = [] {
-    auto path = std::filesystem::temp_directory_path() / ("zeroplan_sim_cli_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path);
-    return path;
-  }();
-  return dir;
-}
+// The process's scratch directory (cli_test_support.h: removed when every test of the process passed).
+std::filesystem::path scratch() { return zeroplan_test::temp_dir(); }
 
 Output zeroplan(const std::string& arguments) {
   const std::string command = std::string(ZEROPLAN_BINARY) + " " + arguments + " 2>/dev/null";
