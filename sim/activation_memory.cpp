@@ -30,7 +30,9 @@ int mlp_tensors(ActivationKind activation) { return activation == ActivationKind
 //    inputs): 3fe; the product, saved when down_proj trains (f e).
 // Training everything that is 4h + 2he a norm where the list has 2he, 2he for the attention output where it has
 // he, and 4fe for the MLP where it has 3fe: measured against TinyLlama-1.1B and Qwen2-0.5B under DeepSpeed on one
-// H200 (bench/deepspeed/results-pending/hf_tinyllama_qwen2_bf16_1gpu_h200x1_2026-11-29.json).
+// H200 (bench/deepspeed/results-pending/hf_tinyllama_qwen2_bf16_1gpu_h200x1_2026-11-29.json). With LoRA the frozen
+// embedding's output needs no gradient, so the first block's first norm keeps nothing either; that one norm of the
+// model's 2L is not taken off here.
 bool transformers_llama_modules(const TransformerShape& shape, const TrainingConfig& training) {
   return training.engine == TrainingEngine::deepspeed && training.model_code == ModelCode::transformers &&
          shape.norm == NormKind::rms_norm && shape.activation == ActivationKind::swiglu;
