@@ -347,8 +347,7 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   // run-to-run deterministic at a fixed world size.
   cfg.zero.deterministic = o.deterministic;
   // The CPU AdamW's threads: --cpu-threads-per-rank, else the node's cores among its ranks (all on this node).
-  e.offload_threads = cfg.zero.cpu_optimizer_threads > 0 ? cfg.zero.cpu_optimizer_threads
-                                                                 : exec::offload::default_optimizer_threads(world);
+  e.offload_threads = exec::offload::optimizer_threads(cfg.zero.cpu_optimizer_threads, world);
 
   // The plan first: stop before allocating when the planner says it does not fit.
   PlannerOptions popts;

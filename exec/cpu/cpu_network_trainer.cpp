@@ -35,10 +35,8 @@ class CpuNetworkTrainer final : public NetworkTrainer {
     if (!config_.network) throw std::invalid_argument("executor: a layer-list trainer needs a network");
     if (config_.micro_batch < 1 || config_.grad_accum < 1)
       throw std::invalid_argument("executor: micro_batch and grad_accum must be >= 1");
-    device_ = std::make_unique<CpuZeroDevice>(layout_, config_.seed,
-                                              config_.zero.cpu_optimizer_threads > 0
-                                                  ? config_.zero.cpu_optimizer_threads
-                                                  : offload::default_optimizer_threads(comm_.world()));
+    device_ = std::make_unique<CpuZeroDevice>(
+        layout_, config_.seed, offload::optimizer_threads(config_.zero.cpu_optimizer_threads, comm_.world()));
     engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
     attach(*engine_, scaler_);
     plan_ops();

@@ -44,8 +44,7 @@ class CpuTrainer final : public EngineTrainer {
         scaler_(config.precision, config.loss_scale) {
     validate(config_);
     // The ranks of a CPU run share one node (our launcher, or mpirun on one host): its cores divided among them.
-    const int threads = config_.zero.cpu_optimizer_threads > 0 ? config_.zero.cpu_optimizer_threads
-                                                                : offload::default_optimizer_threads(comm_.world());
+    const int threads = offload::optimizer_threads(config_.zero.cpu_optimizer_threads, comm_.world());
     host_threads_ = threads;
     const bool lora = config_.lora.enabled;
     if (lora) {

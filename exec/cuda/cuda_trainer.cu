@@ -373,8 +373,7 @@ class CudaTrainer final : public EngineTrainer {
   // Llama's fused qkv and gate_up are 3 and 2 tensors) and copied to the device.
   void quantize_base(const ParamLayout& source_layout, const ZeroEngine::StateSource& source, bool read_in_parallel) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const int threads = config_.zero.cpu_optimizer_threads > 0 ? config_.zero.cpu_optimizer_threads
-                                                                : offload::default_optimizer_threads(comm_->world());
+    const int threads = offload::optimizer_threads(config_.zero.cpu_optimizer_threads, comm_->world());
     quantize_frozen_block_weights(
         config_.shape, source_layout,
         [&source](std::int64_t begin, std::int64_t n, float* out) { source(begin, n, out, nullptr, nullptr); },

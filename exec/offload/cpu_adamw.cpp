@@ -142,6 +142,10 @@ int default_optimizer_threads(int local_ranks) {
   return std::max(1, static_cast<int>(cores) / local_ranks);
 }
 
+int optimizer_threads(int configured, int local_ranks) {
+  return configured > 0 ? configured : default_optimizer_threads(local_ranks);
+}
+
 CpuAdamw::CpuAdamw(int threads, CpuIsa isa) : pool_(threads), isa_(isa) {
   if (!cpu_supports(isa))
     throw std::invalid_argument(std::string("CpuAdamw: this CPU cannot run the ") + cpu_isa_name(isa) +

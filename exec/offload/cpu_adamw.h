@@ -29,6 +29,10 @@ enum class HalfFormat { bf16, fp16 };
 // process (OMP_NUM_THREADS=1), which DeepSpeed's CPU Adam inherits. Throws std::invalid_argument when
 // local_ranks < 1 and std::runtime_error when the core count is unknown.
 int default_optimizer_threads(int local_ranks);
+// The CPU AdamW's threads of one rank: `configured` (ExecConfig's zero.cpu_optimizer_threads, --cpu-threads-per-rank)
+// when above 0, else default_optimizer_threads(local_ranks). The host work of a rank (the offloaded optimizer, the
+// frozen base's quantisation) runs on these.
+int optimizer_threads(int configured, int local_ranks);
 
 // One step's hyperparameters. The update (PyTorch's AdamW, decoupled weight decay, Loshchilov & Hutter 2019;
 // https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html), written in the operation order of the CPU

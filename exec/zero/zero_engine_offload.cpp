@@ -234,9 +234,8 @@ void ZeroEngine::setup_offload() {
   if (!nvme)
     for (const GradientBucket& b : partition_.buckets())
       device_.init_host_master(host_master_ + b.partition_offset, b.chunk_begin(rank_), b.chunk);
-  cpu_adamw_ = std::make_unique<offload::CpuAdamw>(config_.zero.cpu_optimizer_threads > 0
-                                                       ? config_.zero.cpu_optimizer_threads
-                                                       : offload::default_optimizer_threads(world_));
+  cpu_adamw_ =
+      std::make_unique<offload::CpuAdamw>(offload::optimizer_threads(config_.zero.cpu_optimizer_threads, world_));
   decay_ = offload::DecayGeometry{layout_.blocks_begin(), layout_.block_stride(), layout_.block_decay_elements(),
                                   layout_.blocks_end(), layout_.tail_decay_end()};
   const int stage = config_.zero.stage;
