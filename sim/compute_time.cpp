@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/input_error.h"
+#include "exec/network_plan.h"
 #include "sim/lora_model.h"
 
 namespace zeroplan {
@@ -342,12 +343,10 @@ std::vector<LayerCompute> executor_network_times(const ComputeTimer& timer, cons
     for (const LayerOp& op : layer.ops) {
       const TensorShape in = shape_of(op.inputs.front(), i);
       const double n_in = b * static_cast<double>(in.elements());
-      TensorShape out = in;
+      // The output as the executor's network plan shapes it (exec/network_plan.h).
+      const TensorShape out = exec::op_output_shape(op, in);
       switch (op.kind) {
         case LayerOpKind::conv2d: {
-          const std::int64_t span = op.dilation * (op.kernel - 1) + 1;
-          out = TensorShape{op.out_channels, (in.height + 2 * op.padding - span) / op.stride + 1,
-                            (in.width + 2 * op.padding - span) / op.stride + 1, false};
           const double filter = static_cast<double>(op.out_channels * (in.channels / op.groups) * op.kernel * op.kernel);
           const double n_out = b * static_cast<double>(out.elements());
           // 2 FLOPs per multiply-add: 2 * (B*Ho*Wo*K outputs) * (C/groups*R*S products each).
@@ -378,28 +377,22 @@ std::vector<LayerCompute> executor_network_times(const ComputeTimer& timer, cons
           t.backward_input_seconds += memory_kernel(2.0 * n_in * e);
           break;
         case LayerOpKind::max_pool2d: {
-          const std::int64_t size = (in.height + 2 * op.padding - op.dilation * (op.kernel - 1) - 1) / op.stride + 1;
-          const std::int64_t width = (in.width + 2 * op.padding - op.dilation * (op.kernel - 1) - 1) / op.stride + 1;
-          out = TensorShape{in.channels, size, width, false};
           const double n_out = b * static_cast<double>(out.elements());
           t.forward_seconds += memory_kernel(n_in * e + n_out * (e + 4.0));
           t.backward_input_seconds += memory_kernel(n_out * (e + 4.0) + n_in * e);
           break;
         }
         case LayerOpKind::adaptive_avg_pool2d:
-          out = TensorShape{in.channels, 1, 1, false};
           t.forward_seconds += memory_kernel((n_in + b * static_cast<double>(in.channels)) * e);
           t.backward_input_seconds += memory_kernel((n_in + b * static_cast<double>(in.channels)) * e);
           break;
         case LayerOpKind::flatten:
-          out = TensorShape{in.elements(), 1, 1, true};
           if (in.height * in.width != 1) {  // a copy unless the map is 1x1 (a view)
             t.forward_seconds += memory_kernel(2.0 * n_in * e);
             t.backward_input_seconds += memory_kernel(2.0 * n_in * e);
           }
           break;
         case LayerOpKind::linear: {
-          out = TensorShape{op.out_features, 1, 1, true};
           const double weights = static_cast<double>(op.in_features * op.out_features);
           const double flops = 2.0 * b * weights;
           const double bytes = (n_in + weights + b * static_cast<double>(op.out_features)) * e;
