@@ -56,3 +56,45 @@ gpu_tests() {
   grep -E "^\[  FAILED|Failure|Expected|Which is|actual|error" "$L/gpu_tests.log" | head -30
   say "gpu tests rc=$rc: $(grep -c '\[       OK' "$L/gpu_tests.log") ok, $(grep -c '^\[  FAILED' "$L/gpu_tests.log") failed lines: $(grep '^\[  FAILED' "$L/gpu_tests.log" | head -8 | cut -c14-90 | tr '\n' ' ')"
 }
+
+# The carried wheels (pure Python, or prebuilt libraries) installed once into SITE (the machine's own numpy kept) and
+# put on PYTHONPATH; an empty list says MISSING. install_wheels SITE MISSING WHEEL...
+install_wheels() {
+  local site=$1 missing=$2; shift 2
+  if [ ! -d "$site" ]; then
+    local wheels=() w
+    for w in "$@"; do
+      [ -f "$w" ] || continue
+      case $(basename "$w") in numpy-*) python3 -c "import numpy" 2>/dev/null && continue ;; esac
+      wheels+=("$w")
+    done
+    if [ ${#wheels[@]} -gt 0 ]; then
+      timeout 180 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+        "${wheels[@]}" > "$L/install.log" 2>&1 || say "wheel install FAILED: $(tail -2 "$L/install.log" | tr '\n' ' ')"
+    else
+      say "$missing"
+    fi
+  fi
+  [ -d "$site" ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  return 0
+}
+
+# "torch X | transformers Y | ..." for the modules named (bitsandbytes optional: its import error named), or why the
+# imports failed; said in the summary. python_versions MODULE...
+python_versions() {
+  local pyv
+  pyv="$(timeout 120 python3 - "$@" 2>"$L/versions.err" <<'PY' | tail -1
+import importlib, sys
+out = []
+for name in sys.argv[1:]:
+    out.append(name + " " + importlib.import_module(name).__version__)
+try:
+    import bitsandbytes; b = bitsandbytes.__version__
+except Exception as e:
+    b = "unavailable (%s: %s)" % (type(e).__name__, str(e)[:80])
+print(" | ".join(out + ["bitsandbytes " + b]))
+PY
+)"
+  [ -n "$pyv" ] || pyv="imports FAILED: $(grep -v Warning "$L/versions.err" | tail -1 | cut -c1-200)"
+  say "python: $pyv"
+}

@@ -35,32 +35,9 @@ has build && build_dev zeroplan
 [ -x "$RUN" ] || { say "no zeroplan CLI (PARTS without build and no build-dev/cli/zeroplan)"; exit 1; }
 
 # DeepSpeed 0.19.8 and its dependencies from the carried wheels (the machine's numpy kept), bitsandbytes 0.50 too.
-site=/tmp/hfds-site
-if [ ! -d $site ]; then
-  wheels=()
-  for w in bench/deepspeed/wheels/*.whl bench/lora/wheels/bitsandbytes-*.whl; do
-    [ -f "$w" ] || continue
-    case $(basename "$w") in numpy-*) python3 -c "import numpy" 2>/dev/null && continue ;; esac
-    wheels+=("$w")
-  done
-  if [ ${#wheels[@]} -gt 0 ]; then
-    timeout 180 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $site "${wheels[@]}" \
-      > "$L/install.log" 2>&1 || say "wheel install FAILED: $(tail -2 "$L/install.log" | tr '\n' ' ')"
-  else
-    say "no wheels in bench/deepspeed/wheels (carry it): DeepSpeed must already be installed"
-  fi
-fi
-[ -d $site ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-pyv="$(timeout 120 python3 -c "
-import torch, transformers, peft, deepspeed
-try:
-    import bitsandbytes; b = bitsandbytes.__version__
-except Exception as e:
-    b = 'unavailable (%s)' % type(e).__name__
-print('torch', torch.__version__, '| transformers', transformers.__version__, '| peft', peft.__version__,
-      '| deepspeed', deepspeed.__version__, '| bitsandbytes', b)" 2>"$L/versions.err" | tail -1)"
-[ -n "$pyv" ] || pyv="imports FAILED: $(grep -v Warning "$L/versions.err" | tail -1 | cut -c1-200)"
-say "python: $pyv"
+install_wheels /tmp/hfds-site "no wheels in bench/deepspeed/wheels (carry it): DeepSpeed must already be installed" \
+  bench/deepspeed/wheels/*.whl bench/lora/wheels/bitsandbytes-*.whl
+python_versions torch transformers peft deepspeed
 
 TL=bench/llama/configs/tinyllama-1.1b.json
 Q05=bench/llama/configs/qwen2-0.5b.json

@@ -49,26 +49,9 @@ except Exception as e:
 }
 
 # bitsandbytes 0.50 from its wheel (pure Python + its prebuilt CUDA libraries; needs only torch, numpy, packaging)
-site=/tmp/bnb-site
-if [ ! -d $site ]; then
-  whl=$(ls bench/lora/wheels/bitsandbytes-0.50.0-*.whl 2>/dev/null | head -1)
-  if [ -n "$whl" ]; then
-    timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $site "$whl" \
-      > "$L/bnb_install.log" 2>&1 || say "bitsandbytes install FAILED: $(tail -2 "$L/bnb_install.log" | tr '\n' ' ')"
-  else
-    say "no bench/lora/wheels/bitsandbytes-0.50.0-*.whl (carry bench/lora/wheels): the nf4 rows will fail"
-  fi
-fi
-[ -d $site ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-pyv="$(timeout 120 python3 -c "
-import torch, transformers, peft
-try:
-    import bitsandbytes; b = bitsandbytes.__version__
-except Exception as e:
-    b = 'unavailable (%s: %s)' % (type(e).__name__, str(e)[:80])
-print('torch', torch.__version__, '| transformers', transformers.__version__, '| peft', peft.__version__, '| bitsandbytes', b)" 2>"$L/versions.err" | tail -1)"
-[ -n "$pyv" ] || pyv="imports FAILED: $(tail -1 "$L/versions.err" | cut -c1-200)"
-say "python: $pyv"
+install_wheels /tmp/bnb-site "no bench/lora/wheels/bitsandbytes-0.50.0-*.whl (carry bench/lora/wheels): the nf4 rows will fail" \
+  bench/lora/wheels/bitsandbytes-0.50.0-*.whl
+python_versions torch transformers peft
 
 if has build; then
   targets=(zeroplan); has tests && targets+=(zeroplan_exec_cuda_tests)
