@@ -37,7 +37,7 @@ build_dev() {
   local zlib_hint=(); [ -f /usr/include/zlib.h ] || zlib_hint=(-DZLIB_ROOT="$PWD/bench/deps/zlib")
   limit=$(( $(time_left) > 60 ? $(time_left) - 30 : 30 ))
   timeout $limit cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEROPLAN_BUILD_GUI=OFF \
-    -DZEROPLAN_BUILD_BENCHMARKS=OFF -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_hint[@]}" \
+    -DZEROPLAN_BUILD_BENCHMARKS=${BUILD_BENCHMARKS:-OFF} -DZEROPLAN_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 "${zlib_hint[@]}" \
     > "$L/build.log" 2>&1
   grep "zeroplan:\|CUDNN" "$L/build.log" | head -3
   limit=$(( $(time_left) > 60 ? $(time_left) - 30 : 30 ))

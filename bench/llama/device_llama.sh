@@ -12,6 +12,9 @@
 #   speed    TinyLlama 1.1B, micro-batch 4 x 2048, bf16, stages 0-3 on N GPUs beside their plans (SPEED_STAGES)
 #   peers    bench/llama/hf_peer.py on N GPUs in the same call (PEER_MODES; default ddp fsdp2 fsdp2_compile ds_s3)
 #   big      Llama-2 7B, micro-batch 2 x 2048, stage 3, with and without the optimizer on the CPU (BIG_ROWS)
+#   attention  the executor's attention kernels (bench/attention_benchmark.cu) against cuDNN's fused attention and
+#            FlashAttention-2 through PyTorch's SDPA (bench/llama/attention_peer.py) at GPT-2's and Llama's shapes
+#            (ATTENTION_SHAPES, default all), forward and backward, one GPU, before the GPU tests start
 # Logs in $OUT/logs.tar.gz, the summary printed last and kept in $OUT/summary.txt.
 DEFAULT_PARTS="build tests correct speed" LOG_NAME=llama
 source bench/device_call.sh
@@ -34,7 +37,21 @@ if [ ! -d $site ] && { [ -d bench/deepspeed/wheels ] || [ -d bench/llama/wheels 
 fi
 [ -d $site ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
-has build && build_dev zeroplan zeroplan_exec_cuda_tests
+if has build; then
+  targets=(zeroplan zeroplan_exec_cuda_tests)
+  has attention && { targets+=(attention_benchmark); export BUILD_BENCHMARKS=ON; }
+  build_dev "${targets[@]}"
+fi
+
+# Attention kernels, ours and cuDNN's / FlashAttention-2's, timed alone on GPU 0 (nothing else running on it).
+if has attention && need 60 "attention"; then
+  shapes=${ATTENTION_SHAPES:+--shapes $ATTENTION_SHAPES}
+  CUDA_VISIBLE_DEVICES=0 timeout 120 $BUILD/bench/attention_benchmark $shapes > "$L/attention_ours.jsonl" 2> "$L/attention_ours.err" \
+    || say "attention_benchmark FAILED: $(tail -2 "$L/attention_ours.err" | tr '\n' ' ')"
+  CUDA_VISIBLE_DEVICES=0 timeout 180 python3 bench/llama/attention_peer.py --shapes "$L/attention_ours.jsonl" \
+    > "$L/attention_peer.jsonl" 2> "$L/attention_peer.err" || say "attention_peer.py FAILED: $(tail -2 "$L/attention_peer.err" | tr '\n' ' ')"
+  say "$(python3 bench/llama/attention_summary.py "$L/attention_ours.jsonl" "$L/attention_peer.jsonl" 2>&1)"
+fi
 
 # The GPU tests run on the last GPU while the correctness checks use the first (both are small).
 tests_pid=""
