@@ -183,44 +183,52 @@ TEST(LoraCuda, Nf4DequantizationKernelEqualsTheCpuBitForBit) {
     const Nf4Tensor q = quantize_nf4(w.data(), n);
     std::vector<float> want(static_cast<std::size_t>(n));
     dequantize_nf4(q, want.data());
-    // The device copy as the trainer holds it: scales and offset (fp32), packed codes, absmax codes.
-    const std::size_t scale_bytes = q.absmax_scales.size() * sizeof(float);
-    void* store = nullptr;
-    CUDA_CHECK(cudaMalloc(&store, scale_bytes + sizeof(float) + q.codes.size() + q.absmax_codes.size()));
-    auto* bytes = static_cast<unsigned char*>(store);
-    CUDA_CHECK(cudaMemcpy(bytes, q.absmax_scales.data(), scale_bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(bytes + scale_bytes, &q.offset, sizeof(float), cudaMemcpyHostToDevice));
-    std::uint8_t* codes = bytes + scale_bytes + sizeof(float);
-    CUDA_CHECK(cudaMemcpy(codes, q.codes.data(), q.codes.size(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(codes + q.codes.size(), q.absmax_codes.data(), q.absmax_codes.size(), cudaMemcpyHostToDevice));
-    cuda::Nf4DeviceTensor t;
-    t.elements = n;
-    t.absmax_scales = reinterpret_cast<const float*>(bytes);
-    t.offset = reinterpret_cast<const float*>(bytes + scale_bytes);
-    t.codes = codes;
-    t.absmax_codes = codes + q.codes.size();
-    float* out32 = nullptr;
-    __nv_bfloat16* out16 = nullptr;
-    CUDA_CHECK(cudaMalloc(&out32, n * sizeof(float)));
-    CUDA_CHECK(cudaMalloc(&out16, n * sizeof(__nv_bfloat16)));
-    CUDA_CHECK(cudaMemset(out32, 0x7f, n * sizeof(float)));  // unwritten elements show
-    cuda::dequantize_nf4<float>(out32, t, nullptr);
-    cuda::dequantize_nf4<__nv_bfloat16>(out16, t, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> got(static_cast<std::size_t>(n));
-    std::vector<__nv_bfloat16> got16(static_cast<std::size_t>(n));
-    CUDA_CHECK(cudaMemcpy(got.data(), out32, n * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(got16.data(), out16, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(out32));
-    CUDA_CHECK(cudaFree(out16));
-    CUDA_CHECK(cudaFree(store));
-    EXPECT_EQ(first_difference(got, want), "equal") << "fp32";
-    std::vector<float> got_bf16(got16.size()), want_bf16(want.size());
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      got_bf16[i] = __bfloat162float(got16[i]);
-      want_bf16[i] = bf16_round(want[i]);
+    // Codes right after the offset, off an 8-byte boundary (the one-byte-per-thread kernel), and on a 16-byte one
+    // (the 16-element chunks' kernel, where n is a multiple of 16).
+    for (const bool aligned_codes : {false, true}) {
+      SCOPED_TRACE(aligned_codes ? "codes 16-byte aligned" : "codes off an 8-byte boundary");
+      // The device copy as the trainer holds it: scales and offset (fp32), packed codes, absmax codes.
+      const std::size_t scale_bytes = q.absmax_scales.size() * sizeof(float);
+      const std::size_t codes_at = aligned_codes ? (scale_bytes + sizeof(float) + 15) / 16 * 16
+                                                 : scale_bytes + sizeof(float) + (scale_bytes % 8 == 0 ? 0 : 4);
+      void* store = nullptr;
+      CUDA_CHECK(cudaMalloc(&store, codes_at + q.codes.size() + q.absmax_codes.size()));
+      auto* bytes = static_cast<unsigned char*>(store);
+      CUDA_CHECK(cudaMemcpy(bytes, q.absmax_scales.data(), scale_bytes, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(bytes + scale_bytes, &q.offset, sizeof(float), cudaMemcpyHostToDevice));
+      std::uint8_t* codes = bytes + codes_at;
+      CUDA_CHECK(cudaMemcpy(codes, q.codes.data(), q.codes.size(), cudaMemcpyHostToDevice));
+      CUDA_CHECK(
+          cudaMemcpy(codes + q.codes.size(), q.absmax_codes.data(), q.absmax_codes.size(), cudaMemcpyHostToDevice));
+      cuda::Nf4DeviceTensor t;
+      t.elements = n;
+      t.absmax_scales = reinterpret_cast<const float*>(bytes);
+      t.offset = reinterpret_cast<const float*>(bytes + scale_bytes);
+      t.codes = codes;
+      t.absmax_codes = codes + q.codes.size();
+      float* out32 = nullptr;
+      __nv_bfloat16* out16 = nullptr;
+      CUDA_CHECK(cudaMalloc(&out32, n * sizeof(float)));
+      CUDA_CHECK(cudaMalloc(&out16, n * sizeof(__nv_bfloat16)));
+      CUDA_CHECK(cudaMemset(out32, 0x7f, n * sizeof(float)));  // unwritten elements show
+      cuda::dequantize_nf4<float>(out32, t, nullptr);
+      cuda::dequantize_nf4<__nv_bfloat16>(out16, t, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<float> got(static_cast<std::size_t>(n));
+      std::vector<__nv_bfloat16> got16(static_cast<std::size_t>(n));
+      CUDA_CHECK(cudaMemcpy(got.data(), out32, n * sizeof(float), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(got16.data(), out16, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaFree(out32));
+      CUDA_CHECK(cudaFree(out16));
+      CUDA_CHECK(cudaFree(store));
+      EXPECT_EQ(first_difference(got, want), "equal") << "fp32";
+      std::vector<float> got_bf16(got16.size()), want_bf16(want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        got_bf16[i] = __bfloat162float(got16[i]);
+        want_bf16[i] = bf16_round(want[i]);
+      }
+      EXPECT_EQ(first_difference(got_bf16, want_bf16), "equal") << "bf16";
     }
-    EXPECT_EQ(first_difference(got_bf16, want_bf16), "equal") << "bf16";
   }
 }
 
