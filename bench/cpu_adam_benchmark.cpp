@@ -2,7 +2,7 @@
 // fraction of the host's memory bandwidth it reaches, both measured in the same run with the same threads.
 //
 //   build-offload/bench/cpu_adam_benchmark [--sizes 1e6,1e7,1e8] [--threads N] [--repeats 7] [--isa auto]
-//                                          [--copy bf16|fp16|none] [--grads fp32|bf16] [--no-scalar-baseline]
+//                                          [--copy bf16|fp16|none] [--grads fp32|bf16|fp16] [--no-scalar-baseline]
 //
 // One JSON line per size. Bytes moved per parameter as the issue counts them: read p, g, m, v and write p, m, v
 // (fp32 gradients: 28 bytes) plus the 16-bit copy (2 bytes): 30. The host's bandwidth is measured with two
@@ -90,17 +90,22 @@ CpuIsa parse_isa(const std::string& text) {
 // The AdamW arrays of one size, filled by the threads that will stream them (first touch).
 struct AdamwArrays {
   HostArray<float> params, grads, exp_avg, exp_avg_sq;
-  HostArray<std::uint16_t> grads_bf16, params_half;
+  HostArray<std::uint16_t> grads_half, params_half;  // grads_half: bf16 or fp16 bits (half_grads)
+  std::string half_grads;
   std::int64_t count;
 
-  AdamwArrays(std::int64_t n, bool bf16_grads, bool copy, ThreadPool& pool)
+  // grads: "fp32", or "bf16" / "fp16" (16-bit gradients as the executor copies them to the host: bf16 training's,
+  // and fp16 training's loss-scaled ones, ResNet-101 in the DeepSpeed tutorial's fp16).
+  AdamwArrays(std::int64_t n, const std::string& grads_type, bool copy, ThreadPool& pool)
       : params(allocate_host_array<float>(n)),
-        grads(bf16_grads ? nullptr : allocate_host_array<float>(n)),
+        grads(grads_type == "fp32" ? allocate_host_array<float>(n) : nullptr),
         exp_avg(allocate_host_array<float>(n)),
         exp_avg_sq(allocate_host_array<float>(n)),
-        grads_bf16(bf16_grads ? allocate_host_array<std::uint16_t>(n) : nullptr),
+        grads_half(grads_type == "fp32" ? nullptr : allocate_host_array<std::uint16_t>(n)),
         params_half(copy ? allocate_host_array<std::uint16_t>(n) : nullptr),
+        half_grads(grads_type == "fp32" ? "" : grads_type),
         count(n) {
+    const std::uint16_t half_bits = grads_type == "fp16" ? 0x1419 : 0x3A83;  // 0.001 in fp16 / bf16
     pool.run([&](int t) {
       const auto [begin, end] = share_of(t, pool.threads(), n);
       for (std::int64_t i = begin; i < end; ++i) {
@@ -109,7 +114,7 @@ struct AdamwArrays {
         params[i] = static_cast<float>(static_cast<int>((u * 2654435761u) % 2001) - 1000) * 1e-3f;
         const float g = static_cast<float>(static_cast<int>((u * 40503u) % 201) - 100) * 1e-5f + 1e-6f;
         if (grads) grads[i] = g;
-        if (grads_bf16) grads_bf16[i] = 0x3A83;  // bf16 0.001
+        if (grads_half) grads_half[i] = half_bits;
         exp_avg[i] = 0;
         exp_avg_sq[i] = 0;
         if (params_half) params_half[i] = 0;
@@ -121,7 +126,8 @@ struct AdamwArrays {
     AdamwTensors t;
     t.params = params.get();
     t.grads = grads.get();
-    t.grads_bf16 = grads_bf16.get();
+    if (half_grads == "bf16") t.grads_bf16 = grads_half.get();
+    if (half_grads == "fp16") t.grads_fp16 = grads_half.get();
     t.exp_avg = exp_avg.get();
     t.exp_avg_sq = exp_avg_sq.get();
     t.params_half = params_half.get();
@@ -147,23 +153,22 @@ int run(const Options& o) {
   const CpuIsa isa = parse_isa(o.isa);
   if (o.copy != "bf16" && o.copy != "fp16" && o.copy != "none")
     throw InputError("command line", "--copy", "'" + o.copy + "'; expected bf16, fp16 or none");
-  if (o.grads != "fp32" && o.grads != "bf16")
-    throw InputError("command line", "--grads", "'" + o.grads + "'; expected fp32 or bf16");
+  if (o.grads != "fp32" && o.grads != "bf16" && o.grads != "fp16")
+    throw InputError("command line", "--grads", "'" + o.grads + "'; expected fp32, bf16 or fp16");
   if (o.threads < 0) throw InputError("command line", "--threads", "expected at least 1 (0: all cores)");
   if (o.repeats < 1) throw InputError("command line", "--repeats", "expected at least 1");
   std::vector<std::int64_t> sizes;
   for (const std::string& text : o.sizes) sizes.push_back(parse_count(text, "--sizes", kMaxParams));
   const int threads = o.threads > 0 ? o.threads : exec::offload::default_optimizer_threads(1);
-  const bool bf16_grads = o.grads == "bf16";
   const bool copy = o.copy != "none";
   const HalfFormat format = o.copy == "fp16" ? HalfFormat::fp16 : HalfFormat::bf16;
-  const double bytes_per_param = 24 + (bf16_grads ? 2 : 4) + (copy ? 2 : 0);
+  const double bytes_per_param = 24 + (o.grads == "fp32" ? 4 : 2) + (copy ? 2 : 0);
 
   CpuAdamw adamw(threads, isa);
   ThreadPool pool(threads);  // the stream kernels' threads, as many as the AdamW's
   for (const std::int64_t n : sizes) {
     const double load_before = load_average_1min();
-    AdamwArrays arrays(n, bf16_grads, copy, pool);
+    AdamwArrays arrays(n, o.grads, copy, pool);
     const AdamwTensors t = arrays.tensors(format);
     // Stream arrays with the AdamW arrays' footprint, so that both run from the same level of the hierarchy.
     const std::int64_t stream_n =
@@ -251,7 +256,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", o.repeats, "timed repetitions per size; the median is printed");
   app.add_option("--isa", o.isa, "auto, scalar, avx2 or avx512 (auto: the best this CPU runs)");
   app.add_option("--copy", o.copy, "16-bit copy of the parameters: bf16, fp16 or none");
-  app.add_option("--grads", o.grads, "gradient type: fp32 or bf16");
+  app.add_option("--grads", o.grads, "gradient type: fp32, bf16 or fp16");
   app.add_flag("!--no-scalar-baseline", o.scalar_baseline, "skip the single-thread scalar AdamW timing");
   return zeroplan::bench::run_benchmark(app, argc, argv, "cpu_adam_benchmark", [&] { return zeroplan::bench::run(o); });
 }

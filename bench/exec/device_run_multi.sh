@@ -24,6 +24,7 @@
 #                expected) and their plans; then its parameter offload (--offload-param nvme, optimizer on the
 #                CPU) beside --offload-param cpu (equal losses expected; NVMe bytes per step beside the plan's);
 #                the disk's raw rates (dd) beside
+#   param_nvme   the nvme part's parameter offload only (issue 39's runs, on any N)
 #   largest      the largest GPT-2-family model the planner fits on 2x H200 at stage 3 but not at stage 2
 #                (bench/exec/models/gpt2-h6144-l36.json, 16.6B; issue 11), 10 steps beside its plan
 #   largest_offload  host-bound (issue 12): the largest layer count of that width the planner fits at stage 3 with
@@ -231,14 +232,14 @@ if has offload; then
     summary+=("  host: $(grep -E '^  (pinned|resident peak|node host)' "$OUT/off_$name.log" | tr -s ' ' | tr '\n' ' ') | VmHWM per rank: $(grep -E '^  rank [0-9]' "$OUT/off_$name.log" | awk '{print $(NF-1)}' | tr '\n' ' ')")
   done
 fi
-if has nvme; then
+if has nvme || has param_nvme; then
   NV=${NVME_DIR:-/var/tmp/zeroplan-nvme}
   mkdir -p "$NV"
   dd if=/dev/zero of=$NV/dd.bin bs=16M count=128 oflag=direct conv=fsync 2> "$OUT/nvme_dd_write.log"
   dd if=$NV/dd.bin of=/dev/null bs=16M iflag=direct 2> "$OUT/nvme_dd_read.log"
   rm -f $NV/dd.bin
   summary+=("disk raw (dd 2 GiB, direct): write $(tail -1 "$OUT/nvme_dd_write.log" | awk -F, '{print $NF}') read $(tail -1 "$OUT/nvme_dd_read.log" | awk -F, '{print $NF}')")
-  for m in gpt2-124m gpt2-355m; do
+  has nvme && for m in gpt2-124m gpt2-355m; do
     S="--model $m --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 6 --warmup-steps 2 --deterministic"
     rm -rf "$NV"; mkdir -p "$NV"
     timeout 200 $RUN run $S --offload-optimizer nvme --nvme-path "$NV" --report "$OUT/nvme_$m.json" > "$OUT/nvme_$m.log" 2>&1
