@@ -156,6 +156,20 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
   f.arena_elements = buffers.arena_elements;
   f.gathered_elements = buffers.train_plan.gathered_elements;
   f.gathers = buffers.train_plan.gathers;
+  if (stage == 3) {
+    // A gather serves the next use of its unit at or after the step it is issued at; the steps past the forward
+    // plan's are the backward's uses.
+    const auto& steps = buffers.train_plan.steps;
+    const std::size_t forward_uses = buffers.forward_plan.steps.size();
+    f.unit_regathered_for_backward.assign(buffers.units.size(), 0);
+    for (std::size_t s = 0; s < steps.size(); ++s)
+      for (const Zero3Gather& g : steps[s].gathers) {
+        std::size_t use = s;
+        while (use < steps.size() && steps[use].unit != g.unit) ++use;
+        if (use >= forward_uses && use < steps.size())
+          f.unit_regathered_for_backward[static_cast<std::size_t>(g.unit)] = 1;
+      }
+  }
   f.param_staging_elements = buffers.param_staging_total();
   f.largest_chunk = buffers.largest_chunk;
   if (!zero.param_nvme_path.empty()) {

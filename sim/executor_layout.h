@@ -46,6 +46,10 @@ struct ExecutorLayoutFigures {
   std::int64_t arena_elements = 0;          // stage 3: gathered-parameter arena
   std::int64_t gathered_elements = 0;       // stage 3: all-gather volume of one micro-step (forward + backward)
   std::int64_t gathers = 0;                 // stage 3: unit gathers per micro-step
+  // Stage 3, per gather unit (the model's layers, in order): whether the fetch plan gathers it again for its
+  // backward use (1), or it stays gathered from the forward (0: core/zero3_fetch_plan.h's reuse rule, which keeps
+  // every unit of a model below stage3_max_reuse_distance). Empty below stage 3.
+  std::vector<char> unit_regathered_for_backward;
   std::int64_t param_staging_elements = 0;  // stage 3 with offload_param cpu: device staging buffers, all of them
   std::int64_t largest_chunk = 0;           // stage 3: the largest partition chunk (offload_param.buffer_size)
   // offload_optimizer: rank 0's pieces (each bucket's chunk cut at min(kOffloadPieceElements, sub_group_size),

@@ -282,6 +282,13 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
 
   inputs.every_micro_step = options.record_events;
   inputs.static_gathered_params = executor_arena(model, training);
+  if (inputs.static_gathered_params && training.zero.stage == 3 && !training.lora.enabled) {
+    // The executor's fetch plan keeps a unit gathered from its forward to its backward use when the reuse rule
+    // allows: no all-gather (nor NVMe read, nor host copy) for it in backward. One gather unit per layer.
+    const auto figures = executor_layout_figures(model, training, world_size, 3);
+    if (figures && figures->unit_regathered_for_backward.size() == model.layers.size())
+      inputs.backward_regathers = figures->unit_regathered_for_backward;
+  }
   // Elementwise gradient copies and conversions run at the optimizer's streaming rate (both are memory bound).
   inputs.streaming_bandwidth = inputs.optimizer_bandwidth;
   if (training.engine == TrainingEngine::deepspeed) {

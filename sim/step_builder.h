@@ -68,6 +68,7 @@ class StepBuilder {
   // --- passes ---------------------------------------------------------------------------------------------
 
   std::int32_t layer_at(bool forward, std::size_t position) const;
+  bool kept_from_forward(bool forward, std::size_t index) const;
 
   void run_pass(bool forward, std::int32_t micro);
 

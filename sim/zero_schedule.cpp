@@ -136,8 +136,9 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
           gather_task_[static_cast<std::size_t>(g.layer)] =
               fetch(g.layer, g.elements, g.modules, micro, after(previous_compute), with_start_of(hooks));
     } else if (zero_.stage == 3 && issued <= position) {
-      gather_task_[index] = fetch(layer, gather_elements_[index], gathered_module_count(layers_[index], zero_), micro,
-                                  after(previous_compute), with_start_of(hooks));
+      if (!kept_from_forward(forward, index))
+        gather_task_[index] = fetch(layer, gather_elements_[index], gathered_module_count(layers_[index], zero_),
+                                    micro, after(previous_compute), with_start_of(hooks));
       issued = position + 1;
     }
 
@@ -215,6 +216,10 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
       std::int64_t live = gather_elements_[index];
       for (std::size_t next = position + 1; next < count && next <= position + static_cast<std::size_t>(in_.prefetch_window); ++next) {
         const auto next_index = static_cast<std::size_t>(layer_at(forward, next));
+        if (kept_from_forward(forward, next_index)) {  // still gathered: nothing to prefetch, nothing added
+          if (next >= issued) issued = next + 1;
+          continue;
+        }
         const std::int64_t elements = gather_elements_[next_index];
         ahead += elements;
         live += elements;
@@ -247,6 +252,11 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
     previous_compute = consumer;
     last_compute_ = consumer;
   }
+}
+
+// Our executor's fetch plan keeps the layer gathered from its forward use to its backward use.
+bool StepBuilder::kept_from_forward(bool forward, std::size_t index) const {
+  return !forward && index < in_.backward_regathers.size() && in_.backward_regathers[index] == 0;
 }
 
 // `elements` of layer `layer` in `modules` parameter groups; `issued_by`: DeepSpeed's hook that issues the fetch on

@@ -98,6 +98,10 @@ struct StepScheduleInputs {
   // Stage 3's gathered parameters are static memory (zeroplan's executor: one arena for the run): the gathers
   // take time but allocate nothing on the timeline.
   bool static_gathered_params = false;
+  // zeroplan's executor at stage 3, per layer: whether its fetch plan gathers the layer again for the backward (1)
+  // or keeps it gathered from the forward (0; sim/executor_layout.h unit_regathered_for_backward). Empty: every
+  // layer is gathered in both passes (DeepSpeed's coordinator has its own replay; the ZeRO paper's schedule).
+  std::vector<char> backward_regathers;
 
   // DeepSpeed's engine (training.engine deepspeed; deepspeed_engine.h): its code paths, the buffers the memory
   // model leaves to the timeline, and what its Python costs the host. Unset for zeroplan's executor.

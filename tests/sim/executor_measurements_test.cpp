@@ -222,6 +222,50 @@ TEST(ExecutorMeasurements, OneH100OffloadRunsWithinTolerances) {
   }
 }
 
+// Parameters on NVMe on the GPU (issue 39; bench/exec/results/2026-11-29-h200x1-param-nvme/, its README gives the
+// command): GPT-2 124M and 355M, micro-batch 8 x 1024, bf16, stage 3, optimizer on the CPU, parameters on NVMe, one
+// H200, planned on h200x1. Each memory component, the device total and the host's pinned states; the disk's bytes
+// per step equal; the step within 10%. The step is NVMe-bound, and the fetch plan keeps every unit of these models
+// gathered from its forward to its backward (stage3_max_reuse_distance): the planner read every unit twice until
+// its timeline followed the plan (predicted 513 / 1,449 ms against 321 / 862 measured).
+TEST(ExecutorMeasurements, OneH200ParameterNvmeRunsWithinTolerances) {
+  for (const char* model : {"gpt2-124m", "gpt2-355m"}) {
+    const std::string report = std::string("pnvme_") + model + ".json";
+    SCOPED_TRACE(report);
+    std::printf("one H200, parameters on NVMe: %s\n", report.c_str());
+    const nlohmann::json doc = read_json_file(results("2026-11-29-h200x1-param-nvme") / report);
+    const nlohmann::json& m = doc.at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), 3);
+    ASSERT_EQ(m.at("world_size").get<int>(), 1);
+    PlanInputs inputs;
+    inputs.model = model;
+    inputs.cluster = (data_directory() / "configs" / "clusters" / "h200x1.json").string();
+    inputs.gpus = 1;
+    inputs.micro_batch = 8;
+    inputs.seq = 1024;
+    inputs.precision = Precision::bf16;
+    inputs.stage = 3;
+    inputs.offload_optimizer = OffloadDevice::cpu;
+    inputs.offload_param = OffloadDevice::nvme;
+    const Planned p = plan_as_run(inputs);
+    expect_memory_within(p, m, false);
+    // Host: the pinned states and swap buffers (issue 39's 3%), the ranks' resident peak (5%). The node's
+    // MemAvailable drop is printed, not held: at 2.2 GiB (124M) it read 8.5% below the plan, 3.2% at 355M.
+    std::int64_t pinned = 0;
+    for (const auto& [tag, b] : m.at("host_bytes").items()) pinned += b.get<std::int64_t>();
+    const HostMemoryBreakdown& h = p.plan.memory.host;
+    expect_within(h.pinned + h.pageable, pinned, kComponentTolerance, "host pinned");
+    expect_within(h.total, m.at("ranks").at(0).at("host_resident_peak_bytes").get<double>(), kTotalTolerance,
+                  "host resident");
+    std::printf("  node host used: predicted %.0f, measured %.0f (not held)\n", static_cast<double>(h.total),
+                m.at("host_node_used_peak_bytes").get<double>());
+    const nlohmann::json& o = m.at("offload_seconds");
+    EXPECT_EQ(p.plan.comm.nvme_read_bytes, o.at("param_nvme_read_bytes").get<double>());
+    EXPECT_EQ(p.plan.comm.nvme_write_bytes, o.at("param_nvme_write_bytes").get<double>());
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  }
+}
+
 // The per-rank process term (sim/host_memory.h) came from the 1.5B runs above; GPT-2 124M and 355M at stage 3 with
 // the optimizer on the CPU or on NVMe (the same call) check it on other models and other host states.
 TEST(ExecutorMeasurements, OneH100HostResidentOfSmallerModels) {
