@@ -33,9 +33,44 @@ else
   say "no bench/deps/libaio (bench/exec/carry_deps.sh): DeepSpeed's async_io op needs libaio"
 fi
 export TORCH_EXTENSIONS_DIR=/tmp/ds-extensions MAX_JOBS=$(nproc)
+# The GPU machines set TORCH_CUDA_ARCH_LIST to "9.0a", which DeepSpeed 0.19.8's JIT builder cannot parse
+# (op_builder/builder.py compute_capability_args: int("0a")); its ops are built for 9.0 here.
+export TORCH_CUDA_ARCH_LIST="9.0"
 
-has build && build_dev zeroplan
+if has build; then
+  export BUILD_BENCHMARKS=ON  # nvme_io_benchmark, a plain program
+  build_dev zeroplan nvme_io_benchmark
+fi
 [ -x $RUN ] || { say "no $RUN: build first (PARTS='build ...')"; exit 1; }
+
+# The disk under $NV as the executor's store moves it (bench/nvme_io_benchmark.cpp: io_uring, O_DIRECT, 1 MiB
+# blocks, 8 in flight), written into a copy of the machine's description, on which both engines plan the rows:
+# disks of one machine kind differ (one H200 machine: 1.22 / 2.61 GB/s read / write in h200x1.json, another 0.92 /
+# 1.1 GB/s by dd on 2026-11-29).
+PLAN_CLUSTER=$CLUSTER
+if has rows && need 60 "disk"; then
+  mkdir -p "$NV"
+  timeout 60 $BUILD/bench/nvme_io_benchmark --dir "$NV" --gib 1 --piece-mib 64 --queue-depth 8 --block-kib 1024 \
+    --repeats 3 > "$L/disk.jsonl" 2> "$L/disk.err"
+  if python3 - "$L/disk.jsonl" configs/clusters/$CLUSTER.json "$W_CFG/$CLUSTER-disk.json" > "$L/disk.log" 2>&1 <<'PY'
+import json, sys
+rates = {}
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        if r["method"] == "nvme_store":
+            rates[r["op"]] = r["gb_per_s"] * 1e9
+c = json.load(open(sys.argv[2]))
+c["nvme"]["read_bandwidth"], c["nvme"]["write_bandwidth"] = rates["read"], rates["write"]
+c["name"] = c["name"] + "-disk"
+c["provenance"] = ("nvme: this machine's disk, bench/nvme_io_benchmark (io_uring, O_DIRECT, 1 MiB blocks, 8 in "
+                   "flight, 1 GiB in 64 MiB pieces, median of 3), measured in this call | " + c["provenance"])
+json.dump(c, open(sys.argv[3], "w"), indent=2)
+print(f"disk (nvme_io_benchmark): read {rates['read'] / 1e9:.2f} GB/s, write {rates['write'] / 1e9:.2f} GB/s")
+PY
+  then PLAN_CLUSTER=$W_CFG/$CLUSTER-disk.json; say "$(cat "$L/disk.log")"
+  else say "disk measurement FAILED: $(tail -2 "$L/disk.err" "$L/disk.log" | tr '\n' ' ')"; fi
+fi
 
 if has ops && need 120 "DeepSpeed's ops"; then
   t0=$(date +%s)
@@ -57,7 +92,7 @@ if has rows; then
     case $m in gpt2-124m) desc=bench/deepspeed/models/gpt2-124m-v50304.json ;;
                gpt2-355m) desc=bench/deepspeed/models/gpt2-350m-v50304.json ;;
                *) say "row $m: no DeepSpeed model description (gpt2-124m, gpt2-355m)"; continue ;; esac
-    S=(--model $desc --cluster $CLUSTER --gpus $N --micro-batch 8 --seq 1024 --precision bf16 --stage 3
+    S=(--model $desc --cluster $PLAN_CLUSTER --gpus $N --micro-batch 8 --seq 1024 --precision bf16 --stage 3
        --offload-optimizer cpu --offload-param nvme)
     $RUN plan "${S[@]}" --emit-ds-config $W_CFG/$m.ds.json --overwrite -f json > "$L/plan_ds_$m.json" 2> "$L/plan_ds_$m.err" \
       || { say "$m: zeroplan plan FAILED: $(tail -1 "$L/plan_ds_$m.err")"; continue; }
