@@ -252,10 +252,65 @@ class CachedSegments {
       }
     }
   }
+  // A forward pass's activations when they are many tensors no larger than the activation block (transformers'
+  // eager modules: TinyLlama's 32, 64 and 88 MiB blocks; bench/deepspeed/results-pending/README.md, 2026-11-29):
+  // each request is served by best fit, so they take, smallest first, the segments their own earlier requests made
+  // (exact fits), then every free block of the other segments at least `smallest_request` long, split to what is
+  // left; only what none of those holds gets new segments of its own (kept cached, and reused first by every later
+  // forward). Replayed as a volume: `bytes` poured into the free blocks in the order best fit takes them.
+  // release_activations frees them all (the backward pass, before its reductions).
+  void fill_with_activations(Bytes bytes, Bytes smallest_request) {
+    const Bytes own = std::min(bytes, own_activation_segments_ - own_activation_used_);
+    own_activation_used_ = sat_add(own_activation_used_, own);
+    bytes -= own;
+    while (bytes > 0) {
+      int best = -1;
+      for (int i = 0; i < count_; ++i) {
+        const Block& block = blocks_[static_cast<std::size_t>(i)];
+        if (!block.alive || block.used || block.bytes < smallest_request) continue;
+        if (best < 0) {
+          best = i;
+          continue;
+        }
+        const Block& chosen = blocks_[static_cast<std::size_t>(best)];
+        if (block.bytes < chosen.bytes ||
+            (block.bytes == chosen.bytes &&
+             (block.segment < chosen.segment || (block.segment == chosen.segment && block.offset < chosen.offset))))
+          best = i;
+      }
+      if (best < 0) {  // cudaMalloc: segments of the activations' own
+        own_activation_segments_ = sat_add(own_activation_segments_, bytes);
+        own_activation_used_ = sat_add(own_activation_used_, bytes);
+        return;
+      }
+      Block& block = blocks_[static_cast<std::size_t>(best)];
+      const Bytes take = std::min(bytes, block.bytes);
+      if (block.bytes - take > kSmallSize) {
+        const int rest = free_slot();
+        if (rest >= 0) {
+          blocks_[static_cast<std::size_t>(rest)] = {block.segment, block.offset + take, block.bytes - take, false,
+                                                     true};
+          block.bytes = take;
+        }
+      }
+      block.used = true;
+      block.activations = true;
+      bytes -= std::min(bytes, block.bytes);
+    }
+  }
+  void release_activations() {
+    own_activation_used_ = 0;
+    for (int i = 0; i < count_; ++i) {
+      Block& block = blocks_[static_cast<std::size_t>(i)];
+      if (!block.alive || !block.activations) continue;
+      block.activations = false;
+      release(i);
+    }
+  }
   // Bytes cached and not allocated: the free blocks of every segment (the optimizer states the first step created
-  // are held from then on).
+  // are held from then on), and the activations' own segments they do not use.
   Bytes idle_bytes() const {
-    Bytes idle = 0;
+    Bytes idle = own_activation_segments_ - own_activation_used_;
     for (int i = 0; i < count_; ++i) {
       const Block& block = blocks_[static_cast<std::size_t>(i)];
       if (block.alive && !block.used) idle = sat_add(idle, block.bytes);
@@ -296,7 +351,8 @@ class CachedSegments {
     Bytes offset;
     Bytes bytes;
     bool used;
-    bool alive;  // false once merged into a neighbour
+    bool alive;               // false once merged into a neighbour
+    bool activations = false; // taken by fill_with_activations
   };
   // A slot for a new block: one a merge emptied (no handle names it: only free blocks merge away), else the next.
   int free_slot() {
@@ -305,6 +361,8 @@ class CachedSegments {
     return count_ < kCapacity ? count_++ : -1;
   }
   Bytes activation_block_;
+  Bytes own_activation_segments_ = 0;  // fill_with_activations' segments of their own, and what it uses of them
+  Bytes own_activation_used_ = 0;
   std::array<Block, kCapacity> blocks_;  // [0, count_) in use
   int count_ = 0;
   int segments_ = 0;
@@ -326,6 +384,7 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
                                      const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss,
                                      Bytes device_free_bytes) {
   CachedSegments cache(activation_block);
+  CachedSegments side_stream(0);  // stage 3's reduce_and_partition_stream (transformers' rows, below)
   const TransientGpuBytes& t = gpu.transient;
   const ZeroConfig& zero = training.zero;
   const bool offload = offloads_optimizer(in);
@@ -362,6 +421,46 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
                                            sat_mul(ceil_div(medium, 20 * kMiB), 20 * kMiB)));
     for (int block : large) cache.release(block);
     cache.release(cache.allocate(sat_mul(in.param_bytes, Pp), true));
+  }
+  // transformers' modules (training.model_code; sim/activation_memory.cpp): the forward's saved tensors are many
+  // blocks no larger than `activation_block` (TinyLlama-1.1B at 4 x 2,048: per layer the RMSNorms' fp32 inputs of
+  // 64 MiB, the 32 MiB hidden-size outputs, the MLP's four 88 MiB tensors), which by best fit fill whatever the
+  // cached segments have free (CachedSegments::fill_with_activations): the segments of the first step's loss, the
+  // master clone's and the step's flat fp32 segments. Traced on one H200 (bench/deepspeed/results-pending/
+  // memtrace-2026-11-29-hf/, tl_s1 and tl_s3): at the allocated peak 2.8-3.4 GiB of activations sit in the first
+  // loss's 500 and 1000 MiB segments, 2.7 GiB (s1: the master clone's 2100 MiB segment and 736 MiB of a step
+  // segment) and 1.1 GiB (s3: a step segment) in the others, and the loss's tensors take the step's fp32 segments
+  // instead; the reserve is what those two segments have left (4.6 and 4.4 GiB of 6.5 and 4.7). The harness's GPT-2 keeps a few large tensors in segments of their own
+  // (runtime.allocator_fragmentation_of_activations), replayed without them.
+  const bool fluid_activations = training.model_code == ModelCode::transformers && model.transformer.has_value();
+  Bytes forward_activations = 0, smallest_activation = 0;
+  if (fluid_activations) {
+    const ActivationBytes activations = activation_bytes(model, training, in);
+    // What the forward holds at the loss: every layer's saved set, the embedding's mask and the final norm's
+    // tensors (not the backward's recomputed block or working set).
+    forward_activations = sat_add(activations.saved_layers,
+                                  sat_add(activations.embedding_dropout_mask, activations.final_norm));
+    // The smallest of the large saved tensors: the hidden states in the model's precision (modeling_llama.py
+    // LlamaRMSNorm.forward's output, the attention output); a free block shorter than that takes none of them.
+    smallest_activation = sat_mul(sat_mul(model.transformer->hidden, precision_bytes(training.precision)),
+                                  activations.tokens);
+  }
+  const auto forward = [&]() {
+    if (fluid_activations) cache.fill_with_activations(forward_activations, smallest_activation);
+  };
+  const auto release_forward = [&]() {
+    if (fluid_activations) cache.release_activations();
+  };
+  // The optimizers' initialize_optimizer_states: a zero fp32 gradient of the partition (stage_1_and_2.py:
+  // torch.zeros(partition_size)) or of the largest sub-group (stage3.py: gradient_buffer), set as the master's
+  // .grad and dropped at its end (group.grad = None) when the optimizer is on the GPU: a free segment the first
+  // forward's activations take. transformers' rows (the traces above: the first step's activation segments are what
+  // its forward could not carve from that segment and the master clone's).
+  if (fluid_activations && !training.deepspeed_empty_cache_after_init && !offload) {
+    if (path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2)
+      cache.release(cache.allocate(sat_mul(4, Pp), true));
+    else if (path.wrapper == DeepSpeedOptimizerWrapper::zero_3)
+      cache.release(cache.allocate(sat_mul(4, std::max<std::int64_t>(1, std::min(zero.sub_group_size, Pp))), true));
   }
   // The loss of a micro-step, up to the allocated peak (its backward, three log_probs-sized tensors live) when
   // `peak` is given (its free bytes then), and on to its end otherwise; the first step's LM-head backward also
@@ -415,9 +514,18 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     const int bucket_count = zero.overlap_comm ? 2 : 1;
     if (t.backward_buckets > 0 && held.buckets.empty())
       for (int i = 0; i < bucket_count; ++i) held.buckets.push_back(cache.allocate(t.backward_buckets / bucket_count));
+    release_forward();  // the backward frees them layer by layer before the first reduction's buffers
     if (!reduces) return;
-    const int copy = cache.allocate(t.reduction_copy);
-    cache.release(copy);
+    // Stage 3 reduces on its own stream (stage3.py __reduce_and_partition_ipg_grads under
+    // reduce_and_partition_stream): the allocator keeps that stream's blocks apart (a block's stream is part of its
+    // pool key, c10/cuda/CUDACachingAllocator.cpp), so torch.cat's segment is idle at the default stream's peak and
+    // no forward's activation takes it (the 948 MiB segment of the tl_s3 trace).
+    if (fluid_activations && path.wrapper == DeepSpeedOptimizerWrapper::zero_3) {
+      side_stream.release(side_stream.allocate(t.reduction_copy, true));
+    } else {
+      const int copy = cache.allocate(t.reduction_copy);
+      cache.release(copy);
+    }
     if (held.partition < 0) held.partition = cache.allocate(t.grad_partition);
     for (int bucket : held.buckets) cache.release(bucket);
     held.buckets.clear();
@@ -464,6 +572,7 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     for (int micro = 0; micro < micro_steps; ++micro) {
       Displaced displaced;
       if (micro > 0) displace_activations(displaced);
+      forward();
       loss_pass(first && micro == 0, nullptr, accumulates_in_grads ? &held_grad : nullptr);
       backward(micro, held);
       release_displaced(displaced);
@@ -556,14 +665,16 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     if (micro_steps > 1) {
       Held held;  // live to the end of this replay: the peak is taken beside it
       int held_grad = -1;
+      forward();
       loss_pass(false, nullptr, accumulates_in_grads ? &held_grad : nullptr);
       backward(0, held);
       Displaced displaced;  // the next micro-step's forward
       displace_activations(displaced);
     }
     Bytes at_loss = 0;
+    forward();
     loss_pass(false, &at_loss, nullptr);
-    return sat_add(sat_add(at_loss, init_idle), in.deepspeed_process_device_extra);
+    return sat_add(sat_add(sat_add(at_loss, side_stream.idle_bytes()), init_idle), in.deepspeed_process_device_extra);
   }
   // The step's peak is in the backward pass, with the activations still live: stage_1_and_2.py setup_buckets
   // allocates the reduce buckets at the first gradient hook (torch.empty(reduce_bucket_size), released only at the

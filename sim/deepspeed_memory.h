@@ -110,6 +110,11 @@ LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingC
 // Stage 3 under zero.Init builds the partitions directly. Measured on 4x H200 (GPT-2 1.5B bf16, DeepSpeed 0.19.8,
 // bench/deepspeed/results/x4_h200x4_2026-11-28.json): stages 1 and 2 use 2.81-2.88 GiB more than the planner's
 // emptied-cache model, the per-parameter copies' 2.90 GiB.
+// transformers' modules (TrainingConfig::model_code) save many tensors no larger than `activation_block`, which by
+// best fit fill the free blocks of these segments each forward (only what they leave gets segments of their own):
+// the reserve at the peak is what the step's segments have left beside the loss's tensors, and
+// initialize_optimizer_states' zero fp32 gradient and stage 3's reduce-scatter stream are replayed too
+// (bench/deepspeed/results-pending/README.md, traces of 2026-11-29).
 // Stages 1-2 flatten on the host instead (moving the parameters there and emptying the cache: nothing is left)
 // when the device's free memory is below the flat buffer; `device_free_bytes` is the device's memory less the CUDA
 // context.
