@@ -146,6 +146,7 @@ const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "pcie_bandwidth",
                                             "cpu_optimizer_params_per_second",
                                             "cpu_adam_params_per_second_per_thread",
+                                            "cpu_optimizer_call_seconds",
                                             "torch_cpu_adamw_params_per_second",
                                             "deepspeed_module_hook_seconds",
                                             "eager_op_seconds",
@@ -420,6 +421,7 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
   cluster.cpu_optimizer_params_per_second = host.positive_number("cpu_optimizer_params_per_second");
   cluster.cpu_adam_params_per_second_per_thread = host.non_negative_number_or("cpu_adam_params_per_second_per_thread", 0.0);
   cluster.torch_cpu_adamw_params_per_second = host.non_negative_number_or("torch_cpu_adamw_params_per_second", 0.0);
+  cluster.cpu_optimizer_call_seconds = host.non_negative_number_or("cpu_optimizer_call_seconds", 0.0);
   if (cluster.cpu_adam_params_per_second_per_thread > cluster.cpu_optimizer_params_per_second) {
     host.fail("cpu_adam_params_per_second_per_thread", "exceeds the node's cpu_optimizer_params_per_second");
   }
@@ -575,6 +577,7 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"pcie_bandwidth", cluster.pcie_bandwidth},
         {"cpu_optimizer_params_per_second", cluster.cpu_optimizer_params_per_second},
         {"cpu_adam_params_per_second_per_thread", cluster.cpu_adam_params_per_second_per_thread},
+        {"cpu_optimizer_call_seconds", cluster.cpu_optimizer_call_seconds},
         {"torch_cpu_adamw_params_per_second", cluster.torch_cpu_adamw_params_per_second},
         {"deepspeed_module_hook_seconds", cluster.deepspeed_module_hook_seconds},
         {"eager_op_seconds", cluster.eager_op_seconds},

@@ -151,6 +151,11 @@ struct ClusterDescription {
   // One CPU Adam thread's rate (DeepSpeedCPUAdam, OpenMP): a rank with t threads steps at min(t x this, the node's
   // rate / its ranks). 0: not given (each rank gets its share of the node's rate).
   double cpu_adam_params_per_second_per_thread = 0.0;
+  // Seconds one call of the executor's CPU AdamW costs whatever its size (exec/offload/cpu_adamw.h: its thread
+  // pool woken and joined; zeroplan calibrate times a 1,024-parameter update with the node's threads). The executor
+  // calls it once per offload piece (each bucket's chunk cut at 2^24 elements): ResNet-101's ~180 pieces at stage 3
+  // make it milliseconds. 0: not given.
+  double cpu_optimizer_call_seconds = 0.0;
   // torch.optim.AdamW stepping CPU tensors, the node's rate with all its cores: what DeepSpeed's ZeRO-Offload runs
   // when the config asks for torch_adam (engine.py returns torch's AdamW before it looks at the CPU optimizer), in
   // torch's default implementation for CPU tensors, the for-loop one (torch/optim/optimizer.py

@@ -353,6 +353,9 @@ void measure_host(const Sweep& sweep, const CalibrationOptions& o, LocalFigures&
                                              : cpu_adamw_params_per_second(sweep.adamw_parameters, 1, sweep.repeats);
   row("CPU AdamW (1 thread)", std::to_string(sweep.adamw_parameters) + " params",
       format_number("%.3f", f.adamw_thread / 1e9) + " Gparam/s");
+  f.adamw_call_seconds = cpu_adamw_call_seconds(f.adamw_node_threads, sweep.repeats);
+  row("CPU AdamW call (" + std::to_string(f.adamw_node_threads) + " threads)", "1024 params",
+      format_number("%.1f", f.adamw_call_seconds * 1e6) + " us");
   if (o.nvme_path) {
     f.disk = disk_rates(*o.nvme_path, sweep.disk_bytes, sweep.repeats);
     row("disk write (O_DIRECT, io_uring)", size_label(sweep.disk_bytes),

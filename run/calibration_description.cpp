@@ -160,6 +160,12 @@ nlohmann::json describe_calibration(const CalibrationOptions& o, const LocalFigu
                                      std::string(exec::offload::cpu_isa_name(exec::offload::detect_cpu_isa())) +
                                      ") over fp32 parameters, gradients and moments with the bf16 copy written, " +
                                      std::to_string(f.adamw_node_threads) + " threads for the node, 1 for the per-thread rate";
+  if (f.adamw_call_seconds > 0.0) {
+    host["cpu_optimizer_call_seconds"] = f.adamw_call_seconds;
+    provenance["host.cpu_optimizer_call_seconds"] =
+        "exec::offload::CpuAdamw with " + std::to_string(f.adamw_node_threads) +
+        " threads over 1,024 parameters (its thread pool woken and joined, the update itself negligible), median";
+  }
   // The costs hold on the host of host.eager_op_seconds at one rank, of multi_rank_eager_op_seconds at more.
   const char* reference_field = world > 1 ? "multi_rank_eager_op_seconds" : "eager_op_seconds";
   const double reference = host.contains(reference_field) ? host[reference_field].get<double>() : 0.0;

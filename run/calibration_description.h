@@ -48,6 +48,7 @@ struct LocalFigures {
   std::optional<Bytes> cuda_context_bytes;
   double host_copy_bandwidth = 0.0;
   double adamw_node = 0.0, adamw_thread = 0.0;
+  double adamw_call_seconds = 0.0;  // one call's fixed cost with the node's threads (a 1,024-parameter update)
   int adamw_node_threads = 0;
   std::optional<DiskRates> disk;
   // DeepSpeed's host speed on this machine (GPU backend): the probe's figures, or why there are none.

@@ -22,6 +22,8 @@ HostFacts host_facts();
 // and moments of `parameters` elements, and the bf16 copy that goes back to the GPU written too (ZeRO-Offload's
 // step).
 double cpu_adamw_params_per_second(std::int64_t parameters, int threads, int repeats);
+// Median seconds of one such update of 1,024 parameters with `threads` threads: what a call costs whatever its size.
+double cpu_adamw_call_seconds(int threads, int repeats);
 
 // Bytes read plus bytes written per second when `threads` threads each memcpy their share of `bytes`.
 double host_copy_bandwidth(std::int64_t bytes, int threads, int repeats);

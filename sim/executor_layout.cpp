@@ -186,6 +186,7 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
   for (const exec::GradientBucket& b : partition.buckets()) {
     f.offload_pieces += (b.chunk + piece - 1) / piece;
     f.largest_offload_piece = std::max(f.largest_offload_piece, std::min(piece, b.chunk));
+    for (std::int64_t sub = 0; sub < b.chunk; sub += piece) f.offload_piece_elements.push_back(std::min(piece, b.chunk - sub));
   }
   return f;
 }

@@ -56,6 +56,7 @@ struct ExecutorLayoutFigures {
   // exec/zero/zero_engine.cpp setup_offload) and the largest (the NVMe swap buffers hold one each).
   std::int64_t offload_pieces = 0;
   std::int64_t largest_offload_piece = 0;
+  std::vector<std::int64_t> offload_piece_elements;  // rank 0's pieces in the order the CPU AdamW steps them
   // offload_param nvme (exec/zero/zero_buffer_layout.h, rank 0's partition, the training precision's bytes): the
   // swap files, the pinned swap buffers, the disk's bytes per micro-step (the fetch plan's reads) and per step (the
   // update's writes), the elements kept in host memory (persistent chunks, max_in_cpu) and the largest chunk on NVMe

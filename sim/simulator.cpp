@@ -282,12 +282,19 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
 
   inputs.every_micro_step = options.record_events;
   inputs.static_gathered_params = executor_arena(model, training);
-  if (inputs.static_gathered_params && training.zero.stage == 3 && !training.lora.enabled) {
-    // The executor's fetch plan keeps a unit gathered from its forward to its backward use when the reuse rule
-    // allows: no all-gather (nor NVMe read, nor host copy) for it in backward. One gather unit per layer.
-    const auto figures = executor_layout_figures(model, training, world_size, 3);
-    if (figures && figures->unit_regathered_for_backward.size() == model.layers.size())
-      inputs.backward_regathers = figures->unit_regathered_for_backward;
+  const bool offloads_optimizer = training.zero.offload_optimizer != OffloadDevice::none;
+  if (inputs.static_gathered_params && !training.lora.enabled && (training.zero.stage == 3 || offloads_optimizer)) {
+    if (const auto figures = executor_layout_figures(model, training, world_size, training.zero.stage)) {
+      // The executor's fetch plan keeps a unit gathered from its forward to its backward use when the reuse rule
+      // allows: no all-gather (nor NVMe read, nor host copy) for it in backward. One gather unit per layer.
+      if (figures->unit_regathered_for_backward.size() == model.layers.size())
+        inputs.backward_regathers = figures->unit_regathered_for_backward;
+      // Its CPU AdamW steps the partition piece by piece, each call at a fixed cost besides its elements.
+      if (offloads_optimizer) {
+        inputs.offload_pieces = figures->offload_piece_elements;
+        inputs.cpu_optimizer_call_seconds = cluster.cpu_optimizer_call_seconds;
+      }
+    }
   }
   // Elementwise gradient copies and conversions run at the optimizer's streaming rate (both are memory bound).
   inputs.streaming_bandwidth = inputs.optimizer_bandwidth;

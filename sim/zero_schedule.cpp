@@ -615,8 +615,9 @@ void StepBuilder::deferred_offloaded_update() {
     for (std::int64_t first = 0; first < chunk; first += piece) {
       const std::int64_t elements = std::min(piece, chunk - first);
       const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
-                                        static_cast<double>(elements) / in_.cpu_optimizer_params_per_second, {},
-                                        -1, micro);
+                                        in_.cpu_optimizer_call_seconds +
+                                            static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
+                                        {}, -1, micro);
       const Bytes param_bytes = elements * e_;
       ready = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
                             static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
@@ -642,15 +643,23 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
                                     static_cast<double>(partition * e_) / in_.optimizer_bandwidth,
                                     {after(last_reduction_), after(last_gradient_), after(compute_barrier_)}, -1,
                                     micro);
-  const std::int64_t piece = std::max<std::int64_t>(1, std::min(kExecutorOffloadPieceElements, zero_.sub_group_size));
+  // The executor's own pieces when the layout gives them (each bucket's chunk cut at the piece size: many small
+  // ones for a model of many small units), else the partition cut evenly.
+  std::vector<std::int64_t> pieces = in_.offload_pieces;
+  if (pieces.empty()) {
+    const std::int64_t piece = std::max<std::int64_t>(1, std::min(kExecutorOffloadPieceElements, zero_.sub_group_size));
+    for (std::int64_t first = 0; first < partition; first += piece) pieces.push_back(std::min(piece, partition - first));
+  }
   std::size_t arrived = 0;  // downloads_[arrived] holds the piece's last element
   TaskId updated = norm;
-  for (std::int64_t first = 0; first < partition; first += piece) {
-    const std::int64_t elements = std::min(piece, partition - first);
+  std::int64_t first = 0;
+  for (const std::int64_t elements : pieces) {
     while (arrived + 1 < downloads_.size() && downloads_[arrived].end_elements < first + elements) ++arrived;
     const TaskId download = downloads_.empty() ? last_download_ : downloads_[arrived].task;
+    first += elements;
     const TaskId step = timeline_.add(Resource::host_cpu, TaskKind::cpu_optimizer_step,
-                                      static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
+                                      in_.cpu_optimizer_call_seconds +
+                                          static_cast<double>(elements) / in_.cpu_optimizer_params_per_second,
                                       {after(norm), after(download)}, -1, micro);
     const Bytes param_bytes = elements * e_;
     if (zero_.offload_param == OffloadDevice::nvme) {

@@ -89,6 +89,10 @@ struct StepScheduleInputs {
   double optimizer_bandwidth = 0.0;          // bytes/s the GPU optimizer step streams at (streaming kernels)
   double pcie_bandwidth = 0.0;               // bytes/s per direction for this GPU
   double cpu_optimizer_params_per_second = 0.0;  // this rank's share of the node's CPU optimizer rate
+  double cpu_optimizer_call_seconds = 0.0;       // zeroplan's CPU AdamW: what each call costs besides its elements
+  // zeroplan's executor with the optimizer on the CPU: rank 0's offload pieces in update order (each bucket's chunk
+  // cut at the piece size, exec/zero/zero_engine_offload.cpp setup_offload). Empty: the partition cut evenly.
+  std::vector<std::int64_t> offload_pieces;
   double host_memory_bytes_per_second = 0.0;     // this rank's share of the host memory's streaming rate
   double nvme_read_bandwidth = 0.0;          // this rank's share of the node's NVMe
   double nvme_write_bandwidth = 0.0;
