@@ -11,7 +11,8 @@
 # build-dev/cli/zeroplan or build/cli/zeroplan is used.
 # HF_ROWS: row names (default below, most valuable first); STEPS (8) measured steps after WARMUP (3).
 # MEMTRACE=1: each row also records the caching allocator's history (ds_peer.py --memory-trace) into results.tar.gz
-# as hf_ROW.memtrace.json, for bench/deepspeed/memtrace_replay.py (the reserve above the allocated peak).
+# as hf_ROW.memtrace.json, for bench/deepspeed/memtrace_replay.py (the reserve above the allocated peak);
+# MEMTRACE_FROM_START=1 records from before deepspeed.initialize (where the first step's lazy states land).
 # $OUT holds four files (a call brings back 8 at most): summary.txt, table.txt, logs.tar.gz and results.tar.gz,
 # rewritten after every row: each row's ds_peer JSON (hf_ROW.json, the bench/deepspeed/results/ schema), its plan
 # JSON (ROW.plan.json) and its DeepSpeed config at the path the JSON names (bench/deepspeed/matrix/hf-CLUSTER/ROW.json,
@@ -88,7 +89,7 @@ if has rows; then
     # shellcheck disable=SC2086  # the flags are words
     OMP_NUM_THREADS=$THREADS timeout $limit torchrun --standalone --nproc_per_node=$N bench/deepspeed/ds_peer.py \
       --model $model --ds-config $ds --cluster $CLUSTER --seq 2048 --steps $STEPS --warmup $WARMUP \
-      $peer_flags ${MEMTRACE:+--memory-trace $W/pack/hf_$row.memtrace.json} \
+      $peer_flags ${MEMTRACE:+--memory-trace $W/pack/hf_$row.memtrace.json} ${MEMTRACE_FROM_START:+--memory-trace-from-start} \
       --name hf_$row --out $W/$row.json --planner-flags "$flags" --plan-json $W/$row.plan.json \
       > "$L/$row.log" 2>&1; rc=$?
     secs=$(( $(date +%s) - t0 ))
