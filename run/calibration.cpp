@@ -465,14 +465,17 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
     const TransformerShape& s = *model->transformer;
     const std::int64_t seq = std::min<std::int64_t>(1024, sweep.gpu_model_tokens);
     const exec::cuda::AttentionShape shape{static_cast<int>(sweep.gpu_model_tokens / seq), static_cast<int>(seq),
-                                           static_cast<int>(s.hidden), static_cast<int>(s.heads)};
+                                           static_cast<int>(s.hidden), static_cast<int>(s.heads),
+                                           static_cast<int>(s.kv_heads)};
     const exec::cuda::AttentionSeconds t = device.attention_seconds(shape, sweep.gemm_repeats);
     const double causal_work = 2.0 * static_cast<double>(shape.batch) * static_cast<double>(seq) *
                                static_cast<double>(seq) * static_cast<double>(s.hidden);
     f.executor_attention_forward = causal_work / t.forward;
     f.executor_attention_backward = 2.5 * causal_work / t.backward;
     const std::string label = "bf16 attention " + std::to_string(shape.batch) + "x" + std::to_string(seq) + ", " +
-                              std::to_string(s.heads) + " heads of " + std::to_string(s.hidden / s.heads);
+                              std::to_string(s.heads) + " heads of " + std::to_string(s.hidden / s.heads) +
+                              (s.kv_heads > 0 && s.kv_heads != s.heads ? " (" + std::to_string(s.kv_heads) + " key/value)"
+                                                                       : std::string());
     row(label, "forward", format_number("%.4g", f.executor_attention_forward / 1e12) + " TFLOP/s");
     row(label, "backward", format_number("%.4g", f.executor_attention_backward / 1e12) + " TFLOP/s");
     f.executor_attention_source =

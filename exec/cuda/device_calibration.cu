@@ -138,27 +138,31 @@ double DeviceCalibrator::gemm_seconds(const GemmShape& s, bool training_pass, in
 }
 
 AttentionSeconds DeviceCalibrator::attention_seconds(const AttentionShape& a, int repeats) {
-  if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.hidden < a.heads || a.hidden % a.heads != 0)
-    throw std::invalid_argument("attention_seconds: batch, seq and heads must be >= 1 and hidden a multiple of heads");
+  const int kv = a.kv_heads > 0 ? a.kv_heads : a.heads;
+  if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.hidden < a.heads || a.hidden % a.heads != 0 || a.heads % kv != 0)
+    throw std::invalid_argument("attention_seconds: batch, seq and heads must be >= 1, hidden a multiple of heads and "
+                                "heads a multiple of kv_heads");
   State& st = *state_;
   using bf16 = __nv_bfloat16;
+  const int head_size = a.hidden / a.heads;
   const std::int64_t tokens = checked_product(a.batch, a.seq);
   const std::int64_t rows = checked_product(tokens, a.heads);
-  const auto qkv = st.random_bf16(tokens, 3ll * a.hidden, 6), dout = st.random_bf16(tokens, a.hidden, 7);
-  const auto out = st.random_bf16(tokens, a.hidden, 8), dqkv = st.random_bf16(tokens, 3ll * a.hidden, 9);
+  const std::int64_t qkv_cols = static_cast<std::int64_t>(a.heads + 2 * kv) * head_size;  // q, then k and v heads
+  const auto qkv = st.random_bf16(tokens, qkv_cols, 6), dout = st.random_bf16(tokens, a.hidden, 7);
+  const auto out = st.random_bf16(tokens, a.hidden, 8), dqkv = st.random_bf16(tokens, qkv_cols, 9);
   DeviceBuffer lse(checked_product(rows, 4)), d_rowsum(checked_product(rows, 4));
   auto* o = static_cast<bf16*>(out->data());
   const auto* q = static_cast<const bf16*>(qkv->data());
   auto* l = static_cast<float*>(lse.data());
   AttentionSeconds s;
-  s.forward = st.time([&] { attention_forward<bf16>(o, l, q, a.batch, a.seq, a.heads, a.heads, a.hidden / a.heads, st.stream); },
+  s.forward = st.time([&] { attention_forward<bf16>(o, l, q, a.batch, a.seq, a.heads, kv, head_size, st.stream); },
                       repeats);
   // The backward reads the forward's output and logsumexp as training does (the last forward above wrote them).
   s.backward = st.time(
       [&] {
         attention_backward<bf16>(static_cast<bf16*>(dqkv->data()), static_cast<float*>(d_rowsum.data()),
-                                 static_cast<const bf16*>(dout->data()), q, o, l, a.batch, a.seq, a.heads, a.heads,
-                                 a.hidden / a.heads, st.stream);
+                                 static_cast<const bf16*>(dout->data()), q, o, l, a.batch, a.seq, a.heads, kv,
+                                 head_size, st.stream);
       },
       repeats);
   return s;

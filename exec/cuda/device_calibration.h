@@ -26,9 +26,10 @@ struct GemmShape {
 };
 
 // One causal self-attention of the executor's layout (exec/cuda/attention.cuh): B sequences of T tokens, hidden C
-// split over NH heads.
+// split over NH query heads, each group of NH / kv_heads sharing one key/value head (grouped-query attention;
+// 0: kv_heads = heads, multi-head attention).
 struct AttentionShape {
-  int batch = 0, seq = 0, hidden = 0, heads = 0;
+  int batch = 0, seq = 0, hidden = 0, heads = 0, kv_heads = 0;
 };
 
 struct AttentionSeconds {

@@ -31,15 +31,21 @@ const Nf4Tables& tables() {
 
 constexpr int kThreads = 256;
 
+// The two tables into the block's shared memory (every thread of the block calls it).
+__device__ void load_tables(Nf4Tables& shared, const Nf4Tables& t) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) shared.dynamic_map[i] = t.dynamic_map[i];
+  if (threadIdx.x < 16) shared.nf4[threadIdx.x] = t.nf4[threadIdx.x];
+  __syncthreads();
+}
+
 // One thread per packed byte (two elements of one block of 64: blocks start at even elements).
 template <typename T>
 __global__ void dequantize_nf4_kernel(T* out, const std::uint8_t* codes, const std::uint8_t* absmax_codes,
                                       const float* absmax_scales, const float* offset, i64 n, Nf4Tables t) {
-  __shared__ float nf4[16];
-  __shared__ float dynamic_map[256];
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) dynamic_map[i] = t.dynamic_map[i];
-  if (threadIdx.x < 16) nf4[threadIdx.x] = t.nf4[threadIdx.x];
-  __syncthreads();
+  __shared__ Nf4Tables tables;
+  load_tables(tables, t);
+  const float* nf4 = tables.nf4;
+  const float* dynamic_map = tables.dynamic_map;
   const float off = *offset;
   const i64 pairs = (n + 1) / 2;
   for (i64 p = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs;
@@ -64,11 +70,10 @@ constexpr int kChunk = 16;
 template <typename T>
 __global__ void dequantize_nf4_chunks_kernel(T* out, const std::uint8_t* codes, const std::uint8_t* absmax_codes,
                                              const float* absmax_scales, const float* offset, i64 chunks, Nf4Tables t) {
-  __shared__ float nf4[16];
-  __shared__ float dynamic_map[256];
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) dynamic_map[i] = t.dynamic_map[i];
-  if (threadIdx.x < 16) nf4[threadIdx.x] = t.nf4[threadIdx.x];
-  __syncthreads();
+  __shared__ Nf4Tables tables;
+  load_tables(tables, t);
+  const float* nf4 = tables.nf4;
+  const float* dynamic_map = tables.dynamic_map;
   const float off = *offset;
   static_assert(kNf4BlockSize % kChunk == 0, "a chunk lies in one block of 64");
   constexpr int kVectors = kChunk * static_cast<int>(sizeof(T)) / 16;  // 16-byte stores per chunk
