@@ -77,6 +77,12 @@ TEST_F(CalibratedCpu, HostFiguresAreThisMachines) {
   EXPECT_GT(thread, 0.0);
   EXPECT_LE(thread, node);
   EXPECT_LT(node * 28.0, 2e12);
+  // A call's fixed cost (its threads woken and joined): positive, and below what a 1,024-parameter update at the
+  // one-thread rate plus a millisecond of scheduling could take (a 2-core CI machine: about 15 us).
+  const double call = doc["host"]["cpu_optimizer_call_seconds"].get<double>();
+  EXPECT_GT(call, 0.0);
+  EXPECT_LT(call, 1024.0 / thread + 1e-3);
+  EXPECT_NE(doc["provenance"].get<std::string>().find("host.cpu_optimizer_call_seconds"), std::string::npos);
   const double copy = doc["gpu"]["streaming_bandwidth"].get<double>();
   EXPECT_GT(copy, 1e8);   // any host copies faster than 100 MB/s
   EXPECT_LT(copy, 5e12);  // and slower than an HBM3e GPU
