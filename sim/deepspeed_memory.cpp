@@ -368,6 +368,110 @@ class CachedSegments {
   int segments_ = 0;
 };
 
+// The per-parameter segments of stage 0's FP16_UnfusedOptimizer, which hold one tensor per parameter: free blocks
+// grouped by size (every transformer block's tensors are alike, so a handful of sizes), taken by best fit as
+// CachedSegments takes its blocks (get_free_block: the smallest free block at least the request; should_split: the
+// rest stays a free block when more than kSmallSize). Blocks of different segments never merge, and the replay
+// frees nothing: a step starts again from a copy of the state deepspeed.initialize left. Fixed storage.
+class SizeClasses {
+ public:
+  // `count` free blocks of `bytes`.
+  void add(Bytes bytes, std::int64_t count = 1) {
+    if (bytes <= 0 || count <= 0) return;
+    for (int i = 0; i < count_; ++i) {
+      if (classes_[static_cast<std::size_t>(i)].bytes == bytes) {
+        classes_[static_cast<std::size_t>(i)].count += count;
+        return;
+      }
+    }
+    if (count_ < kCapacity) classes_[static_cast<std::size_t>(count_++)] = {bytes, count};
+    else overflow_ = sat_add(overflow_, sat_mul(bytes, count));  // idle, offered to no request
+  }
+  // The size of the block best fit takes for `request` (rounded to 512 B), 0 when none is large enough.
+  Bytes best_fit(Bytes request) const {
+    const Bytes bytes = round(request);
+    Bytes best = 0;
+    for (int i = 0; i < count_; ++i) {
+      const SizeClass& c = classes_[static_cast<std::size_t>(i)];
+      if (c.count > 0 && c.bytes >= bytes && (best == 0 || c.bytes < best)) best = c.bytes;
+    }
+    return best;
+  }
+  // Serves `request` from the best-fitting free block; false when none is large enough.
+  bool take(Bytes request) {
+    const Bytes bytes = round(request);
+    const Bytes block = best_fit(bytes);
+    if (block == 0) return false;
+    for (int i = 0; i < count_; ++i) {
+      SizeClass& c = classes_[static_cast<std::size_t>(i)];
+      if (c.bytes != block) continue;
+      --c.count;
+      break;
+    }
+    used_ = sat_add(used_, bytes);
+    if (block - bytes > kSmallSize) add(block - bytes);
+    else unsplit_ = sat_add(unsplit_, block - bytes);  // the whole block is the request's
+    return true;
+  }
+  // Bytes of these segments that no request uses: the free blocks and the unsplit rest of the blocks taken.
+  Bytes idle_bytes() const {
+    Bytes idle = sat_add(overflow_, unsplit_);
+    for (int i = 0; i < count_; ++i) {
+      const SizeClass& c = classes_[static_cast<std::size_t>(i)];
+      idle = sat_add(idle, sat_mul(c.bytes, c.count));
+    }
+    return idle;
+  }
+  Bytes used_bytes() const { return used_; }
+
+ private:
+  static constexpr Bytes kMinBlockSize = 512;
+  static constexpr Bytes kSmallSize = 1024 * 1024;
+  static constexpr int kCapacity = 64;
+  static Bytes round(Bytes request) { return sat_mul(ceil_div(request, kMinBlockSize), kMinBlockSize); }
+  struct SizeClass {
+    Bytes bytes;
+    std::int64_t count;
+  };
+  std::array<SizeClass, kCapacity> classes_{};
+  int count_ = 0;
+  Bytes used_ = 0, unsplit_ = 0, overflow_ = 0;
+};
+
+// One loop of per-parameter allocations with nothing freed in between (module.to, FP16_UnfusedOptimizer's clones,
+// initialize_optimizer_states' zero gradients, Adam's states, the foreach step's temporaries): each tensor of
+// `element_bytes` x numel, `copies` in a row (exp_avg and exp_avg_sq of one parameter), in the model's parameter
+// order, as c10/cuda/CUDACachingAllocator.cpp serves them: a request of at most kSmallSize (1 MiB) from the small
+// pool's 2 MiB segments (left out here: a few MiB, shared with every small tensor); a larger one by best fit from
+// the free rest of the loop's earlier segments, else a new segment (get_allocation_size: kLargeBuffer, 20 MiB, below
+// kMinLargeAlloc, 10 MiB; else the request rounded to kRoundLarge, 2 MiB), split when more than 1 MiB is left. So a
+// transformer's smaller matrices share 20 MiB segments and a larger one takes the rest another left (GPT-2 1.5B's
+// 14.6 MiB c_attn gradients beside the 4.9 MiB c_proj ones: 141 segments of 20 MiB and 3 of 16, traced).
+// `segments`, when given, gets every segment made (its free blocks once the loop's tensors are freed).
+struct Burst {
+  Bytes segments = 0;  // bytes of the segments the loop made
+  Bytes tensors = 0;   // bytes of its tensors in them (the rest is the segments' slack)
+};
+template <typename EachTensor>
+Burst per_parameter_burst(EachTensor&& each_tensor, int element_bytes, int copies, SizeClasses* segments) {
+  constexpr Bytes kMiB = 1024 * 1024;
+  Burst burst;
+  SizeClasses rest;  // the free rest of this loop's segments
+  each_tensor([&](std::int64_t numel) {
+    const Bytes bytes = sat_mul(ceil_div(sat_mul(numel, element_bytes), Bytes{512}), Bytes{512});
+    if (bytes <= kMiB) return;
+    for (int copy = 0; copy < copies; ++copy) {
+      burst.tensors = sat_add(burst.tensors, bytes);
+      if (rest.take(bytes)) continue;
+      const Bytes segment = bytes < 10 * kMiB ? 20 * kMiB : sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge);
+      burst.segments = sat_add(burst.segments, segment);
+      if (segments) segments->add(segment);
+      if (segment - bytes > kMiB) rest.add(segment - bytes);
+    }
+  });
+  return burst;
+}
+
 // torch.optim's Adam/AdamW (and DeepSpeed's FusedAdam) create their states lazily, at the first step, with
 // torch.zeros_like of the parameter they update: exp_avg and exp_avg_sq (SGD: momentum_buffer).
 void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t params) {
@@ -445,8 +549,117 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     smallest_activation = sat_mul(sat_mul(model.transformer->hidden, precision_bytes(training.precision)),
                                   activations.tokens);
   }
-  const auto forward = [&]() {
-    if (fluid_activations) cache.fill_with_activations(forward_activations, smallest_activation);
+  // Stage 0's FP16_UnfusedOptimizer (bf16 or fp16 with an optimizer DeepSpeed does not fuse, as torch_adam's
+  // torch.optim.AdamW) keeps one tensor per parameter, and deepspeed.initialize leaves the caching allocator what
+  // initialize_optimizer_states freed (when the script does not empty it): unfused_optimizer.py __init__ clones an
+  // fp32 master of every parameter (p.clone().float()), then initialize_optimizer_states sets a zero .grad on every
+  // 16-bit parameter (torch.zeros(param.size(), dtype=param.dtype)) and on every fp32 master, runs
+  // self.optimizer.step() (torch/optim/adam.py _init_group: exp_avg and exp_avg_sq, torch.zeros_like each parameter;
+  // _multi_tensor_adam: torch._foreach_sqrt(exp_avg_sqs), an fp32 temporary per parameter) and drops every .grad:
+  // 2P + 4P + 4P bytes of per-parameter segments free before the first forward (per_parameter_burst). Each step then
+  // makes the same tensors again (the backward's .grad, step's fp32_param.grad = fp16_param.grad.to(fp32), the
+  // foreach temporaries) in blocks of exactly their sizes, so no segment is added after the first step. The
+  // forward's saved tensors take by best fit what they fit in (GPT-2 1.5B: one 25 MiB hidden-state tensor in each
+  // 30 and 40 MiB segment, the 75 and 100 MiB ones in the embedding's 154 and 308 MiB ones); the rest of these
+  // segments is the reserve at the peak, beside the slack of the live per-parameter segments (the 16-bit
+  // parameters, masters and Adam states: GPT-2 1.5B's 39.1 MiB tensors in 40 MiB segments). Traced on one H200,
+  // bench/deepspeed/results-pending/memtrace-2026-11-29-stage0/ (memtrace_segments.py): GPT-2 1.5B has 9.45 GiB free
+  // at the allocated peak, 8.22 of it in the freed per-parameter segments and 0.51 the live ones' slack (replayed:
+  // 8.27 and 0.50); TinyLlama-1.1B 5.42, 4.86 and 0.03 (replayed: 4.87 and 0.10). A layer list (ResNet) names no
+  // activation tensors to place and is left as it was (not traced; ResNet-101 on four H200 with the cache kept
+  // measured 2.95 GiB device used, 0.07 above two H200 with it emptied: its segments are not left idle as these).
+  const bool per_parameter = path.wrapper == DeepSpeedOptimizerWrapper::fp16_unfused &&
+                             !training.deepspeed_empty_cache_after_init && model.transformer.has_value();
+  SizeClasses init_free;          // what initialize_optimizer_states left free
+  SizeClasses init_free_held;     // the same with the 16-bit .grad held (gradient accumulation's later micro-steps)
+  Bytes per_parameter_slack = 0;  // the slack of the live per-parameter segments
+  struct Request {
+    Bytes bytes;
+    std::int64_t count;  // per transformer block
+  };
+  std::array<Request, 8> block_requests{};
+  int block_request_count = 0;
+  std::int64_t blocks = 0;
+  Bytes norm_temporary_rest = 0;  // see the cuBLAS workspace in loss_pass
+  if (per_parameter) {
+    const auto each_tensor = [&](auto&& tensor) {
+      if (training.lora.enabled) {
+        for_each_adapter_tensor(model, training, tensor);
+      } else {
+        for (const LayerDescription& layer : model.layers) for_each_parameter_tensor(model, layer, tensor);
+      }
+    };
+    const int e = in.param_bytes;
+    const int states = in.optimizer == OptimizerKind::adamw ? 2 : in.optimizer == OptimizerKind::sgd_momentum ? 1 : 0;
+    // Live from initialize on: the 16-bit parameters (engine.py _configure_distributed_model module.to, or the
+    // script's from_pretrained), the fp32 masters and the states.
+    for (const Burst& live : {per_parameter_burst(each_tensor, e, 1, nullptr),
+                              per_parameter_burst(each_tensor, 4, 1, nullptr),
+                              per_parameter_burst(each_tensor, 4, states, nullptr)})
+      per_parameter_slack = sat_add(per_parameter_slack, live.segments - live.tensors);
+    // Freed by initialize_optimizer_states: the zero gradients (16-bit, fp32) and the foreach step's temporaries.
+    per_parameter_burst(each_tensor, e, 1, &init_free);
+    for (SizeClasses* free : {&init_free, &init_free_held}) {
+      per_parameter_burst(each_tensor, 4, 1, free);
+      if (adam_temporaries(in, path, 1) > 0) per_parameter_burst(each_tensor, 4, 1, free);
+    }
+    // The forward's saved tensors of the model's hidden, QKV and MLP widths, one transformer block's in its order
+    // (sim/activation_memory.h block terms: per token, so many tensors of s*b tokens each); the norm statistics,
+    // dropout masks and attention's logsumexp are small-pool blocks. transformers' RMSNorms keep their fp32 input
+    // (modeling_llama.py LlamaRMSNorm: hidden_states.to(torch.float32)); the harness's GPT-2 its fused QKV output.
+    if (model.transformer) {
+      const ActivationBytes activations = activation_bytes(model, training, in);
+      const TransformerShape& shape = *model.transformer;
+      const std::int64_t T = activations.tokens, h = shape.hidden, f = shape.ffn_hidden, kv = shape.kv_dim();
+      const int a = in.activation_bytes;
+      const BlockActivationTerms& terms = activations.block_terms;
+      const bool llama = training.model_code == ModelCode::transformers && shape.norm == NormKind::rms_norm;
+      const auto add = [&](Bytes per_token, std::int64_t count) {
+        if (per_token > 0 && count > 0 && block_request_count < static_cast<int>(block_requests.size()))
+          block_requests[static_cast<std::size_t>(block_request_count++)] = {sat_mul(per_token, T), count};
+      };
+      blocks = activations.layers;
+      // LlamaRMSNorm.forward's fp32 temporaries (hidden_states.to(torch.float32), .pow(2), the product with rsqrt:
+      // 4h bytes per token each, freed within the norm) get segments of their own in the first forward, and a
+      // hidden-state tensor of the model's precision (h * a per token) later takes part of one: the rest stays free
+      // (TinyLlama-1.1B: 32 MiB of the last block's 64 MiB segment, where the trace's cuBLAS workspace is).
+      if (llama && a < 4) norm_temporary_rest = sat_mul((4 - a) * h, T);
+      if (training.checkpointing == Checkpointing::full) {
+        add(h * a, 1);  // the block's input, its checkpoint
+      } else {
+        const std::int64_t norm_fp32 = llama ? 2 : 0;
+        const std::int64_t norm_outputs = (terms.norm_inputs_outputs - norm_fp32 * 4 * h) / (h * a);
+        add(4 * h, norm_fp32);
+        add(h * a, norm_outputs / 2);
+        if (llama) {
+          add(h * a, 1);
+          add(kv * a, 2);
+        } else {
+          add(terms.qkv, 1);
+        }
+        add(h * a, terms.attention_output / (h * a));
+        add(h * a, norm_outputs - norm_outputs / 2);
+        add(f * a, terms.mlp / (f * a));
+      }
+    }
+  }
+  SizeClasses per_parameter_segments;  // this step's: initialize's free blocks as the step's forward takes them
+  const auto forward = [&](bool grads_held) {
+    Bytes placed = 0;
+    if (per_parameter) {
+      // Each step's forward finds initialize's free blocks as the one before it did (its activations, .grad and
+      // step tensors all freed), and its own segments of the rest.
+      per_parameter_segments = grads_held ? init_free_held : init_free;
+      const Bytes before = per_parameter_segments.used_bytes();
+      for (std::int64_t block = 0; block < blocks; ++block)
+        for (int r = 0; r < block_request_count; ++r) {
+          const Request& request = block_requests[static_cast<std::size_t>(r)];
+          for (std::int64_t i = 0; i < request.count; ++i) per_parameter_segments.take(request.bytes);
+        }
+      placed = per_parameter_segments.used_bytes() - before;
+    }
+    if (fluid_activations)
+      cache.fill_with_activations(std::max<Bytes>(0, forward_activations - placed), smallest_activation);
   };
   const auto release_forward = [&]() {
     if (fluid_activations) cache.release_activations();
@@ -477,7 +690,8 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     const int nll_grad = cache.allocate(loss.log_probs, true);
     const int input_grad = cache.allocate(loss.log_probs, true);
     if (peak) {
-      *peak = cache.idle_bytes();
+      *peak = sat_add(cache.idle_bytes(),
+                      per_parameter ? sat_add(per_parameter_segments.idle_bytes(), per_parameter_slack) : 0);
       return;
     }
     cache.release(nll_grad);
@@ -485,7 +699,19 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     const int logits_grad = loss.upcast > 0 ? cache.allocate(loss.logits, true) : -1;
     cache.release(input_grad);
     const int embedding_grad = cache.allocate(loss.embedding_grad, true);
-    if (first) cache.allocate(loss.backward_workspace, true);
+    // autograd's cuBLAS workspace (first step): best fit takes a per-parameter block where one is large enough
+    // (GPT-2 1.5B: a free 40 MiB segment of the fp32 zero gradients, traced), held there from then on.
+    if (first && per_parameter && per_parameter_segments.best_fit(loss.backward_workspace) > 0) {
+      per_parameter_segments.take(loss.backward_workspace);
+      init_free.take(loss.backward_workspace);
+      init_free_held.take(loss.backward_workspace);
+    } else if (first && per_parameter && norm_temporary_rest >= loss.backward_workspace) {
+      // Else the free rest of an RMSNorm temporary's segment (norm_temporary_rest) is the best fit, not a loss
+      // segment: the workspace sits among the activations' own segments (TinyLlama-1.1B, traced: every loss
+      // segment holds a loss tensor at the peak). Qwen2-0.5B's rest (14 MiB) is smaller than the workspace.
+    } else if (first) {
+      cache.allocate(loss.backward_workspace, true);
+    }
     cache.release(logits_grad);
     if (held_grad && *held_grad < 0) {
       *held_grad = embedding_grad;
@@ -550,8 +776,10 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     std::array<int, kDisplacedRequests> blocks{};
     int count = 0;
   };
+  // With stage 0's per-parameter segments kept (per_parameter above) the held .grad tensors take the blocks of
+  // initialize's zero 16-bit gradients, exactly their sizes, and displace none.
   const Bytes displaced_bytes =
-      accumulates_in_grads ? std::max<Bytes>(0, t.backward_grads - (loss.log_probs > 0 ? loss.embedding_grad : 0)) : 0;
+      accumulates_in_grads && !per_parameter ? std::max<Bytes>(0, t.backward_grads - (loss.log_probs > 0 ? loss.embedding_grad : 0)) : 0;
   const Bytes displaced_request =
       activation_block > 0 ? std::max(activation_block, ceil_div(displaced_bytes, Bytes{kDisplacedRequests})) : 0;
   const auto displace_activations = [&](Displaced& displaced) {
@@ -572,7 +800,7 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     for (int micro = 0; micro < micro_steps; ++micro) {
       Displaced displaced;
       if (micro > 0) displace_activations(displaced);
-      forward();
+      forward(accumulates_in_grads && micro > 0);
       loss_pass(first && micro == 0, nullptr, accumulates_in_grads ? &held_grad : nullptr);
       backward(micro, held);
       release_displaced(displaced);
@@ -665,14 +893,14 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     if (micro_steps > 1) {
       Held held;  // live to the end of this replay: the peak is taken beside it
       int held_grad = -1;
-      forward();
+      forward(false);
       loss_pass(false, nullptr, accumulates_in_grads ? &held_grad : nullptr);
       backward(0, held);
       Displaced displaced;  // the next micro-step's forward
       displace_activations(displaced);
     }
     Bytes at_loss = 0;
-    forward();
+    forward(accumulates_in_grads && micro_steps > 1);
     loss_pass(false, &at_loss, nullptr);
     return sat_add(sat_add(sat_add(at_loss, side_stream.idle_bytes()), init_idle), in.deepspeed_process_device_extra);
   }
@@ -876,7 +1104,8 @@ void explain_deepspeed_reserve_and_host(const MemoryInputs& in, const TrainingCo
                      "PyTorch c10/cuda/CUDACachingAllocator.cpp (get_free_block best fit, should_split, alloc_block, "
                      "kRoundLarge, try_merge_blocks); "
                      "DeepSpeed zero/stage_1_and_2.py step, zero/stage3.py step, bf16_optimizer.py, "
-                     "fp16/fused_optimizer.py"});
+                     "fp16/fused_optimizer.py, fp16/unfused_optimizer.py initialize_optimizer_states (stage 0's "
+                     "per-parameter segments, with torch/optim/adam.py _init_group and _multi_tensor_adam)"});
   const std::string ranks = num(in.ranks_per_node);
   // A host term a rank's process holds, for every rank of the node.
   const auto per_rank_host_term = [&](const std::string& what, Bytes bytes, const char* source) {

@@ -100,8 +100,7 @@ LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingC
 // cache then (TrainingConfig::deepspeed_empty_cache_after_init). Stages 1-2 (stage_1_and_2.py __init__: empty_cache(),
 // then flatten_dense_tensors_aligned on the device when it has room, then _update_model_bit16_weights points each
 // parameter into the flat buffer) and BF16_Optimizer (stage 1 with fp32 gradient accumulation; bf16_optimizer.py
-// _setup_for_real_optimizer: the same flatten and _update_storage_to_flattened_tensor, no empty_cache; stage 0's
-// FP16_UnfusedOptimizer is not modelled, see results-pending/x4_h200x4_2026-11-28_misses.json) free every
+// _setup_for_real_optimizer: the same flatten and _update_storage_to_flattened_tensor, no empty_cache) free every
 // per-parameter 16-bit tensor the engine moved to the device (engine.py _configure_distributed_model: cast on the
 // host, then module.to(device)); the tensors no larger
 // than an activation block stay idle (the activations' requests are larger than the blocks they free or are served
@@ -115,6 +114,11 @@ LossTensorBytes loss_tensor_bytes(const ModelDescription& model, const TrainingC
 // the reserve at the peak is what the step's segments have left beside the loss's tensors, and
 // initialize_optimizer_states' zero fp32 gradient and stage 3's reduce-scatter stream are replayed too
 // (bench/deepspeed/results-pending/README.md, traces of 2026-11-29).
+// Stage 0's FP16_UnfusedOptimizer keeps one tensor per parameter instead: the 16-bit and fp32 zero gradients and the
+// foreach step's temporaries of initialize_optimizer_states stay as free per-parameter segments, which the forward's
+// saved tensors take by best fit where they fit (one hidden-state tensor per segment of a larger matrix); the rest
+// of them, and the slack of the live per-parameter segments, is reserve at the peak (traces of 2026-11-29,
+// memtrace-2026-11-29-stage0/).
 // Stages 1-2 flatten on the host instead (moving the parameters there and emptying the cache: nothing is left)
 // when the device's free memory is below the flat buffer; `device_free_bytes` is the device's memory less the CUDA
 // context.

@@ -196,18 +196,16 @@ TEST(DeepSpeedMeasurements, TransformersModulesAllocatedPeakOfFullFineTuning) {
 // transformers' modules leave: their activations, many blocks of at most the MLP's width, are carved from the
 // free blocks of DeepSpeed's flat segments and the first loss's segments (sim/deepspeed_memory.cpp
 // CachedSegments::fill_with_activations; the tl_s1 / tl_s3 allocator histories in bench/deepspeed/results-pending/
-// memtrace-2026-11-29-hf/). Every hf_ row is printed; the full fine-tuning rows are held to the issue's 5% but one:
-// hf_tl_s0 (-7.2%), whose stage 0 runs DeepSpeed's FP16_UnfusedOptimizer (per-parameter fp32 masters, lazy Adam
-// states, fp32 gradients and foreach temporaries), which the replay does not place (deepspeed_flat_buffer_segments
-// returns at its step) and of which no allocator history was taken. LoRA / QLoRA and checkpointing rows are printed
-// only.
+// memtrace-2026-11-29-hf/). Every hf_ row is printed; the full fine-tuning rows are held to the issue's 5%, stage 0's
+// (DeepSpeed's FP16_UnfusedOptimizer) with the per-parameter segments initialize_optimizer_states leaves free
+// (sim/deepspeed_memory.cpp per_parameter_burst; the hf_tl_s0 allocator history in memtrace-2026-11-29-stage0/).
+// LoRA / QLoRA and checkpointing rows are printed only.
 TEST(DeepSpeedMeasurements, TransformersModulesDeviceUsedOfFullFineTuning) {
   int checked = 0;
   for (const MeasuredRun& run : stored_runs("results-pending", "hf_")) {
     SCOPED_TRACE(run.file + ": " + run.name);
     const bool held = !run.lora.any() &&
-                      run.inputs.checkpointing.value_or(Checkpointing::none) == Checkpointing::none &&
-                      run.name != "hf_tl_s0";
+                      run.inputs.checkpointing.value_or(Checkpointing::none) == Checkpointing::none;
     std::printf("%s (%s)%s\n", run.name.c_str(), run.file.c_str(), held ? "" : " (printed only)");
     const Prediction p = predict(run);
     const double predicted = p.device_used_gib, measured = run.measured.at("device_used_gib").get<double>();
@@ -219,7 +217,46 @@ TEST(DeepSpeedMeasurements, TransformersModulesDeviceUsedOfFullFineTuning) {
     expect_within(predicted, measured, kMemoryTolerance, "device used GiB");
     ++checked;
   }
-  EXPECT_EQ(checked, 6);
+  EXPECT_EQ(checked, 7);
+}
+
+// Stage 0 through DeepSpeed's FP16_UnfusedOptimizer (bf16, torch_adam) with the cache kept after
+// deepspeed.initialize: the per-parameter segments initialize_optimizer_states leaves free, what the forward's saved
+// tensors take of them, and the slack of the live per-parameter segments (sim/deepspeed_memory.cpp
+// per_parameter_burst; the allocator histories in bench/deepspeed/results-pending/memtrace-2026-11-29-stage0/). Held
+// to the issue's 5%: GPT-2 1.5B on one H200 (g15_s0, traced; planned with the config it ran, which zeroplan plan
+// --emit-ds-config wrote to /tmp/g15.json: bench/deepspeed/matrix/gpt2-1.5b_bf16_1gpu_a1_s0_t32.json is the same
+// file) and the same row on four H200 (2026-11-28). TinyLlama-1.1B's stage-0 row is held by the test above.
+// Printed: issue 13's two-GPU stage-0 row (55.0 GiB), whose harness is not recorded, planned without emptying the
+// cache, and the four-GPU ResNet-101 stage-0 row, whose layer list names no activation tensors to place.
+TEST(DeepSpeedMeasurements, StageZeroUnfusedOptimizerWithTheCacheKept) {
+  std::vector<MeasuredRun> runs = stored_runs("results-pending/memtrace-2026-11-29-stage0", "g15_s0.json");
+  ASSERT_EQ(runs.size(), 1u);
+  runs.front().inputs.ds_config =
+      (data_directory() / "bench/deepspeed/matrix/gpt2-1.5b_bf16_1gpu_a1_s0_t32.json").string();
+  for (const MeasuredRun& run : stored_runs("results-pending", "x4_h200x4_2026-11-28_misses"))
+    if (run.name.find("_s0_") != std::string::npos) runs.push_back(run);
+  for (MeasuredRun run : stored_runs("results-pending", "issue13_gpt2-1.5b_h200x2_stage0")) {
+    run.measured["empty_cache_after_init"] = false;
+    runs.push_back(run);
+  }
+  int held = 0;
+  for (const MeasuredRun& run : runs) {
+    SCOPED_TRACE(run.file + ": " + run.name);
+    EXPECT_FALSE(run.measured.at("empty_cache_after_init").get<bool>());
+    const bool hold = run.name == "g15_s0" || run.name == "gpt2-1.5b_bf16_4gpu_a1_s0_t16";
+    std::printf("%s (%s)%s\n", run.name.c_str(), run.file.c_str(), hold ? "" : " (printed only)");
+    const Prediction p = predict(run);
+    const double predicted = p.device_used_gib, measured = run.measured.at("device_used_gib").get<double>();
+    if (!hold) {
+      std::printf("  %-18s predicted %9.3f measured %9.3f  %+6.1f%%\n", "device used GiB", predicted, measured,
+                  100.0 * (predicted / measured - 1.0));
+      continue;
+    }
+    expect_within(predicted, measured, kMemoryTolerance, "device used GiB");
+    ++held;
+  }
+  EXPECT_EQ(held, 2);
 }
 
 // Runs of one setting (same model, cluster, GPUs, micro-batch, sequence) that DeepSpeed's times order: recommend,
