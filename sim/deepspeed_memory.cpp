@@ -199,22 +199,7 @@ class CachedSegments {
   int allocate(Bytes request, bool early = false) {
     if (request <= 0 || (!early && request <= activation_block_)) return -1;
     const Bytes bytes = sat_mul(ceil_div(request, kMinBlockSize), kMinBlockSize);  // round_size
-    // Best fit; among free blocks of one size the allocator's set orders by address (BlockComparatorSize), here
-    // segment by segment in the order they were made, then by offset.
-    int best = -1;
-    for (int i = 0; i < count_; ++i) {
-      const Block& block = blocks_[static_cast<std::size_t>(i)];
-      if (!block.alive || block.used || block.bytes < bytes) continue;
-      if (best < 0) {
-        best = i;
-        continue;
-      }
-      const Block& chosen = blocks_[static_cast<std::size_t>(best)];
-      if (block.bytes < chosen.bytes ||
-          (block.bytes == chosen.bytes &&
-           (block.segment < chosen.segment || (block.segment == chosen.segment && block.offset < chosen.offset))))
-        best = i;
-    }
+    int best = best_fit(bytes);
     if (best < 0) {
       best = free_slot();
       if (best < 0) return -1;  // beyond any step DeepSpeed runs (each sub-group reuses the last's)
@@ -264,20 +249,7 @@ class CachedSegments {
     own_activation_used_ = sat_add(own_activation_used_, own);
     bytes -= own;
     while (bytes > 0) {
-      int best = -1;
-      for (int i = 0; i < count_; ++i) {
-        const Block& block = blocks_[static_cast<std::size_t>(i)];
-        if (!block.alive || block.used || block.bytes < smallest_request) continue;
-        if (best < 0) {
-          best = i;
-          continue;
-        }
-        const Block& chosen = blocks_[static_cast<std::size_t>(best)];
-        if (block.bytes < chosen.bytes ||
-            (block.bytes == chosen.bytes &&
-             (block.segment < chosen.segment || (block.segment == chosen.segment && block.offset < chosen.offset))))
-          best = i;
-      }
+      const int best = best_fit(smallest_request);
       if (best < 0) {  // cudaMalloc: segments of the activations' own
         own_activation_segments_ = sat_add(own_activation_segments_, bytes);
         own_activation_used_ = sat_add(own_activation_used_, bytes);
@@ -306,6 +278,26 @@ class CachedSegments {
       block.activations = false;
       release(i);
     }
+  }
+  // The free block best fit takes for `bytes` (-1: none is large enough): the smallest at least that long; among
+  // free blocks of one size the allocator's set orders by address (BlockComparatorSize), here segment by segment
+  // in the order they were made, then by offset.
+  int best_fit(Bytes bytes) const {
+    int best = -1;
+    for (int i = 0; i < count_; ++i) {
+      const Block& block = blocks_[static_cast<std::size_t>(i)];
+      if (!block.alive || block.used || block.bytes < bytes) continue;
+      if (best < 0) {
+        best = i;
+        continue;
+      }
+      const Block& chosen = blocks_[static_cast<std::size_t>(best)];
+      if (block.bytes < chosen.bytes ||
+          (block.bytes == chosen.bytes &&
+           (block.segment < chosen.segment || (block.segment == chosen.segment && block.offset < chosen.offset))))
+        best = i;
+    }
+    return best;
   }
   // Bytes cached and not allocated: the free blocks of every segment (the optimizer states the first step created
   // are held from then on), and the activations' own segments they do not use.
