@@ -168,6 +168,8 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
         while (use < steps.size() && steps[use].unit != g.unit) ++use;
         if (use >= forward_uses && use < steps.size())
           f.unit_regathered_for_backward[static_cast<std::size_t>(g.unit)] = 1;
+        // The forward's last use is the tied head's reread of unit 0 (exec/zero/zero_buffer_layout.cpp).
+        if (layout.embeddings_reread() && g.unit == 0 && use + 1 == forward_uses) f.head_regathers_embeddings = true;
       }
   }
   f.param_staging_elements = buffers.param_staging_total();

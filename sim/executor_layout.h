@@ -50,6 +50,10 @@ struct ExecutorLayoutFigures {
   // backward use (1), or it stays gathered from the forward (0: core/zero3_fetch_plan.h's reuse rule, which keeps
   // every unit of a model below stage3_max_reuse_distance). Empty below stage 3.
   std::vector<char> unit_regathered_for_backward;
+  // Stage 3, tied embeddings: whether the plan gathers the embeddings again for the LM head at the end of the forward
+  // (released after the first layer because the head's use lies beyond stage3_max_reuse_distance: GPT-2 1.5B at the
+  // default 1e9 elements).
+  bool head_regathers_embeddings = false;
   std::int64_t param_staging_elements = 0;  // stage 3 with offload_param cpu: device staging buffers, all of them
   std::int64_t largest_chunk = 0;           // stage 3: the largest partition chunk (offload_param.buffer_size)
   // offload_optimizer: rank 0's pieces (each bucket's chunk cut at min(kOffloadPieceElements, sub_group_size),

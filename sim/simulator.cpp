@@ -287,8 +287,10 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
     if (const auto figures = executor_layout_figures(model, training, world_size, training.zero.stage)) {
       // The executor's fetch plan keeps a unit gathered from its forward to its backward use when the reuse rule
       // allows: no all-gather (nor NVMe read, nor host copy) for it in backward. One gather unit per layer.
-      if (figures->unit_regathered_for_backward.size() == model.layers.size())
+      if (figures->unit_regathered_for_backward.size() == model.layers.size()) {
         inputs.backward_regathers = figures->unit_regathered_for_backward;
+        inputs.head_regathers_embeddings = figures->head_regathers_embeddings;
+      }
       // Its CPU AdamW steps the partition piece by piece, each call at a fixed cost besides its elements.
       if (offloads_optimizer) {
         inputs.offload_pieces = figures->offload_piece_elements;

@@ -145,7 +145,14 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
     const TaskId params_ready = zero_.stage == 3                 ? gather_task_[index]
                                 : forward && micro == 0 && !update_ready_.empty() ? update_ready_[index]
                                                                                   : kNoTask;
-    std::array<Dependency, 3> first_deps{after(params_ready), after(compute_barrier_), after(hooks)};
+    // Our executor's tied head at the end of the forward may need the embeddings gathered again (its fetch plan
+    // released them after the first layer): fetched when the head's layer is reached, as the plan issues it.
+    TaskId head_embeddings = kNoTask;
+    if (forward && zero_.stage == 3 && in_.head_regathers_embeddings && index + 1 == count && count > 1)
+      head_embeddings = fetch(0, gather_elements_[0], gathered_module_count(layers_[0], zero_), micro,
+                              after(previous_compute));
+    std::array<Dependency, 4> first_deps{after(params_ready), after(compute_barrier_), after(hooks),
+                                         after(head_embeddings)};
     TaskId first = kNoTask;
     TaskId consumer = kNoTask;
     if (forward) {

@@ -106,6 +106,9 @@ struct StepScheduleInputs {
   // or keeps it gathered from the forward (0; sim/executor_layout.h unit_regathered_for_backward). Empty: every
   // layer is gathered in both passes (DeepSpeed's coordinator has its own replay; the ZeRO paper's schedule).
   std::vector<char> backward_regathers;
+  // zeroplan's executor at stage 3 with a tied head: the embeddings gathered again for the head at the end of the
+  // forward (sim/executor_layout.h head_regathers_embeddings).
+  bool head_regathers_embeddings = false;
 
   // DeepSpeed's engine (training.engine deepspeed; deepspeed_engine.h): its code paths, the buffers the memory
   // model leaves to the timeline, and what its Python costs the host. Unset for zeroplan's executor.
