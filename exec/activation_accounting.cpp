@@ -97,7 +97,8 @@ ExpectedMemory expected_device_memory(const ExecConfig& c) {
   const bool det = c.zero.deterministic;
   const std::int64_t rope = s.position == PositionKind::rope ? 4 * T * s.head_size : 0;  // cos and sin, T x HS/2 each
   m.workspace = 4 * (column_sum_scratch_floats(sb, column_sum_width(s), det) + 1) + (det ? 4 * (3 * sb + 1) : 0) +
-                4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + rope + kCublasWorkspaceBytes;
+                4 * (kNormPartials + 1) + 4 * kNormSlots + 8 * sb + rope + kCublasWorkspaceBytes +
+                cudnn_attention_workspace_bytes(c);
   return m;
 }
 
@@ -271,6 +272,8 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   if (det && !lora) a.push_back({"workspace", 4 * (3 * bt + 1), "ordered dwte token positions"});  // (LoRA: frozen embeddings)
   if (s.position == PositionKind::rope) a.push_back({"workspace", 4 * T * s.head_size, "RoPE cos and sin"});
   a.push_back({"workspace", kCublasWorkspaceBytes, "cuBLASLt workspace"});
+  if (const std::int64_t w = cudnn_attention_workspace_bytes(c); w > 0)
+    a.push_back({"workspace", w, "cuDNN fused attention workspace"});
   if (lora) {
     // cuda_trainer.cu allocate_lora: x A^T per kept block and adapted module, one block weight's d(x A^T); NF4's
     // codes and constants of every block weight and the dequantised scratch weight.

@@ -66,6 +66,31 @@ inline constexpr std::int64_t kCublasWorkspaceBytes = 32ll << 20;
 // is known before the run; the algorithm search keeps to it. 64 MiB holds the fastest algorithms of every ResNet-101
 // convolution at micro-batch 128 on 32x32 images.
 inline constexpr std::int64_t kCudnnWorkspaceBytes = 64ll << 20;
+// cuDNN's fused flash attention (exec/cuda/cudnn_attention.cuh), which the CUDA trainer uses in place of its own
+// attention kernels where cuDNN plans it: a fixed workspace, stated here so that the device memory is known before
+// the run. The graph's fp32 buffers (rowsum(dO*O), B*NH*T floats; without --deterministic the dQ accumulator,
+// B*NH*T*HS floats) and the engines' own workspace, at most kCudnnAttentionEngineWorkspaceBytes (an engine wanting
+// more is skipped); deterministic, the dP buffer of cuDNN's deterministic Hopper backward besides (B*NH*T'^2 bf16,
+// T' = T rounded up to 128).
+inline constexpr std::int64_t kCudnnAttentionEngineWorkspaceBytes = 32ll << 20;
+inline std::int64_t cudnn_attention_workspace_bytes(std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS,
+                                                    bool deterministic) {
+  const std::int64_t rows = B * NH * T, t = (T + 127) / 128 * 128;
+  return 4 * rows + (deterministic ? 2 * B * NH * t * t : 4 * rows * HS) + kCudnnAttentionEngineWorkspaceBytes;
+}
+// Whether the CUDA trainer (exec/cuda/cuda_trainer.cu) offers the model's attention to cuDNN: 16-bit types, T a
+// multiple of 128 (cuDNN 9.14's fused backward needs a padding mask otherwise), a head size multiple of 8 up to 256,
+// not --deterministic (our kernels are bit-reproducible; cuDNN's deterministic backward would add B*NH*T^2 bf16 of
+// workspace). The workspace is allocated whenever it is offered, whether or not cuDNN then plans it.
+inline bool cudnn_attention_offered(const ExecConfig& c) {
+  return !c.network && c.precision != ExecPrecision::fp32 && c.seq_len % 128 == 0 && c.shape.head_size % 8 == 0 &&
+         c.shape.head_size <= 256 && !c.zero.deterministic;
+}
+inline std::int64_t cudnn_attention_workspace_bytes(const ExecConfig& c) {
+  return cudnn_attention_offered(c) ? cudnn_attention_workspace_bytes(c.micro_batch, c.seq_len, c.shape.heads,
+                                                                      c.shape.head_size, c.zero.deterministic)
+                                    : 0;
+}
 inline constexpr std::int64_t kNormPartials = 1024;  // blocks of the grad-norm reduction (fp32 each)
 // Sums of squares the ZeRO engine keeps per bucket for the global norm (exec/zero/zero_engine.cpp), fp32 each.
 inline constexpr std::int64_t kNormSlots = 1024;

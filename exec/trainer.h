@@ -68,6 +68,10 @@ class Trainer {
   virtual const ParamLayout& layout() const = 0;
   virtual std::string backend() const = 0;      // "cpu" or "cuda"
   virtual std::string device_name() const = 0;  // "NVIDIA H200", "CPU (Eigen, fp32)"
+  // The attention kernels a transformer trainer chose ("cudnn_fused", "zeroplan_flash"; empty: not applicable)
+  // and a note on the choice (cuDNN's engines, or why cuDNN refused the shape).
+  virtual std::string attention_kernel() const { return ""; }
+  virtual std::string attention_kernel_note() const { return ""; }
   virtual int rank() const = 0;
   virtual int world() const = 0;
   // Bytes per collective kind since the trainer was made (model-state traffic and control scalars apart).

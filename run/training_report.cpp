@@ -256,6 +256,10 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     nlohmann::json m;
     m["backend"] = trainer->backend();
     m["device"] = trainer->device_name();
+    if (const std::string k = trainer->attention_kernel(); !k.empty()) {
+      m["attention_kernel"] = k;
+      m["attention_kernel_note"] = trainer->attention_kernel_note();
+    }
     m["steps"] = o.steps;
     m["warmup_steps"] = *o.warmup_steps;
     m["data"] = e.data_description;

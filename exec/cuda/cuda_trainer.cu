@@ -32,6 +32,7 @@
 #include "exec/cuda/crossentropy.cuh"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_handles.cuh"
+#include "exec/cuda/cudnn_attention.cuh"
 #include "exec/cuda/device_allocator.h"
 #include "exec/cuda/encoder.cuh"
 #include "exec/cuda/gelu.cuh"
@@ -126,6 +127,7 @@ class CudaTrainer final : public EngineTrainer {
       allocate();
       matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes),
                                                /*tune=*/!config_.zero.deterministic);
+      choose_attention();
       if (lora && config_.lora.quantize_nf4) {
         // The base as the full model would be initialised (the engine initialised its other tensors the same way),
         // its block weights quantised.
@@ -151,6 +153,8 @@ class CudaTrainer final : public EngineTrainer {
   const ParamLayout& layout() const override { return layout_; }
   std::string backend() const override { return "cuda"; }
   std::string device_name() const override { return device_name_; }
+  std::string attention_kernel() const override { return cudnn_attention_ ? "cudnn_fused" : "zeroplan_flash"; }
+  std::string attention_kernel_note() const override { return attention_note_; }
   int rank() const override { return comm_->rank(); }
   int world() const override { return comm_->world(); }
   CommCounters comm_counters() const override { return comm_->counters(); }
@@ -514,6 +518,9 @@ class CudaTrainer final : public EngineTrainer {
       CUDA_CHECK(cudaMemcpy(rope_sin_, sin.data(), half * sizeof(float), cudaMemcpyHostToDevice));
     }
     cublas_ws_ = alloc_->allocate("workspace", "cuBLASLt workspace", kCublasWorkspaceBytes);
+    // cuDNN's fused attention: its fixed workspace whenever the shape is offered to it (activation_accounting.h)
+    if (const i64 w = cudnn_attention_workspace_bytes(config_); w > 0)
+      cudnn_attention_ws_ = alloc_->allocate("workspace", "cuDNN fused attention workspace", w);
     if (config_.lora.enabled) allocate_lora(nb);
     host_losses_.allocate(static_cast<std::size_t>(config_.grad_accum * bt));
     for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
@@ -566,6 +573,34 @@ class CudaTrainer final : public EngineTrainer {
     dequantized_ = alloc_->allocate_n<T>("params", "dequantised NF4 weight (scratch)", widest);
   }
 
+  // The attention kernels, chosen once for the model's shape: cuDNN's fused flash attention where it is offered
+  // (activation_accounting.h cudnn_attention_offered: 16-bit, T % 128 == 0, not --deterministic) and cuDNN plans
+  // it (bench/llama/results/2026-11-29-h200x1-attention: 0.53-0.93x our kernels' time at the Llama and GPT-2 1.5B
+  // shapes, level at GPT-2 124M), else ours (exec/cuda/attention.cuh). The choice is in the run report
+  // (attention_kernel, and attention_kernel_note with cuDNN's reason when it refused).
+  cuda::CudnnAttentionShape attention_shape() const {
+    const auto& s = config_.shape;
+    return {static_cast<int>(config_.micro_batch), static_cast<int>(config_.seq_len), static_cast<int>(s.heads),
+            static_cast<int>(s.kv_heads), static_cast<int>(s.head_size), config_.precision};
+  }
+  void choose_attention() {
+    if (!cudnn_attention_ws_) {
+      attention_note_ = "not offered to cuDNN (fp32, T not a multiple of 128, head size, or --deterministic)";
+      return;
+    }
+    auto a = std::make_unique<cuda::CudnnAttention>(stream_, config_.zero.deterministic);
+    a->set_workspace(cudnn_attention_ws_, cudnn_attention_workspace_bytes(config_));
+    std::string why;
+    if (a->supported(attention_shape(), &why)) {
+      const cuda::CudnnAttention::PlanInfo info = a->plan_info(attention_shape());
+      attention_note_ = "cuDNN engines " + std::to_string(info.forward_engine) + " (forward), " +
+                        std::to_string(info.backward_engine) + " (backward)";
+      cudnn_attention_ = std::move(a);
+    } else {
+      attention_note_ = "cuDNN refused: " + why;
+    }
+  }
+
   // One block's forward. `recompute` (full checkpointing, in backward) skips the block output, already stored.
   // Each adapted linear adds its adapters onto the base's output (lora_forward) before anything reads it; the GELU
   // then runs apart from the GEMM when c_fc is adapted (the pre-activation must hold the adapter's share first).
@@ -582,8 +617,11 @@ class CudaTrainer final : public EngineTrainer {
     if (rope())
       cuda::rope_forward<T>(a.qkv, rope_cos_, rope_sin_, B, Tn, static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
                             static_cast<int>(s.head_size), stream_);
-    cuda::attention_forward<T>(a.att, a.lse, a.qkv, B, Tn, static_cast<int>(s.heads), static_cast<int>(s.kv_heads),
-                               static_cast<int>(s.head_size), stream_);
+    if (cudnn_attention_)
+      cudnn_attention_->forward(attention_shape(), a.att, a.lse, a.qkv);
+    else
+      cuda::attention_forward<T>(a.att, a.lse, a.qkv, B, Tn, static_cast<int>(s.heads),
+                                 static_cast<int>(s.kv_heads), static_cast<int>(s.head_size), stream_);
     matmul_->forward<T>(a.res2, a.att, W(l, kAttProjW), P(l, kAttProjB), x, bt, Q, C, stream_);
     lora_forward(l, kAttProjW, a.res2, a.att, Q, C);
     norm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(l, kLn2W), P(l, kLn2B));
@@ -716,7 +754,10 @@ class CudaTrainer final : public EngineTrainer {
       lora_backward_input(l, kAttProjW, dln_, Q);
       if (train_model) matmul_->backward_weight<T>(G(l, kAttProjW), dres_, a.att, bt, Q, C, acc, stream_);
       if (T* g = G(l, kAttProjB)) cuda::bias_backward<T>(g, dres_, sums_, bt, C, acc, stream_);
-      cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, NH, NKV, HS, stream_);
+      if (cudnn_attention_)
+        cudnn_attention_->backward(attention_shape(), d4_, dln_, a.qkv, a.att, a.lse);
+      else
+        cuda::attention_backward<T>(d4_, d_rowsum_, dln_, a.qkv, a.att, a.lse, B, Tn, NH, NKV, HS, stream_);
       if (rope()) cuda::rope_backward<T>(d4_, rope_cos_, rope_sin_, B, Tn, NH, NKV, HS, stream_);
       if (rebuild) norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(l, kLn1W), P(l, kLn1B));
       if (train_model) matmul_->backward_weight<T>(G(l, kQkvW), d4_, a.ln1, bt, C, QKV, acc, stream_);
@@ -779,6 +820,8 @@ class CudaTrainer final : public EngineTrainer {
   std::unique_ptr<CudaZeroDevice> zero_device_;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<cuda::Matmul> matmul_;
+  std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // null: our attention kernels
+  std::string attention_note_;
   CudaEvent ev_start_, ev_end_;
   std::vector<std::unique_ptr<CudaEvent>> micro_events_;  // per micro-step: forward start, backward start, end
   int t_ = 0;
@@ -798,6 +841,7 @@ class CudaTrainer final : public EngineTrainer {
   int* token_positions_d_ = nullptr;
   cuda::DeviceTokenPositions token_positions_view_;
   void* cublas_ws_ = nullptr;
+  void* cudnn_attention_ws_ = nullptr;
   PinnedHost<float> host_losses_;
   // LoRA (allocate_lora): x A^T per kept block and adapted module, one block weight's d(x A^T), the NF4 codes of
   // the base's block weights (four per layer: qkv, o, fc, down) and the scratch weight they are dequantised into.

@@ -6,33 +6,11 @@
 #include <cudnn.h>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cudnn_graph.cuh"
 
 namespace zeroplan::exec::cuda {
 
 namespace {
-
-[[noreturn]] void throw_cudnn(cudnnStatus_t st, const char* call, const char* file, int line) {
-  throw CudaError(std::string("cuDNN error ") + cudnnGetErrorString(st) + " in " + call + " at " + file + ":" +
-                  std::to_string(line));
-}
-
-#define CUDNN_CHECK(call)                                                            \
-  do {                                                                               \
-    cudnnStatus_t zp_st_ = (call);                                                   \
-    if (zp_st_ != CUDNN_STATUS_SUCCESS) throw_cudnn(zp_st_, #call, __FILE__, __LINE__); \
-  } while (0)
-// One attribute of a backend descriptor (cudnn_graph.h: cudnnBackendSetAttribute), checked at the call site.
-#define CUDNN_CHECK_STATUS(status) CUDNN_CHECK(static_cast<cudnnStatus_t>(status))
-#define CUDNN_SET(desc, name, type, count, values) CUDNN_CHECK(cudnnBackendSetAttribute((desc), (name), (type), (count), (values)))
-
-cudnnDataType_t data_type(ExecPrecision p) {
-  switch (p) {
-    case ExecPrecision::fp32: return CUDNN_DATA_FLOAT;
-    case ExecPrecision::fp16: return CUDNN_DATA_HALF;
-    case ExecPrecision::bf16: return CUDNN_DATA_BFLOAT16;
-  }
-  throw std::invalid_argument("cudnn: unknown precision");
-}
 
 std::string describe(const ConvShape& s) {
   return std::to_string(s.N) + "x" + std::to_string(s.C) + "x" + std::to_string(s.H) + "x" + std::to_string(s.W) +
@@ -52,27 +30,7 @@ constexpr std::int64_t kX = 1, kW = 2, kY = 3;
 // multiples of 256 bytes, a 1x1 filter read in place at a multiple of kNetworkTensorAlignment elements.
 constexpr std::int64_t kByteAlignment = 16;
 
-}  // namespace
-
-// One cudnnBackendDescriptor_t, destroyed with the object.
-class CudnnConvolutions::Descriptor {
- public:
-  explicit Descriptor(cudnnBackendDescriptorType_t type) { CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_)); }
-  ~Descriptor() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-  void finalize() { CUDNN_CHECK(cudnnBackendFinalize(d_)); }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-namespace {
-
-using Descriptor = CudnnConvolutions::Descriptor;
+using Descriptor = CudnnDescriptor;
 
 // An NCHW-indexed tensor of dims (n, c, h, w) stored channels-last (NHWC strides); filters are (K, C/groups, R, S)
 // stored KRSC, the same strides.
@@ -346,7 +304,7 @@ int CudnnConvolutions::plan(const ConvShape& s, void* x, void* w, void* y) {
   check_dimension(s.dilation, "dilation");
   auto p = std::make_unique<Plan>();
   p->shape = s;
-  const cudnnDataType_t dt = data_type(precision_);
+  const cudnnDataType_t dt = cudnn_data_type(precision_);
   p->x = tensor(kX, dt, s.N, s.C, s.H, s.W);
   p->w = tensor(kW, dt, s.K, s.C / s.groups, s.R, s.R);
   p->y = tensor(kY, dt, s.N, s.K, s.OH(), s.OW());

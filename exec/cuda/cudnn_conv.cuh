@@ -54,8 +54,6 @@ class CudnnConvolutions {
   void backward_data(int conv, void* dx, const void* dy, const void* w, bool accumulate);
   void backward_filter(int conv, void* dw, const void* dy, const void* x, bool accumulate);
 
-  class Descriptor;  // one cudnnBackendDescriptor_t (cudnn_conv.cu)
-
  private:
   struct Op;
   struct Plan;
