@@ -357,7 +357,7 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   e.plan = evaluate_plan(in.model, in.cluster, tr, choice, popts);
   if (tr.zero.offload_param == OffloadDevice::nvme)
     if (const auto f = executor_layout_figures(in.model, tr, world, 3)) {
-      e.param_nvme_read_predicted = f->param_nvme_read_bytes_per_micro_step * tr.grad_accum + f->param_nvme_update_read_bytes;
+      e.param_nvme_read_predicted = f->param_nvme_read_bytes_per_step;
       e.param_nvme_write_predicted = f->param_nvme_write_bytes_per_step;
     }
   const PlanResult& plan = e.plan;

@@ -256,10 +256,10 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
     const Bytes fetched = sat_mul(2 * A, sat_mul(e, ceil_div(in.gathered_params_total, in.world_size)));
     v.pcie_host_to_device_bytes = sat_add(v.pcie_host_to_device_bytes, fetched);
     if (in.offload_param == OffloadDevice::nvme && in.executor_exact) {
-      // zeroplan's executor: every chunk on NVMe of every all-gather of the fetch plan read, each micro-step, and
-      // every chunk on NVMe written once after the update, in whole 4096-byte blocks (exec/offload/param_swapper.h).
-      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, sat_mul(A, in.executor_param_nvme_read_per_micro));
-      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, in.executor_param_nvme_update_read);
+      // zeroplan's executor: every chunk on NVMe of every all-gather of the fetch plan read unless still in a swap
+      // buffer, and every chunk on NVMe written once after the update, in whole 4096-byte blocks
+      // (exec/offload/param_swapper.h; exec/zero/zero_buffer_layout.h param_nvme_traffic replays a step).
+      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, in.executor_param_nvme_read_per_step);
       v.nvme_write_bytes = sat_add(v.nvme_write_bytes, in.executor_param_nvme_write_per_step);
     } else if (in.offload_param == OffloadDevice::nvme) {
       v.nvme_read_bytes = sat_add(v.nvme_read_bytes, fetched);

@@ -178,9 +178,36 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
     const std::int64_t eb = precision_bytes(training.precision);
     f.param_nvme_file_bytes = buffers.param_nvme_file_bytes(eb);
     f.param_swap_buffer_bytes = buffers.param_swap_buffer_bytes(eb);
-    f.param_nvme_read_bytes_per_micro_step = buffers.param_nvme_read_bytes_per_micro_step(eb);
-    f.param_nvme_write_bytes_per_step = buffers.param_nvme_write_bytes_per_step(eb);
-    if (training.precision == Precision::fp32 && !zero.offload_optimizer) f.param_nvme_update_read_bytes = f.param_nvme_file_bytes;
+    const bool update_reads = training.precision == Precision::fp32 && !zero.offload_optimizer;
+    const exec::ZeroBufferLayout::ParamNvmeTraffic traffic =
+        buffers.param_nvme_traffic(eb, std::max<std::int64_t>(1, training.grad_accum), update_reads);
+    f.param_nvme_read_bytes_per_step = traffic.read_bytes;
+    f.param_nvme_write_bytes_per_step = traffic.write_bytes;
+    // Each plan gather serves its unit's next use; the uses past the forward plan's are the backward's, and the
+    // forward's last is the tied head's reread of unit 0 when the plan has one.
+    const auto& steps = buffers.train_plan.steps;
+    const std::size_t forward_uses = buffers.forward_plan.steps.size();
+    std::vector<std::int64_t> unit_bytes(buffers.units.size(), 0);
+    for (std::size_t u = 0; u < buffers.units.size(); ++u)
+      for (int k : buffers.unit_buckets[u])
+        unit_bytes[u] += exec::padded_swap_bytes(partition.buckets()[static_cast<std::size_t>(k)].chunk, eb);
+    for (const std::vector<std::int64_t>& gathers : traffic.gather_read_bytes) {
+      auto& fwd = f.param_nvme_forward_read_share.emplace_back(buffers.units.size(), 0.0);
+      auto& bwd = f.param_nvme_backward_read_share.emplace_back(buffers.units.size(), 0.0);
+      double& head = f.param_nvme_head_read_share.emplace_back(0.0);
+      std::size_t g_index = 0;
+      for (std::size_t st = 0; st < steps.size(); ++st)
+        for (const Zero3Gather& g : steps[st].gathers) {
+          const auto u = static_cast<std::size_t>(g.unit);
+          const double share = unit_bytes[u] > 0 ? static_cast<double>(gathers[g_index]) / static_cast<double>(unit_bytes[u]) : 0.0;
+          ++g_index;
+          std::size_t use = st;
+          while (use < steps.size() && steps[use].unit != g.unit) ++use;
+          if (use >= forward_uses) bwd[u] = share;
+          else if (f.head_regathers_embeddings && u == 0 && use + 1 == forward_uses) head = share;
+          else fwd[u] = share;
+        }
+    }
     f.param_host_elements = buffers.param_host_elements;
     f.largest_nvme_chunk = buffers.param_swap_buffer_elements;
   }

@@ -62,16 +62,20 @@ struct ExecutorLayoutFigures {
   std::int64_t largest_offload_piece = 0;
   std::vector<std::int64_t> offload_piece_elements;  // rank 0's pieces in the order the CPU AdamW steps them
   // offload_param nvme (exec/zero/zero_buffer_layout.h, rank 0's partition, the training precision's bytes): the
-  // swap files, the pinned swap buffers, the disk's bytes per micro-step (the fetch plan's reads) and per step (the
-  // update's writes), the elements kept in host memory (persistent chunks, max_in_cpu) and the largest chunk on NVMe
+  // swap files, the pinned swap buffers, the disk's bytes per step (param_nvme_traffic: the fetch plan's reads less
+  // the chunks still in a swap buffer, the update's writes, and with fp32 and the device AdamW the update's reads),
+  // the elements kept in host memory (persistent chunks, max_in_cpu) and the largest chunk on NVMe
   // (offload_param.buffer_size must hold it).
   std::int64_t param_nvme_file_bytes = 0;
   std::int64_t param_swap_buffer_bytes = 0;
-  std::int64_t param_nvme_read_bytes_per_micro_step = 0;
+  std::int64_t param_nvme_read_bytes_per_step = 0;
   std::int64_t param_nvme_write_bytes_per_step = 0;
-  // fp32 training with the device AdamW: the parameters are its master, so the update reads every chunk on NVMe
-  // once more (exec/zero/zero_engine_offload.cpp update_offloaded_params); 0 otherwise.
-  std::int64_t param_nvme_update_read_bytes = 0;
+  // Per micro-step, per gather unit: the share of the unit's partition bytes the disk reads for its forward gather,
+  // for its backward regather (when the plan has one), and for the tied head's reread of the embeddings (per
+  // micro-step); 0 where every chunk was still in a swap buffer or is kept in host memory.
+  std::vector<std::vector<double>> param_nvme_forward_read_share;
+  std::vector<std::vector<double>> param_nvme_backward_read_share;
+  std::vector<double> param_nvme_head_read_share;
   std::int64_t param_host_elements = 0;
   std::int64_t largest_nvme_chunk = 0;
 };

@@ -147,9 +147,8 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
       in.executor_param_nvme_files = f->param_nvme_file_bytes;
       in.executor_param_swap_buffers = f->param_swap_buffer_bytes;
       in.executor_param_host_elements = f->param_host_elements;
-      in.executor_param_nvme_read_per_micro = f->param_nvme_read_bytes_per_micro_step;
+      in.executor_param_nvme_read_per_step = f->param_nvme_read_bytes_per_step;
       in.executor_param_nvme_write_per_step = f->param_nvme_write_bytes_per_step;
-      in.executor_param_nvme_update_read = f->param_nvme_update_read_bytes;
     }
   }
   return in;

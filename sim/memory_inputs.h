@@ -75,9 +75,8 @@ struct MemoryInputs {
   Bytes executor_param_nvme_files = 0;
   Bytes executor_param_swap_buffers = 0;
   std::int64_t executor_param_host_elements = 0;
-  Bytes executor_param_nvme_read_per_micro = 0;
+  Bytes executor_param_nvme_read_per_step = 0;
   Bytes executor_param_nvme_write_per_step = 0;
-  Bytes executor_param_nvme_update_read = 0;  // fp32 with the device AdamW: the update reads the chunks too
 };
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,

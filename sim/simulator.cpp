@@ -290,6 +290,11 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
       if (figures->unit_regathered_for_backward.size() == model.layers.size()) {
         inputs.backward_regathers = figures->unit_regathered_for_backward;
         inputs.head_regathers_embeddings = figures->head_regathers_embeddings;
+        if (training.zero.offload_param == OffloadDevice::nvme) {
+          inputs.nvme_forward_read_share = figures->param_nvme_forward_read_share;
+          inputs.nvme_backward_read_share = figures->param_nvme_backward_read_share;
+          inputs.nvme_head_read_share = figures->param_nvme_head_read_share;
+        }
       }
       // Its CPU AdamW steps the partition piece by piece, each call at a fixed cost besides its elements.
       if (offloads_optimizer) {

@@ -74,8 +74,11 @@ class StepBuilder {
 
   // --- stage 3 parameter fetch -----------------------------------------------------------------------------
 
-  TaskId fetch(std::int32_t layer, std::int64_t elements, std::int64_t modules, std::int32_t micro, Dependency when,
-               Dependency issued_by = {});
+  // What a fetch serves: the share of its NVMe bytes the disk reads depends on it (our executor's swap buffers).
+  enum class FetchFor { forward, backward, head };
+  TaskId fetch(std::int32_t layer, std::int64_t elements, std::int64_t modules, std::int32_t micro, FetchFor use,
+               Dependency when, Dependency issued_by = {});
+  double nvme_read_share(std::size_t index, std::int32_t micro, FetchFor use) const;
 
   // --- gradient reduction ----------------------------------------------------------------------------------
 

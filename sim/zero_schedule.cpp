@@ -134,11 +134,13 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
       for (const CoordinatorGather& g : coordinator->gathers)
         if (!g.prefetch || g.layer == layer)
           gather_task_[static_cast<std::size_t>(g.layer)] =
-              fetch(g.layer, g.elements, g.modules, micro, after(previous_compute), with_start_of(hooks));
+              fetch(g.layer, g.elements, g.modules, micro, forward ? FetchFor::forward : FetchFor::backward,
+                    after(previous_compute), with_start_of(hooks));
     } else if (zero_.stage == 3 && issued <= position) {
       if (!kept_from_forward(forward, index))
         gather_task_[index] = fetch(layer, gather_elements_[index], gathered_module_count(layers_[index], zero_),
-                                    micro, after(previous_compute), with_start_of(hooks));
+                                    micro, forward ? FetchFor::forward : FetchFor::backward,
+                                    after(previous_compute), with_start_of(hooks));
       issued = position + 1;
     }
 
@@ -150,7 +152,7 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
     TaskId head_embeddings = kNoTask;
     if (forward && zero_.stage == 3 && in_.head_regathers_embeddings && index + 1 == count && count > 1)
       head_embeddings = fetch(0, gather_elements_[0], gathered_module_count(layers_[0], zero_), micro,
-                              after(previous_compute));
+                              FetchFor::head, after(previous_compute));
     std::array<Dependency, 4> first_deps{after(params_ready), after(compute_barrier_), after(hooks),
                                          after(head_embeddings)};
     TaskId first = kNoTask;
@@ -209,7 +211,8 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
       for (const CoordinatorGather& g : coordinator->gathers)
         if (g.prefetch && g.layer != layer)
           gather_task_[static_cast<std::size_t>(g.layer)] =
-              fetch(g.layer, g.elements, g.modules, micro, with_start_of(first));
+              fetch(g.layer, g.elements, g.modules, micro, forward ? FetchFor::forward : FetchFor::backward,
+                    with_start_of(first));
       for (const CoordinatorRelease& r : coordinator->releases) {
         Bytes& held = gathered_bytes_[static_cast<std::size_t>(r.layer)];
         const Bytes bytes = std::min(held, gather_bytes(static_cast<std::size_t>(r.layer), r.elements));
@@ -238,7 +241,8 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
         if (next >= issued) {
           const std::int32_t next_layer = layer_at(forward, next);
           gather_task_[next_index] = fetch(next_layer, elements, gathered_module_count(layers_[next_index], zero_),
-                                           micro, with_start_of(first));
+                                           micro, forward ? FetchFor::forward : FetchFor::backward,
+                                           with_start_of(first));
           issued = next + 1;
         }
       }
@@ -268,8 +272,28 @@ bool StepBuilder::kept_from_forward(bool forward, std::size_t index) const {
 
 // `elements` of layer `layer` in `modules` parameter groups; `issued_by`: DeepSpeed's hook that issues the fetch on
 // the host (none for a prefetch or another engine).
+// Our executor's parameter swapper finds some chunks still in its swap buffers (the update's last at the next
+// forward, a backward's last at the next micro-step's forward): the share it reads, replayed through its buffer
+// policy (sim/executor_layout.h param_nvme_forward_read_share). Other engines read every fetch.
+double StepBuilder::nvme_read_share(std::size_t index, std::int32_t micro, FetchFor use) const {
+  const auto m = static_cast<std::size_t>(micro);
+  switch (use) {
+    case FetchFor::head:
+      return m < in_.nvme_head_read_share.size() ? in_.nvme_head_read_share[m] : 1.0;
+    case FetchFor::forward:
+      return m < in_.nvme_forward_read_share.size() && index < in_.nvme_forward_read_share[m].size()
+                 ? in_.nvme_forward_read_share[m][index]
+                 : 1.0;
+    case FetchFor::backward:
+      return m < in_.nvme_backward_read_share.size() && index < in_.nvme_backward_read_share[m].size()
+                 ? in_.nvme_backward_read_share[m][index]
+                 : 1.0;
+  }
+  return 1.0;
+}
+
 TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_t modules, std::int32_t micro,
-                          Dependency when, Dependency issued_by) {
+                          FetchFor use, Dependency when, Dependency issued_by) {
   const auto index = static_cast<std::size_t>(layer);
   if (elements <= 0) return kNoTask;
   const Bytes full_bytes = gather_bytes(index, elements);
@@ -278,10 +302,12 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_
   Dependency issued = issued_by;  // applies to the first task of the fetch
   TaskId allocating = kNoTask;
   if (zero_.offload_param != OffloadDevice::none) {
-    if (zero_.offload_param == OffloadDevice::nvme) {
+    const double share = nvme_read_share(index, micro, use);
+    if (zero_.offload_param == OffloadDevice::nvme && share > 0.0) {
+      const auto read_bytes = static_cast<Bytes>(std::llround(static_cast<double>(partition_bytes) * share));
       const TaskId read = timeline_.add(Resource::nvme, TaskKind::nvme_read,
-                                        static_cast<double>(partition_bytes) / in_.nvme_read_bandwidth,
-                                        {ready, issued}, layer, micro, partition_bytes);
+                                        static_cast<double>(read_bytes) / in_.nvme_read_bandwidth, {ready, issued},
+                                        layer, micro, read_bytes);
       ready = after(read);
       issued = {};
     }

@@ -109,6 +109,12 @@ struct StepScheduleInputs {
   // zeroplan's executor at stage 3 with a tied head: the embeddings gathered again for the head at the end of the
   // forward (sim/executor_layout.h head_regathers_embeddings).
   bool head_regathers_embeddings = false;
+  // zeroplan's executor with offload_param nvme, per micro-step and layer: the share of a fetch's NVMe bytes the disk
+  // reads for the forward gather, the backward regather and (per micro-step) the head's reread; the rest is still in
+  // a swap buffer (sim/executor_layout.h param_nvme_forward_read_share). Empty: every byte is read.
+  std::vector<std::vector<double>> nvme_forward_read_share;
+  std::vector<std::vector<double>> nvme_backward_read_share;
+  std::vector<double> nvme_head_read_share;
 
   // DeepSpeed's engine (training.engine deepspeed; deepspeed_engine.h): its code paths, the buffers the memory
   // model leaves to the timeline, and what its Python costs the host. Unset for zeroplan's executor.

@@ -385,6 +385,16 @@ def repo_relative(path):
     return os.path.relpath(full, root) if full.startswith(root + os.sep) else path
 
 
+def process_io_bytes():
+    """(read_bytes, write_bytes) of /proc/self/io: the storage I/O this process's threads caused (Linux's task I/O
+    accounting, Documentation/filesystems/proc.rst), or None where it cannot be read."""
+    try:
+        fields = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+        return int(fields["read_bytes"]), int(fields["write_bytes"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def main():
     args = parse_args()
 
@@ -462,12 +472,14 @@ def main():
         train_step()
         warmup_steps += 1
     loss_scale_settled = settled()
+    io_before = process_io_bytes()
     for _ in range(args.steps):
         times.append(train_step())
         # After the step's time is taken, before the next one starts: the host's speed during the run. Every
         # rank reads it (rank 0's is kept), so that no rank's next step waits in a collective for another's.
         probes_between.append(eager_op_seconds_now(device))
 
+    io_after = process_io_bytes()
     gib = 2.0**30
     pinned = pinned_host_bytes()
     local = torch.tensor([device_used_peak, torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(),
@@ -493,6 +505,10 @@ def main():
             "host_pinned_gib": local[4].item() / gib if local[4].item() >= 0 else None,
             "step_seconds": step_seconds.item(),
             "step_seconds_each": times,  # rank 0's, after the warm-up
+            # rank 0's storage bytes per measured step (/proc/self/io read_bytes / write_bytes: what its threads,
+            # DeepSpeed's aio ones included, made the block layer move; None where unreadable)
+            "disk_read_bytes_per_step": (io_after[0] - io_before[0]) / args.steps if io_before and io_after else None,
+            "disk_write_bytes_per_step": (io_after[1] - io_before[1]) / args.steps if io_before and io_after else None,
             "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
             "warmup_steps": warmup_steps,
             "loss_scale_settled": loss_scale_settled,  # fp16: the last --settled warm-up steps all updated

@@ -31,6 +31,13 @@ i64 checked_add(i64 a, i64 b, const char* what) {
   return r;
 }
 
+// More buffers than chunks on NVMe would never be used (at least one: the constructor refuses no chunk after).
+int buffers_used(const std::vector<i64>& chunks, int buffer_count) {
+  i64 swapped = 0;
+  for (i64 n : chunks) swapped += n > 0;
+  return static_cast<int>(std::max<i64>(1, std::min<i64>(buffer_count, swapped)));
+}
+
 // Bytes of `elements` rounded up to the direct-I/O block: a chunk's room in its file and in a buffer (the store
 // moves whole blocks; exec/zero/zero_buffer_layout.cpp padded_swap_bytes, which the planner reads, is the same).
 i64 padded_bytes(i64 elements, i64 element_bytes) {
@@ -44,7 +51,7 @@ ParamSwapper::ParamSwapper(const std::string& nvme_path, int rank, const NvmeSto
                            std::vector<i64> chunk_elements, i64 element_bytes, int buffer_count,
                            const HostAllocator& allocate, BufferIdle idle, BufferReady ready)
     : store_(nvme_path, rank, options), chunks_(std::move(chunk_elements)), element_bytes_(element_bytes),
-      idle_(std::move(idle)), ready_(std::move(ready)) {
+      policy_(buffers_used(chunks_, std::max(1, buffer_count))), idle_(std::move(idle)), ready_(std::move(ready)) {
   if (buffer_count < 1)
     throw std::invalid_argument("zero_optimization.offload_param.buffer_count: " + std::to_string(buffer_count) +
                                 "; expected at least 1");
@@ -59,8 +66,7 @@ ParamSwapper::ParamSwapper(const std::string& nvme_path, int rank, const NvmeSto
     nvme_bytes_ = checked_add(nvme_bytes_, padded_bytes(n, element_bytes), "the swap files");
   }
   if (swapped == 0) throw std::invalid_argument("ParamSwapper: no chunk to swap");
-  // More buffers than chunks would never be used.
-  const int count = static_cast<int>(std::min<i64>(buffer_count, swapped));
+  const int count = policy_.buffers();
   const i64 slot = padded_bytes(largest, element_bytes);
   // One allocation, with room to align its start (pinned memory is page-aligned; the CPU backend's is 64-byte).
   buffer_bytes_ = checked_add(checked_mul(slot, count, "the swap buffers"), kDirectIoAlignment, "the swap buffers");
@@ -85,12 +91,9 @@ void ParamSwapper::finish(NvmeStore::Ticket& ticket) {
   times_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int ParamSwapper::take_free_buffer(bool only_ready) {
-  int best = -1;
-  for (int b = 0; b < buffer_count(); ++b)
-    if (!buffers_[b].busy && (best < 0 || buffers_[b].released_at < buffers_[best].released_at)) best = b;
-  if (best >= 0 && only_ready && ready_ && !ready_(best)) return -1;  // the oldest is not done: neither are the rest
-  return best;
+void ParamSwapper::check_on_nvme(int chunk) const {
+  if (chunk < 0 || chunk >= static_cast<int>(chunks_.size()) || chunks_[chunk] == 0)
+    throw std::logic_error("ParamSwapper: chunk " + std::to_string(chunk) + " is not on NVMe");
 }
 
 void ParamSwapper::prepare(int b, int chunk) {
@@ -99,101 +102,88 @@ void ParamSwapper::prepare(int b, int chunk) {
   finish(buf.write);  // its previous values are on disk before new ones land
   // The store refuses a read of a file with a write in flight: finish the chunk's writes (from other buffers).
   for (Buffer& other : buffers_)
-    if (other.write != 0 && other.chunk == chunk) finish(other.write);
-  buf.chunk = chunk;
-  buf.busy = true;
+    if (other.write != 0 && other.io_chunk == chunk) finish(other.write);
+  buf.io_chunk = chunk;
 }
 
 void ParamSwapper::start_read(int b, int chunk) {
-  if (chunk < 0 || chunk >= static_cast<int>(chunks_.size()) || chunks_[chunk] == 0)
-    throw std::logic_error("ParamSwapper: chunk " + std::to_string(chunk) + " is not on NVMe");
   prepare(b, chunk);
-  const i64 bytes = padded(chunk);
   buffers_[b].read = store_.read(file_name(chunk), buffers_[b].base, chunks_[chunk] * element_bytes_);
-  times_.read_bytes = checked_add(times_.read_bytes, bytes, "the bytes read");
+  times_.read_bytes = checked_add(times_.read_bytes, padded(chunk), "the bytes read");
+}
+
+void ParamSwapper::finish_dropped() {
+  for (int b : dropped_) {
+    finish(buffers_[b].read);
+    std::erase_if(pending_, [b](const PendingRead& r) { return r.buffer == b; });
+  }
+  dropped_.clear();
+}
+
+void ParamSwapper::start_ready_reads() {
+  // In plan order; the first whose buffer's readers are not done stops the rest (the host never waits here).
+  std::size_t started = 0;
+  while (started < pending_.size() && (!ready_ || ready_(pending_[started].buffer))) {
+    start_read(pending_[started].buffer, pending_[started].chunk);
+    ++started;
+  }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(started));
 }
 
 void ParamSwapper::top_up() {
-  while (next_read_ < order_.size() && next_read_ < next_use_ + static_cast<std::size_t>(ahead_)) {
-    const int b = take_free_buffer(true);
-    if (b < 0) return;
-    start_read(b, order_[next_read_]);
-    order_buffer_[next_read_++] = b;
-  }
-}
-
-void ParamSwapper::drop_planned() {
-  for (std::size_t p = next_use_; p < next_read_; ++p) {
-    Buffer& buf = buffers_[order_buffer_[p]];
-    finish(buf.read);
-    buf.busy = false;
-    buf.released_at = ++releases_;
-  }
-  order_.clear();
-  order_buffer_.clear();
-  next_use_ = next_read_ = 0;
+  reserved_.clear();
+  policy_.top_up(reserved_);
+  for (const SwapBufferPolicy::Reservation& r : reserved_)
+    if (r.read) pending_.push_back(PendingRead{r.position, r.buffer, policy_.chunk_in(r.buffer)});
+  start_ready_reads();
 }
 
 void ParamSwapper::plan_reads(const std::vector<int>& order, int ahead) {
-  drop_planned();
-  order_ = order;
-  order_buffer_.assign(order_.size(), -1);
-  ahead_ = std::max(0, std::min(ahead, buffer_count()));
+  for (int k : order) check_on_nvme(k);
+  policy_.plan(order, ahead, dropped_);
+  finish_dropped();
   top_up();
 }
 
 ParamSwapper::Held ParamSwapper::acquire(int chunk) {
-  int b = -1;
-  if (next_use_ < order_.size() && order_[next_use_] == chunk) {
-    top_up();
-    if (next_read_ == next_use_) {  // not read ahead (no buffer was free, or ahead 0): read it now
-      b = take_free_buffer();
-      if (b < 0) throw std::logic_error("ParamSwapper: every buffer is acquired; release one first");
-      start_read(b, chunk);
-      order_buffer_[next_read_++] = b;
+  check_on_nvme(chunk);
+  const bool planned = policy_.planned_next(chunk);
+  if (planned) top_up();
+  const SwapBufferPolicy::Use use = policy_.acquire(chunk, dropped_);
+  finish_dropped();
+  if (use.read) {
+    const auto it = std::find_if(pending_.begin(), pending_.end(),
+                                 [&](const PendingRead& r) { return use.planned && r.position == use.position; });
+    if (it != pending_.end() || !use.planned) {  // not started yet (or out of plan): now, waiting for its readers
+      if (it != pending_.end()) pending_.erase(it);
+      start_read(use.buffer, chunk);
     }
-    b = order_buffer_[next_use_++];
-  } else {
-    drop_planned();  // the plan no longer says what comes next
-    b = take_free_buffer();
-    if (b < 0) throw std::logic_error("ParamSwapper: every buffer is acquired; release one first");
-    start_read(b, chunk);
   }
-  finish(buffers_[b].read);
-  return Held{buffers_[b].base, b};
+  finish(buffers_[use.buffer].read);
+  return Held{buffers_[use.buffer].base, use.buffer};
 }
 
 void ParamSwapper::release(int buffer) {
-  Buffer& buf = buffers_.at(static_cast<std::size_t>(buffer));
-  buf.busy = false;
-  buf.released_at = ++releases_;
+  policy_.release(buffer);
   // The next planned reads go on into buffers whose readers are done (the device copy just enqueued from this one
-  // is not, most likely: it is refilled at a later acquire or release, never with the host waiting here).
+  // is not, most likely: its read starts at a later acquire or release, never with the host waiting here).
   top_up();
 }
 
 ParamSwapper::Writing ParamSwapper::begin_write(int chunk, i64 offset, i64 elements) {
-  if (chunk < 0 || chunk >= static_cast<int>(chunks_.size()) || chunks_[chunk] == 0)
-    throw std::logic_error("ParamSwapper: chunk " + std::to_string(chunk) + " is not on NVMe");
+  check_on_nvme(chunk);
   if (offset < 0 || elements < 0 || offset > chunks_[chunk] || elements > chunks_[chunk] - offset)
     throw std::out_of_range("ParamSwapper: elements [" + std::to_string(offset) + ", +" + std::to_string(elements) +
                             ") of a chunk of " + std::to_string(chunks_[chunk]));
-  // A read of this chunk planned and in flight would race the write (the store refuses it): drop the plan then.
-  for (std::size_t p = next_use_; p < next_read_; ++p)
-    if (order_[p] == chunk) {
-      drop_planned();
-      break;
-    }
-  const int b = take_free_buffer();
-  if (b < 0) throw std::logic_error("ParamSwapper: every buffer is acquired; release one first");
+  const int b = policy_.begin_write(chunk, offset == 0 && elements == chunks_[chunk], dropped_);
+  finish_dropped();
   prepare(b, chunk);
   return Writing{buffers_[b].base, b, chunk, offset, elements};
 }
 
 void ParamSwapper::end_write(const Writing& w) {
   Buffer& buf = buffers_.at(static_cast<std::size_t>(w.buffer));
-  buf.busy = false;
-  buf.released_at = ++releases_;
+  policy_.end_write(w.buffer);
   // The store pads the last partial block itself; the disk moves whole blocks, which is what is counted.
   buf.write = store_.write(file_name(w.chunk), checked_mul(w.offset, element_bytes_, "a write's offset"), buf.base,
                            checked_mul(w.elements, element_bytes_, "a write's bytes"));

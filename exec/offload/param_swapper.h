@@ -4,6 +4,9 @@
 // swapper in which order a micro-step's all-gathers will read the chunks (the stage-3 fetch plan); the swapper reads
 // that many ahead as it has free buffers, so the disk works on the next units' chunks while the device computes
 // on the current one. After the optimizer step every updated chunk is written back through the same buffers.
+// Which buffer holds which chunk is exec/offload/swap_buffer_policy.h's to say: a buffer keeps its chunk after
+// use, and a later use of it finds it there (the update's last chunks at the next forward, a backward's last
+// chunks at the next micro-step's forward) without a read.
 //
 // DeepSpeed's AsyncPartitionedParameterSwapper (deepspeed/runtime/swap_tensor/partitioned_param_swapper.py) keeps
 // offload_param.buffer_count pinned buffers of buffer_size elements (_configure_aio), assigns one to each
@@ -13,8 +16,9 @@
 // buffers, and stage3.py writes the updated fp16 partition back after the optimizer step
 // (_reassign_or_swap_out_partitioned_parameters, swap_out_and_release). Here a buffer holds one chunk (a run of
 // tensors, as the engine gathers them) and is sized to the largest chunk on NVMe, which buffer_size must hold
-// (DeepSpeed's get_buffer refuses a partition larger than buffer_size); a chunk is read again for every all-gather
-// that needs it (DeepSpeed re-reads a released parameter too), so the bytes per step follow from the fetch plan.
+// (DeepSpeed's get_buffer refuses a partition larger than buffer_size); a chunk no buffer holds any more is read
+// again for the all-gather that needs it, so the bytes per step follow from the fetch plan and the policy
+// (exec/zero/zero_buffer_layout.h param_nvme_reads replays both).
 // Unlike DeepSpeed, every chunk goes to NVMe whatever its size: DeepSpeed keeps a partition smaller than
 // max(1 MiB, aio.block_size) in host memory (swappable_tensor, min_aio_bytes), because its aio handle moves whole
 // blocks; the store here pads a chunk's last partial block itself (nvme_io.h), so small chunks cost no host copy.
@@ -27,6 +31,7 @@
 
 #include "exec/offload/nvme_io.h"
 #include "exec/offload/optimizer_swapper.h"
+#include "exec/offload/swap_buffer_policy.h"
 
 namespace zeroplan::exec::offload {
 
@@ -56,8 +61,8 @@ class ParamSwapper {
   void plan_reads(const std::vector<int>& order, int ahead);
   void plan_reads(const std::vector<int>& order) { plan_reads(order, buffer_count()); }
 
-  // The chunk's values in a buffer: the next planned read (waited for), or, for a chunk out of the planned order,
-  // read now (the plan dropped). The buffer is the chunk's until release(buffer).
+  // The chunk's values in a buffer: a buffer that still holds them, the next planned read (waited for), or, for a
+  // chunk out of the planned order, read now (the plan dropped). The buffer is the chunk's until release(buffer).
   struct Held {
     const void* data = nullptr;
     int buffer = -1;
@@ -68,7 +73,8 @@ class ParamSwapper {
 
   // A buffer to write `elements` values of `chunk` from element `offset` on (offset x element_bytes must be a
   // multiple of 4096): the caller fills it, then end_write() starts the write. A planned read of the same chunk in
-  // flight drops the plan first (a write may not overlap a read of its file); other planned reads go on.
+  // flight drops the plan first (a write may not overlap a read of its file); other planned reads go on. A write of
+  // the whole chunk leaves its values in the buffer for a later acquire().
   struct Writing {
     void* data = nullptr;
     int buffer = -1;
@@ -93,33 +99,36 @@ class ParamSwapper {
  private:
   struct Buffer {
     char* base = nullptr;
-    int chunk = -1;               // whose values it holds or receives
+    int io_chunk = -1;            // whose values its last read or write moved
     NvmeStore::Ticket read = 0;   // 0: none in flight
     NvmeStore::Ticket write = 0;
-    bool busy = false;            // acquired, or holding a planned read not yet acquired
-    std::uint64_t released_at = 0;  // free buffers are taken least recently released first
+  };
+  struct PendingRead {  // reserved by the policy, waiting for the buffer's readers to finish
+    std::size_t position = 0;
+    int buffer = -1;
+    int chunk = -1;
   };
   std::int64_t padded(int chunk) const;
   void finish(NvmeStore::Ticket& ticket);
-  int take_free_buffer(bool only_ready = false);  // -1 when every buffer is busy (or, only_ready, not ready)
   void prepare(int b, int chunk);  // idle hook, its own write done, the chunk's writes done
-  void top_up();                   // starts planned reads while buffers are free
-  void drop_planned();             // finishes the planned reads not acquired and frees their buffers
+  void top_up();                   // reserves planned buffers, starts the reads whose buffers are ready
+  void start_ready_reads();
+  void finish_dropped();           // the dropped reservations' reads finished, their pending reads forgotten
   void start_read(int b, int chunk);
+  void check_on_nvme(int chunk) const;
 
   NvmeStore store_;
   std::vector<std::int64_t> chunks_;
   std::int64_t element_bytes_;
   std::vector<Buffer> buffers_;
+  SwapBufferPolicy policy_;
   BufferIdle idle_;
   BufferReady ready_;
   std::string prefix_;
   std::int64_t nvme_bytes_ = 0, buffer_bytes_ = 0;
-  std::vector<int> order_;        // planned chunks
-  std::vector<int> order_buffer_;  // per planned position: its buffer once its read started
-  std::size_t next_use_ = 0, next_read_ = 0;
-  int ahead_ = 0;
-  std::uint64_t releases_ = 0;
+  std::vector<PendingRead> pending_;
+  std::vector<int> dropped_;
+  std::vector<SwapBufferPolicy::Reservation> reserved_;
   SwapTimes times_;
 };
 

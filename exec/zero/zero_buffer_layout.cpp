@@ -1,5 +1,7 @@
 #include "exec/zero/zero_buffer_layout.h"
 
+#include "exec/offload/swap_buffer_policy.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -189,14 +191,59 @@ std::int64_t ZeroBufferLayout::param_swap_buffer_bytes(std::int64_t element_byte
                      4096);
 }
 
-std::int64_t ZeroBufferLayout::param_nvme_read_bytes_per_micro_step(std::int64_t element_bytes) const {
-  std::int64_t total = 0;
-  if (param_nvme_chunk.empty()) return 0;
+ZeroBufferLayout::ParamNvmeTraffic ZeroBufferLayout::param_nvme_traffic(std::int64_t element_bytes,
+                                                                       std::int64_t grad_accum,
+                                                                       bool update_reads) const {
+  ParamNvmeTraffic t;
+  if (param_swap_buffers == 0) return t;
+  if (grad_accum < 1) throw std::invalid_argument("param_nvme_traffic: gradient accumulation " + std::to_string(grad_accum));
+  offload::SwapBufferPolicy policy(param_swap_buffers);
+  std::vector<int> dropped;  // nothing is in flight here: the dropped buffers need no finishing
+  std::vector<offload::SwapBufferPolicy::Reservation> reserved;
+  const auto chunk_bytes = [&](int k) { return padded_swap_bytes(param_nvme_chunk[k], element_bytes); };
+  // ParamSwapper::acquire then release, as gather_buckets and update_offloaded_params call them.
+  const auto use = [&](int k) {
+    if (policy.planned_next(k)) policy.top_up(reserved);
+    const offload::SwapBufferPolicy::Use u = policy.acquire(k, dropped);
+    policy.release(u.buffer);
+    policy.top_up(reserved);
+    return u.read ? chunk_bytes(k) : std::int64_t{0};
+  };
+  std::vector<int> train_order;
   for (const Zero3UseStep& step : train_plan.steps)
     for (const Zero3Gather& g : step.gathers)
       for (int k : unit_buckets[g.unit])
-        if (param_nvme_chunk[k] > 0) total = checked_add(total, padded_swap_bytes(param_nvme_chunk[k], element_bytes));
-  return total;
+        if (param_nvme_chunk[k] > 0) train_order.push_back(k);
+  std::vector<int> bucket_order;
+  for (std::size_t k = 0; k < param_nvme_chunk.size(); ++k)
+    if (param_nvme_chunk[k] > 0) bucket_order.push_back(static_cast<int>(k));
+  // The first step starts from the initial writes; the policy's state repeats from the second on, which the third
+  // step is counted from.
+  for (int step = 0; step < 3; ++step) {
+    t = ParamNvmeTraffic{};
+    for (std::int64_t m = 0; m < grad_accum; ++m) {
+      policy.plan(train_order, param_swap_buffers, dropped);
+      policy.top_up(reserved);
+      std::vector<std::int64_t>& gathers = t.gather_read_bytes.emplace_back();
+      for (const Zero3UseStep& s : train_plan.steps)
+        for (const Zero3Gather& g : s.gathers) {
+          std::int64_t bytes = 0;
+          for (int k : unit_buckets[g.unit])
+            if (param_nvme_chunk[k] > 0) bytes = checked_add(bytes, use(k));
+          gathers.push_back(bytes);
+          t.read_bytes = checked_add(t.read_bytes, bytes);
+        }
+    }
+    policy.plan(update_reads ? bucket_order : std::vector<int>{}, param_swap_buffers - 1, dropped);
+    policy.top_up(reserved);
+    for (int k : bucket_order) {
+      if (update_reads) t.read_bytes = checked_add(t.read_bytes, use(k));
+      policy.end_write(policy.begin_write(k, true, dropped));
+      t.write_bytes = checked_add(t.write_bytes, chunk_bytes(k));
+    }
+    if (update_reads) policy.plan({}, 0, dropped);
+  }
+  return t;
 }
 
 ZeroBufferLayout zero_buffer_layout(const ParamLayout& layout, const ZeroPartition& partition,

@@ -66,12 +66,22 @@ struct ZeroBufferLayout {
   std::int64_t param_swap_buffer_elements = 0;
   // Bytes for an element size (std::overflow_error past int64). The swap files: each chunk padded to the 4096-byte
   // direct-I/O block (nvme_io.h). The pinned swap buffers: each the largest chunk so padded, one block more to align
-  // them (param_swapper.cpp). Per micro-step of training, the disk reads every chunk on NVMe of every all-gather of
-  // the fetch plan (train_plan: no chunk is kept between gathers); per step it writes every chunk on NVMe once (the
-  // updated partition), whole blocks both ways.
+  // them (param_swapper.cpp).
   std::int64_t param_nvme_file_bytes(std::int64_t element_bytes) const;
   std::int64_t param_swap_buffer_bytes(std::int64_t element_bytes) const;
-  std::int64_t param_nvme_read_bytes_per_micro_step(std::int64_t element_bytes) const;
+  // The disk's traffic of a training step once steps repeat, replayed through the swapper's buffer policy
+  // (exec/offload/swap_buffer_policy.h) in the order the engine drives it: per micro-step, the train plan's
+  // all-gathers (every chunk on NVMe of every gather, planned, read ahead by the buffer count, each released right
+  // after its copy to the device), then the update's writes of every chunk on NVMe in bucket order (update_reads,
+  // fp32 training with the device AdamW: each chunk read first, ahead by one buffer fewer). A chunk still in a swap
+  // buffer is not read; every chunk is written once per step; whole 4096-byte blocks both ways.
+  struct ParamNvmeTraffic {
+    std::int64_t read_bytes = 0;   // per step
+    std::int64_t write_bytes = 0;  // per step
+    // [micro-step][gather, in train_plan order]: the bytes read for it (0: every chunk of it was in a buffer)
+    std::vector<std::vector<std::int64_t>> gather_read_bytes;
+  };
+  ParamNvmeTraffic param_nvme_traffic(std::int64_t element_bytes, std::int64_t grad_accum, bool update_reads) const;
   std::int64_t param_nvme_write_bytes_per_step(std::int64_t element_bytes) const {
     return param_nvme_file_bytes(element_bytes);
   }

@@ -307,11 +307,12 @@ void expect_param_nvme_equals_param_cpu(const ParamNvmeCase& k, const std::strin
   const ZeroPartition partition(b->layout(), comm.world(), comm.rank(), partition_rules(nvme.zero));
   const ZeroBufferLayout buffers = zero_buffer_layout(b->layout(), partition, nvme.zero, k.grad_accum);
   const std::int64_t files = buffers.param_nvme_file_bytes(4);
-  // fp32 with the device AdamW: the update reads every chunk once more (the parameters are its master).
-  const std::int64_t reads =
-      k.grad_accum * buffers.param_nvme_read_bytes_per_micro_step(4) + (k.offload_optimizer ? 0 : files);
+  // fp32 with the device AdamW: the update reads the chunks too (the parameters are its master).
+  const ZeroBufferLayout::ParamNvmeTraffic traffic = buffers.param_nvme_traffic(4, k.grad_accum, !k.offload_optimizer);
+  const std::int64_t reads = traffic.read_bytes;
   ASSERT_GT(files, 0);
   EXPECT_GT(reads, 0);
+  EXPECT_EQ(traffic.write_bytes, files);
   EXPECT_EQ(b->memory().nvme_bytes - a->memory().nvme_bytes, files);
   expect_equal_runs(*a, *b, cpu, [&](const StepResult& ra, const StepResult& rb) {
     EXPECT_EQ(ra.times.offload.param_nvme_read_bytes, 0);
