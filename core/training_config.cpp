@@ -158,6 +158,7 @@ nlohmann::json training_to_json(const TrainingConfig& training) {
       {"cpu_checkpointing", training.cpu_checkpointing},
       {"fused_attention", training.fused_attention},
       {"fused_cross_entropy", training.fused_cross_entropy},
+      {"deterministic", training.deterministic},
       {"fp32_loss", training.fp32_loss},
       {"gradient_clipping", training.gradient_clipping},
       {"grad_accum_dtype", to_string(training.grad_accum_dtype.value_or(training.precision))},

@@ -165,6 +165,10 @@ struct TrainingConfig {
   // a script does not, and the caching allocator then keeps the blocks initialize freed (sim/deepspeed_memory.h
   // deepspeed_flat_buffer_segments); bench/deepspeed/ds_peer.py's rows before 2026-11-28 did.
   bool deepspeed_empty_cache_after_init = false;
+  // zeroplan's executor under `zeroplan run --deterministic`: reductions in a fixed order, and its own attention
+  // kernels in place of cuDNN's fused attention, whose workspace it then does not allocate
+  // (exec/activation_accounting.h cudnn_attention_offered).
+  bool deterministic = false;
   LossScaleConfig loss_scale;
   LoraSettings lora;
   double learning_rate = 3e-4;

@@ -70,13 +70,18 @@ inline constexpr std::int64_t kCudnnWorkspaceBytes = 64ll << 20;
 // attention kernels where cuDNN plans it: a fixed workspace, stated here so that the device memory is known before
 // the run. The graph's fp32 buffers (rowsum(dO*O), B*NH*T floats; without --deterministic the dQ accumulator,
 // B*NH*T*HS floats) and the engines' own workspace, at most kCudnnAttentionEngineWorkspaceBytes (an engine wanting
-// more is skipped); deterministic, the dP buffer of cuDNN's deterministic Hopper backward besides (B*NH*T'^2 bf16,
-// T' = T rounded up to 128).
+// more is skipped), and with grouped-query attention (NKV < NH) one B*NH*T*HS fp32 tensor more, which cuDNN 9.14's
+// fused backward engines ask for before reducing dK and dV over a group's heads (measured on one H200, 2026-11-29:
+// 67,109,120 B at TinyLlama's and Llama-3 8B's shapes, 58,720,512 B at Qwen2 7B's, each 4*B*NH*T*HS + 256; without
+// it every engine was refused, bench/llama/results/2026-11-29-h200x1-cudnn-attention); deterministic, the dP buffer
+// of cuDNN's deterministic Hopper backward besides (B*NH*T'^2 bf16, T' = T rounded up to 128).
 inline constexpr std::int64_t kCudnnAttentionEngineWorkspaceBytes = 32ll << 20;
-inline std::int64_t cudnn_attention_workspace_bytes(std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t HS,
-                                                    bool deterministic) {
+inline std::int64_t cudnn_attention_workspace_bytes(std::int64_t B, std::int64_t T, std::int64_t NH, std::int64_t NKV,
+                                                    std::int64_t HS, bool deterministic) {
   const std::int64_t rows = B * NH * T, t = (T + 127) / 128 * 128;
-  return 4 * rows + (deterministic ? 2 * B * NH * t * t : 4 * rows * HS) + kCudnnAttentionEngineWorkspaceBytes;
+  const std::int64_t grouped = NKV < NH ? 4 * rows * HS : 0;
+  return 4 * rows + (deterministic ? 2 * B * NH * t * t : 4 * rows * HS) + kCudnnAttentionEngineWorkspaceBytes +
+         grouped;
 }
 // Whether the CUDA trainer (exec/cuda/cuda_trainer.cu) offers the model's attention to cuDNN: 16-bit types, T a
 // multiple of 128 (cuDNN 9.14's fused backward needs a padding mask otherwise), a head size multiple of 8 up to 256,
@@ -88,7 +93,8 @@ inline bool cudnn_attention_offered(const ExecConfig& c) {
 }
 inline std::int64_t cudnn_attention_workspace_bytes(const ExecConfig& c) {
   return cudnn_attention_offered(c) ? cudnn_attention_workspace_bytes(c.micro_batch, c.seq_len, c.shape.heads,
-                                                                      c.shape.head_size, c.zero.deterministic)
+                                                                      c.shape.kv_heads, c.shape.head_size,
+                                                                      c.zero.deterministic)
                                     : 0;
 }
 inline constexpr std::int64_t kNormPartials = 1024;  // blocks of the grad-norm reduction (fp32 each)

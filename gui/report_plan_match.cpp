@@ -66,7 +66,12 @@ ReportPlanMatch match_report_to_plan(const RunReport& report, const Comparison* 
       if (!ignored_for_matching(key) && std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
   }
-  for (const std::string& key : keys) differ(key, value_in(gui_fields, key), value_in(report.training_fields, key));
+  for (const std::string& key : keys) {
+    std::string run = value_in(report.training_fields, key);
+    // Reports before 2026-11-29 do not say whether the run was --deterministic; they are read as the default.
+    if (key == "deterministic" && run == "(none)") run = "false";
+    differ(key, value_in(gui_fields, key), run);
+  }
   if (!match.differences.empty()) return match;
 
   // The run's plan among the GUI's: by its stage and offloads, not by what the GUI has selected.

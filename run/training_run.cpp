@@ -346,6 +346,7 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   // summed in order); cuBLASLt, the attention kernels, the gradient norm and NCCL's collectives are already
   // run-to-run deterministic at a fixed world size.
   cfg.zero.deterministic = o.deterministic;
+  tr.deterministic = o.deterministic;  // the plan counts what such a run allocates (no cuDNN attention workspace)
   // The CPU AdamW's threads: --cpu-threads-per-rank, else the node's cores among its ranks (all on this node).
   e.offload_threads = exec::offload::optimizer_threads(cfg.zero.cpu_optimizer_threads, world);
 

@@ -20,6 +20,7 @@ exec::ExecConfig executor_exec_config(const ModelDescription& model, const Train
                 : training.checkpointing == Checkpointing::selective ? exec::ExecRecompute::selective
                                                                      : exec::ExecRecompute::none;
   c.zero = executor_zero_settings(training, stage);
+  c.zero.deterministic = training.deterministic;
   return c;
 }
 

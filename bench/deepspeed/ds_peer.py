@@ -395,6 +395,24 @@ def process_io_bytes():
         return None
 
 
+def machine_disk_bytes():
+    """(read, written) bytes of the machine's whole disks since boot (/proc/diskstats sectors of 512 bytes; nvme*n*,
+    sd*, vd*, xvd* devices, their partitions left out so that nothing counts twice), or None where unreadable. The
+    process's own counters (/proc/self/io) read 0 on the GPU machines even for runs that move gigabytes."""
+    import re
+    whole = re.compile(r"^(nvme\d+n\d+|sd[a-z]+|vd[a-z]+|xvd[a-z]+)$")
+    try:
+        read = written = 0
+        for line in open("/proc/diskstats"):
+            f = line.split()
+            if len(f) >= 10 and whole.match(f[2]):
+                read += int(f[5]) * 512
+                written += int(f[9]) * 512
+        return read, written
+    except (OSError, ValueError):
+        return None
+
+
 def main():
     args = parse_args()
 
@@ -472,14 +490,14 @@ def main():
         train_step()
         warmup_steps += 1
     loss_scale_settled = settled()
-    io_before = process_io_bytes()
+    io_before, disk_before = process_io_bytes(), machine_disk_bytes()
     for _ in range(args.steps):
         times.append(train_step())
         # After the step's time is taken, before the next one starts: the host's speed during the run. Every
         # rank reads it (rank 0's is kept), so that no rank's next step waits in a collective for another's.
         probes_between.append(eager_op_seconds_now(device))
 
-    io_after = process_io_bytes()
+    io_after, disk_after = process_io_bytes(), machine_disk_bytes()
     gib = 2.0**30
     pinned = pinned_host_bytes()
     local = torch.tensor([device_used_peak, torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(),
@@ -509,6 +527,11 @@ def main():
             # DeepSpeed's aio ones included, made the block layer move; None where unreadable)
             "disk_read_bytes_per_step": (io_after[0] - io_before[0]) / args.steps if io_before and io_after else None,
             "disk_write_bytes_per_step": (io_after[1] - io_before[1]) / args.steps if io_before and io_after else None,
+            # the machine's disks over the same steps (/proc/diskstats): what the swapping moved, whoever issued it
+            "machine_disk_read_bytes_per_step":
+                (disk_after[0] - disk_before[0]) / args.steps if disk_before and disk_after else None,
+            "machine_disk_write_bytes_per_step":
+                (disk_after[1] - disk_before[1]) / args.steps if disk_before and disk_after else None,
             "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
             "warmup_steps": warmup_steps,
             "loss_scale_settled": loss_scale_settled,  # fp16: the last --settled warm-up steps all updated

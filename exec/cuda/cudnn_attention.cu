@@ -271,7 +271,7 @@ CudnnAttention::~CudnnAttention() {
 }
 
 std::int64_t CudnnAttention::workspace_bytes(const CudnnAttentionShape& s, bool deterministic) {
-  return cudnn_attention_workspace_bytes(s.B, s.T, s.NH, s.HS, deterministic);
+  return cudnn_attention_workspace_bytes(s.B, s.T, s.NH, s.NKV, s.HS, deterministic);
 }
 
 void CudnnAttention::set_workspace(void* workspace, std::int64_t bytes) {

@@ -152,9 +152,11 @@ ParamSwapper::Held ParamSwapper::acquire(int chunk) {
   const SwapBufferPolicy::Use use = policy_.acquire(chunk, dropped_);
   finish_dropped();
   if (use.read) {
+    // Reserved by this call, or ahead but not started yet (its buffer's readers were not done): the read starts
+    // now, after them. A read started ahead is in flight or done.
     const auto it = std::find_if(pending_.begin(), pending_.end(),
                                  [&](const PendingRead& r) { return use.planned && r.position == use.position; });
-    if (it != pending_.end() || !use.planned) {  // not started yet (or out of plan): now, waiting for its readers
+    if (use.reserved_now || it != pending_.end()) {
       if (it != pending_.end()) pending_.erase(it);
       start_read(use.buffer, chunk);
     }

@@ -97,6 +97,7 @@ void SwapBufferPolicy::plan(const std::vector<int>& order, int ahead, std::vecto
 
 SwapBufferPolicy::Use SwapBufferPolicy::acquire(int chunk, std::vector<int>& dropped) {
   if (next_use_ < order_.size() && order_[next_use_] == chunk) {
+    bool now = false;
     if (next_reserve_ == next_use_) {  // not reserved ahead (no buffer was free, or ahead 0): now
       int b = free_holding(chunk);
       const bool read = b < 0;
@@ -104,9 +105,10 @@ SwapBufferPolicy::Use SwapBufferPolicy::acquire(int chunk, std::vector<int>& dro
       if (b < 0) throw std::logic_error("SwapBufferPolicy: every buffer is in use; release one first");
       ++next_reserve_;
       reserve(next_use_, b, read);
+      now = true;
     }
     const std::size_t p = next_use_++;
-    return Use{order_buffer_[p], order_read_[p] != 0, true, p};
+    return Use{order_buffer_[p], order_read_[p] != 0, true, now, p};
   }
   drop_plan(dropped);  // the plan no longer says what comes next
   int b = free_holding(chunk);
@@ -117,7 +119,7 @@ SwapBufferPolicy::Use SwapBufferPolicy::acquire(int chunk, std::vector<int>& dro
   s.chunk = chunk;
   s.current = true;
   s.busy = true;
-  return Use{b, read, false, 0};
+  return Use{b, read, false, true, 0};
 }
 
 void SwapBufferPolicy::release(int buffer) {

@@ -51,7 +51,8 @@ class SwapBufferPolicy {
     int buffer = -1;
     bool read = false;
     bool planned = false;
-    std::size_t position = 0;  // planned only
+    bool reserved_now = false;  // the buffer was chosen by this call (not reserved ahead by top_up)
+    std::size_t position = 0;   // planned only
   };
   Use acquire(int chunk, std::vector<int>& dropped);
   void release(int buffer);

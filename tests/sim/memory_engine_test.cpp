@@ -47,13 +47,16 @@ TEST(ZeroplanEngine, KeepsSixteenBitGradientsOnlyAndNoBucketsOrReserve) {
   // The same saved tensors; the executor's backward working set is its three reused gradient buffers
   // (12 h + 4 a B/token in bf16) against the largest PyTorch block's temporaries ((2f + 2h) e = 20 h).
   EXPECT_EQ(deepspeed.gpu.activations - zeroplan.gpu.activations, 8192 * (20 * 1600 - (12 * 1600 + 4 * 25)));
-  // Runtime: context, the executor's workspace (cuBLASLt's and a few small buffers) and its allocations' round-up
-  // to 2 MiB device pages (one rank: no NCCL; exact-size allocations: no reserve): above context + cuBLASLt, and
-  // by less than a page for each of its few dozen allocations and 1 MiB of small buffers.
-  EXPECT_GT(zeroplan.gpu.runtime_overhead,
-            cluster.runtime.cuda_context_bytes + cluster.runtime.cublas_workspace_bytes);
-  EXPECT_LT(zeroplan.gpu.runtime_overhead,
-            cluster.runtime.cuda_context_bytes + cluster.runtime.cublas_workspace_bytes + 64 * kMiB);
+  // Runtime: context, the executor's workspace (cuBLASLt's, cuDNN's fused attention's and a few small buffers) and
+  // its allocations' round-up to 2 MiB device pages (one rank: no NCCL; exact-size allocations: no reserve): above
+  // context + cuBLASLt + cuDNN's attention, and by less than a page for each of its few dozen allocations and 1 MiB
+  // of small buffers.
+  const Bytes attention = exec::cudnn_attention_workspace_bytes(
+      executor_planned_config(model, training_for(TrainingEngine::zeroplan), 0));
+  EXPECT_GT(attention, 0) << "bf16, T 1024: offered to cuDNN";
+  const Bytes floor = cluster.runtime.cuda_context_bytes + cluster.runtime.cublas_workspace_bytes + attention;
+  EXPECT_GT(zeroplan.gpu.runtime_overhead, floor);
+  EXPECT_LT(zeroplan.gpu.runtime_overhead, floor + 64 * kMiB);
   EXPECT_LT(zeroplan.gpu.runtime_overhead, deepspeed.gpu.runtime_overhead);
 }
 
