@@ -1,8 +1,9 @@
 // attention_benchmark: the executor's causal attention (exec/cuda/attention.cuh: FlashAttention-2 tiles on the
 // tensor cores, GQA, bf16) timed forward and backward at the shapes of the models the executor trains, one JSON
 // line per shape, through the calibrator `zeroplan calibrate` times it with (exec/cuda/device_calibration.h
-// attention_seconds: random q, k, v and output gradient, CUDA events on its own stream, the median of --iters after
-// one untimed launch). bench/llama/attention_peer.py times cuDNN's fused attention (PyTorch's SDPA, cuDNN backend)
+// attention_seconds with AttentionKernels::executor, since calibrate itself times cuDNN's where the trainer uses
+// it: random q, k, v and output gradient, CUDA events on its own stream, the median of --iters after one untimed
+// launch). bench/llama/attention_peer.py times cuDNN's fused attention (PyTorch's SDPA, cuDNN backend)
 // and FlashAttention-2 (PyTorch's flash backend) at the same shapes in the same device call;
 // bench/llama/device_llama.sh `attention` runs both and prints the ratio per shape (issue 35: keep the faster).
 // Each line also carries cuDNN's fused flash attention as the executor calls it (exec/cuda/cudnn_attention.cuh: the
@@ -158,8 +159,10 @@ void measure_cudnn(const ModelAttention& s, int iters, double forward_flops, nlo
 }
 
 nlohmann::json measure(exec::cuda::DeviceCalibrator& device, const ModelAttention& s, int iters) {
+  // Ours explicitly: the calibrator would time cuDNN's where the trainer uses it; cuDNN's is timed below.
   const exec::cuda::AttentionSeconds t = device.attention_seconds(
-      exec::cuda::AttentionShape{s.batch, s.seq, s.heads * s.head_size, s.heads, s.kv_heads}, iters);
+      exec::cuda::AttentionShape{s.batch, s.seq, s.heads * s.head_size, s.heads, s.kv_heads}, iters,
+      exec::cuda::AttentionKernels::executor);
   const double forward_flops = 4.0 * s.batch * s.heads * static_cast<double>(s.seq) * s.seq * s.head_size / 2.0;
   nlohmann::json j = {{"impl", "zeroplan"},
           {"shape", s.name},

@@ -461,7 +461,8 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
   if (model && model->transformer) {
     // The executor's causal attention over the model's tokens in sequences of up to 1024, counted as the planner
     // counts it (sim/compute_time.cpp transformer_block): forward 2 s h FLOPs per token (half of Q K^T and P V),
-    // backward 2.5 times that.
+    // backward 2.5 times that. Timed through the kernels the CUDA trainer runs at this shape: cuDNN's fused
+    // attention where it is offered and cuDNN plans it, else the executor's own (device_calibration.h).
     const TransformerShape& s = *model->transformer;
     const std::int64_t seq = std::min<std::int64_t>(1024, sweep.gpu_model_tokens);
     const exec::cuda::AttentionShape shape{static_cast<int>(sweep.gpu_model_tokens / seq), static_cast<int>(seq),
@@ -476,11 +477,16 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
                               std::to_string(s.heads) + " heads of " + std::to_string(s.hidden / s.heads) +
                               (s.kv_heads > 0 && s.kv_heads != s.heads ? " (" + std::to_string(s.kv_heads) + " key/value)"
                                                                        : std::string());
+    row(label, "kernels", t.kernel);
+    if (!t.cudnn) row(label, "not cuDNN's", t.cudnn_note);
     row(label, "forward", format_number("%.4g", f.executor_attention_forward / 1e12) + " TFLOP/s");
     row(label, "backward", format_number("%.4g", f.executor_attention_backward / 1e12) + " TFLOP/s");
     f.executor_attention_source =
-        "the executor's attention kernels (exec/cuda/attention.cu) at " + label + " (" + model->name +
-        "), random q, k, v and output gradient, CUDA events, median of " + std::to_string(sweep.gemm_repeats) +
+        t.kernel + " at " + label + " (" + model->name + "), the attention the CUDA trainer runs at this shape" +
+        (t.cudnn ? std::string(" (16-bit, not --deterministic: a --deterministic run uses the executor's kernels, "
+                               "exec/cuda/attention.cu)")
+                 : " (" + t.cudnn_note + ")") +
+        ", random q, k, v and output gradient, CUDA events, median of " + std::to_string(sweep.gemm_repeats) +
         "; FLOP/s on the causal work (forward 2 s^2 h per sequence, backward 2.5 times that)";
   }
   f.streaming_bandwidth = device.device_copy_bandwidth(sweep.copy_bytes, sweep.repeats);

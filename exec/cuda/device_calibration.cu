@@ -10,6 +10,7 @@
 #include "exec/activation_accounting.h"
 #include "exec/cuda/attention.cuh"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cudnn_attention.cuh"
 #include "exec/cuda/matmul.cuh"
 
 namespace zeroplan::exec::cuda {
@@ -51,9 +52,13 @@ struct DeviceCalibrator::State {
   cudaEvent_t start = nullptr, stop = nullptr;
   void* workspace = nullptr;
   std::unique_ptr<Matmul> matmul;
+  // cuDNN's fused attention on this stream, made on the first shape offered to it; its plans are kept per shape.
+  // Its workspace is allocated by each attention_seconds call and freed at its end.
+  std::unique_ptr<CudnnAttention> cudnn_attention;
 
   ~State() {
     // Destruction must not throw: errors here are left unreported (the figures are already taken).
+    cudnn_attention.reset();  // its handle is bound to the stream
     matmul.reset();
     if (workspace) cudaFree(workspace);
     if (start) cudaEventDestroy(start);
@@ -137,7 +142,22 @@ double DeviceCalibrator::gemm_seconds(const GemmShape& s, bool training_pass, in
   return seconds;
 }
 
-AttentionSeconds DeviceCalibrator::attention_seconds(const AttentionShape& a, int repeats) {
+namespace {
+
+// Why the CUDA trainer would not offer a bf16 attention of this shape to cuDNN (the conditions of
+// exec/activation_accounting.h cudnn_attention_offered; calibrate times the default run, not --deterministic).
+std::string not_offered_reason(int seq, int head_size) {
+  std::string why;
+  const auto add = [&](const std::string& part) { why += (why.empty() ? "" : ", ") + part; };
+  if (seq % 128 != 0) add("T = " + std::to_string(seq) + " is not a multiple of 128");
+  if (head_size % 8 != 0 || head_size > 256)
+    add("head size " + std::to_string(head_size) + " is not a multiple of 8 up to 256");
+  return why.empty() ? std::string("not offered to cuDNN") : "not offered to cuDNN: " + why;
+}
+
+}  // namespace
+
+AttentionSeconds DeviceCalibrator::attention_seconds(const AttentionShape& a, int repeats, AttentionKernels kernels) {
   const int kv = a.kv_heads > 0 ? a.kv_heads : a.heads;
   if (a.batch < 1 || a.seq < 1 || a.heads < 1 || a.hidden < a.heads || a.hidden % a.heads != 0 || a.heads % kv != 0)
     throw std::invalid_argument("attention_seconds: batch, seq and heads must be >= 1, hidden a multiple of heads and "
@@ -150,18 +170,66 @@ AttentionSeconds DeviceCalibrator::attention_seconds(const AttentionShape& a, in
   const std::int64_t qkv_cols = static_cast<std::int64_t>(a.heads + 2 * kv) * head_size;  // q, then k and v heads
   const auto qkv = st.random_bf16(tokens, qkv_cols, 6), dout = st.random_bf16(tokens, a.hidden, 7);
   const auto out = st.random_bf16(tokens, a.hidden, 8), dqkv = st.random_bf16(tokens, qkv_cols, 9);
-  DeviceBuffer lse(checked_product(rows, 4)), d_rowsum(checked_product(rows, 4));
+  DeviceBuffer lse(checked_product(rows, 4));
   auto* o = static_cast<bf16*>(out->data());
   const auto* q = static_cast<const bf16*>(qkv->data());
   auto* l = static_cast<float*>(lse.data());
+  auto* dq = static_cast<bf16*>(dqkv->data());
+  const auto* dy = static_cast<const bf16*>(dout->data());
   AttentionSeconds s;
+
+  // The trainer's choice at this shape (exec/cuda/cuda_trainer.cu choose_attention): cuDNN's where the run's
+  // configuration offers it (the same test as the trainer's, on a configuration of this shape) and cuDNN plans it.
+  ExecConfig config;
+  config.micro_batch = a.batch;
+  config.seq_len = a.seq;
+  config.precision = ExecPrecision::bf16;
+  config.shape.heads = a.heads;
+  config.shape.kv_heads = kv;
+  config.shape.head_size = head_size;
+  const CudnnAttentionShape shape{a.batch, a.seq, a.heads, kv, head_size, ExecPrecision::bf16};
+  if (kernels == AttentionKernels::executor) {
+    s.cudnn_note = "the executor's kernels were asked for";
+  } else if (!cudnn_attention_offered(config)) {
+    s.cudnn_note = not_offered_reason(a.seq, head_size);
+  } else {
+    if (!st.cudnn_attention) st.cudnn_attention = std::make_unique<CudnnAttention>(st.stream, /*deterministic=*/false);
+    std::string why;
+    if (st.cudnn_attention->supported(shape, &why)) {
+      s.cudnn = true;
+    } else {
+      s.cudnn_note = "cuDNN refused: " + why;
+    }
+  }
+
+  if (s.cudnn) {
+    CudnnAttention& cudnn = *st.cudnn_attention;
+    const std::int64_t workspace_bytes = CudnnAttention::workspace_bytes(shape, /*deterministic=*/false);
+    DeviceBuffer workspace(workspace_bytes);  // cudaMalloc: 256-byte aligned
+    // The workspace lives for this call only: the attention object must not keep its address past it.
+    struct Unset {
+      CudnnAttention& a;
+      ~Unset() { a.set_workspace(nullptr, 0); }
+    } unset{cudnn};
+    cudnn.set_workspace(workspace.data(), workspace_bytes);
+    const CudnnAttention::PlanInfo info = cudnn.plan_info(shape);
+    s.kernel = "cuDNN fused attention (engines " + std::to_string(info.forward_engine) + " forward, " +
+               std::to_string(info.backward_engine) + " backward; exec/cuda/cudnn_attention.cu)";
+    s.forward = st.time([&] { cudnn.forward(shape, o, l, q); }, repeats);
+    // The backward reads the forward's output and logsumexp as training does (the last forward above wrote them).
+    s.backward = st.time([&] { cudnn.backward(shape, dq, dy, q, o, l); }, repeats);
+    CUDA_CHECK(cudaStreamSynchronize(st.stream));  // done with the workspace before it is freed
+    return s;
+  }
+
+  DeviceBuffer d_rowsum(checked_product(rows, 4));
+  s.kernel = "the executor's kernels (exec/cuda/attention.cu)";
   s.forward = st.time([&] { attention_forward<bf16>(o, l, q, a.batch, a.seq, a.heads, kv, head_size, st.stream); },
                       repeats);
   // The backward reads the forward's output and logsumexp as training does (the last forward above wrote them).
   s.backward = st.time(
       [&] {
-        attention_backward<bf16>(static_cast<bf16*>(dqkv->data()), static_cast<float*>(d_rowsum.data()),
-                                 static_cast<const bf16*>(dout->data()), q, o, l, a.batch, a.seq, a.heads, kv,
+        attention_backward<bf16>(dq, static_cast<float*>(d_rowsum.data()), dy, q, o, l, a.batch, a.seq, a.heads, kv,
                                  head_size, st.stream);
       },
       repeats);

@@ -1,7 +1,8 @@
 // What `zeroplan calibrate` measures on one GPU (run/calibration.h assembles the cluster description): the
 // device's identity and the memory a CUDA context takes, bf16 GEMM time through the executor's own cuBLASLt
-// matmul (exec/cuda/matmul.cuh), the executor's attention kernels, device-to-device copy bandwidth, pinned host<->device copy bandwidth, and the
-// device buffers and stream waits the collective sweep needs. Plain C++ header (no CUDA types), so run/ can call
+// matmul (exec/cuda/matmul.cuh), the trainer's attention (cuDNN's fused attention or the executor's kernels),
+// device-to-device copy bandwidth, pinned host<->device copy bandwidth, and the device buffers and stream waits the
+// collective sweep needs. Plain C++ header (no CUDA types), so run/ can call
 // it. Every CUDA call is checked (exec/cuda/cuda_check.h). Times come from CUDA events on the calibrator's own
 // stream, each figure the median of its repeats.
 #pragma once
@@ -32,9 +33,22 @@ struct AttentionShape {
   int batch = 0, seq = 0, hidden = 0, heads = 0, kv_heads = 0;
 };
 
+// Which attention attention_seconds times: the one the CUDA trainer would use at the shape (cuDNN's fused flash
+// attention where exec/activation_accounting.h cudnn_attention_offered holds for it and cuDNN plans it, else the
+// executor's kernels), or the executor's kernels whatever cuDNN offers (bench/attention_benchmark.cu, which times
+// cuDNN's beside them itself).
+enum class AttentionKernels { as_trained, executor };
+
 struct AttentionSeconds {
-  double forward = 0.0;   // attention_forward
-  double backward = 0.0;  // attention_backward (dQ with D = rowsum(dO * O), then dK and dV)
+  double forward = 0.0;   // the forward (out and logsumexp from q, k, v)
+  double backward = 0.0;  // the backward (dQ with D = rowsum(dO * O), then dK and dV)
+  bool cudnn = false;     // cuDNN's fused attention was timed (exec/cuda/cudnn_attention.cuh), else ours
+  // What was timed: "cuDNN fused attention (engines F forward, B backward)" or "the executor's kernels
+  // (exec/cuda/attention.cu)".
+  std::string kernel;
+  // Why cuDNN's was not timed (empty when it was): not offered at the shape (with the condition that failed),
+  // cuDNN's refusal ("cuDNN refused: ..."), or the caller asked for the executor's kernels.
+  std::string cudnn_note;
 };
 
 struct PinnedCopyRates {
@@ -56,9 +70,15 @@ class DeviceCalibrator {
   // linear layer runs per training step: forward, input gradient (dinp = dout W) and weight gradient
   // (dW = dout^T inp), 3 x 2MKN FLOPs in all. Operands hold random bf16 values in [-1, 1).
   double gemm_seconds(const GemmShape& shape, bool training_pass, int repeats);
-  // Median seconds of the executor's bf16 attention forward and backward at `shape` (the flash kernels at head
-  // sizes 64 and 128, the plain kernel otherwise), on random q, k, v and output gradient.
-  AttentionSeconds attention_seconds(const AttentionShape& shape, int repeats);
+  // Median seconds of the bf16 attention forward and backward at `shape`, on random q, k, v and output gradient,
+  // through the kernels the CUDA trainer would run there (AttentionKernels::as_trained: cuDNN's fused flash
+  // attention when cudnn_attention_offered's conditions hold for the shape (16-bit, T % 128 == 0, head size a
+  // multiple of 8 up to 256; calibrate times the default, not --deterministic) and cuDNN plans it, with a workspace
+  // of CudnnAttention::workspace_bytes allocated for the call and freed after; else the executor's kernels: the
+  // flash kernels at head sizes 64 and 128, the plain kernel otherwise), or always the executor's
+  // (AttentionKernels::executor). The result says which ran.
+  AttentionSeconds attention_seconds(const AttentionShape& shape, int repeats,
+                                     AttentionKernels kernels = AttentionKernels::as_trained);
   // Bytes read plus bytes written per second of a cudaMemcpyAsync device-to-device copy of `bytes`.
   double device_copy_bandwidth(std::int64_t bytes, int repeats);
   // cudaMemcpyAsync of `bytes` between cudaHostAlloc'd (pinned) host memory and the device, each direction

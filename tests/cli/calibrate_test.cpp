@@ -229,11 +229,19 @@ TEST(CalibrateGpu, OneGpuQuick) {
     EXPECT_GT(point["efficiency"].get<double>(), 0.0);
     EXPECT_LE(point["efficiency"].get<double>(), 1.0);
   }
-  // The executor's attention at gpt2-124m's shape (head size 64: the tensor-core kernels): a real rate, below peak.
+  // The trainer's attention at gpt2-124m's shape (1 x 1024, head size 64: offered to cuDNN; our tensor-core kernels
+  // where cuDNN refuses it): a real rate, below peak, and the provenance names the kernels timed.
   for (const char* field : {"executor_attention_forward_flops", "executor_attention_backward_flops"}) {
     EXPECT_GT(gpu[field].get<double>(), 1e12) << field;
     EXPECT_LT(gpu[field].get<double>(), gpu["peak_flops_bf16"].get<double>()) << field;
   }
+  const std::string attention_provenance = doc["provenance"].get<std::string>();
+  EXPECT_TRUE(
+      attention_provenance.find("gpu.executor_attention_flops: cuDNN fused attention (engines ") != std::string::npos ||
+      attention_provenance.find("gpu.executor_attention_flops: the executor's kernels (exec/cuda/attention.cu) at "
+                                "bf16 attention 1x1024, 12 heads of 64 (gpt2-124m), the attention the CUDA trainer "
+                                "runs at this shape (cuDNN refused: ") != std::string::npos)
+      << attention_provenance;
   EXPECT_GT(doc["host"]["pcie_bandwidth"].get<double>(), 1e9);
   EXPECT_LT(doc["host"]["pcie_bandwidth"].get<double>(), 63e9);
   // DeepSpeed's host speed on this machine: the probe's figure where PyTorch with CUDA runs here, else why not.
