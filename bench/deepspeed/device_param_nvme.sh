@@ -108,8 +108,8 @@ PY
       --name ds_pnvme_$m --out "$L/ds_$m.json" --plan-json "$L/plan_ds_$m.json" > "$L/ds_$m.log" 2>&1
     say "DeepSpeed $m rc=$?: $(python3 -c "
 import json; m = json.load(open('$L/ds_$m.json'))['runs'][0]['measured']
-r, w = m.get('machine_disk_read_bytes_per_step'), m.get('machine_disk_write_bytes_per_step')
-print(f\"step {1e3 * m['step_seconds']:.1f} ms, device {m['device_used_gib']:.2f} GiB, the machine's disks per step: read {r if r is not None else float('nan'):,.0f} B, written {w if w is not None else float('nan'):,.0f} B\")" 2>/dev/null || grep -m1 -iE 'error' "$L/ds_$m.log" | cut -c1-200)"
+r, w = m.get('param_swap_read_bytes_per_step'), m.get('param_swap_write_bytes_per_step')
+print(f\"step {1e3 * m['step_seconds']:.1f} ms, device {m['device_used_gib']:.2f} GiB, its parameter swapper per step: read {r if r is not None else float('nan'):,.0f} B, written {w if w is not None else float('nan'):,.0f} B\")" 2>/dev/null || grep -m1 -iE 'error' "$L/ds_$m.log" | cut -c1-200)"
     rm -rf "$NV" && mkdir -p "$NV/ours"
     timeout $(( $(time_left) > 40 ? $(time_left) - 20 : 20 )) $RUN run "${S[@]}" --nvme-path "$NV/ours" --steps $STEPS \
       --warmup-steps 2 --report "$L/ours_$m.json" > "$L/ours_$m.log" 2>&1

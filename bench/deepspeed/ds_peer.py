@@ -395,22 +395,40 @@ def process_io_bytes():
         return None
 
 
-def machine_disk_bytes():
-    """(read, written) bytes of the machine's whole disks since boot (/proc/diskstats sectors of 512 bytes; nvme*n*,
-    sd*, vd*, xvd* devices, their partitions left out so that nothing counts twice), or None where unreadable. The
-    process's own counters (/proc/self/io) read 0 on the GPU machines even for runs that move gigabytes."""
-    import re
-    whole = re.compile(r"^(nvme\d+n\d+|sd[a-z]+|vd[a-z]+|xvd[a-z]+)$")
+def count_param_swaps():
+    """Counts the bytes DeepSpeed's parameter swapper moves to and from NVMe (swap_tensor/partitioned_param_swapper.py
+    AsyncPartitionedParameterSwapper: swap_in and swap_into_buffer read a partition, _swap_out and the step's
+    swap_out_partitioned_params write them; a partition still AVAILABLE in a buffer is not swapped in, so it is not
+    counted; each counted at the swapper's aligned size, as its aio moves it), by wrapping those methods before
+    deepspeed.initialize. Returns the running totals {"read": bytes, "write": bytes}, or None where the class is
+    absent. (Neither /proc/self/io nor /proc/diskstats count anything on the GPU machines.)"""
     try:
-        read = written = 0
-        for line in open("/proc/diskstats"):
-            f = line.split()
-            if len(f) >= 10 and whole.match(f[2]):
-                read += int(f[5]) * 512
-                written += int(f[9]) * 512
-        return read, written
-    except (OSError, ValueError):
+        from deepspeed.runtime.swap_tensor import partitioned_param_swapper as swapper_module
+    except ImportError:
         return None
+    totals = {"read": 0, "write": 0}
+    cls = swapper_module.AsyncPartitionedParameterSwapper
+
+    def partitions(self, params):
+        return sum(self._io_aligned_numel(p.ds_tensor.ds_numel) for p in params) * self.swap_element_size
+
+    def updated(self, dst_fp16_params, src_fp32_params):  # the step's 16-bit partitions, through the swap pool
+        return sum(self._io_aligned_numel(t.numel()) for t in src_fp32_params) * self.swap_element_size
+
+    def wrap(name, kind, bytes_of):
+        original = getattr(cls, name, None)
+        if original is None:
+            return
+
+        def counted(self, *args, **kwargs):
+            totals[kind] += bytes_of(self, *args[:2])
+            return original(self, *args, **kwargs)
+        setattr(cls, name, counted)
+    wrap("swap_in", "read", lambda self, params, *rest: partitions(self, params))
+    wrap("swap_into_buffer", "read", lambda self, param, *rest: partitions(self, [param]))
+    wrap("_swap_out", "write", lambda self, params, *rest: partitions(self, params))
+    wrap("swap_out_partitioned_params", "write", updated)
+    return totals
 
 
 def main():
@@ -438,6 +456,7 @@ def main():
     # A Hugging Face model's trainable parameters only (all of them but with LoRA), as transformers' Trainer hands
     # DeepSpeed; the other models' every parameter, as before.
     hf_run = shape is not None and shape.get("hf", False)
+    param_swaps = count_param_swaps()
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad or not hf_run], config=config)
     generator = torch.Generator(device=device).manual_seed(1 + rank)
@@ -490,14 +509,16 @@ def main():
         train_step()
         warmup_steps += 1
     loss_scale_settled = settled()
-    io_before, disk_before = process_io_bytes(), machine_disk_bytes()
+    io_before = process_io_bytes()
+    swaps_before = dict(param_swaps) if param_swaps is not None else None
     for _ in range(args.steps):
         times.append(train_step())
         # After the step's time is taken, before the next one starts: the host's speed during the run. Every
         # rank reads it (rank 0's is kept), so that no rank's next step waits in a collective for another's.
         probes_between.append(eager_op_seconds_now(device))
 
-    io_after, disk_after = process_io_bytes(), machine_disk_bytes()
+    io_after = process_io_bytes()
+    swaps_after = dict(param_swaps) if param_swaps is not None else None
     gib = 2.0**30
     pinned = pinned_host_bytes()
     local = torch.tensor([device_used_peak, torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(),
@@ -527,11 +548,12 @@ def main():
             # DeepSpeed's aio ones included, made the block layer move; None where unreadable)
             "disk_read_bytes_per_step": (io_after[0] - io_before[0]) / args.steps if io_before and io_after else None,
             "disk_write_bytes_per_step": (io_after[1] - io_before[1]) / args.steps if io_before and io_after else None,
-            # the machine's disks over the same steps (/proc/diskstats): what the swapping moved, whoever issued it
-            "machine_disk_read_bytes_per_step":
-                (disk_after[0] - disk_before[0]) / args.steps if disk_before and disk_after else None,
-            "machine_disk_write_bytes_per_step":
-                (disk_after[1] - disk_before[1]) / args.steps if disk_before and disk_after else None,
+            # rank 0's parameter swapper over the same steps (count_param_swaps): partition bytes read from and
+            # written to NVMe per step (None: no parameter swapper class)
+            "param_swap_read_bytes_per_step":
+                (swaps_after["read"] - swaps_before["read"]) / args.steps if swaps_before is not None else None,
+            "param_swap_write_bytes_per_step":
+                (swaps_after["write"] - swaps_before["write"]) / args.steps if swaps_before is not None else None,
             "skipped_steps": skipped,  # per step, warm-up included: the optimizer step skipped on fp16 overflow
             "warmup_steps": warmup_steps,
             "loss_scale_settled": loss_scale_settled,  # fp16: the last --settled warm-up steps all updated
