@@ -502,7 +502,7 @@ void read_zero(const Reader& reader, const JsonFields& top) {
     zero.pin_memory = offload.boolean_or("pin_memory", zero.pin_memory);
     zero.param_buffer_count = offload.positive_integer_or("buffer_count", zero.param_buffer_count);
     zero.param_buffer_size = offload.positive_integer_or("buffer_size", zero.param_buffer_size);
-    zero.param_max_in_cpu = offload.non_negative_integer_or("max_in_cpu", zero.param_max_in_cpu);
+    if (offload.has("max_in_cpu")) zero.param_max_in_cpu = offload.non_negative_integer_or("max_in_cpu", 0);
     read_nvme_path(offload, zero.offload_param, zero);
   }
   if (zero.offload_param != OffloadDevice::none && zero.stage < 3) {

@@ -94,9 +94,9 @@ struct ZeroConfig {
   std::int64_t param_buffer_size = 100'000'000;    // elements
   std::int64_t optimizer_buffer_count = 4;
   // offload_param.max_in_cpu: partition elements kept in host memory with device nvme. DeepSpeed documents it
-  // (default 1e9) but 0.19.8 never reads it (stage3.py stores max_params_in_cpu): 0, every chunk on NVMe, unless a
-  // config gives it (zeroplan's executor then keeps that many, exec/exec_config.h).
-  std::int64_t param_max_in_cpu = 0;
+  // (default 1e9) but 0.19.8 never reads it (stage3.py stores max_params_in_cpu). Unset: zeroplan's executor keeps
+  // what the swap buffers' budget holds (exec/exec_config.h param_max_in_cpu); given: that many elements.
+  std::optional<std::int64_t> param_max_in_cpu;
   // DeepSpeed's "aio" section (deepspeed/runtime/swap_tensor/aio_config.py defaults): the NVMe swappers' I/O.
   std::int64_t aio_block_size = 1'048'576;  // bytes per request
   std::int64_t aio_queue_depth = 8;         // requests in flight

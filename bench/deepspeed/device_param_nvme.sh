@@ -86,7 +86,7 @@ rows=()
 if has rows; then
   threads=$(( $(nproc) / N ))
   for m in ${PN_MODELS:-gpt2-124m gpt2-355m}; do
-    need 150 "row $m" || break
+    need 180 "row $m" || break
     # Both sides train the peers' GPT-2 (bench/deepspeed/models: vocabulary 50304, no dropout), the executor's own
     # padding and dropout 0 being the same network.
     case $m in gpt2-124m) desc=bench/deepspeed/models/gpt2-124m-v50304.json ;;
@@ -114,7 +114,15 @@ print(f\"step {1e3 * m['step_seconds']:.1f} ms, device {m['device_used_gib']:.2f
     timeout $(( $(time_left) > 40 ? $(time_left) - 20 : 20 )) $RUN run "${S[@]}" --nvme-path "$NV/ours" --steps $STEPS \
       --warmup-steps 2 --report "$L/ours_$m.json" > "$L/ours_$m.log" 2>&1
     say "ours $m rc=$?: $(grep -E 'step .* predicted' "$L/ours_$m.log" | tr -s ' ')"
-    say "  $(grep -oE 'parameter NVMe swapping.*per step \([^)]*\)' "$L/ours_$m.log" | head -1)"
+    say "  $(grep -oE 'parameter NVMe swapping.*per step \([^)]*\)|NVMe \(swap files[^|]*' "$L/ours_$m.log" | head -1)"
+    # The same with every chunk on NVMe (max_in_cpu 0): the disk's rows, whatever the swap buffers' budget holds.
+    rm -rf "$NV" && mkdir -p "$NV/stream"
+    printf '{"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "%s", "max_in_cpu": 0}}}\n' \
+      "$NV/stream" > $W_CFG/$m.stream.json
+    timeout $(( $(time_left) > 40 ? $(time_left) - 20 : 20 )) $RUN run "${S[@]}" --nvme-path "$NV/stream" --ds-config $W_CFG/$m.stream.json \
+      --steps $STEPS --warmup-steps 2 --report "$L/ours_stream_$m.json" > "$L/ours_stream_$m.log" 2>&1
+    say "ours, every chunk on NVMe, $m rc=$?: $(grep -E 'step .* predicted' "$L/ours_stream_$m.log" | tr -s ' ')"
+    say "  $(grep -oE 'parameter NVMe swapping.*per step \([^)]*\)' "$L/ours_stream_$m.log" | head -1)"
     rows+=("$m")
   done
   rm -rf "$NV"
@@ -123,7 +131,8 @@ import json, sys
 L = sys.argv[1]
 print("parameters on NVMe, stage 3, optimizer on the CPU (ms: median step; plan: zeroplan plan, its engine's; ratio = "
       "DeepSpeed / ours)")
-print(f"  {'model':<11} {'ours ms':>8} {'plan':>8} {'err':>7} {'DS ms':>8} {'DS plan':>8} {'err':>7} {'ratio':>6}")
+print(f"  {'model':<11} {'ours ms':>8} {'plan':>8} {'err':>7} {'DS ms':>8} {'DS plan':>8} {'err':>7} {'ratio':>6}"
+      f" {'stream ms':>9} {'plan':>8} {'ratio':>6}")
 for m in sys.argv[2:]:
     try:
         o = json.load(open(f"{L}/ours_{m}.json"))["measured"]
@@ -136,8 +145,13 @@ for m in sys.argv[2:]:
         ds_plan = 1e3 * json.load(open(f"{L}/plan_ds_{m}.json"))["plans"][0]["step_seconds"]
     except Exception:
         ds = ds_plan = float("nan")
+    try:
+        o = json.load(open(f"{L}/ours_stream_{m}.json"))["measured"]
+        stream, stream_plan = 1e3 * o["step_seconds"], 1e3 * o["predicted_step_seconds"]
+    except Exception:
+        stream = stream_plan = float("nan")
     print(f"  {m:<11} {ours:8.1f} {ours_plan:8.1f} {100 * (ours_plan / ours - 1):+6.1f}% {ds:8.1f} {ds_plan:8.1f} "
-          f"{100 * (ds_plan / ds - 1):+6.1f}% {ds / ours:6.2f}")
+          f"{100 * (ds_plan / ds - 1):+6.1f}% {ds / ours:6.2f} {stream:9.1f} {stream_plan:8.1f} {ds / stream:6.2f}")
 PY
   say "$(cat "$L/table.txt")"
 fi
