@@ -294,6 +294,10 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
           inputs.nvme_forward_read_share = figures->param_nvme_forward_read_share;
           inputs.nvme_backward_read_share = figures->param_nvme_backward_read_share;
           inputs.nvme_head_read_share = figures->param_nvme_head_read_share;
+          const double partition_bytes =
+              static_cast<double>(figures->partition_elements) * static_cast<double>(precision_bytes(training.precision));
+          inputs.nvme_param_write_share =
+              partition_bytes > 0.0 ? static_cast<double>(figures->param_nvme_write_bytes_per_step) / partition_bytes : 1.0;
         }
       }
       // Its CPU AdamW steps the partition piece by piece, each call at a fixed cost besides its elements.

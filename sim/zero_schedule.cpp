@@ -490,10 +490,11 @@ void StepBuilder::optimizer_step() {
       updated = timeline_.add(Resource::device_to_host, TaskKind::param_download,
                               static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(updated)}, -1, micro,
                               param_bytes);
-      if (zero_.offload_param == OffloadDevice::nvme) {
+      if (zero_.offload_param == OffloadDevice::nvme && in_.nvme_param_write_share > 0.0) {
+        const auto written = static_cast<Bytes>(std::llround(static_cast<double>(param_bytes) * in_.nvme_param_write_share));
         updated = timeline_.add(Resource::nvme, TaskKind::nvme_write,
-                                static_cast<double>(param_bytes) / in_.nvme_write_bandwidth, {after(updated)}, -1,
-                                micro, param_bytes);
+                                static_cast<double>(written) / in_.nvme_write_bandwidth, {after(updated)}, -1, micro,
+                                written);
       }
     }
   } else if (defers_offloaded_update()) {
@@ -566,10 +567,11 @@ void StepBuilder::optimizer_step() {
         updated = timeline_.add(Resource::host_to_device, TaskKind::param_upload,
                                 static_cast<double>(param_bytes) / in_.pcie_bandwidth, {after(step)}, -1, micro,
                                 param_bytes);
-      } else if (zero_.offload_param == OffloadDevice::nvme) {
+      } else if (zero_.offload_param == OffloadDevice::nvme && in_.nvme_param_write_share > 0.0) {
+        const auto written = static_cast<Bytes>(std::llround(static_cast<double>(param_bytes) * in_.nvme_param_write_share));
         updated = timeline_.add(Resource::nvme, TaskKind::nvme_write,
-                                static_cast<double>(param_bytes) / in_.nvme_write_bandwidth, {after(step)}, -1,
-                                micro, param_bytes);
+                                static_cast<double>(written) / in_.nvme_write_bandwidth, {after(step)}, -1, micro,
+                                written);
       }
       last_update_ = updated;
     }
@@ -697,11 +699,14 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
     const Bytes param_bytes = elements * e_;
     if (zero_.offload_param == OffloadDevice::nvme) {
       // offload_param nvme: the CPU AdamW writes the piece into its chunk's swap buffer, which goes to disk
-      // beside the next pieces' updates (exec/zero/zero_engine_offload.cpp update_piece); the step ends with
+      // beside the next pieces' updates (exec/zero/zero_engine_offload.cpp update_piece), or into the chunk kept in
+      // host memory (the swap buffers' budget: nvme_param_write_share of the bytes go to disk); the step ends with
       // every write done.
-      updated = timeline_.add(Resource::nvme, TaskKind::nvme_write,
-                              static_cast<double>(param_bytes) / in_.nvme_write_bandwidth, {after(step)}, -1, micro,
-                              param_bytes);
+      const auto written = static_cast<Bytes>(std::llround(static_cast<double>(param_bytes) * in_.nvme_param_write_share));
+      updated = written > 0 ? timeline_.add(Resource::nvme, TaskKind::nvme_write,
+                                            static_cast<double>(written) / in_.nvme_write_bandwidth, {after(step)},
+                                            -1, micro, written)
+                            : step;
       continue;
     }
     updated = timeline_.add(Resource::host_to_device, TaskKind::param_upload,

@@ -218,8 +218,13 @@ ZeroBufferLayout::ParamNvmeTraffic ZeroBufferLayout::param_nvme_traffic(std::int
                                                                        std::int64_t grad_accum,
                                                                        bool update_reads) const {
   ParamNvmeTraffic t;
-  if (param_swap_buffers == 0) return t;
   if (grad_accum < 1) throw std::invalid_argument("param_nvme_traffic: gradient accumulation " + std::to_string(grad_accum));
+  if (param_swap_buffers == 0) {  // every chunk in host memory: no gather reads anything
+    std::size_t gathers = 0;
+    for (const Zero3UseStep& step : train_plan.steps) gathers += step.gathers.size();
+    t.gather_read_bytes.assign(static_cast<std::size_t>(grad_accum), std::vector<std::int64_t>(gathers, 0));
+    return t;
+  }
   offload::SwapBufferPolicy policy(param_swap_buffers);
   std::vector<int> dropped;  // nothing is in flight here: the dropped buffers need no finishing
   std::vector<offload::SwapBufferPolicy::Reservation> reserved;
