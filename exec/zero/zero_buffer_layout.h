@@ -57,7 +57,8 @@ struct ZeroBufferLayout {
   // Stage 3 with offload_param nvme (zero.param_nvme_path set; exec/offload/param_swapper.h): per bucket, the
   // elements of its chunk in a swap file (0: kept in pinned host memory: a persistent tensor's chunk, whose whole
   // copy lives on the device and which the step's update gathers right after writing it, or one of the first
-  // chunks in bucket order, the top of the layout first, within offload_param.max_in_cpu elements), and where a chunk kept in host memory sits
+  // chunks in bucket order, the top of the layout first, within offload_param.max_in_cpu elements or, without it,
+  // within the swap buffers' pinned budget: zero_buffer_layout.cpp), and where a chunk kept in host memory sits
   // there (-1 for one on NVMe). Swap buffers: min(buffer_count, chunks on NVMe), each of the largest chunk on NVMe.
   std::vector<std::int64_t> param_nvme_chunk;
   std::vector<std::int64_t> param_host_offset;
