@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The attention table of one device call: the executor's kernels (bench/attention_benchmark.cu) beside cuDNN's fused
-attention and FlashAttention-2 (bench/llama/attention_peer.py) per shape, forward, backward and both, and which is
+"""The attention table of one device call: the executor's kernels and its cuDNN graph (bench/attention_benchmark.cu)
+beside PyTorch's cuDNN fused attention and FlashAttention-2 (bench/llama/attention_peer.py) per shape, forward, backward and both, and which is
 faster (the ratio is the peer's time over ours: above 1, ours is faster).
 
   python3 bench/llama/attention_summary.py OURS.jsonl PEER.jsonl
@@ -31,9 +31,19 @@ def main():
     for shape, o in ours.items():
         dims = "%d,%d,%d/%d,%d" % (o["batch"], o["seq"], o["heads"], o["kv_heads"], o["head_size"])
         tot = o["forward_seconds"] + o["backward_seconds"]
-        print("  %-11s %-18s %8.3f %8.3f %8.3f %7.0f %7.0f  zeroplan" % (
+        print("  %-11s %-18s %8.3f %8.3f %8.3f %7.0f %7.0f  zeroplan (its own kernels)" % (
             shape, dims, o["forward_seconds"] * 1e3, o["backward_seconds"] * 1e3, tot * 1e3, o["forward_tflops"],
             o["backward_tflops"]))
+        # The executor's cuDNN path (exec/cuda/cudnn_attention.cu), timed by the same benchmark: what the trainer runs
+        # where cuDNN plans the shape.
+        if "cudnn_forward_seconds" in o:
+            cf, cb = o["cudnn_forward_seconds"], o["cudnn_backward_seconds"]
+            print("  %-11s %-18s %8.3f %8.3f %8.3f %7.0f %7.0f  zeroplan (cuDNN graph): ratio fwd %.2f bwd %.2f both %.2f"
+                  % ("", "", cf * 1e3, cb * 1e3, (cf + cb) * 1e3, o["forward_tflops"] * o["forward_seconds"] / cf,
+                     o["backward_tflops"] * o["backward_seconds"] / cb, cf / o["forward_seconds"],
+                     cb / o["backward_seconds"], (cf + cb) / tot))
+        elif "cudnn_refused" in o or "cudnn_error" in o:
+            print("  %-11s %-18s zeroplan (cuDNN graph): %s" % ("", "", o.get("cudnn_refused") or o.get("cudnn_error")))
         for impl in impls:
             p = next((p for p in peers if p["shape"] == shape and p["impl"] == impl), None)
             if p is None:
