@@ -134,6 +134,8 @@ const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",   
                                            "streaming_bandwidth", "reduction_bandwidth",
                                            "attention_forward_flops", "attention_backward_flops",
                                            "executor_attention_forward_flops", "executor_attention_backward_flops",
+                                           "executor_kernel_attention_forward_flops",
+                                           "executor_kernel_attention_backward_flops",
                                            "kernel_overhead_seconds", "optimizer_bandwidth"};
 const std::vector<std::string> kTopologyKeys = {"gpus_per_node", "nodes"};
 const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured",
@@ -369,6 +371,14 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
       cluster.executor_attention_backward_flops > cluster.peak_flops_bf16) {
     gpu.fail("executor_attention_forward_flops", "an attention rate above peak_flops_bf16 cannot be achieved");
   }
+  cluster.executor_kernel_attention_forward_flops =
+      gpu.non_negative_number_or("executor_kernel_attention_forward_flops", 0.0);
+  cluster.executor_kernel_attention_backward_flops =
+      gpu.non_negative_number_or("executor_kernel_attention_backward_flops", 0.0);
+  if (cluster.executor_kernel_attention_forward_flops > cluster.peak_flops_bf16 ||
+      cluster.executor_kernel_attention_backward_flops > cluster.peak_flops_bf16) {
+    gpu.fail("executor_kernel_attention_forward_flops", "an attention rate above peak_flops_bf16 cannot be achieved");
+  }
   if (!gpu.has("attention_forward_flops")) {
     cluster.attention_forward_flops = kDefaultAttentionForwardFraction * cluster.peak_flops_bf16;
     note("gpu.attention_forward_flops: default 0.301 x peak_flops_bf16 (H200 measured: SDPA flash forward 298 of "
@@ -568,6 +578,8 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"attention_backward_flops", cluster.attention_backward_flops},
         {"executor_attention_forward_flops", cluster.executor_attention_forward_flops},
         {"executor_attention_backward_flops", cluster.executor_attention_backward_flops},
+        {"executor_kernel_attention_forward_flops", cluster.executor_kernel_attention_forward_flops},
+        {"executor_kernel_attention_backward_flops", cluster.executor_kernel_attention_backward_flops},
         {"kernel_overhead_seconds", cluster.kernel_overhead_seconds},
         {"optimizer_bandwidth", cluster.optimizer_bandwidth}}},
       {"topology", {{"gpus_per_node", cluster.gpus_per_node}, {"nodes", cluster.nodes}}},

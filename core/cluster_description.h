@@ -128,11 +128,16 @@ struct ClusterDescription {
   double attention_forward_flops = 0.0;   // FLOP/s of fused (flash) attention forward, counted on the work a
                                           //   causal kernel does (half of the s^2 products), 16-bit
   double attention_backward_flops = 0.0;  // the same for its backward (2.5x the forward's work)
-  // The same two rates of zeroplan's own executor kernels (exec/cuda/attention.cu), which `zeroplan calibrate
-  // --model` measures at the model's shape; the zeroplan engine's plans use them. 0: not measured (the rates
-  // above).
+  // The same two rates of the attention zeroplan's executor runs where cuDNN's fused attention is offered (16-bit,
+  // T a multiple of 128, not --deterministic: exec/activation_accounting.h cudnn_attention_offered), which
+  // `zeroplan calibrate --model` measures at the model's shape; the zeroplan engine's plans use them. 0: not
+  // measured (the rates above).
   double executor_attention_forward_flops = 0.0;
   double executor_attention_backward_flops = 0.0;
+  // And of the executor's own kernels (exec/cuda/attention.cu), which it runs where cuDNN's is not offered (fp32,
+  // --deterministic, other sequence lengths). 0: not measured (the executor_attention rates).
+  double executor_kernel_attention_forward_flops = 0.0;
+  double executor_kernel_attention_backward_flops = 0.0;
   double kernel_overhead_seconds = 0.0;   // fixed time per memory-bound kernel (launch and ramp)
   double optimizer_bandwidth = 0.0;       // bytes/s (read + write) the optimizer's multi-tensor kernels reach
                                           //   (torch fused AdamW measured); 0: streaming_bandwidth

@@ -87,9 +87,13 @@ inline std::int64_t cudnn_attention_workspace_bytes(std::int64_t B, std::int64_t
 // multiple of 128 (cuDNN 9.14's fused backward needs a padding mask otherwise), a head size multiple of 8 up to 256,
 // not --deterministic (our kernels are bit-reproducible; cuDNN's deterministic backward would add B*NH*T^2 bf16 of
 // workspace). The workspace is allocated whenever it is offered, whether or not cuDNN then plans it.
+inline bool cudnn_attention_offered(bool sixteen_bit, std::int64_t seq_len, std::int64_t head_size,
+                                    bool deterministic) {
+  return sixteen_bit && seq_len % 128 == 0 && head_size % 8 == 0 && head_size <= 256 && !deterministic;
+}
 inline bool cudnn_attention_offered(const ExecConfig& c) {
-  return !c.network && c.precision != ExecPrecision::fp32 && c.seq_len % 128 == 0 && c.shape.head_size % 8 == 0 &&
-         c.shape.head_size <= 256 && !c.zero.deterministic;
+  return !c.network && cudnn_attention_offered(c.precision != ExecPrecision::fp32, c.seq_len, c.shape.head_size,
+                                               c.zero.deterministic);
 }
 inline std::int64_t cudnn_attention_workspace_bytes(const ExecConfig& c) {
   return cudnn_attention_offered(c) ? cudnn_attention_workspace_bytes(c.micro_batch, c.seq_len, c.shape.heads,

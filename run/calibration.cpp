@@ -481,6 +481,20 @@ void measure_gpu(const Sweep& sweep, const std::optional<ModelDescription>& mode
     if (!t.cudnn) row(label, "not cuDNN's", t.cudnn_note);
     row(label, "forward", format_number("%.4g", f.executor_attention_forward / 1e12) + " TFLOP/s");
     row(label, "backward", format_number("%.4g", f.executor_attention_backward / 1e12) + " TFLOP/s");
+    // The executor's own kernels too, which it runs where cuDNN's is not offered (fp32, --deterministic, other
+    // sequence lengths): the planner times such runs at these rates (sim/compute_time.cpp).
+    const exec::cuda::AttentionSeconds own =
+        t.cudnn ? device.attention_seconds(shape, sweep.gemm_repeats, exec::cuda::AttentionKernels::executor) : t;
+    f.executor_kernel_attention_forward = causal_work / own.forward;
+    f.executor_kernel_attention_backward = 2.5 * causal_work / own.backward;
+    if (t.cudnn) {
+      row(label, "own kernels forward", format_number("%.4g", f.executor_kernel_attention_forward / 1e12) + " TFLOP/s");
+      row(label, "own kernels backward", format_number("%.4g", f.executor_kernel_attention_backward / 1e12) + " TFLOP/s");
+    }
+    f.executor_kernel_attention_source =
+        own.kernel + " at " + label + " (" + model->name + "), what the CUDA trainer runs where cuDNN's fused attention is "
+        "not offered (fp32, --deterministic, sequences not a multiple of 128), random q, k, v and output gradient, CUDA "
+        "events, median of " + std::to_string(sweep.gemm_repeats);
     f.executor_attention_source =
         t.kernel + " at " + label + " (" + model->name + "), the attention the CUDA trainer runs at this shape" +
         (t.cudnn ? std::string(" (16-bit, not --deterministic: a --deterministic run uses the executor's kernels, "

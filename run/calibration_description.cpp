@@ -122,6 +122,14 @@ nlohmann::json describe_calibration(const CalibrationOptions& o, const LocalFigu
     gpu.erase("executor_attention_forward_flops");  // a base's figures belong to another machine
     gpu.erase("executor_attention_backward_flops");
   }
+  if (f.executor_kernel_attention_forward > 0.0) {
+    gpu["executor_kernel_attention_forward_flops"] = f.executor_kernel_attention_forward;
+    gpu["executor_kernel_attention_backward_flops"] = f.executor_kernel_attention_backward;
+    provenance["gpu.executor_kernel_attention_flops"] = f.executor_kernel_attention_source;
+  } else {
+    gpu.erase("executor_kernel_attention_forward_flops");
+    gpu.erase("executor_kernel_attention_backward_flops");
+  }
   // A GPU base's fused-attention rates (PyTorch's SDPA kernels) describe its GPU, not a CPU backend rank, whose
   // peak is its own GEMM rate (above them, they would be refused); without them attention is timed at that rate.
   if (o.backend == "cpu" && (gpu.contains("attention_forward_flops") || gpu.contains("attention_backward_flops"))) {

@@ -43,6 +43,8 @@ struct LocalFigures {
   // The executor's attention kernels at the model's shape (--model, GPU backend), FLOP/s on the causal work.
   double executor_attention_forward = 0.0, executor_attention_backward = 0.0;
   std::string executor_attention_source;
+  double executor_kernel_attention_forward = 0.0, executor_kernel_attention_backward = 0.0;
+  std::string executor_kernel_attention_source;
   double pcie_bandwidth = 0.0;
   std::string pcie_source;
   std::optional<Bytes> cuda_context_bytes;

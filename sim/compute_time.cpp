@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/input_error.h"
+#include "exec/activation_accounting.h"
 #include "exec/network_plan.h"
 #include "sim/lora_model.h"
 
@@ -40,13 +41,21 @@ ComputeTimer::ComputeTimer(const ClusterDescription& cluster, Precision precisio
     const double backward = rate(cluster.executor_attention_backward_flops, "executor_attention_backward_flops");
     if (forward > 0.0) attention_forward_flops_ = forward;
     if (backward > 0.0) attention_backward_flops_ = backward;
+    kernel_attention_forward_flops_ =
+        rate(cluster.executor_kernel_attention_forward_flops, "executor_kernel_attention_forward_flops");
+    kernel_attention_backward_flops_ =
+        rate(cluster.executor_kernel_attention_backward_flops, "executor_kernel_attention_backward_flops");
   }
+  if (kernel_attention_forward_flops_ == 0.0) kernel_attention_forward_flops_ = attention_forward_flops_;
+  if (kernel_attention_backward_flops_ == 0.0) kernel_attention_backward_flops_ = attention_backward_flops_;
   kernel_overhead_seconds_ = rate(cluster.kernel_overhead_seconds, "kernel_overhead_seconds");
   // The attention rates are measured on 16-bit tensor cores; fp32 training runs attention at the fp32 peak's
   // share of them.
   if (precision == Precision::fp32 && cluster.peak_flops_bf16 > 0.0) {
     attention_forward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
     attention_backward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
+    kernel_attention_forward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
+    kernel_attention_backward_flops_ *= peak_flops_ / cluster.peak_flops_bf16;
   }
   // The zeroplan engine times its own executor's GEMMs where the cluster measured them (`zeroplan calibrate`);
   // DeepSpeed and the ideal engine run PyTorch's.
@@ -84,16 +93,16 @@ double ComputeTimer::gemm_seconds(double flops) const {
   return flops / (peak_flops_ * gemm_efficiency(flops));
 }
 
-double ComputeTimer::attention_forward_seconds(double causal_work_flops) const {
+double ComputeTimer::attention_forward_seconds(double causal_work_flops, bool own_kernels) const {
   if (causal_work_flops <= 0.0) return 0.0;
-  return attention_forward_flops_ > 0.0 ? causal_work_flops / attention_forward_flops_
-                                        : gemm_seconds(causal_work_flops);
+  const double rate = own_kernels ? kernel_attention_forward_flops_ : attention_forward_flops_;
+  return rate > 0.0 ? causal_work_flops / rate : gemm_seconds(causal_work_flops);
 }
 
-double ComputeTimer::attention_backward_seconds(double causal_work_flops) const {
+double ComputeTimer::attention_backward_seconds(double causal_work_flops, bool own_kernels) const {
   if (causal_work_flops <= 0.0) return 0.0;
-  return attention_backward_flops_ > 0.0 ? causal_work_flops / attention_backward_flops_
-                                         : gemm_seconds(causal_work_flops);
+  const double rate = own_kernels ? kernel_attention_backward_flops_ : attention_backward_flops_;
+  return rate > 0.0 ? causal_work_flops / rate : gemm_seconds(causal_work_flops);
 }
 
 double ComputeTimer::streaming_seconds(double bytes, double kernels) const {
@@ -147,8 +156,14 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
   double attention_forward = 0.0, attention_backward = 0.0;
   if (training.fused_attention) {
     const double causal_work = attention_flops / 2.0;
-    attention_forward = timer.attention_forward_seconds(causal_work);
-    attention_backward = timer.attention_backward_seconds(2.5 * causal_work);
+    // zeroplan's executor runs cuDNN's fused attention where it is offered, else its own kernels (the same test
+    // as the trainer's: exec/activation_accounting.h); other engines' runs are timed at the cluster's rates.
+    const bool own_kernels =
+        training.engine == TrainingEngine::zeroplan &&
+        !exec::cudnn_attention_offered(training.precision != Precision::fp32, training.seq_len, shape.head_dim(),
+                                       training.deterministic);
+    attention_forward = timer.attention_forward_seconds(causal_work, own_kernels);
+    attention_backward = timer.attention_backward_seconds(2.5 * causal_work, own_kernels);
   } else {
     // Unfused: batched GEMMs over every product, plus the softmax over the a*s scores of each token (forward
     // reads and writes them, backward reads probabilities and their gradient and writes the score gradient).

@@ -54,9 +54,11 @@ class ComputeTimer {
   // Achievable fraction of peak for one GEMM of `flops`, interpolated in log(flops), clamped at the ends.
   double gemm_efficiency(double flops) const;
   double gemm_seconds(double flops) const;
-  // Fused attention over `causal_work_flops` (the products a causal kernel computes).
-  double attention_forward_seconds(double causal_work_flops) const;
-  double attention_backward_seconds(double causal_work_flops) const;
+  // Fused attention over `causal_work_flops` (the products a causal kernel computes). own_kernels: zeroplan's
+  // executor running its own kernels (where cuDNN's fused attention is not offered), at their rates where the
+  // cluster has them.
+  double attention_forward_seconds(double causal_work_flops, bool own_kernels = false) const;
+  double attention_backward_seconds(double causal_work_flops, bool own_kernels = false) const;
   // Memory-bound kernels: `kernels` launches moving `bytes` (read + write) in all.
   double streaming_seconds(double bytes, double kernels = 0.0) const;
   double reduction_seconds(double bytes, double kernels = 0.0) const;
@@ -67,6 +69,8 @@ class ComputeTimer {
   double reduction_bandwidth_ = 0.0;
   double attention_forward_flops_ = 0.0;   // 0: the GEMM curve
   double attention_backward_flops_ = 0.0;
+  double kernel_attention_forward_flops_ = 0.0;  // the executor's own kernels; 0: the rates above
+  double kernel_attention_backward_flops_ = 0.0;
   double kernel_overhead_seconds_ = 0.0;
   std::vector<double> log_flops_;
   std::vector<double> efficiency_;
