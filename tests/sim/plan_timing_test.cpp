@@ -2,8 +2,10 @@
 // schema the CLI and the GUI share (issue 9), and the one-GPU communication volume.
 #include <gtest/gtest.h>
 
+#include "core/cluster_description.h"
 #include "core/model_description.h"
 #include "sim/comm_model.h"
+#include "sim/compute_time.h"
 #include "sim/plan_json.h"
 #include "sim/plan_timing.h"
 #include "tests/sim/sim_test_fixtures.h"
@@ -63,6 +65,48 @@ TEST(CommVolume, OneGpuRunsNoCollective) {
     EXPECT_EQ(estimate_comm(model, one, training, PlanChoice{stage}).total_wire_bytes, 0) << stage;
     EXPECT_FALSE(estimate_comm(model, four, training, PlanChoice{stage}).collectives.empty()) << stage;
   }
+}
+
+}  // namespace
+}  // namespace zeroplan
+
+namespace zeroplan {
+namespace {
+
+// zeroplan's executor runs cuDNN's fused attention where its trainer is offered it (16-bit, T a multiple of 128, not
+// --deterministic) and its own kernels elsewhere; the planner times each at its own rate (the cluster's
+// executor_attention and executor_kernel_attention), by the trainer's own test. Other engines never see either.
+TEST(ExecutorAttention, TimedAtTheRateOfTheKernelsTheTrainerRuns) {
+  const ModelDescription model = testing::gpt2_small();
+  ClusterDescription cluster = load_cluster("h200x1");
+  cluster.executor_attention_forward_flops = 400e12;  // the fused path, four times the kernels' rate
+  cluster.executor_attention_backward_flops = 320e12;
+  cluster.executor_kernel_attention_forward_flops = 100e12;
+  cluster.executor_kernel_attention_backward_flops = 80e12;
+  TrainingConfig training;
+  training.engine = TrainingEngine::zeroplan;
+  training.precision = Precision::bf16;
+  training.micro_batch = 4;
+  training.seq_len = 1024;
+  const auto block = [&](const TrainingConfig& t) { return layer_compute_times(model, cluster, t).at(1); };
+  const LayerCompute fused = block(training);
+  TrainingConfig deterministic = training;
+  deterministic.deterministic = true;
+  TrainingConfig odd = training;
+  odd.seq_len = 1000;  // not a multiple of 128: the kernels, over fewer tokens
+  EXPECT_GT(block(deterministic).forward_seconds, fused.forward_seconds);
+  EXPECT_GT(block(deterministic).backward_input_seconds + block(deterministic).backward_weight_seconds,
+            fused.backward_input_seconds + fused.backward_weight_seconds);
+  EXPECT_GT(block(odd).forward_seconds, fused.forward_seconds) << "fewer tokens, yet slower: the kernels' rate";
+  // Without the kernels' rates in the cluster, every run is timed at the executor's one rate.
+  ClusterDescription one_rate = cluster;
+  one_rate.executor_kernel_attention_forward_flops = one_rate.executor_kernel_attention_backward_flops = 0.0;
+  EXPECT_DOUBLE_EQ(layer_compute_times(model, one_rate, deterministic).at(1).forward_seconds, fused.forward_seconds);
+  // DeepSpeed's runs are PyTorch's attention: the same whatever the executor's rates.
+  TrainingConfig deepspeed = training;
+  deepspeed.engine = TrainingEngine::deepspeed;
+  EXPECT_DOUBLE_EQ(layer_compute_times(model, cluster, deepspeed).at(1).forward_seconds,
+                   layer_compute_times(model, one_rate, deepspeed).at(1).forward_seconds);
 }
 
 }  // namespace
