@@ -156,16 +156,18 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
   f.arena_elements = buffers.arena_elements;
   f.gathered_elements = buffers.train_plan.gathered_elements;
   f.gathers = buffers.train_plan.gathers;
+  // Stage 3: per gather of the train plan, in plan order, the use it serves: the next use of its unit at or after
+  // the step it is issued at; the steps past the forward plan's are the backward's uses.
+  const auto& steps = buffers.train_plan.steps;
+  const std::size_t forward_uses = buffers.forward_plan.steps.size();
+  std::vector<std::size_t> gather_use;
   if (stage == 3) {
-    // A gather serves the next use of its unit at or after the step it is issued at; the steps past the forward
-    // plan's are the backward's uses.
-    const auto& steps = buffers.train_plan.steps;
-    const std::size_t forward_uses = buffers.forward_plan.steps.size();
     f.unit_regathered_for_backward.assign(buffers.units.size(), 0);
     for (std::size_t s = 0; s < steps.size(); ++s)
       for (const Zero3Gather& g : steps[s].gathers) {
         std::size_t use = s;
         while (use < steps.size() && steps[use].unit != g.unit) ++use;
+        gather_use.push_back(use);
         if (use >= forward_uses && use < steps.size())
           f.unit_regathered_for_backward[static_cast<std::size_t>(g.unit)] = 1;
         // The forward's last use is the tied head's reread of unit 0 (exec/zero/zero_buffer_layout.cpp).
@@ -183,10 +185,8 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
         buffers.param_nvme_traffic(eb, std::max<std::int64_t>(1, training.grad_accum), update_reads);
     f.param_nvme_read_bytes_per_step = traffic.read_bytes;
     f.param_nvme_write_bytes_per_step = traffic.write_bytes;
-    // Each plan gather serves its unit's next use; the uses past the forward plan's are the backward's, and the
-    // forward's last is the tied head's reread of unit 0 when the plan has one.
-    const auto& steps = buffers.train_plan.steps;
-    const std::size_t forward_uses = buffers.forward_plan.steps.size();
+    // Each plan gather serves the use gather_use gives; the forward's last is the tied head's reread of unit 0 when
+    // the plan has one.
     std::vector<std::int64_t> unit_bytes(buffers.units.size(), 0);
     for (std::size_t u = 0; u < buffers.units.size(); ++u)
       for (int k : buffers.unit_buckets[u])
@@ -200,9 +200,7 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
         for (const Zero3Gather& g : steps[st].gathers) {
           const auto u = static_cast<std::size_t>(g.unit);
           const double share = unit_bytes[u] > 0 ? static_cast<double>(gathers[g_index]) / static_cast<double>(unit_bytes[u]) : 0.0;
-          ++g_index;
-          std::size_t use = st;
-          while (use < steps.size() && steps[use].unit != g.unit) ++use;
+          const std::size_t use = gather_use[g_index++];
           if (use >= forward_uses) bwd[u] = share;
           else if (f.head_regathers_embeddings && u == 0 && use + 1 == forward_uses) head = share;
           else fwd[u] = share;
