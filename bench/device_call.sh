@@ -6,6 +6,9 @@
 # $OUT/summary.txt. build_dev TARGET... builds the CLI configuration in build-dev; gpu_tests FILTER runs the GPU tests.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# The GPU machines set TORCH_CUDA_ARCH_LIST to "9.0a", which DeepSpeed 0.19.8's JIT builder (its CPU Adam, for the
+# peers' offload rows) cannot parse (op_builder/builder.py compute_capability_args: int("0a")): its ops built for 9.0.
+export TORCH_CUDA_ARCH_LIST="9.0"
 PARTS=${PARTS:-$DEFAULT_PARTS}
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 FINAL_OUT=${OUT:-/tmp/zeroplan-out}

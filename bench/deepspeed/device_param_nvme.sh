@@ -8,7 +8,7 @@
 # PARTS (default "build ops rows"):
 #   build  the CLI in build-dev
 #   ops    DeepSpeed's async_io and cpu_adam ops built once (JIT, torch.utils.cpp_extension; timed)
-#   rows   for each model of PN_MODELS (default "gpt2-124m gpt2-355m"): `zeroplan plan` (DeepSpeed engine, its config
+#   rows   for each model of PN_MODELS (default "gpt2-124m gpt2-355m"; gpt2-1.5b too): `zeroplan plan` (DeepSpeed engine, its config
 #          written with --emit-ds-config, nvme_path set to a fresh folder), bench/deepspeed/ds_peer.py under torchrun
 #          on N GPUs (OMP threads: the cores over the ranks), then `zeroplan run` with the same plan and
 #          --offload-param nvme in a fresh folder; the table last (ours, DeepSpeed, the ratio, each beside its plan)
@@ -63,8 +63,12 @@ for line in open(sys.argv[1]):
 c = json.load(open(sys.argv[2]))
 c["nvme"]["read_bandwidth"], c["nvme"]["write_bandwidth"] = rates["read"], rates["write"]
 c["name"] = c["name"] + "-disk"
-c["provenance"] = ("nvme: this machine's disk, bench/nvme_io_benchmark (io_uring, O_DIRECT, 1 MiB blocks, 8 in "
-                   "flight, 1 GiB in 64 MiB pieces, median of 3), measured in this call | " + c["provenance"])
+note = ("this machine's disk, bench/nvme_io_benchmark (io_uring, O_DIRECT, 1 MiB blocks, 8 in flight, 1 GiB in "
+        "64 MiB pieces, median of 3), measured in this call")
+if isinstance(c.get("provenance"), dict):  # the bundled files keep a note per field, calibrate's output one text
+    c["provenance"]["nvme.read_bandwidth"] = note
+else:
+    c["provenance"] = "nvme: " + note + " | " + c.get("provenance", "")
 json.dump(c, open(sys.argv[3], "w"), indent=2)
 print(f"disk (nvme_io_benchmark): read {rates['read'] / 1e9:.2f} GB/s, write {rates['write'] / 1e9:.2f} GB/s")
 PY
@@ -91,7 +95,8 @@ if has rows; then
     # padding and dropout 0 being the same network.
     case $m in gpt2-124m) desc=bench/deepspeed/models/gpt2-124m-v50304.json ;;
                gpt2-355m) desc=bench/deepspeed/models/gpt2-350m-v50304.json ;;
-               *) say "row $m: no DeepSpeed model description (gpt2-124m, gpt2-355m)"; continue ;; esac
+               gpt2-1.5b) desc=bench/deepspeed/models/gpt2-1.5b-v50304.json ;;
+               *) say "row $m: no DeepSpeed model description (gpt2-124m, gpt2-355m, gpt2-1.5b)"; continue ;; esac
     S=(--model $desc --cluster $PLAN_CLUSTER --gpus $N --micro-batch 8 --seq 1024 --precision bf16 --stage 3
        --offload-optimizer cpu --offload-param nvme)
     $RUN plan "${S[@]}" --emit-ds-config $W_CFG/$m.ds.json --overwrite -f json > "$L/plan_ds_$m.json" 2> "$L/plan_ds_$m.err" \

@@ -249,8 +249,9 @@ if has nvme || has param_nvme; then
     summary+=("  $(grep -iE 'nvme' "$OUT/nvme_$m.log" | grep -v '^run' | tail -2 | tr -s ' ' | tr '\n' ' ' | cut -c1-220)")
     summary+=("  against --offload-optimizer cpu: $(python3 -c "import json; a=json.load(open('$OUT/nvme_$m.json'))['measured']['loss']; b=json.load(open('$OUT/nvme_cpu_$m.json'))['measured']['loss']; print('losses bit-identical' if a==b else f'DIFFER {a} {b}')" 2>&1 | cut -c1-200) | cpu: $(tokens "$OUT/nvme_cpu_$m.log")")
   done
-  # Parameters on NVMe (exec/offload/param_swapper.h) against parameters in host memory, same deterministic run.
-  for m in gpt2-124m gpt2-355m; do
+  # Parameters on NVMe (exec/offload/param_swapper.h) against parameters in host memory, same deterministic run
+  # (PNVME_MODELS, default GPT-2 124M and 355M).
+  for m in ${PNVME_MODELS:-gpt2-124m gpt2-355m}; do
     S="--model $m --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 6 --warmup-steps 2 --deterministic --offload-optimizer cpu"
     rm -rf "$NV"; mkdir -p "$NV"
     timeout 200 $RUN run $S --offload-param nvme --nvme-path "$NV" --report "$OUT/pnvme_$m.json" > "$OUT/pnvme_$m.log" 2>&1

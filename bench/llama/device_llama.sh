@@ -12,6 +12,8 @@
 #   speed    TinyLlama 1.1B, micro-batch 4 x 2048, bf16, stages 0-3 on N GPUs beside their plans (SPEED_STAGES)
 #   peers    bench/llama/hf_peer.py on N GPUs in the same call (PEER_MODES; default ddp fsdp2 fsdp2_compile ds_s3)
 #   big      Llama-2 7B, micro-batch 2 x 2048, stage 3, with and without the optimizer on the CPU (BIG_ROWS)
+#   bigpeers bench/llama/hf_peer.py on Llama-2 7B, micro-batch 2 x 2048, on N GPUs (BIG_PEER_MODES; default fsdp2_compile
+#            fsdp2 ds_s3 ds_s3_optcpu: DeepSpeed stage 3, with and without DeepSpeedCPUAdam, the cores over the ranks)
 #   attention  the executor's attention kernels (bench/attention_benchmark.cu) against cuDNN's fused attention and
 #            FlashAttention-2 through PyTorch's SDPA (bench/llama/attention_peer.py) at GPT-2's and Llama's shapes
 #            (ATTENTION_SHAPES, default all), forward and backward, one GPU, before the GPU tests start
@@ -38,7 +40,8 @@ fi
 [ -d $site ] && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
 if has build; then
-  targets=(zeroplan zeroplan_exec_cuda_tests)
+  targets=(zeroplan)
+  has tests && targets+=(zeroplan_exec_cuda_tests)
   has attention && { targets+=(attention_benchmark); export BUILD_BENCHMARKS=ON; }
   build_dev "${targets[@]}"
 fi
@@ -135,12 +138,19 @@ if has speed; then
   done
 fi
 
+# hf_peer.py's flags for a peer mode name: ds_sK is DeepSpeed at stage K, ds_sK_optcpu with DeepSpeedCPUAdam.
+peer_args() {
+  case $1 in
+    ds_s*_optcpu) m=${1%_optcpu}; echo "--mode deepspeed --stage ${m#ds_s} --offload-optimizer cpu" ;;
+    ds_s*) echo "--mode deepspeed --stage ${1#ds_s}" ;;
+    *) echo "--mode $1" ;;
+  esac
+}
 if has peers; then
   P="torchrun --nproc_per_node $N bench/llama/hf_peer.py --config $C/tinyllama-1.1b.json --micro-batch 4 --seq 2048 --steps 12 --warmup 4"
   for m in ${PEER_MODES:-fsdp2 fsdp2_compile ddp ds_s3}; do
     need 70 "peer $m" || break
-    case $m in ds_s*) args="--mode deepspeed --stage ${m#ds_s}" ;; *) args="--mode $m" ;; esac
-    timeout 240 $P $args > "$L/peer_$m.log" 2>&1
+    timeout 240 $P $(peer_args $m) > "$L/peer_$m.log" 2>&1
     say "peer $m rc=$?: $(grep '^{' "$L/peer_$m.log" | tail -1 | cut -c1-300)"
   done
 fi
@@ -151,6 +161,15 @@ if has big; then
     extra=""; [ $row = s3_optcpu ] && extra="--offload-optimizer cpu"
     timeout 300 $RUN run --model $C/llama2-7b.json "${CLUSTER[@]}" --gpus $N --stage 3 $extra --micro-batch 2 --seq 2048 --precision bf16 \
       --steps 8 --force --report "$L/big_$row.json" > "$L/big_$row.log" 2>&1
-    say "ours Llama-2 7B $row rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/big_$row.log" | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/big_$row.log" | tr -s ' ')"
+    say "ours Llama-2 7B $row rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/big_$row.log" | cut -c1-100) | $(grep -E 'step .*predicted' "$L/big_$row.log" | head -1 | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/big_$row.log" | tr -s ' ')"
+  done
+fi
+
+if has bigpeers; then
+  P="torchrun --nproc_per_node $N bench/llama/hf_peer.py --config $C/llama2-7b.json --micro-batch 2 --seq 2048 --steps 8 --warmup 3"
+  for m in ${BIG_PEER_MODES:-fsdp2_compile fsdp2 ds_s3 ds_s3_optcpu}; do
+    need 100 "Llama-2 7B peer $m" || break
+    OMP_NUM_THREADS=$(( $(nproc) / N )) timeout 300 $P $(peer_args $m) > "$L/bigpeer_$m.log" 2>&1
+    say "peer Llama-2 7B $m rc=$?: $(grep '^{' "$L/bigpeer_$m.log" | tail -1 | cut -c1-300)"
   done
 fi

@@ -26,7 +26,9 @@ CLUSTER=(--cluster h200x$N)
 W=/tmp/resnet-work
 mkdir -p $W
 
-has build && build_dev zeroplan zeroplan_exec_cuda_tests
+if has build; then
+  if has tests; then build_dev zeroplan zeroplan_exec_cuda_tests; else build_dev zeroplan; fi
+fi
 
 has tests && gpu_tests 'CudaNetwork*:CudaTrainer.Fp32StepMatchesCpuReference:CudaTrainer.LlamaBf16StepMatchesCpuReference'
 
