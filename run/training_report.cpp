@@ -41,7 +41,6 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
   TrainingConfig& tr = in.training;
   const RankEnvironment& env = r.env;
   const int world = r.world;
-  const std::int64_t run_steps = r.run_steps;
   const exec::ExecConfig& cfg = e.cfg;
   exec::Trainer* trainer = e.trainer.get();
   exec::Communicator* ranks_comm = e.ranks_comm;
@@ -55,7 +54,7 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
   const std::int64_t host_available_at_start = e.host_available_at_start;
   const auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
                nvme_wait_s, nvme_read_bytes, nvme_write_bytes, param_nvme_wait_s, param_nvme_read_bytes,
-               param_nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
+               param_nvme_write_bytes, comm_s, exposed_s, comm_per_step] = t;
   RankGuard* guard_ptr = &guard;
   guard_ptr->set_phase("report");
   const exec::MemoryReport mem = trainer->memory();
@@ -67,12 +66,11 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
   const Bytes device_extra = mem.device_total > 0 ? std::max<Bytes>(0, mem.device_used_peak - mem.peak_total) : 0;
   const Bytes measured_runtime = mem.component("workspace") + device_extra;
   const Bytes measured_total = mem.device_total > 0 ? mem.device_used_peak : mem.peak_total;
-  // Communication per step after warm-up (model-state bytes per collective kind, counted where issued).
-  const exec::CommCounters counters_after = trainer->comm_counters();
-  const std::int64_t timed_steps = std::max<std::int64_t>(1, run_steps - *o.warmup_steps);
+  // Communication per optimizer step after warm-up (model-state bytes per collective kind, counted where issued),
+  // over the timed steps that applied their update (fp16's skipped steps gather no updated parameters).
   std::int64_t measured_comm[exec::kCommKinds];
-  for (int k = 0; k < exec::kCommKinds; ++k)
-    measured_comm[k] = (counters_after.bytes[k] - counters_before.bytes[k]) / timed_steps;
+  for (int k = 0; k < exec::kCommKinds; ++k) measured_comm[k] = comm_per_step.per_step(k);
+  const std::int64_t applied_steps = comm_per_step.applied(), skipped_steps = comm_per_step.skipped();
   // Every rank's figures, gathered on every rank (a sum of one-hot rows: each rank fills its own).
   const std::vector<std::string> rank_fields = {"params", "grads", "master_params", "optimizer_states", "gathered_params", "activations",
                                                 "logits", "gradient_buckets", "workspace"};
@@ -224,7 +222,10 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
               to_string(tr.precision).c_str(), peak / 1e12, in.cluster.gpu_model.c_str(), world);
   std::printf("  loss %.4f -> %.4f\n", losses.front(), losses.back());
   if (world > 1) {
-    std::printf("\ncommunication per step and GPU (bytes of the full buffer per collective, nccl-tests' convention)\n");
+    std::printf("\ncommunication per step and GPU (bytes of the full buffer per collective, nccl-tests' convention)%s\n",
+                skipped_steps > 0 ? (", measured over the " + std::to_string(applied_steps) + " timed steps applied (" +
+                                     std::to_string(skipped_steps) + " skipped on fp16 overflow)").c_str()
+                                  : "");
     std::printf("  %-16s %16s %16s  %s\n", "collective", "predicted", "measured", "measured time (median)");
     const char* names[exec::kCommKinds] = {"all_reduce", "reduce_scatter", "all_gather"};
     const CollectiveKind kinds[exec::kCommKinds] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
@@ -292,6 +293,8 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     nlohmann::json cb;
     for (int k = 0; k < exec::kCommKinds; ++k) cb[exec::to_string(static_cast<exec::CommKind>(k))] = measured_comm[k];
     m["comm_bytes_per_step"] = cb;
+    m["comm_applied_steps"] = applied_steps;  // the timed steps comm_bytes_per_step is over
+    m["skipped_steps"] = skipped_steps;       // timed steps fp16's loss scaler skipped
     nlohmann::json cs;
     for (int k = 0; k < exec::kCommKinds; ++k) cs[exec::to_string(static_cast<exec::CommKind>(k))] = median(comm_s[k]);
     m["comm_seconds_per_step"] = cs;

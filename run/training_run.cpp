@@ -494,7 +494,7 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
   TrainingRecord t;
   auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
          nvme_wait_s, nvme_read_bytes, nvme_write_bytes, param_nvme_wait_s, param_nvme_read_bytes,
-         param_nvme_write_bytes, comm_s, exposed_s, counters_before] = t;
+         param_nvme_write_bytes, comm_s, exposed_s, comm_per_step] = t;
   auto save = [&](std::int64_t step) {
     CheckpointState st;
     st.step = step;
@@ -525,7 +525,7 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
   for (std::int64_t s = first_step; s < o.steps; ++s) {
     const std::int64_t k = s - first_step;  // steps made by this run
     guard_ptr->before_step(s + 1);
-    if (k == *o.warmup_steps) counters_before = trainer->comm_counters();
+    const exec::CommCounters counters_before = trainer->comm_counters();
     exec::StepResult r;
     if (cfg.network) {
       const exec::ImageBatch b = e.images ? exec::next_rank_share(*e.images, cfg.micro_batch, cfg.grad_accum, world,
@@ -541,6 +541,7 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
     losses.push_back(r.loss);
     if (k == 0 && o.save_grads) save_first_step_gradients(*o.save_grads, *trainer, r);
     if (k >= *o.warmup_steps) {
+      comm_per_step.add(counters_before, trainer->comm_counters(), r.skipped);
       step_s.push_back(r.times.step_s);
       fwd_s.push_back(r.times.forward_s);
       bwd_s.push_back(r.times.backward_s);

@@ -15,6 +15,7 @@
 #include "exec/image_data.h"
 #include "exec/token_data.h"
 #include "exec/trainer.h"
+#include "run/applied_step_comm.h"
 #include "run/checkpoint.h"
 #include "run/hf_checkpoint.h"
 #include "run/launcher.h"
@@ -83,7 +84,7 @@ struct TrainingRecord {
   std::vector<double> param_h2d_s, param_d2h_s, nvme_wait_s, nvme_read_bytes, nvme_write_bytes;
   std::vector<double> param_nvme_wait_s, param_nvme_read_bytes, param_nvme_write_bytes;
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
-  exec::CommCounters counters_before;
+  AppliedStepComm comm_per_step;  // collective bytes per applied optimizer step (run/applied_step_comm.h)
 };
 
 // Step 5, report: measured beside predicted (memory per component and per rank, step time and its phases,
