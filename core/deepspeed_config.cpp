@@ -502,7 +502,7 @@ void read_zero(const Reader& reader, const JsonFields& top) {
     zero.pin_memory = offload.boolean_or("pin_memory", zero.pin_memory);
     zero.param_buffer_count = offload.positive_integer_or("buffer_count", zero.param_buffer_count);
     zero.param_buffer_size = offload.positive_integer_or("buffer_size", zero.param_buffer_size);
-    if (offload.has("max_in_cpu")) zero.param_max_in_cpu = offload.non_negative_integer_or("max_in_cpu", 0);
+    zero.param_max_in_cpu = offload.non_negative_integer_or("max_in_cpu", zero.param_max_in_cpu);
     read_nvme_path(offload, zero.offload_param, zero);
   }
   if (zero.offload_param != OffloadDevice::none && zero.stage < 3) {
@@ -694,6 +694,7 @@ nlohmann::json emit_deepspeed_config(const TrainingConfig& training, int world_s
         offload["nvme_path"] = zero.nvme_path;
         offload["buffer_count"] = zero.param_buffer_count;
         offload["buffer_size"] = zero.param_buffer_size;
+        offload["max_in_cpu"] = zero.param_max_in_cpu;
       }
       z["offload_param"] = std::move(offload);
     }

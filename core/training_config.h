@@ -93,10 +93,11 @@ struct ZeroConfig {
   std::int64_t param_buffer_count = 5;
   std::int64_t param_buffer_size = 100'000'000;    // elements
   std::int64_t optimizer_buffer_count = 4;
-  // offload_param.max_in_cpu: partition elements kept in host memory with device nvme. DeepSpeed documents it
-  // (default 1e9) but 0.19.8 never reads it (stage3.py stores max_params_in_cpu). Unset: zeroplan's executor keeps
-  // what the swap buffers' budget holds (exec/exec_config.h param_max_in_cpu); given: that many elements.
-  std::optional<std::int64_t> param_max_in_cpu;
+  // offload_param.max_in_cpu: partition elements kept in pinned host memory with device nvme, the rest in the
+  // swap files. DeepSpeed's default, 1e9 (runtime/zero/offload_config.py), read by stage3.py
+  // _create_param_groups_fp16_flat_cpu_memory: a pinned flat buffer of up to max_params_in_cpu elements, and
+  // the sub-groups that fit in it, in order, never go to NVMe (_create_fp16_partitions_with_defragmentation).
+  std::int64_t param_max_in_cpu = 1'000'000'000;
   // DeepSpeed's "aio" section (deepspeed/runtime/swap_tensor/aio_config.py defaults): the NVMe swappers' I/O.
   std::int64_t aio_block_size = 1'048'576;  // bytes per request
   std::int64_t aio_queue_depth = 8;         // requests in flight

@@ -166,16 +166,14 @@ struct ZeroSettings {
   // param_nvme_path puts the 16-bit partition chunks in files under it (exec/offload/param_swapper.h), read ahead
   // of their all-gathers into min(param_buffer_count, chunks on NVMe) pinned buffers and written back after the
   // optimizer step (DeepSpeed swap_tensor/partitioned_param_swapper.py). param_max_in_cpu: partition elements
-  // kept in pinned host memory instead, the first chunks in bucket order (the docs' offload_param.max_in_cpu;
-  // DeepSpeed 0.19.8 stores it as stage3.py max_params_in_cpu and never reads it). Without it, the chunks that the
-  // pinned budget DeepSpeed gives its swap buffers (buffer_count x buffer_size elements) holds beside them.
+  // kept in pinned host memory instead, the first chunks in bucket order (offload_param.max_in_cpu, DeepSpeed's
+  // default 1e9 elements, core/training_config.h).
   // Persistent tensors' chunks stay in host memory too (their whole copy is on the device; the step's update
   // gathers them right after writing them).
   std::string param_nvme_path;
   std::string param_nvme_path_source = "DeepSpeed config";
   std::string param_nvme_path_field = "zero_optimization.offload_param.nvme_path";
-  // -1 (no max_in_cpu given): the swap buffers' budget decides (exec/zero/zero_buffer_layout.cpp).
-  std::int64_t param_max_in_cpu = -1;
+  std::int64_t param_max_in_cpu = 1'000'000'000;
   // DeepSpeed's "aio" section (deepspeed/runtime/swap_tensor/aio_config.py: block_size 1048576, queue_depth 8,
   // overlap_events true), for both swappers' stores (exec/offload/nvme_io.h). thread_count and single_submit
   // have no counterpart: one io_uring thread submits in batches.

@@ -262,8 +262,12 @@ CommVolume estimate_comm(const ModelDescription& model, const ClusterDescription
       v.nvme_read_bytes = sat_add(v.nvme_read_bytes, in.executor_param_nvme_read_per_step);
       v.nvme_write_bytes = sat_add(v.nvme_write_bytes, in.executor_param_nvme_write_per_step);
     } else if (in.offload_param == OffloadDevice::nvme) {
-      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, fetched);
-      v.nvme_write_bytes = sat_add(v.nvme_write_bytes, partition_16bit);  // the updated partition
+      // DeepSpeed: only the sub-groups beyond max_in_cpu live in the swap files (memory_inputs.h
+      // deepspeed_param_elements_in_cpu): their share of every fetch is read, of the updated partition written.
+      const double on_nvme = Pp > 0 ? static_cast<double>(Pp - in.deepspeed_param_host_elements) / static_cast<double>(Pp) : 1.0;
+      auto share = [on_nvme](Bytes b) { return static_cast<Bytes>(std::llround(static_cast<double>(b) * on_nvme)); };
+      v.nvme_read_bytes = sat_add(v.nvme_read_bytes, share(fetched));
+      v.nvme_write_bytes = sat_add(v.nvme_write_bytes, share(partition_16bit));  // the updated partition
     }
     // Optimizer on the GPU: the step updates the partition there, and the 16-bit copy goes back to its home on
     // the host (stage3.py with offload_param only).

@@ -320,7 +320,13 @@ DeepSpeedHostBytes deepspeed_host_bytes(const MemoryInputs& in, const TrainingCo
       host(sat_mul(e, Pp), zero.pin_memory);
     }
   }
-  if (in.offload_param == OffloadDevice::nvme) h.nvme = sat_add(h.nvme, sat_mul(e, Pp));
+  if (in.offload_param == OffloadDevice::nvme) {
+    // stage3.py: the sub-groups within max_in_cpu in one pinned flat buffer (rounded as above), the rest in the
+    // swap files (memory_inputs.h deepspeed_param_elements_in_cpu).
+    const std::int64_t kept = in.deepspeed_param_host_elements;
+    if (kept > 0) host(zero.pin_memory ? power_of_two_ceil(sat_mul(e, kept)) : sat_mul(e, kept), zero.pin_memory);
+    h.nvme = sat_add(h.nvme, sat_mul(e, Pp - kept));
+  }
   return h;
 }
 

@@ -124,7 +124,7 @@ exec::ZeroSettings executor_zero_settings(const TrainingConfig& training, int st
   // nvme: the partition's chunks in files under nvme_path (the planner only sizes them; the run opens them).
   if (s.offload_param && z.offload_param == OffloadDevice::nvme) {
     s.param_nvme_path = z.nvme_path.empty() ? "/local_nvme" : z.nvme_path;
-    s.param_max_in_cpu = z.param_max_in_cpu.value_or(-1);
+    s.param_max_in_cpu = z.param_max_in_cpu;
   }
   s.aio_block_bytes = z.aio_block_size;
   s.aio_queue_depth = static_cast<int>(z.aio_queue_depth);

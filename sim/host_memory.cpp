@@ -136,6 +136,12 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
                      sat_mul(s.host_params, in.ranks_per_node),
                      num(in.param_bytes) + " * " + num(in.executor_param_host_elements) + " * ranks per node " + ranks,
                      "exec/zero/zero_buffer_layout.h (param_host_offset)"});
+  else if (s.host_params > 0 && in.offload_param == OffloadDevice::nvme)
+    terms.push_back({"host", "parameter sub-groups kept in host memory (max_in_cpu " + num(zero.param_max_in_cpu) +
+                         ")" + where,
+                     sat_mul(s.host_params, in.ranks_per_node),
+                     num(in.param_bytes) + " * " + num(in.deepspeed_param_host_elements) + " * ranks per node " + ranks,
+                     "DeepSpeed stage3.py _create_param_groups_fp16_flat_cpu_memory"});
   else if (s.host_params > 0)
     terms.push_back({"host", "offloaded parameter partition" + where, sat_mul(s.host_params, in.ranks_per_node),
                      num(in.param_bytes) + " * ceil(P/N) * ranks per node = " + num(s.host_params) + " * " + ranks,
@@ -145,8 +151,9 @@ void explain_host_and_nvme(const MemoryInputs& in, const ZeroConfig& zero, const
                      sat_mul(s.nvme_params, in.ranks_per_node),
                      num(s.nvme_params) + " * ranks per node " + ranks, "exec/offload/param_swapper.h"});
   else if (s.nvme_params > 0)
-    terms.push_back({"nvme", "parameter partition on NVMe", sat_mul(s.nvme_params, in.ranks_per_node),
-                     num(in.param_bytes) + " * ceil(P/N) * ranks per node = " + num(s.nvme_params) + " * " + ranks,
+    terms.push_back({"nvme", "parameter partition on NVMe (beyond max_in_cpu)", sat_mul(s.nvme_params, in.ranks_per_node),
+                     num(in.param_bytes) + " * (ceil(P/N) - kept in host " + num(in.deepspeed_param_host_elements) +
+                         ") * ranks per node = " + num(s.nvme_params) + " * " + ranks,
                      "ZeRO-Infinity (arXiv 2104.07857)"});
   if (buffers.host_pinned_staging > 0) {
     std::string formula;

@@ -94,6 +94,9 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
     in.deepspeed_gathered_live_params =
         replay_deepspeed_param_coordinator(model, training.zero)->peak_live_elements;
   }
+  if (in.engine == TrainingEngine::deepspeed && in.stage == 3 && in.offload_param == OffloadDevice::nvme)
+    in.deepspeed_param_host_elements = deepspeed_param_elements_in_cpu(in.partition_params, training.zero.param_max_in_cpu,
+                                                                      training.zero.sub_group_size);
   if (in.engine == TrainingEngine::deepspeed && in.stage == 3 && in.offload_param == OffloadDevice::cpu &&
       training.zero.pin_memory) {
     // zero.Init with offload_param cpu (partition_parameters.py _partition_param): each parameter above the
@@ -152,6 +155,15 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
     }
   }
   return in;
+}
+
+std::int64_t deepspeed_param_elements_in_cpu(std::int64_t partition, std::int64_t max_in_cpu,
+                                             std::int64_t sub_group_size) {
+  if (partition <= max_in_cpu) return std::max<std::int64_t>(0, partition);
+  if (max_in_cpu <= 0) return 0;
+  const std::int64_t s = std::max<std::int64_t>(1, sub_group_size);
+  const std::int64_t sub_groups = (max_in_cpu - 1) / s;  // k x s < max_in_cpu
+  return std::min(partition, sat_mul(sub_groups, s));
 }
 
 }  // namespace zeroplan

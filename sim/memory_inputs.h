@@ -75,11 +75,23 @@ struct MemoryInputs {
   Bytes executor_param_nvme_files = 0;
   Bytes executor_param_swap_buffers = 0;
   std::int64_t executor_param_host_elements = 0;
+  // DeepSpeed engine, stage 3 with offload_param nvme: the partition elements stage3.py keeps in its pinned flat
+  // buffer instead of the swap files (deepspeed_param_elements_in_cpu); the rest is read from and written to NVMe.
+  std::int64_t deepspeed_param_host_elements = 0;
   Bytes executor_param_nvme_read_per_step = 0;
   Bytes executor_param_nvme_write_per_step = 0;
 };
 
 MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDescription& cluster,
                                   const TrainingConfig& training, const PlanChoice& choice);
+
+// DeepSpeed stage 3 with offload_param nvme: the elements of a rank's partition that stay in pinned host memory.
+// stage3.py _create_param_groups_fp16_flat_cpu_memory allocates a flat buffer of up to max_in_cpu elements, and
+// _create_fp16_partitions_with_defragmentation puts the sub-groups into it in order while they fit; the others
+// live in the swap files. A sub-group closes once it holds sub_group_size elements or more (_create_fp16_sub_groups),
+// so the k sub-groups kept are those with k x sub_group_size < max_in_cpu (the overshoot of a sub-group, at most one
+// parameter's partition, is not known here): the whole partition when it fits, else k x sub_group_size.
+std::int64_t deepspeed_param_elements_in_cpu(std::int64_t partition, std::int64_t max_in_cpu,
+                                             std::int64_t sub_group_size);
 
 }  // namespace zeroplan

@@ -53,7 +53,9 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
     b.nvme_params = in.executor_param_nvme_files;
     b.host_params = sat_mul(pb, in.executor_param_host_elements);
   } else {
-    b.nvme_params = sat_mul(pb, Pp);
+    // DeepSpeed: the sub-groups within max_in_cpu stay in pinned host memory (memory_inputs.h).
+    b.host_params = sat_mul(pb, in.deepspeed_param_host_elements);
+    b.nvme_params = sat_mul(pb, Pp - in.deepspeed_param_host_elements);
   }
 
   // Gradients: whole for stages 0-1 (stage 1 reduces at the accumulation boundary, so every rank holds the

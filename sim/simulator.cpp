@@ -12,7 +12,9 @@
 #include "sim/lora_model.h"
 #include "sim/executor_layout.h"
 #include "sim/memory_margin.h"
+#include "sim/memory_inputs.h"
 #include "sim/memory_model.h"
+#include "sim/saturating.h"
 #include "sim/zero_schedule.h"
 
 namespace zeroplan {
@@ -281,6 +283,17 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   inputs.nvme_write_bandwidth = cluster.nvme_write_bandwidth / gpus_in_node;
 
   inputs.every_micro_step = options.record_events;
+  if (training.engine == TrainingEngine::deepspeed && training.zero.stage == 3 &&
+      training.zero.offload_param == OffloadDevice::nvme) {
+    // DeepSpeed keeps the sub-groups within max_in_cpu in host memory: only the rest is read and written.
+    const std::int64_t partition = ceil_div(model.params(), world_size);
+    if (partition > 0) {
+      const std::int64_t kept =
+          deepspeed_param_elements_in_cpu(partition, training.zero.param_max_in_cpu, training.zero.sub_group_size);
+      inputs.nvme_param_read_share = static_cast<double>(partition - kept) / static_cast<double>(partition);
+      inputs.nvme_param_write_share = inputs.nvme_param_read_share;
+    }
+  }
   inputs.static_gathered_params = executor_arena(model, training);
   const bool offloads_optimizer = training.zero.offload_optimizer != OffloadDevice::none;
   if (inputs.static_gathered_params && !training.lora.enabled && (training.zero.stage == 3 || offloads_optimizer)) {

@@ -274,22 +274,23 @@ bool StepBuilder::kept_from_forward(bool forward, std::size_t index) const {
 // the host (none for a prefetch or another engine).
 // Our executor's parameter swapper finds some chunks still in its swap buffers (the update's last at the next
 // forward, a backward's last at the next micro-step's forward): the share it reads, replayed through its buffer
-// policy (sim/executor_layout.h param_nvme_forward_read_share). Other engines read every fetch.
+// policy (sim/executor_layout.h param_nvme_forward_read_share). Other engines read nvme_param_read_share of every
+// fetch (DeepSpeed: the partition beyond max_in_cpu).
 double StepBuilder::nvme_read_share(std::size_t index, std::int32_t micro, FetchFor use) const {
   const auto m = static_cast<std::size_t>(micro);
   switch (use) {
     case FetchFor::head:
-      return m < in_.nvme_head_read_share.size() ? in_.nvme_head_read_share[m] : 1.0;
+      return m < in_.nvme_head_read_share.size() ? in_.nvme_head_read_share[m] : in_.nvme_param_read_share;
     case FetchFor::forward:
       return m < in_.nvme_forward_read_share.size() && index < in_.nvme_forward_read_share[m].size()
                  ? in_.nvme_forward_read_share[m][index]
-                 : 1.0;
+                 : in_.nvme_param_read_share;
     case FetchFor::backward:
       return m < in_.nvme_backward_read_share.size() && index < in_.nvme_backward_read_share[m].size()
                  ? in_.nvme_backward_read_share[m][index]
-                 : 1.0;
+                 : in_.nvme_param_read_share;
   }
-  return 1.0;
+  return in_.nvme_param_read_share;
 }
 
 TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_t modules, std::int32_t micro,
@@ -700,7 +701,7 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
     if (zero_.offload_param == OffloadDevice::nvme) {
       // offload_param nvme: the CPU AdamW writes the piece into its chunk's swap buffer, which goes to disk
       // beside the next pieces' updates (exec/zero/zero_engine_offload.cpp update_piece), or into the chunk kept in
-      // host memory (the swap buffers' budget: nvme_param_write_share of the bytes go to disk); the step ends with
+      // host memory (max_in_cpu: nvme_param_write_share of the bytes go to disk); the step ends with
       // every write done.
       const auto written = static_cast<Bytes>(std::llround(static_cast<double>(param_bytes) * in_.nvme_param_write_share));
       updated = written > 0 ? timeline_.add(Resource::nvme, TaskKind::nvme_write,

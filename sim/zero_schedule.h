@@ -116,8 +116,11 @@ struct StepScheduleInputs {
   std::vector<std::vector<double>> nvme_backward_read_share;
   std::vector<double> nvme_head_read_share;
   // zeroplan's executor with offload_param nvme: the share of the updated 16-bit partition written to NVMe (the chunks
-  // the swap buffers' budget keeps in host memory are not; sim/executor_layout.h param_nvme_write_bytes_per_step).
+  // max_in_cpu keeps in host memory are not; sim/executor_layout.h param_nvme_write_bytes_per_step).
   double nvme_param_write_share = 1.0;
+  // Other engines with offload_param nvme: the share of every fetch read from NVMe (DeepSpeed: the partition beyond
+  // max_in_cpu, memory_inputs.h deepspeed_param_elements_in_cpu), where the per-layer shares above are empty.
+  double nvme_param_read_share = 1.0;
 
   // DeepSpeed's engine (training.engine deepspeed; deepspeed_engine.h): its code paths, the buffers the memory
   // model leaves to the timeline, and what its Python costs the host. Unset for zeroplan's executor.

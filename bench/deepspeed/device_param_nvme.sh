@@ -120,7 +120,7 @@ print(f\"step {1e3 * m['step_seconds']:.1f} ms, device {m['device_used_gib']:.2f
       --warmup-steps 2 --report "$L/ours_$m.json" > "$L/ours_$m.log" 2>&1
     say "ours $m rc=$?: $(grep -E 'step .* predicted' "$L/ours_$m.log" | tr -s ' ')"
     say "  $(grep -oE 'parameter NVMe swapping.*per step \([^)]*\)|NVMe \(swap files[^|]*' "$L/ours_$m.log" | head -1)"
-    # The same with every chunk on NVMe (max_in_cpu 0): the disk's rows, whatever the swap buffers' budget holds.
+    # The same with every chunk on NVMe (max_in_cpu 0): the disk's rows, whatever DeepSpeed's default max_in_cpu (1e9 elements) keeps in host memory.
     rm -rf "$NV" && mkdir -p "$NV/stream"
     printf '{"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "%s", "max_in_cpu": 0}}}\n' \
       "$NV/stream" > $W_CFG/$m.stream.json

@@ -121,30 +121,13 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
     z.param_staging_elements = z.largest_chunk;
   }
   if (zero.offload_param && !zero.param_nvme_path.empty()) {
-    // Chunks stay in host memory while they fit in max_in_cpu, a prefix of the bucket order (the top of the layout
-    // first: the last blocks', which the backward gathers first, right after the forward gathered them last).
-    // Without a max_in_cpu, within the pinned budget of DeepSpeed's swap buffers, buffer_count x buffer_size
-    // elements: all of the partition when it fits there (nothing goes to disk), else what is left beside
-    // buffer_count swap buffers of the largest chunk. DeepSpeed 0.19.8 does the same in effect: its parameters stay
-    // AVAILABLE in those buffers (partitioned_param_swapper.py), and with GPT-2 124M and 355M (buffer_count 5,
-    // buffer_size 1e8) its swapper moved 0 bytes per step on one H200 (bench/deepspeed/ds_peer.py wraps its swap_in
-    // and swap-out methods; bench/exec/results/2026-11-29-h200x1-param-nvme-buffers/deepspeed/), where reading every
-    // chunk from disk made ours 1.3-1.4x slower than it.
-    std::int64_t cap = zero.param_max_in_cpu;
-    if (cap < 0) {
-      std::int64_t swappable = 0, largest = 0;
-      for (const GradientBucket& b : buckets)
-        if (!b.persistent) {
-          swappable += b.chunk;
-          largest = std::max(largest, b.chunk);
-        }
-      std::int64_t budget = 0, streaming = 0;
-      if (__builtin_mul_overflow(zero.param_buffer_count, zero.param_buffer_elements, &budget))
-        budget = std::numeric_limits<std::int64_t>::max();
-      if (__builtin_mul_overflow(zero.param_buffer_count, largest, &streaming))
-        streaming = std::numeric_limits<std::int64_t>::max();
-      cap = swappable <= budget ? swappable : std::max<std::int64_t>(0, budget - streaming);
-    }
+    // Chunks stay in pinned host memory while they fit in max_in_cpu elements (DeepSpeed's default 1e9), a prefix
+    // of the bucket order (the top of the layout first: the last blocks', which the backward gathers first, right
+    // after the forward gathered them last). DeepSpeed keeps a prefix of its sub-groups within max_params_in_cpu in
+    // a pinned flat buffer the same way (stage3.py _create_param_groups_fp16_flat_cpu_memory): with GPT-2 124M,
+    // 355M (one H200) and 1.5B (two) its swapper moved 0 bytes per step (bench/deepspeed/ds_peer.py wraps its
+    // swap-in and swap-out methods; bench/exec/results/2026-11-29-h200x2-param-nvme/deepspeed/).
+    const std::int64_t cap = zero.param_max_in_cpu;
     std::int64_t kept = 0;
     bool full = false;
     z.param_nvme_chunk.assign(buckets.size(), 0);

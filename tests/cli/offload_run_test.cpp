@@ -284,7 +284,7 @@ namespace {
 // The tiny model's tensors are all below DeepSpeed's default stage3_param_persistence_threshold (1e5): whole on
 // every rank, nothing partitioned to put on NVMe. A lower threshold partitions them.
 std::string with_param_nvme(const std::string& dir) {
-  // max_in_cpu 0: every chunk on NVMe (the swap buffers' default budget would keep this small model in host memory).
+  // max_in_cpu 0: every chunk on NVMe (DeepSpeed's default max_in_cpu would keep this small model in host memory).
   const fs::path config = write_temp(
       "run_param_nvme_" + std::to_string(std::hash<std::string>{}(dir)) + ".json",
       R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 100,

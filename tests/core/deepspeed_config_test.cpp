@@ -298,12 +298,12 @@ TEST(DeepSpeedConfig, NvmeOffloadNeedsItsPathAndParameterOffloadMayStandAlone) {
 }
 
 // Issue 39: offload_param's buffer_count, buffer_size and max_in_cpu, and the aio section, reach the executor's NVMe
-// swappers (exec/exec_config.h); without them, DeepSpeed's defaults and no max_in_cpu (DeepSpeed never reads it).
+// swappers (exec/exec_config.h); without them, DeepSpeed's defaults (max_in_cpu 1e9 elements).
 TEST(DeepSpeedConfig, ParameterOffloadToNvmeReadsItsBuffersMaxInCpuAndAio) {
   const ModelDescription model = load_model("gpt2-124m");
   TrainingConfig training;
   apply_deepspeed_config(kData + "/ds_offload_param_nvme_only.json", model, 4, training);
-  EXPECT_FALSE(training.zero.param_max_in_cpu.has_value());
+  EXPECT_EQ(training.zero.param_max_in_cpu, 1'000'000'000);  // DeepSpeed's default (offload_config.py)
   EXPECT_EQ(training.zero.aio_block_size, 1048576);
   EXPECT_EQ(training.zero.aio_queue_depth, 8);
   EXPECT_TRUE(training.zero.aio_overlap_events);
@@ -312,7 +312,7 @@ TEST(DeepSpeedConfig, ParameterOffloadToNvmeReadsItsBuffersMaxInCpuAndAio) {
   EXPECT_EQ(given.zero.offload_param, OffloadDevice::nvme);
   EXPECT_EQ(given.zero.param_buffer_count, 7);
   EXPECT_EQ(given.zero.param_buffer_size, 20000000);
-  EXPECT_EQ(given.zero.param_max_in_cpu.value_or(-1), 3000000);
+  EXPECT_EQ(given.zero.param_max_in_cpu, 3000000);
   EXPECT_EQ(given.zero.aio_block_size, 262144);
   EXPECT_EQ(given.zero.aio_queue_depth, 16);
   EXPECT_FALSE(given.zero.aio_overlap_events);

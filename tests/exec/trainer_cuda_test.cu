@@ -502,7 +502,7 @@ TEST(CudaTrainer, ParameterOffloadToNvmeEqualsTheHostPartition) {
       c.optimizer.grad_clip = 0.5;
       ExecConfig o = c;
       o.zero.param_nvme_path = dir;
-      o.zero.param_max_in_cpu = 0;  // every chunk on NVMe (the swap buffers' default budget holds this model)
+      o.zero.param_max_in_cpu = 0;  // every chunk on NVMe (DeepSpeed's default max_in_cpu would keep this model in host memory)
       auto host = make_cuda_trainer(c);
       auto nvme = make_cuda_trainer(o);
       EXPECT_EQ(differing_elements(nvme->params(), host->params()), "equal") << what << ": initialization";

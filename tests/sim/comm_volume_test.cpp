@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "sim/comm_model.h"
+#include "sim/memory_inputs.h"
 #include "tests/sim/sim_test_fixtures.h"
 
 namespace zeroplan {
@@ -96,13 +97,34 @@ TEST(CommVolume, OptimizerOffloadMovesFourBytesPerPartitionParameterOverPcie) {
 TEST(CommVolume, NvmeOffloadSwapsStatesAndParameterPartitions) {
   const std::int64_t P = 1'000'000'000;
   const ModelDescription model = params_only_model(P);
-  const CommVolume v =
-      estimate_comm(model, test_cluster(4, 1), TrainingConfig{}, {3, OffloadDevice::nvme, OffloadDevice::nvme});
   const std::int64_t Pp = P / 4;
+  // Every sub-group on NVMe (max_in_cpu 0): the partition is read for forward and backward, written once.
+  TrainingConfig on_disk;
+  on_disk.zero.param_max_in_cpu = 0;
+  const CommVolume v = estimate_comm(model, test_cluster(4, 1), on_disk, {3, OffloadDevice::nvme, OffloadDevice::nvme});
   EXPECT_EQ(v.nvme_read_bytes, 12 * Pp + 2 * 2 * Pp);  // states in, partition for forward and backward
   EXPECT_EQ(v.nvme_write_bytes, 12 * Pp + 2 * Pp);     // states out, the updated partition
   EXPECT_EQ(v.pcie_device_to_host_bytes, 2 * Pp);      // gradients
   EXPECT_EQ(v.pcie_host_to_device_bytes, 2 * 2 * Pp);  // the gathered partitions
+  // DeepSpeed's default max_in_cpu (1e9 elements) keeps this 2.5e8-element partition in pinned host memory
+  // (stage3.py _create_param_groups_fp16_flat_cpu_memory): only the optimizer states touch the disk.
+  const CommVolume kept =
+      estimate_comm(model, test_cluster(4, 1), TrainingConfig{}, {3, OffloadDevice::nvme, OffloadDevice::nvme});
+  EXPECT_EQ(kept.nvme_read_bytes, 12 * Pp);
+  EXPECT_EQ(kept.nvme_write_bytes, 12 * Pp);
+  EXPECT_EQ(kept.pcie_host_to_device_bytes, 2 * 2 * Pp);  // still copied to the GPU for every gather
+}
+
+// stage3.py keeps whole sub-groups (each closed at sub_group_size elements or more) while their sum fits in
+// max_in_cpu: hand-worked partitions of 1e9-element sub-groups.
+TEST(CommVolume, DeepSpeedKeepsTheSubGroupsWithinMaxInCpu) {
+  const std::int64_t G = 1'000'000'000;
+  EXPECT_EQ(deepspeed_param_elements_in_cpu(G / 2, G, G), G / 2);     // the partition fits: all of it
+  EXPECT_EQ(deepspeed_param_elements_in_cpu(3 * G, G, G), 0);         // the first sub-group is over 1e9 already
+  EXPECT_EQ(deepspeed_param_elements_in_cpu(3 * G, 2 * G, G), G);     // two sub-groups are over 2e9
+  EXPECT_EQ(deepspeed_param_elements_in_cpu(3 * G, 5 * G / 2, G), 2 * G);
+  EXPECT_EQ(deepspeed_param_elements_in_cpu(3 * G, 0, G), 0);         // max_in_cpu 0: all on NVMe
+  EXPECT_EQ(deepspeed_param_elements_in_cpu(3 * G, 3 * G, G), 3 * G); // exactly fits
 }
 
 }  // namespace

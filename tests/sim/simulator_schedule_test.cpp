@@ -436,7 +436,7 @@ TEST(SimulatorSchedule, ExecutorNvmeReadsFollowTheFetchPlan) {
       training.grad_accum = accumulation;
       training.precision = Precision::bf16;
       training.zero.max_reuse_distance = reuse;
-      training.zero.param_max_in_cpu = 0;  // every chunk on NVMe (the swap buffers' budget would hold GPT-2 124M)
+      training.zero.param_max_in_cpu = 0;  // every chunk on NVMe (DeepSpeed's default max_in_cpu would keep GPT-2 124M in host memory)
       TrainingConfig applied = training;  // as simulate_step applies the choice below
       applied.zero.stage = 3;
       applied.zero.offload_optimizer = OffloadDevice::cpu;
