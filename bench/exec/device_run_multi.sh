@@ -250,11 +250,15 @@ if has nvme || has param_nvme; then
     summary+=("  against --offload-optimizer cpu: $(python3 -c "import json; a=json.load(open('$OUT/nvme_$m.json'))['measured']['loss']; b=json.load(open('$OUT/nvme_cpu_$m.json'))['measured']['loss']; print('losses bit-identical' if a==b else f'DIFFER {a} {b}')" 2>&1 | cut -c1-200) | cpu: $(tokens "$OUT/nvme_cpu_$m.log")")
   done
   # Parameters on NVMe (exec/offload/param_swapper.h) against parameters in host memory, same deterministic run
-  # (PNVME_MODELS, default GPT-2 124M and 355M).
+  # (PNVME_MODELS, default GPT-2 124M and 355M), every chunk on the disk (max_in_cpu 0: DeepSpeed's default, 1e9
+  # elements, would keep these partitions in host memory and nothing would be read or written).
   for m in ${PNVME_MODELS:-gpt2-124m gpt2-355m}; do
     S="--model $m --cluster $CLUSTER --micro-batch 8 --seq 1024 --precision bf16 --gpus $N --stage 3 --steps 6 --warmup-steps 2 --deterministic --offload-optimizer cpu"
     rm -rf "$NV"; mkdir -p "$NV"
-    timeout 200 $RUN run $S --offload-param nvme --nvme-path "$NV" --report "$OUT/pnvme_$m.json" > "$OUT/pnvme_$m.log" 2>&1
+    printf '{"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "%s", "max_in_cpu": 0}}}\n' \
+      "$NV" > "$OUT/pnvme_ds_$m.json"
+    timeout 200 $RUN run $S --offload-param nvme --nvme-path "$NV" --ds-config "$OUT/pnvme_ds_$m.json" \
+      --report "$OUT/pnvme_$m.json" > "$OUT/pnvme_$m.log" 2>&1
     rc=$?
     timeout 100 $RUN run $S --offload-param cpu --report "$OUT/pnvme_cpu_$m.json" > "$OUT/pnvme_cpu_$m.log" 2>&1
     summary+=("param nvme $m stage 3 rc=$rc: $(tokens "$OUT/pnvme_$m.log") | $(grep -E 'step .* predicted' "$OUT/pnvme_$m.log" | tr -s ' ')")
