@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "core/json_input.h"
 #include "core/lora_modules.h"
 #include "core/plan_inputs.h"
+#include "sim/comm_model.h"
 #include "sim/memory_margin.h"
 #include "sim/plan_timing.h"
 #include "sim/recommender.h"
@@ -257,6 +259,55 @@ TEST(DeepSpeedMeasurements, StageZeroUnfusedOptimizerWithTheCacheKept) {
     ++held;
   }
   EXPECT_EQ(held, 2);
+}
+
+// DeepSpeed 0.19.8's own parameter offload to NVMe (stage 3, optimizer on the CPU, GPT-2 at micro-batch 8 x 1024,
+// bf16; bench/deepspeed/device_param_nvme.sh), its swapper's bytes counted by ds_peer.py: 0 read and 0 written a step
+// at GPT-2 124M and 355M on one H200 and at 355M and 1.5B on two, because stage3.py keeps up to max_in_cpu (1e9)
+// elements of the 16-bit partition in a pinned flat buffer (_create_param_groups_fp16_flat_cpu_memory). The engine's
+// plan moves the same bytes (it planned a whole partition's reads and writes before it modelled max_in_cpu). Device
+// used and the step are printed, not held: device used -3.1..+3.0% except GPT-2 124M on one H200 (+8.0%), the step
+// -8.8..+32.8% (355M on two GPUs: DeepSpeed's stage-3 host work).
+TEST(DeepSpeedMeasurements, ParameterNvmeMovesWhatItsSwapperMoved) {
+  const std::filesystem::path results = data_directory() / "bench" / "exec" / "results";
+  const std::vector<std::filesystem::path> files = {
+      results / "2026-11-29-h200x1-param-nvme-buffers" / "deepspeed-swapper" / "ds_gpt2-124m.json",
+      results / "2026-11-29-h200x1-param-nvme-buffers" / "deepspeed-swapper" / "ds_gpt2-355m.json",
+      results / "2026-11-29-h200x1-param-nvme-buffers" / "deepspeed-budget" / "ds_gpt2-124m.json",
+      results / "2026-11-29-h200x1-param-nvme-buffers" / "deepspeed-budget" / "ds_gpt2-355m.json",
+      results / "2026-11-29-h200x2-param-nvme" / "deepspeed" / "ds_gpt2-355m.json",
+      results / "2026-11-29-h200x2-param-nvme" / "deepspeed" / "ds_gpt2-1.5b.json"};
+  for (const std::filesystem::path& file : files) {
+    const nlohmann::json run = read_json_file(file).at("runs").at(0);
+    MeasuredRun r;
+    r.file = file.parent_path().filename().string() + "/" + file.filename().string();
+    r.name = run.at("name").get<std::string>();
+    SCOPED_TRACE(r.file);
+    const int gpus = run.at("gpus").get<int>();
+    r.inputs.model = (data_directory() / run.at("model").get<std::string>()).string();
+    r.inputs.cluster = "h200x" + std::to_string(gpus);
+    r.inputs.gpus = gpus;
+    r.inputs.micro_batch = 8;
+    r.inputs.seq = run.at("seq").get<std::int64_t>();
+    r.inputs.precision = Precision::bf16;
+    r.inputs.stage = 3;
+    r.inputs.offload_optimizer = OffloadDevice::cpu;
+    r.inputs.offload_param = OffloadDevice::nvme;
+    r.measured = run.at("measured");
+    r.measured["cpu_threads_per_rank"] = run.at("cpu_threads_per_rank");
+    r.measured["zero_init"] = run.at("zero_init");
+    r.measured["empty_cache_after_init"] = run.at("empty_cache_after_init");
+    std::printf("%s (%d GPU)\n", r.file.c_str(), gpus);
+    const Prediction p = predict(r);
+    const CommVolume v = estimate_comm(p.resolved.model, p.resolved.cluster, p.resolved.training, p.choice);
+    EXPECT_EQ(v.nvme_read_bytes, r.measured.at("param_swap_read_bytes_per_step").get<double>());
+    EXPECT_EQ(v.nvme_write_bytes, r.measured.at("param_swap_write_bytes_per_step").get<double>());
+    for (const auto& [what, predicted, measured] :
+         {std::tuple{"device used GiB", p.device_used_gib, r.measured.at("device_used_gib").get<double>()},
+          std::tuple{"step s", p.step_seconds, r.measured.at("step_seconds").get<double>()}})
+      std::printf("  %-18s predicted %9.3f measured %9.3f  %+6.1f%% (not held)\n", what, predicted, measured,
+                  100.0 * (predicted / measured - 1.0));
+  }
 }
 
 // Runs of one setting (same model, cluster, GPUs, micro-batch, sequence) that DeepSpeed's times order: recommend,
