@@ -251,6 +251,27 @@ TEST_F(MultiRankReportTest, MatchedWithTheGuisPlanOfTheRunsStage) {
   EXPECT_TRUE(errors_.isEmpty());
 }
 
+// A training field added after a report was written (deterministic, 2026-11-29) reads, where the report lacks it,
+// as the behaviour from before it existed; a run that set it otherwise still differs, by name.
+TEST_F(MultiRankReportTest, AFieldAddedAfterTheReportReadsAsTheBehaviourBeforeIt) {
+  ASSERT_TRUE(window_->applyInputs(fixture_inputs(2))) << errors_.join("\n").toStdString();
+  const json document = json::parse(std::ifstream(kTwoRanks));
+  ASSERT_FALSE(document.at("training").contains("deterministic")) << "a report from before --deterministic";
+  const ReportPlanMatch older = match_report_to_plan(run_report_from_json(document, "older.json"), &*window_->comparison());
+  EXPECT_TRUE(older.matched()) << (older.differences.empty() ? "" : older.differences.front());
+  json other = document;
+  other["training"]["deterministic"] = true;
+  const ReportPlanMatch differing = match_report_to_plan(run_report_from_json(other, "other.json"), &*window_->comparison());
+  ASSERT_EQ(differing.differences.size(), 1u);
+  EXPECT_EQ(differing.differences.front(), "deterministic: false in the GUI, true in the run");
+  // A field no report of any age lacks is not read as anything: missing, it differs.
+  json broken = document;
+  broken["training"].erase("fp32_loss");
+  const ReportPlanMatch missing = match_report_to_plan(run_report_from_json(broken, "broken.json"), &*window_->comparison());
+  ASSERT_EQ(missing.differences.size(), 1u);
+  EXPECT_EQ(missing.differences.front(), "fp32_loss: false in the GUI, (none) in the run");
+}
+
 TEST_F(MultiRankReportTest, OtherInputsAreSaidPlainlyAndTheRunsInputsCanBeTaken) {
   GuiInputs one_gpu = fixture_inputs(1);
   ASSERT_TRUE(window_->applyInputs(one_gpu)) << errors_.join("\n").toStdString();
