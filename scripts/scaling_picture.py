@@ -18,9 +18,11 @@ stderr naming the file and the field, and exit status 2. Standard library only.
 
 import argparse
 import json
-import subprocess
 import math
+import os
+import subprocess
 import sys
+import tempfile
 from xml.sax.saxutils import escape, quoteattr
 
 PROG = "scaling_picture"
@@ -99,16 +101,45 @@ def read_report(path_name):
     }
 
 
+def cluster_for_the_run(cluster, report, scratch):
+    """`cluster` (a bundled name or a file) as the run's attention saw it: a run whose report does not say it ran
+    cuDNN's fused attention (measured.attention_kernel, reports since 2026-11-29) ran the executor's own kernels, so
+    it is planned at their rate (gpu.executor_kernel_attention_*, where the description has it)."""
+    if report["measured"].get("attention_kernel") == "cudnn_fused":
+        return cluster
+    path = cluster if os.path.isfile(cluster) else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "configs", "clusters", cluster + ".json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            description = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return cluster  # the CLI names what is wrong with it
+    gpu = description.get("gpu", {})
+    if "executor_kernel_attention_forward_flops" not in gpu:
+        return cluster
+    gpu["executor_attention_forward_flops"] = gpu["executor_kernel_attention_forward_flops"]
+    gpu["executor_attention_backward_flops"] = gpu["executor_kernel_attention_backward_flops"]
+    out = os.path.join(scratch, os.path.basename(path))
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(description, f)
+    return out
+
+
 def replanned_tokens_per_gpu(zeroplan, cluster, path_name):
-    """The report's run planned again on `cluster` by the zeroplan engine (as `zeroplan run` plans itself): tokens
-    per second per GPU from the plan's step."""
+    """The report's run planned again on `cluster` by the zeroplan engine (as `zeroplan run` plans itself, at the
+    attention rate of the kernels it ran): tokens per second per GPU from the plan's step."""
     with open(path_name, encoding="utf-8") as f:
         report = json.load(f)
+    with tempfile.TemporaryDirectory() as scratch:
+        return replan_in(zeroplan, cluster_for_the_run(cluster, report, scratch), cluster, report, path_name)
+
+
+def replan_in(zeroplan, cluster_file, cluster, report, path_name):
     training, plan = report["training"], report["plans"][0]
     gpus = report["measured"]["world_size"]
     model = report["model"]["source"]
     model = model[len("bundled:"):] if model.startswith("bundled:") else model
-    command = [zeroplan, "plan", "--model", model, "--cluster", cluster, "--gpus", str(gpus),
+    command = [zeroplan, "plan", "--model", model, "--cluster", cluster_file, "--gpus", str(gpus),
                "--micro-batch", str(training["micro_batch"]), "--seq", str(training["seq_len"]),
                "--grad-accum", str(training["grad_accum"]), "--precision", training["precision"],
                "--checkpointing", training["checkpointing"], "--stage", str(plan["stage"]),
