@@ -141,7 +141,7 @@ fi
 # hf_peer.py's flags for a peer mode name: ds_sK is DeepSpeed at stage K, ds_sK_optcpu with DeepSpeedCPUAdam.
 peer_args() {
   case $1 in
-    ds_s*_optcpu) m=${1%_optcpu}; echo "--mode deepspeed --stage ${m#ds_s} --offload-optimizer cpu" ;;
+    ds_s*_optcpu) local stage=${1%_optcpu}; echo "--mode deepspeed --stage ${stage#ds_s} --offload-optimizer cpu" ;;
     ds_s*) echo "--mode deepspeed --stage ${1#ds_s}" ;;
     *) echo "--mode $1" ;;
   esac
