@@ -295,14 +295,22 @@ LoraKernelSeconds block_kernels(const ModelDescription& model, const ClusterDesc
   const double T = static_cast<double>(tokens_of(training));
   const double r = static_cast<double>(training.lora.rank);
   const double e = precision_bytes(training.precision);
+  // PEFT scales lora_B's output and adds it to the base output in two more kernels, and scales the incoming
+  // gradient in one; zeroplan's executor folds both into the GEMMs (exec/cuda/cuda_trainer.cu lora_forward: lora_B's
+  // GEMM accumulates into the base output, beta 1, alpha = scaling; lora_backward_weights: alpha = scaling).
+  const bool separate_scale_kernels = training.engine != TrainingEngine::zeroplan;
   for (const BlockLinear& module : adapted_modules(model, training.lora.targets)) {
     const double in = static_cast<double>(module.in_features), out = static_cast<double>(module.out_features);
     const double a = 2.0 * T * in * r, b = 2.0 * T * r * out;  // x*A, (xA)*B
     k.forward += timer.gemm_seconds(a) + timer.gemm_seconds(b);
-    // lora_B's output times scaling (read and write T x out), then added to the base output (read two, write one).
-    k.forward += timer.streaming_seconds(5.0 * T * out * e, 2.0);
-    // Backward: the scaling's gradient (read, write), dX of B then of A; dW of B and of A.
-    k.backward_input += timer.streaming_seconds(2.0 * T * out * e, 1.0) + timer.gemm_seconds(b) + timer.gemm_seconds(a);
+    // Backward: dX of B then of A; dW of B and of A.
+    k.backward_input += timer.gemm_seconds(b) + timer.gemm_seconds(a);
+    if (separate_scale_kernels) {
+      // lora_B's output times scaling (read and write T x out), then added to the base output (read two, write
+      // one); in backward the scaling's gradient (read, write).
+      k.forward += timer.streaming_seconds(5.0 * T * out * e, 2.0);
+      k.backward_input += timer.streaming_seconds(2.0 * T * out * e, 1.0);
+    }
     k.backward_weight += timer.gemm_seconds(b) + timer.gemm_seconds(a);
     k.forward_flops += a + b;
     k.backward_flops += 2.0 * (a + b);

@@ -117,8 +117,9 @@ void explain_lora_memory(const LoraFigures& figures, const LoraBaseBytes& base, 
 //   what requires one (torch/csrc/autograd: a frozen leaf gets no AccumulateGrad; derivatives.yaml's mm weight
 //   gradient runs only for inputs that need it), so every layer's backward_weight_seconds is dropped;
 // - the adapters' GEMMs per adapted module (x*A, then (xA)*B; backward the same two for the inputs' gradients and
-//   two for A's and B's weight gradients), each timed on the GEMM curve, and the scale-and-add of their output
-//   (result + lora_B(lora_A(x)) * scaling, peft/tuners/lora/layer.py Linear.forward) as streaming kernels;
+//   two for A's and B's weight gradients), each timed on the GEMM curve, and for PEFT (the DeepSpeed and ideal
+//   engines) the scale-and-add of their output (result + lora_B(lora_A(x)) * scaling, peft/tuners/lora/layer.py
+//   Linear.forward) as streaming kernels; zeroplan's executor folds the scale and the add into the GEMMs;
 // - QLoRA: each quantised weight dequantised to 16 bits at every forward (bitsandbytes MatMul4Bit.forward:
 //   F.dequantize_4bit then the GEMM) and again in backward for the input gradient (MatMul4Bit.backward), and at the
 //   recompute under checkpointing: a memory-bound pass reading the codes and constants and writing the 16-bit
