@@ -10,6 +10,8 @@
 # PARTS (default "build rows"): build = the CLI (build_dev zeroplan); rows = the rows. Without build, an existing
 # build-dev/cli/zeroplan or build/cli/zeroplan is used.
 # HF_ROWS: row names (default below, most valuable first); STEPS (8) measured steps after WARMUP (3).
+# PROFILE=1: each row also profiles one step after its figures (ds_peer.py --profile: phases synchronised, and
+# torch.profiler's 45 largest operators by CPU and by GPU time) into results.tar.gz as hf_ROW.profile.txt.
 # MEMTRACE=1: each row also records the caching allocator's history (ds_peer.py --memory-trace) into results.tar.gz
 # as hf_ROW.memtrace.json, for bench/deepspeed/memtrace_replay.py (the reserve above the allocated peak);
 # MEMTRACE_FROM_START=1 records from before deepspeed.initialize (where the first step's lazy states land).
@@ -42,6 +44,7 @@ python_versions torch transformers peft deepspeed
 
 TL=bench/llama/configs/tinyllama-1.1b.json
 Q05=bench/llama/configs/qwen2-0.5b.json
+L7=bench/llama/configs/llama2-7b.json
 LORA="--lora-rank 16 --lora-alpha 32 --lora-targets q_proj,k_proj,v_proj,o_proj"
 # A row: MODEL|plan flags (stage, offload, checkpointing, LoRA)|ds_peer flags|seconds it is given (timeout)|
 # seconds left that it needs to start (need). Every row bf16, micro-batch 4 x seq 2048, 3 + 8 steps. Expected
@@ -62,6 +65,9 @@ row_spec() {
     tl_lora_s0)  echo "$TL|--stage 0 $LORA|$LORA|120|40" ;;
     tl_lora_s3)  echo "$TL|--stage 3 $LORA|$LORA|120|40" ;;
     tl_qlora_s0) echo "$TL|--stage 0 $LORA --quantize-base nf4|$LORA --quantize-base nf4 --base-dir $W/base_tl|150|60" ;;
+    # Llama-2 7B: built on the GPU (~15 s); its QLoRA base (13.5 GB bf16) is written to local disk first.
+    l7_lora_s0)  echo "$L7|--stage 0 $LORA|$LORA|200|110" ;;
+    l7_qlora_s0) echo "$L7|--stage 0 $LORA --quantize-base nf4|$LORA --quantize-base nf4 --base-dir $W/base_l7|300|220" ;;
     *) return 1 ;;
   esac
 }
@@ -90,6 +96,7 @@ if has rows; then
     OMP_NUM_THREADS=$THREADS timeout $limit torchrun --standalone --nproc_per_node=$N bench/deepspeed/ds_peer.py \
       --model $model --ds-config $ds --cluster $CLUSTER --seq 2048 --steps $STEPS --warmup $WARMUP \
       $peer_flags ${MEMTRACE:+--memory-trace $W/pack/hf_$row.memtrace.json} ${MEMTRACE_FROM_START:+--memory-trace-from-start} \
+      ${PROFILE:+--profile $W/pack/hf_$row.profile.txt} \
       --name hf_$row --out $W/$row.json --planner-flags "$flags" --plan-json $W/$row.plan.json \
       > "$L/$row.log" 2>&1; rc=$?
     secs=$(( $(date +%s) - t0 ))
