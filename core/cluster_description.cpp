@@ -136,7 +136,8 @@ const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",   
                                            "executor_attention_forward_flops", "executor_attention_backward_flops",
                                            "executor_kernel_attention_forward_flops",
                                            "executor_kernel_attention_backward_flops",
-                                           "kernel_overhead_seconds", "optimizer_bandwidth"};
+                                           "kernel_overhead_seconds", "optimizer_bandwidth",
+                                           "eager_elementwise_bandwidth"};
 const std::vector<std::string> kTopologyKeys = {"gpus_per_node", "nodes"};
 const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured",
                                                     "bandwidth_fraction_beside_compute"};
@@ -405,6 +406,16 @@ ClusterDescription cluster_from_json(const nlohmann::json& document, const std::
     cluster.optimizer_bandwidth = 0.60 * cluster.hbm_bandwidth;
     note("gpu.optimizer_bandwidth: default 0.60 x hbm_bandwidth (H200: torch fused AdamW 2.87 of 4.8 TB/s)");
   }
+  // transformers' eager Llama-family modules' elementwise kernels (casts, broadcasts, strided rotary operands)
+  // stream below a copy too: 2.73 of 4.8 TB/s on the H200 (bench/llama/eager_module_profile.py,
+  // bench/llama/results/2026-11-29-h200x1-eager/README.md), 0.57 of the HBM datasheet rate.
+  if (gpu.has("eager_elementwise_bandwidth")) {
+    cluster.eager_elementwise_bandwidth = gpu.positive_number("eager_elementwise_bandwidth");
+  } else {
+    cluster.eager_elementwise_bandwidth = 0.57 * cluster.hbm_bandwidth;
+    note("gpu.eager_elementwise_bandwidth: default 0.57 x hbm_bandwidth (H200: transformers' eager Llama modules "
+         "2.73 of 4.8 TB/s)");
+  }
 
   const JsonFields topology = fields.object("topology");
   refuse_unknown_keys(topology, kTopologyKeys);
@@ -581,7 +592,8 @@ nlohmann::json cluster_to_json(const ClusterDescription& cluster) {
         {"executor_kernel_attention_forward_flops", cluster.executor_kernel_attention_forward_flops},
         {"executor_kernel_attention_backward_flops", cluster.executor_kernel_attention_backward_flops},
         {"kernel_overhead_seconds", cluster.kernel_overhead_seconds},
-        {"optimizer_bandwidth", cluster.optimizer_bandwidth}}},
+        {"optimizer_bandwidth", cluster.optimizer_bandwidth},
+        {"eager_elementwise_bandwidth", cluster.eager_elementwise_bandwidth}}},
       {"topology", {{"gpus_per_node", cluster.gpus_per_node}, {"nodes", cluster.nodes}}},
       {"host",
        {{"memory_bytes", cluster.host_memory_bytes},

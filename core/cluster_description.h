@@ -139,6 +139,12 @@ struct ClusterDescription {
   double executor_kernel_attention_forward_flops = 0.0;
   double executor_kernel_attention_backward_flops = 0.0;
   double kernel_overhead_seconds = 0.0;   // fixed time per memory-bound kernel (launch and ramp)
+  // bytes/s (read + write) of PyTorch's eager elementwise kernels as transformers' Llama-family modules issue them
+  // (LlamaRMSNorm's fp32 casts and broadcasts, rotary embeddings over transposed q and k, SwiGLU, the autograd
+  // accumulations): TensorIterator's kernels over mixed dtypes, broadcast or strided operands run below a device
+  // copy's rate. The DeepSpeed engine times `--model-code transformers` Llama/Mistral/Qwen2 blocks at it
+  // (sim/compute_time.cpp eager_llama_block). 0: not measured (streaming_bandwidth).
+  double eager_elementwise_bandwidth = 0.0;
   double optimizer_bandwidth = 0.0;       // bytes/s (read + write) the optimizer's multi-tensor kernels reach
                                           //   (torch fused AdamW measured); 0: streaming_bandwidth
 

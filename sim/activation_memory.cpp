@@ -33,10 +33,6 @@ int mlp_tensors(ActivationKind activation) { return activation == ActivationKind
 // H200 (bench/deepspeed/results-pending/hf_tinyllama_qwen2_bf16_1gpu_h200x1_2026-11-29.json). With LoRA the frozen
 // embedding's output needs no gradient, so the first block's first norm keeps nothing either; that one norm of the
 // model's 2L is not taken off here.
-bool transformers_llama_modules(const TransformerShape& shape, const TrainingConfig& training) {
-  return training.engine == TrainingEngine::deepspeed && training.model_code == ModelCode::transformers &&
-         shape.norm == NormKind::rms_norm && shape.activation == ActivationKind::swiglu;
-}
 
 // Whether a block linear (modeling_llama.py's name and path in the block) keeps its input for backward: every
 // weight trains, or PEFT adapts it (a target equal to its name or path, or all-linear: core/lora_modules.h).
@@ -107,6 +103,11 @@ Bytes selective_recomputed_per_token(const TransformerShape& shape, const Traini
   return terms.attention_core;
 }
 }  // namespace
+
+bool transformers_llama_modules(const TransformerShape& shape, const TrainingConfig& training) {
+  return training.engine == TrainingEngine::deepspeed && training.model_code == ModelCode::transformers &&
+         shape.norm == NormKind::rms_norm && shape.activation == ActivationKind::swiglu;
+}
 
 BlockActivationTerms block_activation_terms(const TransformerShape& shape, const TrainingConfig& training,
                                             int e) {

@@ -64,6 +64,11 @@ struct ActivationBytes {
   Bytes logits = 0;                 // logits, fp32 copy, their gradients (the logits component)
 };
 
+// Whether a plan's blocks are transformers' own eager Llama-family modules (modeling_llama.py / Mistral / Qwen2:
+// LlamaRMSNorm, rotary embeddings, SwiGLU MLP) run under DeepSpeed: what they keep for backward
+// (activation_bytes) and the kernels they launch (sim/compute_time.cpp) differ from the harness's fused modules.
+bool transformers_llama_modules(const TransformerShape& shape, const TrainingConfig& training);
+
 // Per-token bytes of one block's full saved set (no checkpointing) for a transformer shape.
 BlockActivationTerms block_activation_terms(const TransformerShape& shape, const TrainingConfig& training,
                                             int activation_bytes);

@@ -10,6 +10,7 @@
 #include "core/input_error.h"
 #include "exec/activation_accounting.h"
 #include "exec/network_plan.h"
+#include "sim/activation_memory.h"
 #include "sim/lora_model.h"
 
 namespace zeroplan {
@@ -32,6 +33,8 @@ ComputeTimer::ComputeTimer(const ClusterDescription& cluster, Precision precisio
   // A rate not given (0) falls back to the datasheet HBM bandwidth (cluster_description.h).
   streaming_bandwidth_ = rate(cluster.streaming_bandwidth, "streaming_bandwidth");
   if (streaming_bandwidth_ == 0.0) streaming_bandwidth_ = cluster.hbm_bandwidth;
+  eager_elementwise_bandwidth_ = rate(cluster.eager_elementwise_bandwidth, "eager_elementwise_bandwidth");
+  if (eager_elementwise_bandwidth_ == 0.0) eager_elementwise_bandwidth_ = streaming_bandwidth_;
   reduction_bandwidth_ = rate(cluster.reduction_bandwidth, "reduction_bandwidth");
   if (reduction_bandwidth_ == 0.0) reduction_bandwidth_ = cluster.hbm_bandwidth;
   attention_forward_flops_ = rate(cluster.attention_forward_flops, "attention_forward_flops");
@@ -109,6 +112,10 @@ double ComputeTimer::streaming_seconds(double bytes, double kernels) const {
   return kernels * kernel_overhead_seconds_ + (bytes > 0.0 ? bytes / streaming_bandwidth_ : 0.0);
 }
 
+double ComputeTimer::eager_elementwise_seconds(double bytes) const {
+  return bytes > 0.0 ? bytes / eager_elementwise_bandwidth_ : 0.0;
+}
+
 double ComputeTimer::reduction_seconds(double bytes, double kernels) const {
   return kernels * kernel_overhead_seconds_ + (bytes > 0.0 ? bytes / reduction_bandwidth_ : 0.0);
 }
@@ -127,6 +134,90 @@ void add_norm(const ComputeTimer& timer, double tokens, double h, double e, Work
   work.forward += timer.reduction_seconds(2.0 * tokens * h * e, 1.0);
   work.backward_input += timer.reduction_seconds(3.0 * tokens * h * e, 1.0);
   work.backward_weight += timer.reduction_seconds(2.0 * tokens * h * e, 1.0);
+}
+
+// The harness's and zeroplan's executor's blocks: their elementwise work around the GEMMs and the attention core.
+void add_fused_block_elementwise(const ComputeTimer& timer, const TransformerShape& shape,
+                                 const TrainingConfig& training, double tokens, Work& work) {
+  const double e = precision_bytes(training.precision);
+  const double h = static_cast<double>(shape.hidden);
+  const double kv = static_cast<double>(shape.kv_dim());
+  const double ffn = static_cast<double>(shape.ffn_hidden);
+  const bool swiglu = shape.activation == ActivationKind::swiglu;
+  // Memory-bound kernels, bytes per token (e = activation bytes; r = the residual stream's and the norms'
+  // bytes: e, or 4 under autocast over fp32 parameters, where LayerNorm runs in fp32):
+  const double r = training.autocast_fp32_params ? 4.0 : e;
+  add_norm(timer, tokens, h, r, work);  // the attention norm
+  add_norm(timer, tokens, h, r, work);  // the MLP norm
+  // zeroplan's executor fuses the elementwise work around its GEMMs (exec/cuda/cuda_trainer.cu): the residual
+  // add and the GELU into the cuBLASLt epilogues of the projections (matmul.cuh forward's residual, forward_gelu),
+  // the GELU backward into the input-gradient GEMM's (backward_input_dgelu), and each branch's input gradient into
+  // the LayerNorm backward that writes the residual stream's (dinp +=). A fused op costs the bytes it adds to its
+  // host kernel, not a kernel of its own.
+  const bool fused = training.engine == TrainingEngine::zeroplan;
+  if (fused) {
+    // Epilogue: read the residual (e h) per add; LayerNorm backward: read the stream's gradient once more (e h).
+    work.forward += timer.streaming_seconds(2.0 * e * tokens * h, 0.0);
+    work.backward_input += timer.streaming_seconds(2.0 * e * tokens * h, 0.0);
+  } else {
+    // Two residual adds: read the stream and the branch output, write the sum ((2 r + e) h each); backward adds
+    // each branch's input gradient into the residual stream's (3 r h each).
+    work.forward += timer.streaming_seconds(2.0 * (2.0 * r + e) * tokens * h, 2.0);
+    work.backward_input += timer.streaming_seconds(2.0 * 3.0 * tokens * h * r, 2.0);
+  }
+  // Autocast: the fp32 norm outputs are cast to 16-bit before the q/k/v and MLP GEMMs (read 4, write e), and
+  // those GEMMs' input gradients cast back to fp32 for the norm backward.
+  if (training.autocast_fp32_params) {
+    work.forward += timer.streaming_seconds(2.0 * (4.0 + e) * tokens * h, 2.0);
+    work.backward_input += timer.streaming_seconds(2.0 * (4.0 + e) * tokens * h, 2.0);
+  }
+  // Activation: GELU/ReLU reads and writes f (2 f e), backward reads dy and x and writes dx (3 f e). SwiGLU
+  // reads gate and up and writes their product (3 f e), backward reads dy, gate, up and writes both gradients
+  // (5 f e).
+  if (fused && !swiglu) {
+    // GELU epilogue: the pre-GELU output written beside the GELU output (f e); DGELU epilogue: it is read (f e).
+    work.forward += timer.streaming_seconds(tokens * ffn * e, 0.0);
+    work.backward_input += timer.streaming_seconds(tokens * ffn * e, 0.0);
+  } else {
+    work.forward += timer.streaming_seconds((swiglu ? 3.0 : 2.0) * tokens * ffn * e, 1.0);
+    work.backward_input += timer.streaming_seconds((swiglu ? 5.0 : 3.0) * tokens * ffn * e, 1.0);
+  }
+  // Rotary embedding (llama) on q and k: read + write (h + kv) each way.
+  if (shape.family == ModelFamily::llama) {
+    work.forward += timer.streaming_seconds(2.0 * tokens * (h + kv) * e, 1.0);
+    work.backward_input += timer.streaming_seconds(2.0 * tokens * (h + kv) * e, 1.0);
+  }
+  // Dropout after the attention output and the MLP and on the residual (three per block): read h, write h and
+  // a 1-byte mask; backward reads dy and the mask, writes dx.
+  if (shape.dropout > 0.0) {
+    work.forward += timer.streaming_seconds(3.0 * tokens * h * (2.0 * e + 1.0), 3.0);
+    work.backward_input += timer.streaming_seconds(3.0 * tokens * h * (2.0 * e + 1.0), 3.0);
+  }
+}
+
+void add_bias_gradients(const ComputeTimer& timer, const TransformerShape& shape, const TrainingConfig& training,
+                        double tokens, Work& work) {
+  const double e = precision_bytes(training.precision);
+  const double h = static_cast<double>(shape.hidden);
+  const double kv = static_cast<double>(shape.kv_dim());
+  const double ffn = static_cast<double>(shape.ffn_hidden);
+  const bool swiglu = shape.activation == ActivationKind::swiglu;
+  // Bias gradients: each biased linear layer's output gradient summed over the tokens (read tokens x out).
+  double bias_outputs = 0.0, biased_layers = 0.0;
+  if (shape.attention_bias) {
+    bias_outputs += h + 2.0 * kv;
+    biased_layers += 1.0;
+    if (shape.attention_output_bias) {
+      bias_outputs += h;
+      biased_layers += 1.0;
+    }
+  }
+  if (shape.mlp_bias) {
+    bias_outputs += (swiglu ? 2.0 : 1.0) * ffn + h;
+    biased_layers += swiglu ? 3.0 : 2.0;
+  }
+  work.backward_weight += timer.reduction_seconds(tokens * bias_outputs * e, biased_layers);
+
 }
 
 LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape& shape,
@@ -180,70 +271,15 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
   work.forward = gemm_seconds + attention_forward;
   work.backward_input = gemm_seconds + attention_backward;
   work.backward_weight = gemm_seconds;
-  // Memory-bound kernels, bytes per token (e = activation bytes; r = the residual stream's and the norms'
-  // bytes: e, or 4 under autocast over fp32 parameters, where LayerNorm runs in fp32):
-  const double r = training.autocast_fp32_params ? 4.0 : e;
-  add_norm(timer, tokens, h, r, work);  // the attention norm
-  add_norm(timer, tokens, h, r, work);  // the MLP norm
-  // zeroplan's executor fuses the elementwise work around its GEMMs (exec/cuda/cuda_trainer.cu): the residual
-  // add and the GELU into the cuBLASLt epilogues of the projections (matmul.cuh forward's residual, forward_gelu),
-  // the GELU backward into the input-gradient GEMM's (backward_input_dgelu), and each branch's input gradient into
-  // the LayerNorm backward that writes the residual stream's (dinp +=). A fused op costs the bytes it adds to its
-  // host kernel, not a kernel of its own.
-  const bool fused = training.engine == TrainingEngine::zeroplan;
-  if (fused) {
-    // Epilogue: read the residual (e h) per add; LayerNorm backward: read the stream's gradient once more (e h).
-    work.forward += timer.streaming_seconds(2.0 * e * tokens * h, 0.0);
-    work.backward_input += timer.streaming_seconds(2.0 * e * tokens * h, 0.0);
+  if (transformers_llama_modules(shape, training)) {
+    const EagerBlockBytes eager = eager_llama_block_bytes(shape, tokens, e);
+    work.forward += timer.eager_elementwise_seconds(eager.forward);
+    work.backward_input += timer.eager_elementwise_seconds(eager.backward_input);
+    work.backward_weight += timer.eager_elementwise_seconds(eager.backward_weight);
   } else {
-    // Two residual adds: read the stream and the branch output, write the sum ((2 r + e) h each); backward adds
-    // each branch's input gradient into the residual stream's (3 r h each).
-    work.forward += timer.streaming_seconds(2.0 * (2.0 * r + e) * tokens * h, 2.0);
-    work.backward_input += timer.streaming_seconds(2.0 * 3.0 * tokens * h * r, 2.0);
+    add_fused_block_elementwise(timer, shape, training, tokens, work);
   }
-  // Autocast: the fp32 norm outputs are cast to 16-bit before the q/k/v and MLP GEMMs (read 4, write e), and
-  // those GEMMs' input gradients cast back to fp32 for the norm backward.
-  if (training.autocast_fp32_params) {
-    work.forward += timer.streaming_seconds(2.0 * (4.0 + e) * tokens * h, 2.0);
-    work.backward_input += timer.streaming_seconds(2.0 * (4.0 + e) * tokens * h, 2.0);
-  }
-  // Activation: GELU/ReLU reads and writes f (2 f e), backward reads dy and x and writes dx (3 f e). SwiGLU
-  // reads gate and up and writes their product (3 f e), backward reads dy, gate, up and writes both gradients
-  // (5 f e).
-  if (fused && !swiglu) {
-    // GELU epilogue: the pre-GELU output written beside the GELU output (f e); DGELU epilogue: it is read (f e).
-    work.forward += timer.streaming_seconds(tokens * ffn * e, 0.0);
-    work.backward_input += timer.streaming_seconds(tokens * ffn * e, 0.0);
-  } else {
-    work.forward += timer.streaming_seconds((swiglu ? 3.0 : 2.0) * tokens * ffn * e, 1.0);
-    work.backward_input += timer.streaming_seconds((swiglu ? 5.0 : 3.0) * tokens * ffn * e, 1.0);
-  }
-  // Rotary embedding (llama) on q and k: read + write (h + kv) each way.
-  if (shape.family == ModelFamily::llama) {
-    work.forward += timer.streaming_seconds(2.0 * tokens * (h + kv) * e, 1.0);
-    work.backward_input += timer.streaming_seconds(2.0 * tokens * (h + kv) * e, 1.0);
-  }
-  // Dropout after the attention output and the MLP and on the residual (three per block): read h, write h and
-  // a 1-byte mask; backward reads dy and the mask, writes dx.
-  if (shape.dropout > 0.0) {
-    work.forward += timer.streaming_seconds(3.0 * tokens * h * (2.0 * e + 1.0), 3.0);
-    work.backward_input += timer.streaming_seconds(3.0 * tokens * h * (2.0 * e + 1.0), 3.0);
-  }
-  // Bias gradients: each biased linear layer's output gradient summed over the tokens (read tokens x out).
-  double bias_outputs = 0.0, biased_layers = 0.0;
-  if (shape.attention_bias) {
-    bias_outputs += h + 2.0 * kv;
-    biased_layers += 1.0;
-    if (shape.attention_output_bias) {
-      bias_outputs += h;
-      biased_layers += 1.0;
-    }
-  }
-  if (shape.mlp_bias) {
-    bias_outputs += (swiglu ? 2.0 : 1.0) * ffn + h;
-    biased_layers += swiglu ? 3.0 : 2.0;
-  }
-  work.backward_weight += timer.reduction_seconds(tokens * bias_outputs * e, biased_layers);
+  add_bias_gradients(timer, shape, training, tokens, work);
 
   LayerCompute layer;
   layer.forward_seconds = work.forward;
@@ -258,6 +294,7 @@ LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape
       if (training.engine == TrainingEngine::zeroplan) {
         // zeroplan's executor rebuilds the two norm outputs and the activation function's output
         // (exec/exec_config.h ExecRecompute::selective): two norm forwards and one activation forward, as above.
+        const double r = training.autocast_fp32_params ? 4.0 : e;
         layer.recompute_seconds = 2.0 * timer.reduction_seconds(2.0 * tokens * h * r, 1.0) +
                                   timer.streaming_seconds((swiglu ? 3.0 : 2.0) * tokens * ffn * e, 1.0);
       } else {  // Korthikanti et al. 2022: only the attention core is recomputed
@@ -441,6 +478,47 @@ std::vector<LayerCompute> executor_network_times(const ComputeTimer& timer, cons
 
 }  // namespace
 
+// transformers' eager Llama-family modules (modeling_llama.py, and Mistral's and Qwen2's, which are the same code), as
+// transformers 5.17 on torch 2.11 runs them: every elementwise step its own kernel, read off torch.profiler per
+// operator and shape (bench/llama/eager_module_profile.py; bench/llama/results/2026-11-29-h200x1-eager/). Bytes
+// per element (e = the 16-bit bytes, c = a cast between e and fp32: e + 4, none in fp32):
+// - LlamaRMSNorm forward: x.to(fp32) (c), pow(2) (8), mean(-1) (4), x * rsqrt(var + eps) (8), .to(e) (c),
+//   weight * x (2e). Backward (autograd): grad * weight (2e), the cast back (c), x * rsqrt's two gradients (g * r:
+//   8; (g * x).sum(-1): 12 + 4), mean's expand / h (4), pow's x.pow(1) (8), * 2 (8) and grad * that (12), the two
+//   fp32 gradients of x added (12), the cast to e (c); a trained weight adds (grad * x).sum over the tokens (4e).
+// - Rotary embeddings (apply_rotary_pos_emb) on q and k, per element: q * cos (2e), rotate_half's neg of one half
+//   (e) and cat (2e), * sin (2e), the sum (3e); backward the two products' gradients (2e each), neg (e), each
+//   half's slice gradient zero-filled and copied in (2e each), and the three gradients of q added (3e each, two).
+// - The attention output copied into o_proj's layout (transpose(1, 2).reshape: 2e), and q's and k's gradients into
+//   the projections' layout in backward (2e each).
+// - Two residual adds (3e each); backward five gradient accumulations of h (3e each): the residual stream's two,
+//   q/k/v's common input's two, gate/up's one.
+// - SwiGLU: silu(gate) (2e), * up (3e); backward the product's two gradients (3e each) and silu_backward (3e).
+// Timed at the cluster's eager elementwise rate, which was measured over these same kernels.
+namespace {
+double eager_cast_bytes(double e) { return e == 4.0 ? 0.0 : e + 4.0; }
+
+}  // namespace
+
+EagerBlockBytes eager_rms_norm_bytes(double elements, double e) {
+  const double c = eager_cast_bytes(e);
+  return {elements * (c + 8.0 + 4.0 + 8.0 + c + 2.0 * e),
+          elements * (2.0 * e + c + 8.0 + 16.0 + 4.0 + 8.0 + 8.0 + 12.0 + 12.0 + c), elements * 4.0 * e};
+}
+
+EagerBlockBytes eager_llama_block_bytes(const TransformerShape& shape, double tokens, double e) {
+  const double n = tokens * static_cast<double>(shape.hidden);
+  const double qk = tokens * static_cast<double>(shape.hidden + shape.kv_dim());
+  const double nf = tokens * static_cast<double>(shape.ffn_hidden);
+  const EagerBlockBytes norm = eager_rms_norm_bytes(n, e);
+  EagerBlockBytes b;
+  b.forward = 2.0 * norm.forward + 10.0 * e * qk + 2.0 * e * n + 2.0 * 3.0 * e * n + 5.0 * e * nf;
+  b.backward_input = 2.0 * norm.backward_input + 15.0 * e * qk + 2.0 * e * qk + 5.0 * 3.0 * e * n + 9.0 * e * nf;
+  b.backward_weight = 2.0 * norm.backward_weight;
+  return b;
+}
+
+
 std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, const ClusterDescription& cluster,
                                               const TrainingConfig& training) {
   const ComputeTimer timer(cluster, training.precision, training.engine);
@@ -513,6 +591,11 @@ std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, con
         t.backward_input_seconds += norm.backward_input;
         t.backward_weight_seconds += norm.backward_weight;
       }
+    } else if (layer.kind == "norm" && transformers_llama_modules(shape, training)) {
+      const EagerBlockBytes norm = eager_rms_norm_bytes(tokens * h, e);  // the model's final LlamaRMSNorm
+      t.forward_seconds = timer.eager_elementwise_seconds(norm.forward);
+      t.backward_input_seconds = timer.eager_elementwise_seconds(norm.backward_input);
+      t.backward_weight_seconds = timer.eager_elementwise_seconds(norm.backward_weight);
     } else if (layer.kind == "norm") {
       Work norm;
       add_norm(timer, tokens, h, r, norm);

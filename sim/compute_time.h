@@ -62,11 +62,15 @@ class ComputeTimer {
   // Memory-bound kernels: `kernels` launches moving `bytes` (read + write) in all.
   double streaming_seconds(double bytes, double kernels = 0.0) const;
   double reduction_seconds(double bytes, double kernels = 0.0) const;
+  // PyTorch's eager elementwise kernels of transformers' Llama-family modules, `bytes` read + written in all, at the
+  // cluster's eager_elementwise_bandwidth (measured with the kernels' own fixed time in it: no per-kernel term).
+  double eager_elementwise_seconds(double bytes) const;
 
  private:
   double peak_flops_ = 0.0;
   double streaming_bandwidth_ = 0.0;
   double reduction_bandwidth_ = 0.0;
+  double eager_elementwise_bandwidth_ = 0.0;
   double attention_forward_flops_ = 0.0;   // 0: the GEMM curve
   double attention_backward_flops_ = 0.0;
   double kernel_attention_forward_flops_ = 0.0;  // the executor's own kernels; 0: the rates above
@@ -75,6 +79,16 @@ class ComputeTimer {
   std::vector<double> log_flops_;
   std::vector<double> efficiency_;
 };
+
+// transformers' eager Llama-family modules (sim/compute_time.cpp gives each kernel's bytes and its source): the bytes
+// their elementwise kernels read and write, per LlamaRMSNorm over `elements` (tokens x hidden) and per decoder block
+// over `tokens`, in the forward, the input gradient and the weight gradient (a trained norm's weight). e: the bytes
+// of the model's 16-bit (or fp32) tensors. Timed at ComputeTimer::eager_elementwise_seconds.
+struct EagerBlockBytes {
+  double forward = 0.0, backward_input = 0.0, backward_weight = 0.0;
+};
+EagerBlockBytes eager_rms_norm_bytes(double elements, double e);
+EagerBlockBytes eager_llama_block_bytes(const TransformerShape& shape, double tokens, double e);
 
 // Per-layer compute of one micro-step, in the order of model.layers. A tied output projection (no lm_head
 // layer) and the loss run with the last layer. Throws InputError when the cluster has no peak for the
