@@ -4,15 +4,20 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/lora_modules.h"
+#include "core/model_description.h"
 
 namespace zeroplan {
 namespace {
@@ -257,6 +262,67 @@ TEST(Nf4Quantization, EqualsBitsandbytesQuantize4bitOnStoredWeights) {
     ASSERT_EQ(n, c.at("shape")[0].get<std::int64_t>() * c.at("shape")[1].get<std::int64_t>());
     expect_equals_bitsandbytes_case(c, dtype, x, n, quantize_nf4(x.data(), n));
   }
+}
+
+// Every linear layer of a model as QLoRA loads it: transformers' from_pretrained with BitsAndBytesConfig (nf4,
+// double quantisation, bf16) turned each nn.Linear of bench/llama/configs/tiny-ci.json (the CI's Llama: GQA 4/2,
+// SwiGLU, two blocks) into a bnb.nn.Linear4bit; the golden file holds each module's saved bf16 weight and the codes
+// and quant_state bitsandbytes 0.50 made of it on the H200 (`python3 bench/lora/bnb_nf4_codes.py --model
+// bench/llama/configs/tiny-ci.json OUT`). Quantised as the executor holds the base (exec/lora_layout.h
+// nf4_module_elements: q/k/v fused into one weight and gate/up into another, each module its own Nf4Tensor), every
+// module equals bitsandbytes'; and the file's modules are the model's block linears, no more (lm_head stays 16-bit).
+TEST(Nf4Quantization, EveryLinear4bitOfAQloraModelEqualsOursModuleByModule) {
+  const char* path = "tests/data/bnb_nf4/bnb_nf4_linear4bit_tiny-ci.json";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  std::ifstream f(path);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  EXPECT_EQ(doc.at("model").get<std::string>(), "bench/llama/configs/tiny-ci.json");
+  std::map<std::string, const nlohmann::json*> by_name;
+  for (const auto& c : doc.at("cases")) {
+    EXPECT_EQ(c.at("blocksize").get<int>(), kNf4BlockSize);
+    EXPECT_TRUE(c.at("nested").get<bool>()) << "double quantisation";
+    by_name[c.at("name").get<std::string>()] = &c;
+  }
+  const ModelDescription model = load_model("bench/llama/configs/tiny-ci.json");
+  ASSERT_TRUE(model.transformer.has_value());
+  const std::vector<BlockLinear> linears = block_linear_modules(model);
+  ASSERT_EQ(by_name.size(), linears.size() * static_cast<std::size_t>(model.transformer->layers));
+  // The executor's fused block weights, in element order, each a run of transformers modules.
+  const std::vector<std::vector<std::string>> fused = {
+      {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, {"self_attn.o_proj"},
+      {"mlp.gate_proj", "mlp.up_proj"}, {"mlp.down_proj"}};
+  int compared = 0;
+  for (std::int64_t l = 0; l < model.transformer->layers; ++l)
+    for (const std::vector<std::string>& weight : fused) {
+      std::vector<const nlohmann::json*> cases;
+      std::vector<float> values;
+      std::vector<std::int64_t> sizes;
+      for (const std::string& module : weight) {
+        const std::string name = "model.layers." + std::to_string(l) + "." + module;
+        ASSERT_TRUE(by_name.count(name)) << name << " is not a Linear4bit of the file";
+        const auto linear = std::find_if(linears.begin(), linears.end(),
+                                         [&](const BlockLinear& b) { return b.path == module; });
+        ASSERT_NE(linear, linears.end()) << module;
+        const nlohmann::json& c = *by_name[name];
+        EXPECT_EQ(c.at("shape")[0].get<std::int64_t>(), linear->out_features) << name;
+        EXPECT_EQ(c.at("shape")[1].get<std::int64_t>(), linear->in_features) << name;
+        const std::vector<float> x = sixteen_bit_values(c.at("input_bits"), "bf16");
+        values.insert(values.end(), x.begin(), x.end());
+        sizes.push_back(static_cast<std::int64_t>(x.size()));
+        cases.push_back(&c);
+      }
+      const Nf4ModuleTensors q = quantize_nf4_modules(values.data(), sizes);
+      ASSERT_EQ(q.modules.size(), cases.size());
+      std::int64_t first = 0;
+      for (std::size_t j = 0; j < cases.size(); ++j) {
+        SCOPED_TRACE(cases[j]->at("name").get<std::string>());
+        const std::vector<float> x(values.begin() + first, values.begin() + first + sizes[j]);
+        expect_equals_bitsandbytes_case(*cases[j], "bf16", x, sizes[j], q.modules[j]);
+        first += sizes[j];
+        ++compared;
+      }
+    }
+  EXPECT_EQ(compared, static_cast<int>(by_name.size()));
 }
 
 // A fused weight of several modules (the executor's Llama qkv / gate_up) quantised module by module: bitsandbytes
