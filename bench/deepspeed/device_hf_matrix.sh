@@ -45,6 +45,9 @@ python_versions torch transformers peft deepspeed
 TL=bench/llama/configs/tinyllama-1.1b.json
 Q05=bench/llama/configs/qwen2-0.5b.json
 L7=bench/llama/configs/llama2-7b.json
+L3=bench/llama/configs/llama3-8b.json
+M7=bench/llama/configs/mistral-7b.json
+Q15=bench/llama/configs/qwen2-1.5b.json
 LORA="--lora-rank 16 --lora-alpha 32 --lora-targets q_proj,k_proj,v_proj,o_proj"
 # A row: MODEL|plan flags (stage, offload, checkpointing, LoRA)|ds_peer flags|seconds it is given (timeout)|
 # seconds left that it needs to start (need). Every row bf16, micro-batch 4 x seq 2048, 3 + 8 steps. Expected
@@ -65,6 +68,12 @@ row_spec() {
     tl_lora_s0)  echo "$TL|--stage 0 $LORA|$LORA|120|40" ;;
     tl_lora_s3)  echo "$TL|--stage 3 $LORA|$LORA|120|40" ;;
     tl_qlora_s0) echo "$TL|--stage 0 $LORA --quantize-base nf4|$LORA --quantize-base nf4 --base-dir $W/base_tl|150|60" ;;
+    q15_s0)      echo "$Q15|--stage 0||120|40" ;;
+    q15_s3)      echo "$Q15|--stage 3||120|40" ;;
+    # Mistral-7B (GQA 32/8, sliding window 4096 > the sequence) and Llama-3-8B (vocabulary 128,256), LoRA.
+    m7_lora_s0)  echo "$M7|--stage 0 $LORA|$LORA|200|110" ;;
+    m7_qlora_s0) echo "$M7|--stage 0 $LORA --quantize-base nf4|$LORA --quantize-base nf4 --base-dir $W/base_m7|300|220" ;;
+    l3_lora_s0)  echo "$L3|--stage 0 $LORA|$LORA|200|110" ;;
     # Llama-2 7B: built on the GPU (~15 s); its QLoRA base (13.5 GB bf16) is written to local disk first.
     l7_lora_s0)  echo "$L7|--stage 0 $LORA|$LORA|200|110" ;;
     l7_qlora_s0) echo "$L7|--stage 0 $LORA --quantize-base nf4|$LORA --quantize-base nf4 --base-dir $W/base_l7|300|220" ;;

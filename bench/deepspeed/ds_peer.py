@@ -353,9 +353,9 @@ def parse_args(argv=None):
             if args.lora_alpha is None:
                 args.lora_alpha = 8.0  # peft's LoraConfig default
         if args.quantize_base == "nf4":
-            if model_type not in ("llama", "qwen2"):
+            if model_type not in ("llama", "mistral", "qwen2"):
                 ap.error(f"--quantize-base nf4: the base checkpoint is written by bench/lora/peft_peer.py save-base, "
-                         f"which builds llama and qwen2, not {model_type}")
+                         f"which builds llama, mistral and qwen2, not {model_type}")
             with open(args.ds_config) as f:
                 ds = json.load(f)
             stage = ds.get("zero_optimization", {}).get("stage", 0)

@@ -80,8 +80,9 @@ def load_config(path):
     from transformers import AutoConfig
     with open(path) as f:
         d = json.load(f)
-    if d.get("model_type") not in ("llama", "qwen2"):
-        raise SystemExit(f"{path}: model_type {d.get('model_type')!r}; this reference builds llama and qwen2")
+    if d.get("model_type") not in ("llama", "mistral", "qwen2"):
+        raise SystemExit(f"{path}: model_type {d.get('model_type')!r}; this reference builds llama, mistral and "
+                         f"qwen2")
     return AutoConfig.for_model(**d)
 
 
