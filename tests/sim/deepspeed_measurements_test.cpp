@@ -338,10 +338,9 @@ TEST(DeepSpeedMeasurements, ParameterNvmeMovesWhatItsSwapperMoved) {
   }
 }
 
-// Runs of one setting (same model, cluster, GPUs, micro-batch, sequence) that DeepSpeed's times order: recommend,
-// searching that setting, ranks them in the same order.
-TEST(DeepSpeedMeasurements, RecommendOrdersTheMeasuredPlansAsDeepSpeedsTimes) {
-  const std::vector<MeasuredRun> runs = stored_runs();
+// Runs of one setting (same model, cluster, GPUs, micro-batch, sequence, checkpointing, adapters) that DeepSpeed's
+// times order: recommend, searching that setting, ranks them in the same order. Returns the pairs compared.
+int expect_recommend_orders_as_measured(const std::vector<MeasuredRun>& runs) {
   struct Entry {
     const MeasuredRun* run;
     Prediction prediction;
@@ -351,7 +350,11 @@ TEST(DeepSpeedMeasurements, RecommendOrdersTheMeasuredPlansAsDeepSpeedsTimes) {
   int compared = 0;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& a = entries[i];
-    const TrainingConfig& t = a.prediction.resolved.training;
+    TrainingConfig t = a.prediction.resolved.training;
+    // A row records whether its model was built under deepspeed.zero.Init only where it matters, at stage 3
+    // (ds_peer.py builds the stage-3 models under it, as from_pretrained does); the setting's stage-3 plans are
+    // that row's, whichever row's recommend ranks them.
+    t.zero.zero_init = TrainingConfig{}.zero.zero_init;
     // The setting's recommend: its GPUs, its global batch, no checkpointing, every stage and offload.
     RecommendOptions options;
     options.global_batch = t.micro_batch * t.grad_accum * a.prediction.resolved.cluster.total_gpus();
@@ -374,7 +377,8 @@ TEST(DeepSpeedMeasurements, RecommendOrdersTheMeasuredPlansAsDeepSpeedsTimes) {
       const TrainingConfig& u = b.prediction.resolved.training;
       if (i == j || b.run->inputs.model != a.run->inputs.model || b.run->inputs.cluster != a.run->inputs.cluster ||
           b.run->inputs.gpus != a.run->inputs.gpus || u.micro_batch != t.micro_batch || u.seq_len != t.seq_len ||
-          u.grad_accum != t.grad_accum)
+          u.grad_accum != t.grad_accum || u.checkpointing != t.checkpointing ||
+          u.lora.enabled != t.lora.enabled || u.lora.quantize_base != t.lora.quantize_base)
         continue;
       // The same plan measured in two calls (the host's run-to-run spread, e.g. stage 3 with the optimizer on the
       // CPU at 1.95 and 2.52 s on one H100 host) orders nothing.
@@ -387,13 +391,26 @@ TEST(DeepSpeedMeasurements, RecommendOrdersTheMeasuredPlansAsDeepSpeedsTimes) {
       const double tb = b.run->measured.at("step_seconds").get<double>();
       if (!(ta * (1.0 + kOrderingResolution) < tb)) continue;  // a clearly faster than b in DeepSpeed
       const int ra = rank_of(a), rb = rank_of(b);
-      ASSERT_GE(ra, 0) << a.run->name << " not among the fitting plans";
-      ASSERT_GE(rb, 0) << b.run->name << " not among the fitting plans";
+      EXPECT_GE(ra, 0) << a.run->name << " not among the fitting plans";
+      EXPECT_GE(rb, 0) << b.run->name << " not among the fitting plans";
+      if (ra < 0 || rb < 0) continue;
+      std::printf("%s (%.3f s) before %s (%.3f s): ranks %d and %d\n", a.run->name.c_str(), ta, b.run->name.c_str(),
+                  tb, ra, rb);
       EXPECT_LT(ra, rb) << a.run->name << " (" << ta << " s) ranks below " << b.run->name << " (" << tb << " s)";
       ++compared;
     }
   }
-  EXPECT_GT(compared, 0);
+  return compared;
+}
+
+TEST(DeepSpeedMeasurements, RecommendOrdersTheMeasuredPlansAsDeepSpeedsTimes) {
+  EXPECT_GT(expect_recommend_orders_as_measured(stored_runs()), 0);
+}
+
+// The same for transformers' models under DeepSpeed (issue 38: "plans ordered as the measured times order them"):
+// TinyLlama-1.1B's stages 0-3 and the optimizer on the CPU, Qwen2's stages 0 and 3, TinyLlama LoRA at stages 0 and 3.
+TEST(DeepSpeedMeasurements, RecommendOrdersTransformersPlansAsDeepSpeedsTimes) {
+  EXPECT_GE(expect_recommend_orders_as_measured(stored_runs("results-pending", "hf_")), 5);
 }
 
 }  // namespace
