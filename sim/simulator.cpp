@@ -7,6 +7,7 @@
 #include "core/input_error.h"
 #include "core/number_checks.h"
 #include "sim/collective_time.h"
+#include "sim/activation_memory.h"
 #include "sim/compute_time.h"
 #include "core/lora_modules.h"
 #include "sim/lora_model.h"
@@ -246,13 +247,25 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   // LoRA: the model as PEFT wraps it for the schedule's per-module host work. Each adapted linear becomes a LoraLayer
   // whose forward calls three more modules, lora_dropout (nn.Identity at dropout 0), lora_A and lora_B
   // (peft/tuners/lora/layer.py Linear.forward), and DeepSpeed's and eager PyTorch's per-call costs apply to each.
+  // transformers' Llama-family blocks (sim/activation_memory.h transformers_llama_modules) are 13 modules, each of
+  // which DeepSpeed hooks and eager PyTorch calls: the decoder layer, self_attn and its q/k/v/o projections, mlp and
+  // its gate/up/down projections and act_fn (an nn.SiLU module), and the two RMSNorms (modeling_llama.py, as
+  // Mistral's and Qwen2's; a Qwen2-1.5B stage-3 profile counts 369 PreBackwardFunctionForModule calls over 28
+  // blocks and the model's own modules, bench/deepspeed/results-pending/hf-profiles-2026-11-29/hf_q15_s3). The
+  // description counts its weight modules and the block (10).
+  constexpr std::int64_t kTransformersLlamaBlockModuleCalls = 13;
   ModelDescription peft_model;
   const ModelDescription* scheduled = &model;
-  if (training.lora.enabled) {
-    const LoraFigures lora = lora_figures(model, training);
+  const bool transformers_blocks = model.transformer && transformers_llama_modules(*model.transformer, training);
+  if (training.lora.enabled || transformers_blocks) {
     peft_model = model;
-    for (LayerDescription& layer : peft_model.layers)
-      if (layer.kind == "transformer_block") layer.module_calls += 3 * lora.adapted_per_block;
+    const std::int64_t adapter_calls =
+        training.lora.enabled ? 3 * lora_figures(model, training).adapted_per_block : 0;
+    for (LayerDescription& layer : peft_model.layers) {
+      if (layer.kind != "transformer_block") continue;
+      if (transformers_blocks) layer.module_calls = kTransformersLlamaBlockModuleCalls;
+      layer.module_calls += adapter_calls;
+    }
     scheduled = &peft_model;
   }
   StepScheduleInputs inputs;
