@@ -63,6 +63,8 @@ row_spec() {
     tl_s3)       echo "$TL|--stage 3||120|40" ;;
     tl_s2o)      echo "$TL|--stage 2 --offload-optimizer cpu||180|90" ;;
     tl_s3_gc)    echo "$TL|--stage 3 --checkpointing full|--gradient-checkpointing|120|40" ;;
+    tl_s0_gc)    echo "$TL|--stage 0 --checkpointing full|--gradient-checkpointing|120|40" ;;
+    tl_s3o)      echo "$TL|--stage 3 --offload-optimizer cpu||200|150" ;;
     q05_s0)      echo "$Q05|--stage 0||120|35" ;;
     q05_s3)      echo "$Q05|--stage 3||120|35" ;;
     tl_lora_s0)  echo "$TL|--stage 0 $LORA|$LORA|120|40" ;;
