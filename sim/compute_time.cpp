@@ -217,7 +217,6 @@ void add_bias_gradients(const ComputeTimer& timer, const TransformerShape& shape
     biased_layers += swiglu ? 3.0 : 2.0;
   }
   work.backward_weight += timer.reduction_seconds(tokens * bias_outputs * e, biased_layers);
-
 }
 
 LayerCompute transformer_block(const ComputeTimer& timer, const TransformerShape& shape,
@@ -497,7 +496,6 @@ std::vector<LayerCompute> executor_network_times(const ComputeTimer& timer, cons
 // Timed at the cluster's eager elementwise rate, which was measured over these same kernels.
 namespace {
 double eager_cast_bytes(double e) { return e == 4.0 ? 0.0 : e + 4.0; }
-
 }  // namespace
 
 EagerBlockBytes eager_rms_norm_bytes(double elements, double e) {
@@ -517,7 +515,6 @@ EagerBlockBytes eager_llama_block_bytes(const TransformerShape& shape, double to
   b.backward_weight = 2.0 * norm.backward_weight;
   return b;
 }
-
 
 std::vector<LayerCompute> layer_compute_times(const ModelDescription& model, const ClusterDescription& cluster,
                                               const TrainingConfig& training) {
