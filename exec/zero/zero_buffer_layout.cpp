@@ -81,7 +81,8 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
     }
   }
   // A unit's gathered span runs from its lowest to its highest partitioned bucket (persistent tensors between
-  // them, which GPT-2's layout never has, would leave their part of the span unused).
+  // them, which GPT-2's layout never has and a ResNet block's does, leave their part of the span unused: the arena
+  // holds the span, the all-gathers move only the buckets).
   std::vector<std::int64_t> unit_elements(U, 0);
   for (int u = 0; u < U; ++u) {
     if (z.unit_buckets[u].empty()) continue;

@@ -219,8 +219,13 @@ class ZeroEngine {
     void* buffer = nullptr;
     int owner = -1;  // bucket using it in this micro-step
   };
-  void finish_bucket(int b);  // accumulate (if separate) and reduce a bucket finished in this micro-step
+  // A bucket finished in this micro-step: its micro-step gradients into the accumulated ones (where separate).
+  void gather_micro_step_gradients(int b);
+  CommKind reduction_kind() const;  // all-reduce at stage 0 (or without reduce_scatter), else reduce-scatter
+  // The reduction of buckets finished together: one NCCL group where each has buffers of its own, else one by one.
+  void reduce_buckets(const std::vector<int>& bs);
   void reduce_bucket(int b);
+  void end_reduction(CommKind kind, int begin_mark);  // its time on the comm lane; overlap_comm false: compute waits
   void* bucket_grads(int b) const;  // where backward writes bucket b in this micro-step
   // Stages 1-2: one group's all-gather (buckets [first, last), gather_groups_) on the comm lane after the compute
   // lane's work so far.

@@ -254,6 +254,9 @@ TEST(NetworkOverMpi, Stage0EqualsOneRank) { expect_network_equal_to_one_rank(0, 
 TEST(NetworkOverMpi, Stage1WithAccumulationEqualsOneRank) { expect_network_equal_to_one_rank(1, 2); }
 TEST(NetworkOverMpi, Stage2EqualsOneRank) { expect_network_equal_to_one_rank(2, 1); }
 TEST(NetworkOverMpi, Stage3WithAccumulationEqualsOneRank) { expect_network_equal_to_one_rank(3, 2); }
+// Without accumulation every layer's buckets (its convolutions' between the persistent BatchNorm tensors) are
+// reduce-scattered as one group straight into the gradient partitions (ZeroEngine::reduce_buckets).
+TEST(NetworkOverMpi, Stage3EqualsOneRank) { expect_network_equal_to_one_rank(3, 1); }
 
 TEST(ZeroOverMpi, Stage0EqualsOneRank) { expect_equal_to_one_rank({0, 1, 20000, true, true}); }
 TEST(ZeroOverMpi, Stage1EqualsOneRank) { expect_equal_to_one_rank({1, 1, 20000, true, true}); }
