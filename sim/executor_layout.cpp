@@ -154,7 +154,12 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
   f.persistent_elements = buffers.persistent_elements;
   for (const exec::GradientBucket& b : partition.buckets()) f.persistent_buckets += b.persistent;
   f.arena_elements = buffers.arena_elements;
-  f.gathered_elements = buffers.train_plan.gathered_elements;
+  // The all-gathers move each unit's partitioned buckets, not its arena span: persistent tensors between them (a
+  // ResNet block's BatchNorm and small convolutions between its larger convolutions) sit in the span unused.
+  for (const Zero3UseStep& step : buffers.train_plan.steps)
+    for (const Zero3Gather& g : step.gathers)
+      for (int k : buffers.unit_buckets[static_cast<std::size_t>(g.unit)])
+        f.gathered_elements += partition.buckets()[static_cast<std::size_t>(k)].elements();
   f.gathers = buffers.train_plan.gathers;
   // Stage 3: per gather of the train plan, in plan order, the use it serves: the next use of its unit at or after
   // the step it is issued at; the steps past the forward plan's are the backward's uses.
