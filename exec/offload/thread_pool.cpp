@@ -1,9 +1,30 @@
 #include "exec/offload/thread_pool.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
 namespace zeroplan::exec::offload {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Watches `done` for up to ThreadPool::kSpinSeconds; true when it held within that time.
+template <typename Done>
+bool spin_until(Done&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(ThreadPool::kSpinSeconds);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int threads) {
   if (threads < 1)
@@ -36,49 +57,68 @@ void ThreadPool::run(const std::function<void(int)>& task) {
   std::lock_guard<std::mutex> run_lock(run_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    task_ = &task;
     error_ = nullptr;
-    running_ = static_cast<int>(workers_.size());
-    ++generation_;
   }
-  start_.notify_all();
+  task_ = &task;
+  running_.store(static_cast<int>(workers_.size()));
+  // Published after the task and the count (sequentially consistent, as is every access to the atomics here): a
+  // worker that sees the new generation sees both. A worker that is about to sleep either sees the generation in
+  // its wait's predicate (checked under mutex_) or is counted in sleeping_workers_ and woken below.
+  generation_.fetch_add(1);
+  if (sleeping_workers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    start_.notify_all();
+  }
   std::exception_ptr own_error;
   try {
     task(0);
   } catch (...) {
     own_error = std::current_exception();
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return running_ == 0; });
+  if (!spin_until([this] { return running_.load() == 0; })) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    caller_sleeping_.store(true);
+    done_.wait(lock, [this] { return running_.load() == 0; });
+    caller_sleeping_.store(false);
+  }
   task_ = nullptr;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = error_;
+  }
   if (own_error) std::rethrow_exception(own_error);
-  if (error_) std::rethrow_exception(error_);
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::worker_loop(int thread_index) {
   std::uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* task;
-    {
+    const auto ready = [&] { return stopping_.load() || generation_.load() != seen; };
+    if (!spin_until(ready)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      task = task_;
+      sleeping_workers_.fetch_add(1);
+      start_.wait(lock, ready);
+      sleeping_workers_.fetch_sub(1);
     }
+    if (stopping_.load()) return;
+    seen = generation_.load();
     std::exception_ptr error;
     try {
-      (*task)(thread_index);
+      (*task_)(thread_index);
     } catch (...) {
       error = std::current_exception();
     }
-    bool last;
-    {
+    if (error) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (error && !error_) error_ = error;
-      last = --running_ == 0;
+      if (!error_) error_ = error;
     }
-    if (last) done_.notify_one();
+    // The last worker out wakes run() if it went to sleep; the lock orders the notification after run()'s
+    // predicate check (run() sets caller_sleeping_ under mutex_ before it waits).
+    if (running_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+      { std::lock_guard<std::mutex> lock(mutex_); }
+      done_.notify_one();
+    }
   }
 }
 
