@@ -20,7 +20,8 @@ void expect_each_thread_once_per_run(ThreadPool& pool, int runs, std::chrono::mi
   for (int r = 0; r < runs; ++r) {
     pool.run([&](int t) { calls[static_cast<std::size_t>(t)].fetch_add(1); });
     // Every thread has returned from this run when run() returns.
-    for (int t = 0; t < pool.threads(); ++t) ASSERT_EQ(calls[static_cast<std::size_t>(t)].load(), r + 1) << "run " << r << ", thread " << t;
+    for (int t = 0; t < pool.threads(); ++t)
+      ASSERT_EQ(calls[static_cast<std::size_t>(t)].load(), r + 1) << "run " << r << ", thread " << t;
     if (pause.count() > 0) std::this_thread::sleep_for(pause);
   }
 }
@@ -36,7 +37,8 @@ TEST(ThreadPool, RunsAfterTheWorkersSleptReachEveryThreadOnce) {
   // Pauses longer than the spin (ThreadPool::kSpinSeconds), and around it.
   ThreadPool pool(4);
   expect_each_thread_once_per_run(pool, 40, std::chrono::microseconds(2000));
-  expect_each_thread_once_per_run(pool, 400, std::chrono::microseconds(static_cast<long>(ThreadPool::kSpinSeconds * 1e6)));
+  const auto spin = std::chrono::microseconds(static_cast<long>(ThreadPool::kSpinSeconds * 1e6));
+  expect_each_thread_once_per_run(pool, 400, spin);
 }
 
 TEST(ThreadPool, SlowCallerAndSlowWorkersFinishTogether) {

@@ -737,7 +737,8 @@ TEST(ExecutorMeasurements, LoraRunsWithinTolerances) {
 // The steps are printed, not held: on two GPUs the executor launches the layer list kernel by kernel (no CUDA graph)
 // and stage 3's collectives slow the small convolutions beside them, neither of which the planner models yet.
 TEST(ExecutorMeasurements, TwoH200ResNet101MemoryAndCommunication) {
-  const std::filesystem::path folder = data_directory() / "bench" / "resnet" / "results" / "2026-11-29-h200x2" / "call7";
+  const std::filesystem::path folder =
+      data_directory() / "bench" / "resnet" / "results" / "2026-11-29-h200x2" / "call7";
   for (const StoredRun& run : {StoredRun{"s0.json", 0, false}, StoredRun{"s2.json", 2, false},
                                StoredRun{"s3.json", 3, false}, StoredRun{"s3o.json", 3, true}}) {
     SCOPED_TRACE(run.report);
