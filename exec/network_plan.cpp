@@ -186,4 +186,9 @@ NetworkPlan plan_network(const NetworkShape& net) {
   return plan;
 }
 
+bool network_step_replays_cuda_graph(const ZeroSettings& zero, int world) {
+  return world == 1 && zero.stage <= 1 && !zero.offload_optimizer && !zero.offload_param &&
+         !zero.fp32_grad_accumulation;
+}
+
 }  // namespace zeroplan::exec

@@ -255,11 +255,8 @@ class CudaNetworkTrainer final : public NetworkTrainer {
                                                    config_.network->input.elements()));
     host_labels_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
     host_dloss_.allocate(1);
-    // A micro-step replays as one CUDA graph where nothing in it changes from step to step: one rank whose
-    // parameters and gradients stay where they are (stages 0-1, no offload, gradients written in place).
-    const ZeroSettings& z = config_.zero;
-    graphs_.enable(comm_->world() == 1 && z.stage <= 1 && !z.offload_optimizer && !z.offload_param &&
-                   !z.fp32_grad_accumulation);
+    // A micro-step replays as one CUDA graph where nothing in it changes from step to step (exec/network_plan.h).
+    graphs_.enable(network_step_replays_cuda_graph(config_.zero, comm_->world()));
     for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
   }
 
