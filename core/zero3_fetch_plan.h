@@ -50,10 +50,12 @@ struct Zero3UseStep {
 
 struct Zero3FetchPlan {
   std::vector<Zero3UseStep> steps;             // one per use, in order
-  std::vector<std::int64_t> unit_elements;     // gathered elements per unit (0: persistent, never gathered)
+  // Each unit's span in the arena (0: persistent, never gathered). The executor gathers only the partitioned
+  // buckets inside it; persistent tensors between them leave holes (sim/executor_layout.cpp counts the volume).
+  std::vector<std::int64_t> unit_elements;
   std::int64_t arena_elements = 0;             // the arena's size: highest end offset of any gather
   std::int64_t peak_live_elements = 0;         // most elements gathered at once
-  std::int64_t gathered_elements = 0;          // sum over gathers: the all-gather volume of one pass
+  std::int64_t gathered_elements = 0;          // sum over gathers of their units' spans in one pass
   std::int64_t gathers = 0;                    // all-gather operations (one per unit gather) in one pass
 };
 
