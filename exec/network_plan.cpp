@@ -186,9 +186,12 @@ NetworkPlan plan_network(const NetworkShape& net) {
   return plan;
 }
 
-bool network_step_replays_cuda_graph(const ZeroSettings& zero, int world) {
-  return world == 1 && zero.stage <= 1 && !zero.offload_optimizer && !zero.offload_param &&
-         !zero.fp32_grad_accumulation;
+bool network_step_replays_cuda_graph(const ZeroSettings& zero) {
+  // Host work inside a micro-step rules a graph out (exec/zero/zero_engine.h): offload_param stages every chunk
+  // through host memory before its all-gather (and reads NVMe), and stages 1-2 with the optimizer on the CPU run
+  // the previous step's AdamW inside the forward (params_needed). fp32 gradient accumulation's conversions have
+  // not run under a graph yet.
+  return !zero.offload_param && !(zero.offload_optimizer && zero.stage < 3) && !zero.fp32_grad_accumulation;
 }
 
 }  // namespace zeroplan::exec

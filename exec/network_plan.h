@@ -61,10 +61,10 @@ NetworkPlan plan_network(const NetworkShape& network);
 
 // Output shape of an op (conv2d and pooling: PyTorch's floor formula; adaptive average pooling: 1x1).
 TensorShape op_output_shape(const LayerOp& op, const TensorShape& in);
-// Whether the CUDA network trainer replays each micro-step as one CUDA graph (exec/cuda/step_graphs.cuh): one rank
-// whose parameters and gradients stay where they are (stages 0-1, nothing offloaded, gradients written in place, so
-// that nothing in the micro-step changes from step to step). Elsewhere it launches every kernel from the host.
-bool network_step_replays_cuda_graph(const ZeroSettings& zero, int world);
+// Whether the CUDA network trainer replays each micro-step as one CUDA graph (exec/cuda/step_graphs.cuh), the ZeRO
+// engine's collectives and copies inside it: wherever the engine does no host work within a micro-step
+// (ZeroEngine::graph_replayable). Elsewhere it launches every kernel from the host.
+bool network_step_replays_cuda_graph(const ZeroSettings& zero);
 
 // PyTorch's output size of a convolution or pooling window (torch.nn.Conv2d / MaxPool2d "Shape"):
 //   (in + 2*padding - dilation*(kernel - 1) - 1) / stride + 1

@@ -338,13 +338,13 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     cfg.zero.param_nvme_path_field = r.nvme_field == "--nvme-path" ? r.nvme_field
                                                                    : "zero_optimization.offload_param.nvme_path";
   }
-  // What the planner does not time yet for a layer-list model on the GPU (bench/resnet/results/2026-11-29-h200x2):
-  // the host's launches where no CUDA graph replays the micro-step, and stage 3's collectives slowing the small
-  // kernels beside them. Said before the plan is read against the measured step.
-  if (o.backend == "cuda" && cfg.network && !exec::network_step_replays_cuda_graph(cfg.zero, world))
-    tr.notes.push_back("run: the layer list is launched kernel by kernel (a CUDA graph replays it only on one GPU at "
-                       "stages 0-1 without offload); the plan times its kernels, not the host's launches nor stage "
-                       "3's collectives beside them: ResNet-101 on 2x H200 took 15-61% longer than planned");
+  // What the planner does not time for a layer-list model on the GPU: the host's launches where no CUDA graph
+  // replays the micro-step (host work inside it: exec/network_plan.h). Said before the plan is read against the
+  // measured step.
+  if (o.backend == "cuda" && cfg.network && !exec::network_step_replays_cuda_graph(cfg.zero))
+    tr.notes.push_back("run: the layer list is launched kernel by kernel (no CUDA graph where the micro-step does host "
+                       "work: offload_param, the optimizer on the CPU at stages 1-2, fp32 gradient accumulation); the "
+                       "plan times its kernels, not the host's launches");
   if (!tr.zero.overlap_comm_given && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");

@@ -21,6 +21,15 @@ namespace zeroplan::exec {
 enum class CommDtype { f32, f16, bf16, f64 };
 int comm_dtype_bytes(CommDtype type);
 
+// How the model-state collectives and a backend's lane work are issued where a training micro-step is replayed as
+// a CUDA graph (exec/cuda/step_graphs.cuh):
+//   eager      issued to their streams (the usual);
+//   capturing  recorded into the graph being captured: the same calls, but nothing that watches them from the host
+//              (a captured operation never completes as such: only its replays run);
+//   replayed   the calls of a micro-step whose graph has just been launched: only the host's bookkeeping advances
+//              (collective counters and ordinals, time-mark indices, the engine's state); nothing is issued again.
+enum class GraphMode { eager, capturing, replayed };
+
 enum class CommKind : int { all_reduce = 0, reduce_scatter = 1, all_gather = 2 };
 inline constexpr int kCommKinds = 3;
 const char* to_string(CommKind kind);  // "all_reduce", ... (the keys of the plan's comm_bytes_per_step)
@@ -64,6 +73,11 @@ class Communicator {
   // The stream the collectives run on (cudaStream_t as void*; null on MPI).
   virtual void* comm_stream() const = 0;
 
+  // The collectives of a CUDA graph's micro-step (GraphMode). Only the GPU communicators take part; the others
+  // refuse anything but eager.
+  virtual void set_graph_mode(GraphMode mode);
+  GraphMode graph_mode() const { return graph_mode_; }
+
   const CommCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = CommCounters{}; }
 
@@ -81,6 +95,7 @@ class Communicator {
     if (!watch_.progress) watch_.progress = &own_progress_;
   }
   CommCounters counters_;
+  GraphMode graph_mode_ = GraphMode::eager;
   CommWatch watch_;
 
  private:

@@ -98,31 +98,34 @@ class NcclCommunicator final : public Communicator {
 
   void all_reduce_sum(const void* send, void* recv, std::int64_t count, CommDtype type) override {
     const std::int64_t ordinal = progress().count_collective();
-    NCCL_SETTLE(ncclAllReduce(send, recv, static_cast<std::size_t>(count), nccl_type(type), ncclSum, comm_, stream_));
+    if (graph_mode_ != GraphMode::replayed)
+      NCCL_SETTLE(ncclAllReduce(send, recv, static_cast<std::size_t>(count), nccl_type(type), ncclSum, comm_, stream_));
     issued("all_reduce", ordinal);
     count_bytes(CommKind::all_reduce, count * comm_dtype_bytes(type));
   }
   void reduce_scatter_sum(const void* send, void* recv, std::int64_t recv_count, CommDtype type) override {
     const std::int64_t ordinal = progress().count_collective();
-    NCCL_SETTLE(ncclReduceScatter(send, recv, static_cast<std::size_t>(recv_count), nccl_type(type), ncclSum, comm_,
-                                  stream_));
+    if (graph_mode_ != GraphMode::replayed)
+      NCCL_SETTLE(ncclReduceScatter(send, recv, static_cast<std::size_t>(recv_count), nccl_type(type), ncclSum, comm_,
+                                    stream_));
     issued("reduce_scatter", ordinal);
     count_bytes(CommKind::reduce_scatter, recv_count * world_ * comm_dtype_bytes(type));
   }
   void all_gather(const void* send, void* recv, std::int64_t send_count, CommDtype type) override {
     const std::int64_t ordinal = progress().count_collective();
-    NCCL_SETTLE(ncclAllGather(send, recv, static_cast<std::size_t>(send_count), nccl_type(type), comm_, stream_));
+    if (graph_mode_ != GraphMode::replayed)
+      NCCL_SETTLE(ncclAllGather(send, recv, static_cast<std::size_t>(send_count), nccl_type(type), comm_, stream_));
     issued("all_gather", ordinal);
     count_bytes(CommKind::all_gather, send_count * world_ * comm_dtype_bytes(type));
   }
   void group_start() override {
-    NCCL_SETTLE(ncclGroupStart());
+    if (graph_mode_ != GraphMode::replayed) NCCL_SETTLE(ncclGroupStart());
     ++group_depth_;
   }
   void group_end() override {
     --group_depth_;
     // Non-blocking communicators launch a group at ncclGroupEnd, which may answer ncclInProgress.
-    NCCL_SETTLE(ncclGroupEnd());
+    if (graph_mode_ != GraphMode::replayed) NCCL_SETTLE(ncclGroupEnd());
     if (group_depth_ == 0 && group_first_) {
       record_completion(group_first_, group_ordinal_);
       group_first_ = nullptr;
@@ -130,6 +133,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce_host(double* values, int count) override {
+    if (graph_mode_ != GraphMode::eager)
+      throw std::logic_error("NCCL: all_reduce_host blocks the host; it cannot be part of a CUDA graph's micro-step");
     if (count > kMaxScalars) throw std::invalid_argument("all_reduce_host: at most 64 values");
     CUDA_CHECK(cudaMemcpyAsync(scalars_, values, count * sizeof(double), cudaMemcpyHostToDevice, stream_));
     const std::int64_t ordinal = progress().count_collective();
@@ -148,6 +153,11 @@ class NcclCommunicator final : public Communicator {
     all_reduce_host(&zero, 1);
   }
   void* comm_stream() const override { return stream_; }
+  // Capturing: the collectives go into the graph, unwatched (their completion events would be graph nodes the
+  // watchdog cannot query). Replayed: the launch's collectives are counted and watched; the engine has ordered
+  // this stream after the graph (ZeroEngine::replay_graph_bookkeeping), so their completion events fire once the
+  // graph's collectives are done, and a hung peer is caught as in eager work.
+  void set_graph_mode(GraphMode mode) override { graph_mode_ = mode; }
 
  private:
   static constexpr int kMaxScalars = 64;
@@ -193,6 +203,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void issued(const char* collective, std::int64_t ordinal) {
+    if (graph_mode_ == GraphMode::capturing) return;
     if (group_depth_ > 0) {
       if (!group_first_) group_first_ = collective, group_ordinal_ = ordinal;
       return;
@@ -353,10 +364,11 @@ class SingleGpuCommunicator final : public Communicator {
   void all_reduce_host(double*, int) override {}
   void barrier() override {}
   void* comm_stream() const override { return stream_; }
+  void set_graph_mode(GraphMode mode) override { graph_mode_ = mode; }
 
  private:
   void copy(const void* send, void* recv, std::int64_t bytes) {
-    if (send != recv && bytes > 0)
+    if (send != recv && bytes > 0 && graph_mode_ != GraphMode::replayed)
       CUDA_CHECK(cudaMemcpyAsync(recv, send, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
   }
   cudaStream_t stream_ = nullptr;

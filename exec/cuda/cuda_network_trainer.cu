@@ -122,10 +122,14 @@ class CudaNetworkTrainer final : public NetworkTrainer {
       CUDA_CHECK(cudaEventRecord(micro_events_[3 * k]->get(), stream_));
       upload(host_images_.get() + k * B * sample, host_labels_.get() + k * B);
       if (graphs_.usable() && steps_run_ > 0) {
-        graphs_.launch(k, stream_, [&] { micro_step(k, cudaEventRecordExternal); });
-        // The engine's bookkeeping of the replayed backward: every bucket final (host state only where graphs run:
-        // one rank below stage 2 reduces nothing, exec/zero/zero_engine.cpp reduce_bucket).
-        engine_->gradients_final_from(0);
+        engine_->join_lanes();  // the graph's first node follows every lane's earlier work
+        if (graphs_.captured(k)) {
+          graphs_.replay(k, stream_);
+          engine_->replay_graph_bookkeeping(k);
+        } else {
+          capture_micro_step(k);
+          engine_->follow_graph();
+        }
       } else {
         micro_step(k, cudaEventRecordDefault);
       }
@@ -256,7 +260,7 @@ class CudaNetworkTrainer final : public NetworkTrainer {
     host_labels_.allocate(static_cast<std::size_t>(config_.grad_accum * config_.micro_batch));
     host_dloss_.allocate(1);
     // A micro-step replays as one CUDA graph where nothing in it changes from step to step (exec/network_plan.h).
-    graphs_.enable(network_step_replays_cuda_graph(config_.zero, comm_->world()));
+    graphs_.enable(network_step_replays_cuda_graph(config_.zero));
     for (i64 k = 0; k < 3 * config_.grad_accum; ++k) micro_events_.push_back(std::make_unique<CudaEvent>());
   }
 
@@ -408,6 +412,30 @@ class CudaNetworkTrainer final : public NetworkTrainer {
                                                  logits_, static_cast<const int*>(at(dev_.labels)), B,
                                                  config_.network->classes, static_cast<const float*>(at(dev_.dloss)),
                                                  train, stream_);
+  }
+
+  // Captures micro-step k as a CUDA graph and launches it. A failed capture has advanced the engine's host state
+  // part of the way (stage 3's schedule, the buckets reduced, on several ranks the collectives' ordinals): only
+  // one rank below stage 2, whose engine does nothing in a micro-step, runs it again eagerly; elsewhere the run
+  // stops with the reason.
+  void capture_micro_step(i64 k) {
+    const bool stateless = comm_->world() == 1 && config_.zero.stage < 2;
+    graphs_.capture(
+        k, stream_,
+        [&] {
+          engine_->begin_graph_capture(k);
+          micro_step(k, cudaEventRecordExternal);
+          engine_->end_graph_capture();
+        },
+        [&](const std::string& why) {
+          engine_->abandon_graph_capture();
+          if (!stateless)
+            throw std::runtime_error("cuda network trainer: micro-step " + std::to_string(k) +
+                                     " could not be captured as a CUDA graph: " + why);
+          std::fprintf(stderr, "zeroplan: the micro-step could not be captured as a CUDA graph (%s); it runs kernel "
+                               "by kernel from now on\n", why.c_str());
+          micro_step(k, cudaEventRecordDefault);
+        });
   }
 
   // A micro-step's forward, loss and backward: the work a CUDA graph replays. The event between forward and

@@ -101,6 +101,7 @@ CudaZeroDevice::~CudaZeroDevice() {
     if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : named_)
     if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : captured_named_) cudaEventDestroy(e);
   for (cudaEvent_t e : marks_) cudaEventDestroy(e);
   if (host_norms_) cudaFreeHost(host_norms_);
 }
@@ -133,16 +134,22 @@ void* CudaZeroDevice::allocate_host(const char* component, const char* what, std
 }
 
 void CudaZeroDevice::copy_to_host(void* host, const void* device, std::int64_t bytes) {
+  if (replayed()) return;
   CUDA_CHECK(cudaMemcpyAsync(host, device, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToHost, to_host_));
 }
 
 void CudaZeroDevice::copy_to_device(void* device, const void* host, std::int64_t bytes) {
+  if (replayed()) return;
   CUDA_CHECK(cudaMemcpyAsync(device, host, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, to_device_));
 }
 
-void CudaZeroDevice::host_wait_event(int id) { CUDA_CHECK(cudaEventSynchronize(named_event(id))); }
+void CudaZeroDevice::host_wait_event(int id) {
+  require_eager("host_wait_event");
+  CUDA_CHECK(cudaEventSynchronize(named_event(id)));
+}
 
 bool CudaZeroDevice::event_passed(int id) {
+  require_eager("event_passed");
   const cudaError_t status = cudaEventQuery(named_event(id));
   if (status == cudaErrorNotReady) {
     (void)cudaGetLastError();  // "not ready" is an answer, not a failure: leave no error behind for a later check
@@ -188,16 +195,19 @@ void CudaZeroDevice::init_params(void* params, float* master, std::int64_t flat_
 }
 
 void CudaZeroDevice::zero(void* p, std::int64_t elements, CommDtype type, Lane lane) {
+  if (replayed()) return;
   CUDA_CHECK(cudaMemsetAsync(p, 0, elements * comm_dtype_bytes(type), stream(lane)));
 }
 
 void CudaZeroDevice::accumulate(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
                                 Lane lane) {
+  if (replayed()) return;
   combine<true>(dst, dst_type, src, src_type, n, stream(lane));
 }
 
 void CudaZeroDevice::convert(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, std::int64_t n,
                              Lane lane) {
+  if (replayed()) return;
   if (n > 0 && dst_type == src_type) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n * comm_dtype_bytes(dst_type), cudaMemcpyDeviceToDevice, stream(lane)));
     return;
@@ -206,6 +216,7 @@ void CudaZeroDevice::convert(void* dst, CommDtype dst_type, const void* src, Com
 }
 
 void CudaZeroDevice::sum_squares(const void* g, CommDtype type, std::int64_t n, int slot) {
+  require_eager("sum_squares");
   if (slot < 0 || slot >= kNormSlots) throw std::out_of_range("sum_squares: slot " + std::to_string(slot));
   by_type(type, [&](auto zero) {
     using T = decltype(zero);
@@ -214,6 +225,7 @@ void CudaZeroDevice::sum_squares(const void* g, CommDtype type, std::int64_t n, 
 }
 
 void CudaZeroDevice::read_sum_squares(double* out, int count) {
+  require_eager("read_sum_squares");
   CUDA_CHECK(cudaMemcpyAsync(host_norms_, norm_slots_, count * sizeof(float), cudaMemcpyDeviceToHost, compute_));
   CUDA_CHECK(cudaStreamSynchronize(compute_));  // the norm decides clipping and overflow on the host
   for (int i = 0; i < count; ++i) out[i] = host_norms_[i];
@@ -221,6 +233,7 @@ void CudaZeroDevice::read_sum_squares(double* out, int count) {
 
 void CudaZeroDevice::adamw(const AdamwRange& r, float lr, float beta1, float beta2, float eps, float weight_decay,
                            float grad_scale, int step) {
+  require_eager("adamw");
   const cuda::DecayGeometry decay{layout_.blocks_begin(), layout_.block_stride(), layout_.block_decay_elements(),
                                   layout_.blocks_end(), layout_.tail_decay_end(), r.flat_base};
   by_type(element_, [&](auto zero) {
@@ -235,6 +248,7 @@ void CudaZeroDevice::adamw(const AdamwRange& r, float lr, float beta1, float bet
 }
 
 void CudaZeroDevice::upload_params(void* params, float* master, const float* values, std::int64_t n) {
+  require_eager("upload_params");
   float* tmp = alloc_.allocate_n<float>("transfer", "parameter upload", n);
   CUDA_CHECK(cudaMemcpyAsync(tmp, values, n * sizeof(float), cudaMemcpyHostToDevice, compute_));
   by_type(element_, [&](auto zero) {
@@ -246,6 +260,7 @@ void CudaZeroDevice::upload_params(void* params, float* master, const float* val
 }
 
 void CudaZeroDevice::download(const void* src, float* dst, std::int64_t n, CommDtype type, double factor) {
+  require_eager("download");
   const int e = comm_dtype_bytes(type);
   std::vector<unsigned char> raw(static_cast<std::size_t>(n * e));
   synchronize();
@@ -254,7 +269,13 @@ void CudaZeroDevice::download(const void* src, float* dst, std::int64_t n, CommD
 }
 
 void CudaZeroDevice::lane_waits_for(Lane waiter, Lane producer) {
-  if (waiter == producer) return;
+  if (waiter == producer || replayed()) return;
+  if (graph_mode_ == GraphMode::capturing) {
+    // A lane outside the capture has nothing in the graph to wait for (its earlier work precedes the capture); a
+    // lane that waits for one inside joins it.
+    if (!lane_captured_[static_cast<int>(producer)]) return;
+    lane_captured_[static_cast<int>(waiter)] = true;
+  }
   cudaEvent_t e = order_[static_cast<int>(producer)];
   CUDA_CHECK(cudaEventRecord(e, stream(producer)));
   CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), e, 0));
@@ -270,18 +291,57 @@ cudaEvent_t CudaZeroDevice::named_event(int id) {
   return named_[id];
 }
 
-void CudaZeroDevice::record_event(int id, Lane lane) { CUDA_CHECK(cudaEventRecord(named_event(id), stream(lane))); }
+cudaEvent_t CudaZeroDevice::captured_event(int id) {
+  while (static_cast<int>(captured_named_.size()) <= id) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    captured_named_.push_back(e);
+  }
+  return captured_named_[static_cast<std::size_t>(id)];
+}
+
+void CudaZeroDevice::record_event(int id, Lane lane) {
+  if (replayed()) return;
+  if (graph_mode_ == GraphMode::capturing) {
+    if (!lane_captured_[static_cast<int>(lane)])
+      throw std::logic_error("CUDA graph capture: event " + std::to_string(id) + " recorded on a lane outside it");
+    if (static_cast<int>(event_captured_.size()) <= id) event_captured_.resize(static_cast<std::size_t>(id) + 1);
+    event_captured_[static_cast<std::size_t>(id)] = true;
+    CUDA_CHECK(cudaEventRecord(captured_event(id), stream(lane)));
+    return;
+  }
+  CUDA_CHECK(cudaEventRecord(named_event(id), stream(lane)));
+}
 void CudaZeroDevice::wait_event(int id, Lane waiter) {
+  if (replayed()) return;
+  if (graph_mode_ == GraphMode::capturing) {
+    // Recorded before the capture: the caller joined every lane into the compute lane before it began.
+    if (id >= static_cast<int>(event_captured_.size()) || !event_captured_[static_cast<std::size_t>(id)]) return;
+    lane_captured_[static_cast<int>(waiter)] = true;
+    CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), captured_event(id), 0));
+    return;
+  }
   CUDA_CHECK(cudaStreamWaitEvent(stream(waiter), named_event(id), 0));
 }
 
 int CudaZeroDevice::mark(Lane lane) {
+  if (replayed()) {
+    // The replayed graph records the mark its capture made at this index.
+    if (marks_used_ >= static_cast<int>(marks_.size()))
+      throw std::logic_error("CUDA graph replay: time mark " + std::to_string(marks_used_) + " was never captured");
+    return marks_used_++;
+  }
+  if (graph_mode_ == GraphMode::capturing && !lane_captured_[static_cast<int>(lane)])
+    throw std::logic_error("CUDA graph capture: time mark on a lane outside it");
   if (marks_used_ == static_cast<int>(marks_.size())) {
     cudaEvent_t e;
     CUDA_CHECK(cudaEventCreate(&e));
     marks_.push_back(e);
   }
-  CUDA_CHECK(cudaEventRecord(marks_[marks_used_], stream(lane)));
+  // An external record node in a capture: every replay records the mark (a plain record would only order the graph).
+  CUDA_CHECK(cudaEventRecordWithFlags(marks_[marks_used_], stream(lane),
+                                      graph_mode_ == GraphMode::capturing ? cudaEventRecordExternal
+                                                                          : cudaEventRecordDefault));
   return marks_used_++;
 }
 
@@ -291,7 +351,20 @@ double CudaZeroDevice::seconds_between(int a, int b) {
   return ms * 1e-3;
 }
 
+void CudaZeroDevice::set_graph_mode(GraphMode mode) {
+  graph_mode_ = mode;
+  event_captured_.clear();
+  for (bool& c : lane_captured_) c = false;
+  lane_captured_[static_cast<int>(Lane::compute)] = mode == GraphMode::capturing;  // the stream being captured
+}
+
+void CudaZeroDevice::require_eager(const char* what) const {
+  if (graph_mode_ != GraphMode::eager)
+    throw std::logic_error(std::string("CudaZeroDevice::") + what + " cannot be part of a CUDA graph's micro-step");
+}
+
 void CudaZeroDevice::synchronize() {
+  require_eager("synchronize");
   for (Lane lane : {Lane::compute, Lane::comm, Lane::to_host, Lane::to_device})
     CUDA_CHECK(cudaStreamSynchronize(stream(lane)));
 }

@@ -56,6 +56,7 @@ class CudaZeroDevice final : public ZeroDevice {
   double seconds_between(int a, int b) override;
   void clear_marks() override { marks_used_ = 0; }
   void synchronize() override;
+  void set_graph_mode(GraphMode mode) override;
 
   // Bytes of allocate_host per component (the memory report's host side).
   const std::vector<std::pair<std::string, std::int64_t>>& host_bytes_by_component() const { return host_bytes_; }
@@ -83,6 +84,17 @@ class CudaZeroDevice final : public ZeroDevice {
   std::vector<cudaEvent_t> named_;
   std::vector<cudaEvent_t> marks_;
   int marks_used_ = 0;
+  // GraphMode: while capturing, the lanes that have joined the capture and the named events recorded in it.
+  GraphMode graph_mode_ = GraphMode::eager;
+  bool lane_captured_[kLanes] = {};
+  std::vector<bool> event_captured_;
+  // The events a capture records in place of named_: a record captured into a graph leaves its event unusable
+  // for eager waits (cudaErrorInvalidValue), and eager work after a launch still waits on named_ (the lanes have
+  // joined the graph's end by then: ZeroEngine::follow_graph).
+  std::vector<cudaEvent_t> captured_named_;
+  cudaEvent_t captured_event(int id);
+  bool replayed() const { return graph_mode_ == GraphMode::replayed; }
+  void require_eager(const char* what) const;
 };
 
 }  // namespace zeroplan::exec

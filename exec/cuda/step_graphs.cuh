@@ -4,13 +4,16 @@
 // captures the work once and replays it with one launch, as torch.compile's "reduce-overhead" mode does. A graph names
 // every buffer and kernel argument it was captured with, so one is kept per micro-step (the first writes the
 // gradients, the others add to them); what changes from step to step is read from the device (the images, labels and
-// fp16's loss gradient scale, uploaded before the launch). Where capture fails (a library call that cannot be
-// captured) the trainer runs the work directly from then on and says so once on stderr.
+// fp16's loss gradient scale, uploaded before the launch). The ZeRO engine's part of a micro-step (its collectives,
+// stage 3's all-gathers, ZeRO-Offload's gradient copies) is captured with it, and its host bookkeeping rerun after
+// each launch (exec/zero/zero_engine.h, replay_graph_bookkeeping). Where capture fails (a library call that cannot
+// be captured) the trainer either runs the work directly from then on and says so once on stderr, or stops.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,15 +33,28 @@ class StepGraphs {
   void enable(bool on) { enabled_ = on; }
   bool usable() const { return enabled_ && failed_.empty(); }
 
-  // Replays the graph of micro-step `micro` on `stream`, capturing `work` (which enqueues the micro-step on `stream`)
-  // first when there is none.
-  template <typename Work>
-  void launch(std::int64_t micro, cudaStream_t stream, Work&& work) {
+  // Whether micro-step `micro` has its graph already.
+  bool captured(std::int64_t micro) const {
+    for (const Entry& g : graphs_)
+      if (g.micro == micro) return true;
+    return false;
+  }
+
+  // Replays the graph of micro-step `micro` on `stream`.
+  void replay(std::int64_t micro, cudaStream_t stream) {
     for (const Entry& g : graphs_)
       if (g.micro == micro) {
         CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
         return;
       }
+    throw std::logic_error("StepGraphs: micro-step " + std::to_string(micro) + " has no graph");
+  }
+
+  // Captures `work` (which enqueues micro-step `micro` on `stream`) and launches it. Where the capture fails,
+  // `failed(reason)` decides: it returns true after running the work itself (a micro-step that can simply run
+  // again), and from then on usable() is false; or it throws.
+  template <typename Work, typename Failed>
+  void capture(std::int64_t micro, cudaStream_t stream, Work&& work, Failed&& failed) {
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
@@ -48,9 +64,7 @@ class StepGraphs {
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();  // a capture error is not sticky; clear it
       failed_ = e.what();
-      std::fprintf(stderr, "zeroplan: the micro-step could not be captured as a CUDA graph (%s); it runs kernel by "
-                           "kernel from now on\n", failed_.c_str());
-      work();
+      failed(failed_);
       return;
     }
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));

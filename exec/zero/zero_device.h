@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
 #include "exec/comm/communicator.h"
 
@@ -94,6 +95,15 @@ class ZeroDevice {
   virtual double seconds_between(int a, int b) = 0;
   virtual void clear_marks() = 0;
   virtual void synchronize() = 0;
+
+  // A micro-step replayed as a CUDA graph (GraphMode, exec/comm/communicator.h). Capturing: time marks become
+  // graph nodes that every replay records, and a wait for an event recorded before the capture began is left out
+  // (the caller has joined every lane into the compute lane first, so stream order implies it). Replayed: the
+  // lane work of the calls is the launched graph's; mark() hands out the same indices as in the capture and
+  // nothing is enqueued. Only the GPU backend takes part; the default refuses anything but eager.
+  virtual void set_graph_mode(GraphMode mode) {
+    if (mode != GraphMode::eager) throw std::logic_error("this backend's lane work cannot be part of a CUDA graph");
+  }
 };
 
 }  // namespace zeroplan::exec

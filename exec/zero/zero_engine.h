@@ -182,6 +182,24 @@ class ZeroEngine {
   // same value.
   double finish_step(double loss_scale, const std::function<bool(double)>& skip);
 
+  // CUDA graphs of a micro-step (exec/cuda/step_graphs.cuh). The backend captures micro-step `micro` once and
+  // replays it from then on: join_lanes() before the capture and before every launch (the compute lane waits for
+  // every lane, so that the graph needs no wait for earlier work); begin_graph_capture() before the micro-step's
+  // first engine call and end_graph_capture() after its last, inside the capture (every lane the capture used joins
+  // the compute lane again, as a capture must end); after each launch, replay_graph_bookkeeping() runs the
+  // micro-step's engine calls again with the device and communicator in GraphMode::replayed, so that the host's
+  // state (buckets reduced, stage 3's schedule, time marks, collective counters and ordinals) advances as the
+  // graph's work did. A micro-step qualifies where the engine does no host work inside it
+  // (exec/network_plan.h network_step_replays_cuda_graph).
+  void join_lanes();
+  // After a graph's launch: every lane waits for the compute lane, so that eager work after it, on any lane, follows
+  // the graph (whose events, recorded inside it, eager work cannot wait for). replay_graph_bookkeeping does it first.
+  void follow_graph();
+  void begin_graph_capture(std::int64_t micro);
+  void end_graph_capture();
+  void abandon_graph_capture();  // a capture failed: eager again (the micro-step's state is lost; the caller stops)
+  void replay_graph_bookkeeping(std::int64_t micro);
+
   // Sum of a host value over ranks (losses), deterministic.
   double sum_over_ranks(double value);
 
@@ -272,6 +290,16 @@ class ZeroEngine {
   void update_buckets_below(std::int64_t hi);  // the deferred update of every bucket beginning below hi
   void complete_deferred_update();
 
+  // The engine calls of a captured micro-step, in order (replay_graph_bookkeeping runs them again).
+  struct GraphCall {
+    enum Kind { params_needed, prepare_gradients, gradients_final_from } kind;
+    std::int64_t lo, hi;
+  };
+  void log_graph_call(GraphCall::Kind kind, std::int64_t lo, std::int64_t hi) {
+    if (graph_logging_) graph_calls_[static_cast<std::size_t>(micro_)].push_back(GraphCall{kind, lo, hi});
+  }
+  void set_graph_mode(GraphMode mode);
+
   ExecConfig config_;
   bool frozen_ = false;  // Trainability::frozen: parameters only
   const ParamLayout& layout_;
@@ -303,6 +331,8 @@ class ZeroEngine {
   std::vector<Slot> slots_;          // stages 2-3 bucket buffers (buffers_.slot_elements)
   std::vector<bool> reduced_;        // this micro-step: bucket finished (accumulated, reduction issued)
   std::int64_t micro_ = 0;
+  bool graph_logging_ = false;
+  std::vector<std::vector<GraphCall>> graph_calls_;  // per micro-step index
   bool boundary_ = false;
   bool accumulate_in_kernels_ = false;
   int optimizer_step_ = 0;
