@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/layer_ops.h"
@@ -188,6 +189,31 @@ struct ZeroSettings {
 // piece's copy each way, ~1-2 ms over PCIe 4/5) small beside the update of a GPT-2 1.5B partition, while a
 // piece's CPU update (~30 ms at 5e8 elements/s) dwarfs its thread-pool wake-up.
 constexpr std::int64_t kOffloadPieceElements = std::int64_t{1} << 24;
+
+// Stage 3 with the optimizer states in host memory (exec/zero/zero_engine_offload.cpp offloaded_update): the pieces,
+// in order, are updated a batch at a time (one hand-off to the CPU AdamW's threads) and each batch is copied to the
+// device in one copy per contiguous run, while the next batch is updated. A batch closes once it holds
+// kOffloadUpdateBatchElements. A model of many small tensors has a piece per bucket: ResNet-101 at stage 3 on two
+// GPUs is a few hundred pieces of a few thousand to a few hundred thousand elements, and a hand-off, two time marks
+// and a copy for each cost more host time than their updates did.
+constexpr std::int64_t kOffloadUpdateBatchElements = std::int64_t{1} << 20;
+
+// [first, last) ranges of consecutive pieces (given by their element counts), each a batch as above.
+inline std::vector<std::pair<std::size_t, std::size_t>> offload_update_batches(
+    const std::vector<std::int64_t>& piece_elements) {
+  std::vector<std::pair<std::size_t, std::size_t>> batches;
+  std::size_t first = 0;
+  std::int64_t held = 0;
+  for (std::size_t i = 0; i < piece_elements.size(); ++i) {
+    held += piece_elements[i];
+    if (held >= kOffloadUpdateBatchElements || i + 1 == piece_elements.size()) {
+      batches.emplace_back(first, i + 1);
+      first = i + 1;
+      held = 0;
+    }
+  }
+  return batches;
+}
 
 // A layer-list network as the model description gives it (core/layer_ops.h: each layer's ops over named tensors,
 // PyTorch's semantics), and one sample's input: what the executor runs for ResNet-101 on CIFAR-10.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "exec/exec_config.h"
 #include "exec/zero/zero_partition.h"
 #include "sim/comm_model.h"
 
@@ -685,6 +686,18 @@ TaskId StepBuilder::executor_offloaded_update(std::int64_t partition, std::int32
   if (pieces.empty()) {
     const std::int64_t piece = std::max<std::int64_t>(1, std::min(kExecutorOffloadPieceElements, zero_.sub_group_size));
     for (std::int64_t first = 0; first < partition; first += piece) pieces.push_back(std::min(piece, partition - first));
+  }
+  // With the parameters on the device the executor updates the pieces a batch at a time, one CPU AdamW call and
+  // one copy per batch (exec/exec_config.h offload_update_batches; exec/zero/zero_engine_offload.cpp
+  // update_in_batches).
+  if (zero_.offload_param == OffloadDevice::none) {
+    std::vector<std::int64_t> batches;
+    for (const auto& [first, last] : exec::offload_update_batches(pieces)) {
+      std::int64_t elements = 0;
+      for (std::size_t i = first; i < last; ++i) elements += pieces[i];
+      batches.push_back(elements);
+    }
+    pieces = std::move(batches);
   }
   std::size_t arrived = 0;  // downloads_[arrived] holds the piece's last element
   TaskId updated = norm;

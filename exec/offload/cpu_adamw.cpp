@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "exec/offload/cpu_adamw_kernels.h"
 
@@ -153,9 +154,23 @@ CpuAdamw::CpuAdamw(int threads, CpuIsa isa) : pool_(threads), isa_(isa) {
 }
 
 void CpuAdamw::update(const AdamwTensors& t, const AdamwHyper& h, const DecayGeometry& decay) {
-  check_tensors(t, h);
+  update(&t, 1, h, decay);
+}
+
+void CpuAdamw::update(const AdamwTensors* pieces, std::size_t count, const AdamwHyper& h, const DecayGeometry& decay) {
   check_geometry(decay);
-  if (t.count == 0) return;
+  // Where each piece starts in the pieces' concatenation.
+  std::vector<std::int64_t> starts;
+  starts.reserve(count + 1);
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const AdamwTensors& t = pieces[i];
+    check_tensors(t, h);
+    starts.push_back(total);
+    total += t.count;
+  }
+  starts.push_back(total);
+  if (total == 0) return;
   // The coefficients in fp32, as the CPU reference (exec/cpu/cpu_ops.cpp) computes them.
   const AdamwCoefficients c{h.lr,
                             h.beta1,
@@ -166,26 +181,36 @@ void CpuAdamw::update(const AdamwTensors& t, const AdamwHyper& h, const DecayGeo
                             1.0f - std::pow(h.beta2, static_cast<float>(h.step)),
                             h.eps,
                             h.grad_scale};
-  const AdamwSpan all{t.params,     t.grads,      t.grads_bf16,  t.grads_fp16, t.exp_avg, t.exp_avg_sq,
-                      t.params_half, t.half_format, t.count,      0.0f};
   void (*kernel)(const AdamwSpan&, const AdamwCoefficients&) = detail::adamw_span_scalar;
   if (isa_ == CpuIsa::avx2) kernel = detail::adamw_span_avx2;
   if (isa_ == CpuIsa::avx512) kernel = detail::adamw_span_avx512;
 
-  // Contiguous shares (the hardware prefetchers follow each thread's streams), bounded at kShareAlignment.
+  // Contiguous shares of the concatenation (the hardware prefetchers follow each thread's streams), bounded at
+  // kShareAlignment: one hand-off to the pool for all the pieces, however small each is.
   const int threads = pool_.threads();
-  const std::int64_t aligned_units = (t.count + kShareAlignment - 1) / kShareAlignment;
+  const std::int64_t aligned_units = (total + kShareAlignment - 1) / kShareAlignment;
   const std::int64_t share = (aligned_units + threads - 1) / threads * kShareAlignment;
   pool_.run([&](int thread_index) {
-    std::int64_t i = std::min(t.count, share * thread_index);
-    const std::int64_t end = std::min(t.count, i + share);
+    std::int64_t i = std::min(total, share * thread_index);
+    const std::int64_t end = std::min(total, i + share);
+    auto piece = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), i) - starts.begin()) - 1;
     while (i < end) {
-      const DecayRun run = decay_run(decay, t.flat_base + i);
-      const std::int64_t run_end = std::min(end, run.end - t.flat_base);
-      AdamwSpan span = detail::sub_span(all, i, run_end - i);
-      span.weight_decay = run.decays ? h.weight_decay : 0.0f;
-      kernel(span, c);
-      i = run_end;
+      const AdamwTensors& t = pieces[piece];
+      const std::int64_t piece_end = std::min(end, starts[piece + 1]);
+      const AdamwSpan all{t.params,      t.grads,       t.grads_bf16, t.grads_fp16, t.exp_avg, t.exp_avg_sq,
+                          t.params_half, t.half_format, t.count,      0.0f};
+      std::int64_t k = i - starts[piece];  // within the piece
+      const std::int64_t k_end = piece_end - starts[piece];
+      while (k < k_end) {
+        const DecayRun run = decay_run(decay, t.flat_base + k);
+        const std::int64_t run_end = std::min(k_end, run.end - t.flat_base);
+        AdamwSpan span = detail::sub_span(all, k, run_end - k);
+        span.weight_decay = run.decays ? h.weight_decay : 0.0f;
+        kernel(span, c);
+        k = run_end;
+      }
+      i = piece_end;
+      ++piece;
     }
   });
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <limits>
 
 #include "exec/offload/thread_pool.h"
@@ -99,6 +100,10 @@ class CpuAdamw {
   // aligned). Throws std::invalid_argument on a null array, a negative count, both or neither gradient array,
   // step < 1 or an inconsistent geometry. Calls from several threads run one after the other.
   void update(const AdamwTensors& t, const AdamwHyper& hyper, const DecayGeometry& decay = {});
+  // Several pieces in one pass of the pool (each thread takes a contiguous share of their concatenation): the
+  // same per-element result as one update() per piece, without a hand-off to the threads per piece. A rank's
+  // partition of a model of many small tensors is hundreds of pieces of a few thousand elements.
+  void update(const AdamwTensors* pieces, std::size_t count, const AdamwHyper& hyper, const DecayGeometry& decay = {});
 
   int threads() const { return pool_.threads(); }
   CpuIsa isa() const { return isa_; }

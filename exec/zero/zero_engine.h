@@ -365,6 +365,10 @@ class ZeroEngine {
     std::int64_t n;
   };
   void update_piece(std::size_t i, const offload::AdamwHyper& hyper, float* master, float* m, float* v);
+  // Piece i's arrays for the CPU AdamW (`updated`: where its 16-bit copy goes, or the master itself).
+  offload::AdamwTensors piece_tensors(std::size_t i, float* master, float* m, float* v, void* updated) const;
+  // Stage 3 with the states in host memory: the pieces a batch at a time (exec_config.h offload_update_batches).
+  void update_in_batches(const offload::AdamwHyper& hyper);
   // Runs `visit` on every piece's states (in host memory or swapped in from NVMe), in piece order.
   void for_each_offloaded_piece(offload::SwapAccess access,
                                 const std::function<void(const Piece&, float* master, float* m, float* v)>& visit);

@@ -356,6 +356,11 @@ void ZeroEngine::offloaded_update(float grad_scale) {
   // New parameter values may land only after their last readers: backward on the compute lane (and the
   // stage-3 gathers, which the compute lane has waited for).
   device_.lane_waits_for(Lane::to_device, Lane::compute);
+  if (!swapper_ && !offload_param_) {
+    update_in_batches(hyper);
+    device_.lane_waits_for(Lane::compute, Lane::to_device);
+    return;
+  }
   // Stages 1-2 on several ranks: a gather group's all-gather starts once its last piece is on the device, beside
   // the CPU AdamW of the groups after it (issued after the whole update, it ran 5-9 ms after it on 2x H200).
   // Pieces follow the buckets' order, and a group is a run of buckets.
@@ -376,10 +381,8 @@ void ZeroEngine::offloaded_update(float grad_scale) {
   device_.lane_waits_for(Lane::compute, Lane::to_device);
 }
 
-void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, float* master, float* m, float* v) {
+offload::AdamwTensors ZeroEngine::piece_tensors(std::size_t i, float* master, float* m, float* v, void* updated) const {
   const Piece& p = pieces_[i];
-  const std::int64_t eb = comm_dtype_bytes(type_);
-  device_.host_wait_event(piece_event_base_ + static_cast<int>(i));  // this piece's gradient has arrived
   offload::AdamwTensors t;
   t.params = master;
   const void* g = at(host_grads_, p.part, grad_type_);
@@ -388,15 +391,59 @@ void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, f
   else t.grads_fp16 = static_cast<const std::uint16_t*>(g);
   t.exp_avg = m;
   t.exp_avg_sq = v;
-  void* updated = param_nvme_   ? nvme_update_target(i)
-                  : host_half_ ? at(host_half_, p.part, type_)
-                               : static_cast<void*>(master);
   if (updated != master && type_ != CommDtype::f32) {  // with offload_param: the host parameter partition itself
     t.params_half = static_cast<std::uint16_t*>(updated);
     t.half_format = type_ == CommDtype::bf16 ? offload::HalfFormat::bf16 : offload::HalfFormat::fp16;
   }
   t.count = p.n;
   t.flat_base = p.flat;
+  return t;
+}
+
+void ZeroEngine::update_in_batches(const offload::AdamwHyper& hyper) {
+  // The states and the 16-bit copy in host memory, indexed like the device partition (stage 3's parameters), so
+  // the pieces of a batch are contiguous on both sides unless a piece's parameters sit elsewhere.
+  const std::int64_t eb = comm_dtype_bytes(type_);
+  std::vector<std::int64_t> elements;
+  for (const Piece& p : pieces_) elements.push_back(p.n);
+  std::vector<offload::AdamwTensors> batch;
+  for (const auto& [first, last] : offload_update_batches(elements)) {
+    batch.clear();
+    for (std::size_t i = first; i < last; ++i) {
+      const Piece& p = pieces_[i];
+      device_.host_wait_event(piece_event_base_ + static_cast<int>(i));  // this piece's gradient has arrived
+      float* master = host_master_ + p.part;
+      batch.push_back(piece_tensors(i, master, host_m_ + p.part, host_v_ + p.part,
+                                    host_half_ ? at(host_half_, p.part, type_) : static_cast<void*>(master)));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu_adamw_->update(batch.data(), batch.size(), hyper, decay_);
+    cpu_adamw_s_ += seconds_since(t0);
+    // One copy per run of pieces contiguous in host memory and on the device.
+    for (std::size_t run = first; run < last;) {
+      std::size_t end = run + 1;
+      while (end < last && pieces_[end].part == pieces_[end - 1].part + pieces_[end - 1].n &&
+             pieces_[end].param == pieces_[end - 1].param + pieces_[end - 1].n)
+        ++end;
+      const Piece& p = pieces_[run];
+      const std::int64_t n = pieces_[end - 1].part + pieces_[end - 1].n - p.part;
+      const void* src = host_half_ ? at(host_half_, p.part, type_) : static_cast<const void*>(host_master_ + p.part);
+      const int a = device_.mark(Lane::to_device);
+      device_.copy_to_device(at(params_, p.param, type_), src, n * eb);
+      to_device_marks_.emplace_back(a, device_.mark(Lane::to_device));
+      run = end;
+    }
+  }
+}
+
+void ZeroEngine::update_piece(std::size_t i, const offload::AdamwHyper& hyper, float* master, float* m, float* v) {
+  const Piece& p = pieces_[i];
+  const std::int64_t eb = comm_dtype_bytes(type_);
+  device_.host_wait_event(piece_event_base_ + static_cast<int>(i));  // this piece's gradient has arrived
+  void* updated = param_nvme_   ? nvme_update_target(i)
+                  : host_half_ ? at(host_half_, p.part, type_)
+                               : static_cast<void*>(master);
+  const offload::AdamwTensors t = piece_tensors(i, master, m, v, updated);
   const auto t0 = std::chrono::steady_clock::now();
   cpu_adamw_->update(t, hyper, decay_);
   // fp32 with nvme: the parameters are the master, which is in a swap buffer reused before a copy from it

@@ -425,6 +425,73 @@ TEST(CpuAdamw, PiecesGiveTheWholeRangesResult) {
   EXPECT_EQ(h_whole, h_pieces);
 }
 
+// One call over several pieces (a stage-3 partition's chunks: separate arrays, flat bases that jump, one empty,
+// lengths that leave threads' shares straddling pieces) equals one call per piece, bit for bit, on every path and
+// thread count.
+TEST(CpuAdamw, OneCallOverSeveralPiecesEqualsOneCallEach) {
+  DecayGeometry decay;
+  decay.blocks_begin = 40;
+  decay.block_stride = 900;
+  decay.block_decay = 610;
+  decay.blocks_end = 40 + 20 * 900;
+  const std::vector<i64> counts = {1, 700, 0, 64, 4099, 13, 2500};
+  const std::vector<i64> flat = {0, 37, 1000, 1000, 5000, 9999, 12000};
+  std::mt19937 rng(21);
+  struct Arrays {
+    std::vector<float> p, g, m, v;
+    std::vector<std::uint16_t> h;
+  };
+  std::vector<Arrays> start(counts.size());
+  for (std::size_t k = 0; k < counts.size(); ++k) {
+    Arrays& a = start[k];
+    for (i64 i = 0; i < counts[k]; ++i) {
+      a.p.push_back(spread(rng, -6, 1));
+      a.g.push_back(spread(rng, -6, 1));
+      a.m.push_back(spread(rng, -8, -1));
+      a.v.push_back(std::fabs(spread(rng, -10, -2)));
+    }
+    a.h.assign(static_cast<std::size_t>(counts[k]), 0);
+  }
+  AdamwHyper hyper;
+  hyper.lr = 1e-3f;
+  hyper.weight_decay = 0.05f;
+  hyper.step = 3;
+  float empty[1] = {0.0f};  // the empty piece's arrays: set, not null
+  std::uint16_t empty16[1] = {0};
+  auto tensors = [&](Arrays& a, std::size_t k) {
+    AdamwTensors t;
+    const bool none = counts[k] == 0;
+    t.params = none ? empty : a.p.data();
+    t.grads = none ? empty : a.g.data();
+    t.exp_avg = none ? empty : a.m.data();
+    t.exp_avg_sq = none ? empty : a.v.data();
+    t.params_half = none ? empty16 : a.h.data();
+    t.half_format = HalfFormat::fp16;
+    t.count = counts[k];
+    t.flat_base = flat[k];
+    return t;
+  };
+  for (CpuIsa isa : runnable_isas())
+    for (int threads : {1, 3, 7}) {
+      CpuAdamw adamw(threads, isa);
+      std::vector<Arrays> each = start, together = start;
+      std::vector<AdamwTensors> batch;
+      for (std::size_t k = 0; k < counts.size(); ++k) {
+        adamw.update(tensors(each[k], k), hyper, decay);
+        batch.push_back(tensors(together[k], k));
+      }
+      adamw.update(batch.data(), batch.size(), hyper, decay);
+      for (std::size_t k = 0; k < counts.size(); ++k) {
+        const std::string where = std::string(cpu_isa_name(isa)) + ", " + std::to_string(threads) + " threads, piece " +
+                                  std::to_string(k);
+        EXPECT_EQ(each[k].p, together[k].p) << where;
+        EXPECT_EQ(each[k].m, together[k].m) << where;
+        EXPECT_EQ(each[k].v, together[k].v) << where;
+        EXPECT_EQ(each[k].h, together[k].h) << where;
+      }
+    }
+}
+
 TEST(CpuAdamw, RefusesBadArguments) {
   EXPECT_THROW(CpuAdamw(0), std::invalid_argument);
   if (!cpu_supports(CpuIsa::avx512)) {
