@@ -1,8 +1,6 @@
 #include "exec/comm/communicator.h"
 
 #include <cstring>
-#include <stdexcept>
-#include <string>
 
 namespace zeroplan::exec {
 
@@ -23,12 +21,6 @@ const char* to_string(CommKind kind) {
     case CommKind::all_gather: return "all_gather";
   }
   return "?";
-}
-
-void Communicator::set_graph_mode(GraphMode mode) {
-  if (mode != GraphMode::eager)
-    throw std::logic_error("the " + backend() + " communicator's collectives cannot be part of a CUDA graph");
-  graph_mode_ = mode;
 }
 
 namespace {

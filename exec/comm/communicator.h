@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "exec/comm/collective_watchdog.h"
@@ -75,7 +76,11 @@ class Communicator {
 
   // The collectives of a CUDA graph's micro-step (GraphMode). Only the GPU communicators take part; the others
   // refuse anything but eager.
-  virtual void set_graph_mode(GraphMode mode);
+  virtual void set_graph_mode(GraphMode mode) {
+    if (mode != GraphMode::eager)
+      throw std::logic_error("the " + backend() + " communicator's collectives cannot be part of a CUDA graph");
+    graph_mode_ = mode;
+  }
   GraphMode graph_mode() const { return graph_mode_; }
 
   const CommCounters& counters() const { return counters_; }
