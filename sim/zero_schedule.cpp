@@ -453,9 +453,10 @@ void StepBuilder::optimizer_step() {
         ds_ ? deepspeed_step_seconds(in_.path, training_, whole ? params : partition, step_tensors,
                                      in_.deepspeed_optimizer_bandwidth, in_.kernel_overhead_seconds, host_loops)
             : static_cast<double>(partition) *
-                  (executor_ ? executor_optimizer_step_bytes_per_param(training_)
-                             : optimizer_step_bytes_per_param(training_)) /
-                  in_.optimizer_bandwidth;
+                      (executor_ ? executor_optimizer_step_bytes_per_param(training_)
+                                 : optimizer_step_bytes_per_param(training_)) /
+                      in_.optimizer_bandwidth +
+                  (executor_ ? in_.executor_adamw_launch_seconds : 0.0);
     // DeepSpeed stage 3: the host issues each tensor's norm kernels (stage3.py get_grad_norm_direct) before the
     // flat work of the sub-groups; the backward pass ended waiting for the reduce stream.
     const TaskId host_norm =

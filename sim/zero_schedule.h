@@ -93,6 +93,10 @@ struct StepScheduleInputs {
   // zeroplan's executor with the optimizer on the CPU: rank 0's offload pieces in update order (each bucket's chunk
   // cut at the piece size, exec/zero/zero_engine_offload.cpp setup_offload). Empty: the partition cut evenly.
   std::vector<std::int64_t> offload_pieces;
+  // zeroplan's executor with the optimizer on the GPU, from stage 1 on: the fixed cost of its step's AdamW kernels,
+  // one per gradient bucket (exec/zero/zero_engine.cpp finish_step), at the cluster's kernel_overhead_seconds each,
+  // besides their bytes. 0 at stage 0 (one kernel) or without executor figures.
+  double executor_adamw_launch_seconds = 0.0;
   double host_memory_bytes_per_second = 0.0;     // this rank's share of the host memory's streaming rate
   double nvme_read_bandwidth = 0.0;          // this rank's share of the node's NVMe
   double nvme_write_bandwidth = 0.0;
