@@ -30,7 +30,7 @@ struct NetworkOp {
   std::vector<int> producers;  // per input: the op that wrote it, -1 for the network's input
   std::vector<int> consumers;  // the ops reading this op's output, in forward order
   TensorShape in, out;         // one sample's input (the first) and output shapes
-  int first_tensor = -1;       // its first parameter tensor in ParamLayout::tensors(), -1 when it owns none
+  int first_tensor = -1;       // its first parameter tensor in op order (ParamLayout::network_tensor), -1: none
   // Device storage (elements are per sample; the trainer multiplies by the micro-batch).
   int buffer = -1;             // NetworkPlan::buffers index of the output
   int grad_buffer = -1;        // NetworkPlan::grad_slot index of the output's gradient, -1 for the last op's (logits)

@@ -166,17 +166,22 @@ ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align)
     : network_(true), align_(std::max<std::int64_t>(align, kNetworkTensorAlignment)) {
   if (align < 1) throw std::invalid_argument("ParamLayout: align must be >= 1");
   align = align_;
-  std::int64_t dense = 0;
   auto round_up = [align](std::int64_t x) { return (x + align - 1) / align * align; };
+  // A layer's tensors in op order first: their op-order position (what the ops address, network_tensor) and
+  // their dense position (init_index: the initialization does not depend on where a tensor is placed).
+  std::int64_t dense = 0;
+  std::size_t op_order = 0;
+  std::vector<ParamTensor> layer_tensors;
+  std::vector<std::size_t> layer_op_order;
   auto add = [&](std::string name, std::int64_t rows, std::int64_t cols, InitKind init, float spread,
                  std::vector<std::int64_t> dims = {}) {
-    tensors_.push_back(ParamTensor{std::move(name), total_, rows, cols, true, init, dense, spread, std::move(dims)});
-    total_ = round_up(total_ + rows * cols);
+    layer_tensors.push_back(ParamTensor{std::move(name), 0, rows, cols, true, init, dense, spread, std::move(dims)});
+    layer_op_order.push_back(op_order++);
     dense += rows * cols;
   };
   for (const std::vector<LayerOp>& layer : network.layers) {
-    const std::size_t first = tensors_.size();
-    const std::int64_t start = total_;
+    layer_tensors.clear();
+    layer_op_order.clear();
     for (const LayerOp& op : layer) {
       switch (op.kind) {
         case LayerOpKind::conv2d: {
@@ -206,6 +211,27 @@ ParamLayout::ParamLayout(const NetworkShape& network, std::int64_t align)
         case LayerOpKind::adaptive_avg_pool2d:
         case LayerOpKind::flatten: break;
       }
+    }
+    // Placed largest first (stable): whatever stage3_param_persistence_threshold a run gives, the tensors at or
+    // below it (DeepSpeed keeps them whole: batch norm's weights and biases, small convolutions) are then one run
+    // at the unit's end, so stage 3 gathers a unit's partitioned tensors as one bucket and reduces the unit in at
+    // most two (exec/zero/zero_partition.h cuts a bucket at every change between persistent and partitioned
+    // tensors). In op order, a ResNet bottleneck's convolutions alternate with its batch norms: ResNet-101 at
+    // stage 3 then had 179 buckets, each an NCCL call of its own, beside small kernels.
+    std::vector<std::size_t> order(layer_tensors.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return layer_tensors[a].numel() > layer_tensors[b].numel();
+    });
+    const std::size_t first = tensors_.size();
+    const std::int64_t start = total_;
+    network_tensor_.resize(op_order);
+    for (std::size_t i : order) {
+      ParamTensor t = std::move(layer_tensors[i]);
+      t.offset = total_;
+      total_ = round_up(total_ + t.numel());
+      network_tensor_[layer_op_order[i]] = tensors_.size();
+      tensors_.push_back(std::move(t));
     }
     add_unit(first, start);
   }

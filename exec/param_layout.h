@@ -78,9 +78,9 @@ class ParamLayout {
   // block_weights false: the blocks' four 2-D weights are left out (a LoRA base whose linear weights are held
   // quantised outside the layout, --quantize-base nf4); has() is then false for their roles.
   explicit ParamLayout(const ModelShape& shape, std::int64_t align = 1, bool block_weights = true);
-  // A layer-list network (exec_config.h NetworkShape): one unit per layer, its parameterised ops' tensors in op
-  // order (conv/linear weight, then bias; BatchNorm weight, then bias), initialized as torchvision does; every
-  // tensor decays (the DeepSpeed tutorial's optimizer has one parameter group).
+  // A layer-list network (exec_config.h NetworkShape): one unit per layer, its parameterised ops' tensors placed
+  // largest first (see network_tensor), initialized as torchvision does; every tensor decays (the DeepSpeed
+  // tutorial's optimizer has one parameter group).
   // Every tensor of a layer list starts at a multiple of at least kNetworkTensorAlignment elements: its sizes are the
   // description's (a 10-class head's bias has 10), and the GPU's packed kernels (the gradient norm, AdamW) and
   // cuBLASLt take ranges of whole 16-byte packs. Transformers' tensors are multiples of 64 by construction.
@@ -113,6 +113,10 @@ class ParamLayout {
   // Parameters of the model as described (real vocabulary rows only): the N of the 6N FLOP convention.
   std::int64_t model_params() const;
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  // A layer list: the index into tensors() of the j-th parameter tensor in op order (each op's weight, then its
+  // bias; a batch norm's weight, then its bias: exec/network_plan.h NetworkOp::first_tensor counts so). Inside a
+  // unit the layout places them largest first (param_layout.cpp says why), so the two orders differ.
+  std::size_t network_tensor(int op_order) const { return network_tensor_.at(static_cast<std::size_t>(op_order)); }
   // A layer list's buffers, in forward order (none for a transformer).
   const std::vector<BufferTensor>& buffers() const { return buffers_; }
 
@@ -169,6 +173,7 @@ class ParamLayout {
   std::int64_t align_ = 1;
   std::vector<ParamTensor> tensors_;
   std::vector<BufferTensor> buffers_;
+  std::vector<std::size_t> network_tensor_;  // a layer list: op-order index -> tensors() index
   std::vector<ParamUnit> units_;
   std::int64_t total_ = 0;
   std::size_t first_block_tensor_ = 0, block_tensor_count_ = 0, tail_first_ = 0, final_norm_first_ = 0;

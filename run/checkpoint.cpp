@@ -479,16 +479,21 @@ void CheckpointReader::restore(exec::Trainer& trainer) {
     throw InputError(dir_, flag_, is_network() ? "this checkpoint is of a layer-list model; this run trains a transformer"
                                                : "this checkpoint is of a transformer; this run trains a layer-list model");
   if (is_network()) {
-    const std::vector<exec::ParamTensor>& have = trainer.layout().tensors();
-    for (std::size_t i = 0; i < std::max(have.size(), network_tensors_.size()); ++i) {
-      const std::string ours = i < have.size() ? have[i].name + " (" + std::to_string(have[i].numel()) + ")" : "nothing";
-      const std::string saved = i < network_tensors_.size() ? network_tensors_[i].first + " (" +
-                                                                  std::to_string(network_tensors_[i].second) + ")"
-                                                            : "nothing";
-      if (ours != saved)
-        throw InputError(dir_, flag_, "this run's model differs from the one saved: tensor " + std::to_string(i) +
-                                          " is " + ours + " here, " + saved + " in the checkpoint");
-    }
+    // Compared by name: the segments address tensors by name and offset, so a checkpoint written with the
+    // tensors in another order (layouts before layer units were placed largest first) restores the same.
+    std::vector<std::pair<std::string, std::int64_t>> have;
+    for (const exec::ParamTensor& t : trainer.layout().tensors()) have.emplace_back(t.name, t.numel());
+    std::vector<std::pair<std::string, std::int64_t>> saved = network_tensors_;
+    std::sort(have.begin(), have.end());
+    std::sort(saved.begin(), saved.end());
+    auto label = [](const std::vector<std::pair<std::string, std::int64_t>>& v, std::size_t i) {
+      return i < v.size() ? v[i].first + " (" + std::to_string(v[i].second) + " elements)" : std::string("nothing");
+    };
+    for (std::size_t i = 0; i < std::max(have.size(), saved.size()); ++i)
+      if (i >= have.size() || i >= saved.size() || have[i] != saved[i])
+        throw InputError(dir_, flag_, "this run's model differs from the one saved: in name order, tensor " +
+                                          std::to_string(i) + " is " + label(have, i) + " here, " + label(saved, i) +
+                                          " in the checkpoint");
   }
   // LoRA: the checkpoint's states are adapters, which only a run with the same adapters continues.
   const exec::LoraExecSettings& lora = trainer.config().lora;

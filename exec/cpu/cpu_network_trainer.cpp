@@ -179,10 +179,11 @@ class CpuNetworkTrainer final : public NetworkTrainer {
                             op.stride, op.padding, op.dilation, op.groups);
   }
 
+  // Parameter tensors by their op-order index (NetworkOp::first_tensor, + 1 for the bias).
   const float* P(int tensor) const {
-    return static_cast<const float*>(engine_->param_at(layout_.tensors()[static_cast<std::size_t>(tensor)].offset));
+    return static_cast<const float*>(engine_->param_at(layout_.tensors()[layout_.network_tensor(tensor)].offset));
   }
-  float* G(int tensor) { return static_cast<float*>(engine_->grad_at(layout_.tensors()[static_cast<std::size_t>(tensor)].offset)); }
+  float* G(int tensor) { return static_cast<float*>(engine_->grad_at(layout_.tensors()[layout_.network_tensor(tensor)].offset)); }
   const float* input_of(std::size_t k, std::size_t which, const float* images) const {
     const int producer = ops_[k].producers[which];
     return producer < 0 ? images : outputs_[static_cast<std::size_t>(producer)].data();

@@ -288,11 +288,12 @@ class CudaNetworkTrainer final : public NetworkTrainer {
   float* statistics(std::size_t k) const { return reinterpret_cast<float*>(bytes_at(dev_.statistics, dev_.statistics_offset[k])); }
   float* running(std::size_t k) const { return reinterpret_cast<float*>(bytes_at(dev_.running, dev_.running_offset[k])); }
   int* indices(std::size_t k) const { return reinterpret_cast<int*>(bytes_at(dev_.indices, dev_.indices_offset[k])); }
+  // Parameter tensors by their op-order index (NetworkOp::first_tensor, + 1 for the bias).
   T* P(int tensor) const {
-    return static_cast<T*>(engine_->param_at(layout_.tensors()[static_cast<std::size_t>(tensor)].offset));
+    return static_cast<T*>(engine_->param_at(layout_.tensors()[layout_.network_tensor(tensor)].offset));
   }
   T* G(int tensor) const {
-    return static_cast<T*>(engine_->grad_at(layout_.tensors()[static_cast<std::size_t>(tensor)].offset));
+    return static_cast<T*>(engine_->grad_at(layout_.tensors()[layout_.network_tensor(tensor)].offset));
   }
   void need_unit(std::size_t layer) {
     const ParamUnit& u = layout_.units()[layer];

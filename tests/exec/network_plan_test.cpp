@@ -9,6 +9,9 @@
 
 #include "core/model_description.h"
 #include "exec/network_plan.h"
+#include "exec/param_layout.h"
+#include "exec/zero/zero_buffer_layout.h"
+#include "exec/zero/zero_partition.h"
 #include "tests/exec/network_fixtures.h"
 
 namespace zeroplan::exec {
@@ -60,6 +63,49 @@ TEST(NetworkPlan, InPlaceOpsShareTheirInputsBufferAndGradient) {
       const std::vector<int>& readers = plan.ops[static_cast<std::size_t>(in)].consumers;
       EXPECT_EQ(plan.ops[k].grad_first_write[i], readers.back() == static_cast<int>(k)) << plan.ops[k].op.output;
     }
+}
+
+// A layer's tensors are placed largest first, so stage 3 cuts each unit into at most one run of partitioned tensors
+// and one of persistent ones, whatever the threshold; the ops still find their own tensors (by op order).
+TEST(NetworkLayout, ResNet101UnitsPlaceTheirPersistentTensorsLast) {
+  const ModelDescription model = load_model("resnet101");
+  const NetworkShape net = network_of(model);
+  const NetworkPlan plan = plan_network(net);
+  const ParamLayout layout(net, zero_alignment(2));
+  // Op order to layout: every op's weight (and bias) is the tensor of that name, inside its layer's unit.
+  for (const NetworkOp& p : plan.ops) {
+    if (p.first_tensor < 0) continue;
+    const ParamTensor& w = layout.tensors()[layout.network_tensor(p.first_tensor)];
+    EXPECT_EQ(w.name, p.op.name + ".weight");
+    const ParamUnit& u = layout.units()[p.layer];
+    EXPECT_GE(w.offset, u.begin);
+    EXPECT_LT(w.offset, u.end);
+    if (p.op.kind == LayerOpKind::batch_norm || p.op.bias)
+      EXPECT_EQ(layout.tensors()[layout.network_tensor(p.first_tensor + 1)].name, p.op.name + ".bias");
+  }
+  for (std::int64_t threshold : {std::int64_t{0}, std::int64_t{10000}, std::int64_t{100000}, std::int64_t{1000000}}) {
+    SCOPED_TRACE(threshold);
+    ZeroSettings zero;
+    zero.stage = 3;
+    zero.param_persistence_threshold = threshold;
+    const ZeroPartition partition(layout, 2, 0, partition_rules(zero));
+    std::int64_t partitioned_buckets = 0, persistent_buckets = 0;
+    for (const ParamUnit& u : layout.units()) {
+      std::int64_t partitioned = 0, persistent = 0;
+      for (const GradientBucket& b : partition.buckets())
+        if (b.begin >= u.begin && b.begin < u.end) (b.persistent ? persistent : partitioned) += 1;
+      // The default reduce bucket (5e8 elements) holds any ResNet unit: one bucket of each kind at most.
+      EXPECT_LE(partitioned, 1);
+      EXPECT_LE(persistent, 1);
+      partitioned_buckets += partitioned;
+      persistent_buckets += persistent;
+    }
+    // Every unit has a tensor at or below any positive threshold (its batch norms' weights and biases; the
+    // head's 10-element bias), so a positive threshold gives each unit exactly one persistent bucket.
+    EXPECT_EQ(partitioned_buckets + persistent_buckets, static_cast<std::int64_t>(partition.buckets().size()));
+    if (threshold == 0) EXPECT_EQ(persistent_buckets, 0);
+    if (threshold > 0) EXPECT_EQ(persistent_buckets, static_cast<std::int64_t>(layout.units().size()));
+  }
 }
 
 TEST(NetworkPlan, RefusesWhatItCannotPlan) {
