@@ -140,7 +140,7 @@ const std::vector<std::string> kGpuKeys = {"model",           "memory_bytes",   
                                            "eager_elementwise_bandwidth"};
 const std::vector<std::string> kTopologyKeys = {"gpus_per_node", "nodes"};
 const std::vector<std::string> kInterconnectKeys = {"name", "bus_bandwidth", "latency_seconds", "measured",
-                                                    "bandwidth_fraction_beside_compute"};
+                                                    "bandwidth_fraction_beside_compute", "grouped_call_seconds"};
 const std::vector<std::string> kPointKeys = {"collective", "ranks", "message_bytes", "bus_bandwidth"};
 const std::vector<std::string> kHostKeys = {"memory_bytes",
                                             "memory_mib",
@@ -239,6 +239,7 @@ InterconnectDescription interconnect_from_json(const JsonFields& fields, int max
   link.name = fields.string("name");
   link.bus_bandwidth = fields.positive_number("bus_bandwidth");
   link.latency_seconds = fields.non_negative_number("latency_seconds");
+  if (fields.has("grouped_call_seconds")) link.grouped_call_seconds = fields.non_negative_number("grouped_call_seconds");
   if (fields.has("bandwidth_fraction_beside_compute")) {
     link.bandwidth_fraction_beside_compute = fields.positive_number("bandwidth_fraction_beside_compute");
     if (link.bandwidth_fraction_beside_compute > 1.0)
@@ -560,6 +561,7 @@ nlohmann::json interconnect_to_json(const InterconnectDescription& link) {
                         {"measured", std::move(measured)}};
   if (link.bandwidth_fraction_beside_compute < 1.0)
     out["bandwidth_fraction_beside_compute"] = link.bandwidth_fraction_beside_compute;
+  if (link.grouped_call_seconds) out["grouped_call_seconds"] = *link.grouped_call_seconds;
   return out;
 }
 }  // namespace

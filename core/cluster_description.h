@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,12 @@ struct InterconnectDescription {
   // backward pass against the isolated rate at their size (JSON: bandwidth_fraction_beside_compute, in (0, 1];
   // absent: 1, the isolated rate).
   double bandwidth_fraction_beside_compute = 1.0;
+  // What each collective beyond the first adds inside one NCCL group (ncclGroupStart/End: the group launches once,
+  // every call still costs NCCL its own work setup), measured by `zeroplan calibrate` as (t(k calls grouped) -
+  // t(1 call)) / (k - 1) at small sizes (JSON: grouped_call_seconds; absent: latency_seconds, each call timed as if
+  // issued alone).
+  std::optional<double> grouped_call_seconds;
+  double grouped_call() const { return grouped_call_seconds.value_or(latency_seconds); }
 };
 
 // Achievable GEMM rate as a fraction of peak, by problem size (FLOPs of one GEMM): the simulator interpolates

@@ -202,6 +202,71 @@ std::vector<CollectivePoint> sweep_collectives(exec::Communicator& comm, void* b
   return points;
 }
 
+// What each further call costs inside one NCCL group (core/cluster_description.h grouped_call_seconds): the
+// ZeRO engine issues a layer's reduce-scatters, a unit's all-gathers and stage 3's persistent tensors as groups of
+// a call per bucket (exec/zero/zero_engine.cpp), and nccl-tests times calls one at a time. A group of one call
+// and a group of kGroupedCalls calls of kGroupedCallBytes each (distinct parts of `buffer`) are timed as the sweep
+// times a point; per kind, (t(k) - t(1)) / (k - 1) less one call's bytes at the largest point's bus bandwidth
+// (so that the planner, which times a group's bytes at that rate, does not count them twice). Small calls, as the
+// layer lists' buckets are (ResNet-101 at stage 3: a few KB to a few MB).
+constexpr int kGroupedCalls = 32;
+constexpr Bytes kGroupedCallBytes = 64 * 1024;
+
+nlohmann::json time_grouped_calls(exec::Communicator& comm, void* buffer, Bytes buffer_bytes, exec::CommDtype dtype,
+                                  const std::vector<CollectivePoint>& sweep_points, const std::function<void()>& wait) {
+  const int n = comm.world();
+  const int rank = comm.rank();
+  const std::int64_t element = exec::comm_dtype_bytes(dtype);
+  const std::int64_t block = kGroupedCallBytes / (element * n);
+  const Bytes full = block * element * n;
+  if (block < 1 || full * kGroupedCalls > buffer_bytes)
+    throw std::logic_error("calibrate: the collective buffer cannot hold the grouped calls");
+  auto* base = static_cast<unsigned char*>(buffer);
+  nlohmann::json out = nlohmann::json::array();
+  for (CollectiveKind kind : {CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    auto group_of = [&](int calls) {
+      comm.group_start();
+      for (int c = 0; c < calls; ++c) {
+        unsigned char* part = base + static_cast<std::int64_t>(c) * full;
+        if (kind == CollectiveKind::reduce_scatter)
+          comm.reduce_scatter_sum(part, part + rank * block * element, block, dtype);
+        else
+          comm.all_gather(part + rank * block * element, part, block, dtype);
+      }
+      comm.group_end();
+    };
+    auto timed = [&](int calls) {
+      constexpr int kIterations = 200;
+      for (int i = 0; i < 5; ++i) group_of(calls);
+      wait();
+      comm.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < kIterations; ++i) group_of(calls);
+      wait();
+      std::vector<double> times(static_cast<std::size_t>(n), 0.0);
+      times[static_cast<std::size_t>(rank)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / kIterations;
+      comm.all_reduce_host(times.data(), n);
+      return *std::max_element(times.begin(), times.end());
+    };
+    const double one = timed(1), many = timed(kGroupedCalls);
+    double largest_busbw = 0.0;
+    Bytes largest = 0;
+    for (const CollectivePoint& p : sweep_points)
+      if (p.kind == kind && p.message_bytes > largest) largest = p.message_bytes, largest_busbw = p.bus_bandwidth;
+    const double bytes_seconds =
+        largest_busbw > 0.0 ? static_cast<double>(full) * collective_factor(kind, n) / largest_busbw : 0.0;
+    const double per_call = std::max(0.0, (many - one) / (kGroupedCalls - 1) - bytes_seconds);
+    row(to_string(kind) + " grouped (" + std::to_string(n) + " ranks)",
+        std::to_string(kGroupedCalls) + " x " + size_label(full),
+        format_number("%.1f", one * 1e6) + " us alone, " + format_number("%.1f", many * 1e6) + " us grouped: " +
+            format_number("%.2f", per_call * 1e6) + " us a further call");
+    out.push_back({{"collective", to_string(kind)}, {"ranks", n}, {"message_bytes", full}, {"calls", kGroupedCalls},
+                   {"seconds_one", one}, {"seconds_grouped", many}, {"seconds_per_further_call", per_call}});
+  }
+  return out;
+}
+
 nlohmann::json points_to_json(const std::vector<CollectivePoint>& points) {
   nlohmann::json out = nlohmann::json::array();
   for (const CollectivePoint& p : points)
@@ -232,7 +297,9 @@ int calibration_rank(const CalibrationOptions& o, const RankEnvironment& env, st
     // The CPU backend reduces fp32 (mpi_communicator.h); 64-byte aligned as the engine's buffers are.
     std::vector<float> buffer(static_cast<std::size_t>(largest / 4), 1.0f);
     results["link"] = "MPI (" + std::to_string(env.world) + " ranks on one host)";
-    results["points"] = points_to_json(sweep_collectives(*comm, buffer.data(), exec::CommDtype::f32, sweep, [] {}));
+    const auto points = sweep_collectives(*comm, buffer.data(), exec::CommDtype::f32, sweep, [] {});
+    results["points"] = points_to_json(points);
+    results["grouped"] = time_grouped_calls(*comm, buffer.data(), largest, exec::CommDtype::f32, points, [] {});
   } else {
 #ifdef ZEROPLAN_HAVE_CUDA
     exec::cuda::use_device(env.local_rank);
@@ -251,6 +318,8 @@ int calibration_rank(const CalibrationOptions& o, const RankEnvironment& env, st
     const std::int64_t resident_after = read_process_memory().resident_bytes;
     results["link"] = "NCCL " + exec::cuda::nccl_version() + " between " + std::to_string(env.world) + " local GPUs";
     results["points"] = points_to_json(points);
+    results["grouped"] = time_grouped_calls(*comm, buffer.data(), largest, exec::CommDtype::bf16, points,
+                                            [&] { exec::cuda::synchronize_stream(comm->comm_stream()); });
     results["nccl_buffer_bytes"] = std::max<std::int64_t>(0, free_before - free_after);
     results["nccl_host_bytes"] = std::max<std::int64_t>(0, resident_after - resident_before);
 #else
@@ -553,10 +622,18 @@ nlohmann::json interconnect(const nlohmann::json& results, int world) {
                                              collective_factor(small.kind, world) / large.bus_bandwidth;
     latency = std::min(latency, std::max(0.0, alpha));
   }
-  return {{"name", results.at("link").get<std::string>()},
-          {"bus_bandwidth", by_kind.at("all_reduce").back().bus_bandwidth},
-          {"latency_seconds", latency},
-          {"measured", std::move(measured)}};
+  nlohmann::json link = {{"name", results.at("link").get<std::string>()},
+                         {"bus_bandwidth", by_kind.at("all_reduce").back().bus_bandwidth},
+                         {"latency_seconds", latency},
+                         {"measured", std::move(measured)}};
+  // The larger of the two kinds' further-call costs: neither grouped reduction nor grouped gather is promised
+  // faster than measured.
+  if (results.contains("grouped")) {
+    double grouped = 0.0;
+    for (const auto& g : results.at("grouped")) grouped = std::max(grouped, g.at("seconds_per_further_call").get<double>());
+    link["grouped_call_seconds"] = grouped;
+  }
+  return link;
 }
 
 // Writes `text` to `path`: a new file unless `force` (O_EXCL, so a file made meanwhile is not overwritten);

@@ -147,9 +147,17 @@ CollectiveTimer::CollectiveTimer(const ClusterDescription& cluster, int ranks) :
   }
   intra_ = curves_for(cluster, cluster.intra_node, "intra_node", gpus_per_node_, 1.0);
   intra_fraction_beside_compute_ = cluster.intra_node.bandwidth_fraction_beside_compute;
+  if (ranks > 1) grouped_call_ = cluster.intra_node.grouped_call();
   if (nodes_ > 1) {
     inter_ = curves_for(cluster, cluster.inter_node, "inter_node", nodes_, 1.0 / static_cast<double>(gpus_per_node_));
+    grouped_call_ = std::max(grouped_call_, cluster.inter_node.grouped_call());
   }
+}
+
+double CollectiveTimer::grouped_seconds_beside_compute(CollectiveKind kind, Bytes bytes, std::int64_t calls) const {
+  if (ranks_ <= 1 || bytes <= 0) return 0.0;
+  return seconds_beside_compute(kind, bytes) +
+         static_cast<double>(std::max<std::int64_t>(calls, 1) - 1) * grouped_call_;
 }
 
 double CollectiveTimer::seconds(CollectiveKind kind, Bytes bytes) const { return timed(kind, bytes, 1.0); }

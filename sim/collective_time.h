@@ -69,6 +69,12 @@ class CollectiveTimer {
   // The same call while compute kernels run on the group's GPUs: its intra-node stages at the link's
   // bandwidth_fraction_beside_compute (core/cluster_description.h); the network stage is not slowed.
   double seconds_beside_compute(CollectiveKind kind, Bytes bytes) const;
+  // What each call beyond the first adds inside one NCCL group of calls: the links' grouped_call_seconds
+  // (core/cluster_description.h), the slower link's across nodes. 0 for one rank.
+  double grouped_call_seconds() const { return grouped_call_; }
+  // One NCCL group of `calls` calls of `kind` moving `bytes` in all beside compute: one call of all the bytes and
+  // each further call's grouped cost.
+  double grouped_seconds_beside_compute(CollectiveKind kind, Bytes bytes, std::int64_t calls) const;
 
  private:
   double timed(CollectiveKind kind, Bytes bytes, double intra_fraction) const;
@@ -76,6 +82,7 @@ class CollectiveTimer {
   int gpus_per_node_ = 1;  // g: ranks of the group in one node
   int nodes_ = 1;          // m
   double intra_fraction_beside_compute_ = 1.0;
+  double grouped_call_ = 0.0;
   std::array<BandwidthCurve, 3> intra_;  // by CollectiveKind, group g
   std::array<BandwidthCurve, 3> inter_;  // by CollectiveKind, group m
 };

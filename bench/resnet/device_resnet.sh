@@ -16,6 +16,10 @@
 #   peers    bench/resnet/ddp_peer.py on N GPUs in the same call (AMP fp16, channels-last), PEER_MODES (default
 #            "eager compile graphs": eager, torch.compile, torch.compile mode reduce-overhead (CUDA graphs))
 #   ds       DeepSpeed 0.19.8 on torchvision's ResNet-101 the tutorial's way at the speed rows' stages
+#   probe    one GPU, stage 0, micro-batch MB, a few steps: the process's host resident peak (VmHWM) with cuDNN's
+#            convolution engines loaded, measured apart from the speed rows (sim/host_memory.h)
+#   calibrate `zeroplan calibrate --quick` on the N GPUs (its grouped-call cost is what the planner charges each
+#            further NCCL call of a group: core/cluster_description.h grouped_call_seconds), kept as calibrated.json
 # Logs in $OUT/logs.tar.gz, the summary printed last and kept in $OUT/summary.txt.
 DEFAULT_PARTS="build tests correct speed peers" LOG_NAME=resnet
 source bench/device_call.sh
@@ -28,6 +32,13 @@ mkdir -p $W
 
 if has build; then
   if has tests; then build_dev zeroplan zeroplan_exec_cuda_tests; else build_dev zeroplan; fi
+fi
+
+if has calibrate; then
+  need 90 "calibrate" && {
+    timeout 180 $RUN calibrate --quick --gpus $N --base h200x$N --out $L/calibrated.json --force > "$L/calibrate.log" 2>&1
+    say "calibrate rc=$?: $(grep -E 'grouped' "$L/calibrate.log" | tr -s ' ' | tr '\n' ';' | cut -c1-400)"
+  }
 fi
 
 has tests && gpu_tests 'CudaNetwork*:CudaTrainer.Fp32StepMatchesCpuReference:CudaTrainer.LlamaBf16StepMatchesCpuReference'
@@ -101,6 +112,15 @@ if has speed; then
     [ $rc -ne 0 ] && say "    $(grep -iE 'error' "$L/ours_$row.log" | head -2 | tr '\n' ' ' | cut -c1-300)"
     grep -E "^  (step|device|activations|params|grads|optimizer|workspace|logits)" "$L/ours_$row.log" | head -12 | sed 's/^/    /' | while read -r l; do say "    $l"; done
   done
+fi
+
+if has probe; then
+  need 60 "probe" && {
+    CUDA_VISIBLE_DEVICES=0 timeout 120 $RUN run --model resnet101 --backend cuda --precision fp16 --gpus 1 \
+      --micro-batch $MB --steps 8 --warmup-steps 3 --stage 0 --cluster h200x1 --force --report $L/probe_1gpu.json \
+      > "$L/probe_1gpu.log" 2>&1
+    say "probe 1 GPU rc=$?: $(grep -E 'resident|samples/s' "$L/probe_1gpu.log" | tr -s ' ' | tr '\n' ';' | cut -c1-300)"
+  }
 fi
 
 # The peers only where ours ran (PEERS_ALWAYS=1 runs them regardless): their ratio is the point of the call.

@@ -192,6 +192,24 @@ TEST(ClusterJson, CollectiveRateBesideComputeRoundTripsAndIsChecked) {
   }
 }
 
+TEST(ClusterJson, GroupedCallCostRoundTripsAndIsChecked) {
+  // Absent: a call inside a group is timed as a call alone.
+  nlohmann::json document = read_json_file(bundled_clusters_directory() / "h100x8.json", true);
+  document["intra_node"].erase("grouped_call_seconds");
+  const ClusterDescription alone = cluster_from_json(document, "alone.json");
+  EXPECT_FALSE(alone.intra_node.grouped_call_seconds.has_value());
+  EXPECT_DOUBLE_EQ(alone.intra_node.grouped_call(), alone.intra_node.latency_seconds);
+  document["intra_node"]["grouped_call_seconds"] = 2.5e-6;
+  const ClusterDescription grouped = cluster_from_json(document, "grouped.json");
+  EXPECT_DOUBLE_EQ(grouped.intra_node.grouped_call(), 2.5e-6);
+  EXPECT_DOUBLE_EQ(cluster_from_json(cluster_to_json(grouped), "roundtrip.json").intra_node.grouped_call(), 2.5e-6);
+  for (const nlohmann::json& bad : {nlohmann::json(-1e-6), nlohmann::json("fast")}) {
+    document["intra_node"]["grouped_call_seconds"] = bad;
+    expect_input_error([&] { cluster_from_json(document, "bad_grouped.json"); },
+                       {"bad_grouped.json", "intra_node.grouped_call_seconds"});
+  }
+}
+
 TEST(ClusterJson, RuntimeDefaultsAreRecordedInProvenance) {
   nlohmann::json document = read_json_file(bundled_clusters_directory() / "h200x4.json", true);
   document.erase("runtime");
