@@ -161,6 +161,18 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
       for (int k : buffers.unit_buckets[static_cast<std::size_t>(g.unit)])
         f.gathered_elements += partition.buckets()[static_cast<std::size_t>(k)].elements();
   f.gathers = buffers.train_plan.gathers;
+  if (stage == 3) {
+    for (std::size_t u = 0; u < buffers.units.size(); ++u) {
+      f.unit_gather_calls.push_back(static_cast<std::int64_t>(buffers.unit_buckets[u].size()));
+      std::int64_t gathered = 0;
+      for (int k : buffers.unit_buckets[u]) gathered += partition.buckets()[static_cast<std::size_t>(k)].elements();
+      f.unit_gather_elements.push_back(gathered);
+      std::int64_t reduced = 0;
+      for (const exec::GradientBucket& b : partition.buckets())
+        reduced += b.begin >= buffers.units[u].first && b.begin < buffers.units[u].second;
+      f.unit_reduce_calls.push_back(reduced);
+    }
+  }
   // Stage 3: per gather of the train plan, in plan order, the use it serves: the next use of its unit at or after
   // the step it is issued at; the steps past the forward plan's are the backward's uses.
   const auto& steps = buffers.train_plan.steps;

@@ -44,6 +44,12 @@ struct ExecutorLayoutFigures {
   std::int64_t persistent_elements = 0;     // stage 3: tensors kept whole
   std::int64_t persistent_buckets = 0;
   std::int64_t arena_elements = 0;          // stage 3: gathered-parameter arena
+  // Stage 3, per gather unit: its partitioned buckets (an all-gather call each, the unit's in one NCCL group:
+  // exec/zero/zero_engine.cpp gather_unit) and all its buckets (a reduce-scatter call each, grouped by the layer
+  // that finishes them: reduce_buckets). Empty below stage 3.
+  std::vector<std::int64_t> unit_gather_calls;
+  std::vector<std::int64_t> unit_reduce_calls;
+  std::vector<std::int64_t> unit_gather_elements;  // the elements of those partitioned buckets (padding included)
   std::int64_t gathered_elements = 0;       // stage 3: all-gather volume of one micro-step (forward + backward)
   std::int64_t gathers = 0;                 // stage 3: unit gathers per micro-step
   // Stage 3, per gather unit (the model's layers, in order): whether the fetch plan gathers it again for its

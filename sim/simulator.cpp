@@ -331,6 +331,16 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
               partition_bytes > 0.0 ? static_cast<double>(figures->param_nvme_write_bytes_per_step) / partition_bytes : 1.0;
         }
       }
+      // Stage 3 on several GPUs: the NCCL calls of each unit's gather and reduction, and the persistent tensors'
+      // gather after the step.
+      if (training.zero.stage == 3 && world_size > 1 &&
+          figures->unit_gather_calls.size() == model.layers.size()) {
+        inputs.executor_unit_gather_calls = figures->unit_gather_calls;
+        inputs.executor_unit_reduce_calls = figures->unit_reduce_calls;
+        inputs.executor_unit_gather_elements = figures->unit_gather_elements;
+        inputs.executor_persistent_buckets = figures->persistent_buckets;
+        inputs.executor_persistent_elements = figures->persistent_elements;
+      }
       // Its CPU AdamW steps the partition piece by piece, each call at a fixed cost besides its elements.
       if (offloads_optimizer) {
         inputs.offload_pieces = figures->offload_piece_elements;

@@ -172,6 +172,7 @@ class StepBuilder {
   std::vector<Download> downloads_;            // zeroplan's executor: the boundary's gradient copies, in order
   std::int64_t downloaded_elements_ = 0;
   std::int64_t bucket_elements_ = 0;
+  std::int64_t bucket_calls_ = 0;  // zeroplan's executor at stage 3: reduce-scatter calls of the pending group
   TaskId compute_barrier_ = kNoTask;  // a synchronous collective the compute stream must wait for
   TaskId last_compute_ = kNoTask;
   TaskId last_backward_ = kNoTask;

@@ -44,7 +44,11 @@ SteadyMicroSteps StepBuilder::build() {
   timeline_.reserve(static_cast<std::size_t>(training_.grad_accum) * layer_count * 12 + 64);
   gather_elements_.assign(layer_count, 0);
   for (std::size_t i = 0; i < layer_count; ++i) {
-    gather_elements_[i] = layers_[i].params - (zero_.stage == 3 ? persistent_params(layers_[i], zero_) : 0);
+    // Our executor's units gather their partitioned buckets (sim/executor_layout.h unit_gather_elements); the
+    // description's rule (persistent_params) stands for the others.
+    gather_elements_[i] = i < in_.executor_unit_gather_elements.size()
+                              ? in_.executor_unit_gather_elements[i]
+                              : layers_[i].params - (zero_.stage == 3 ? persistent_params(layers_[i], zero_) : 0);
   }
   gathered_bytes_.assign(layer_count, 0);
   gather_task_.assign(layer_count, kNoTask);
@@ -259,6 +263,8 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
       // (exec/zero/zero_partition.h): what backward wrote before them is reduced first.
       if (executor_ && bucket_elements_ > 0 && closes_executor_bucket(index))
         reduce_bucket(layer, micro, last_gradient_);
+      if (executor_ && index < in_.executor_unit_reduce_calls.size())
+        bucket_calls_ += in_.executor_unit_reduce_calls[index];
       add_gradients(layer, micro, consumer, trainable_params(index));
     }
     previous_compute = consumer;
@@ -331,8 +337,12 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_
       // Our executor's gathers (and the ZeRO paper schedule's) run beside the passes' kernels (prefetch), at the
       // link's rate beside compute; DeepSpeed's measured stage-3 rows are matched with the isolated rate and its
       // host hooks (sim/deepspeed_step.h).
-      const double seconds = ds_ ? in_.collectives->seconds(CollectiveKind::all_gather, bytes)
-                                 : in_.collectives->seconds_beside_compute(CollectiveKind::all_gather, bytes);
+      // Our executor's unit is one NCCL group of a call per partitioned bucket.
+      const std::int64_t calls =
+          executor_ && index < in_.executor_unit_gather_calls.size() ? in_.executor_unit_gather_calls[index] : 1;
+      const double seconds =
+          ds_ ? in_.collectives->seconds(CollectiveKind::all_gather, bytes)
+              : in_.collectives->grouped_seconds_beside_compute(CollectiveKind::all_gather, bytes, calls);
       done = timeline_.add(Resource::nccl, TaskKind::all_gather, seconds, {ready, issued}, layer, micro, bytes);
       issued = {};
       if (allocating == kNoTask) allocating = done;
@@ -350,6 +360,9 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_
 // and before a transformer block whose upper boundary is one of the executor's cuts (exec/zero/zero_partition.h
 // doubling_bucket_cuts: single blocks at both ends, segments doubling towards the middle).
 bool StepBuilder::closes_executor_bucket(std::size_t index) const {
+  // Stage 3: no bucket crosses a gather unit (exec/zero/zero_partition.h), and the engine reduces each layer's
+  // buckets as one NCCL group when backward finishes them.
+  if (!in_.executor_unit_reduce_calls.empty()) return true;
   if (layers_[index].kind == "embedding") return true;
   if (layers_[index].kind != "transformer_block") return false;
   std::int64_t block = 0, blocks = 0;  // this block's number among the blocks, and their count
@@ -383,6 +396,9 @@ void StepBuilder::reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId p
   const std::int64_t elements = bucket_elements_;
   const Bytes bytes = elements * grad_e_;
   bucket_elements_ = 0;
+  // Our executor at stage 3: the layer's buckets, a call each in one NCCL group.
+  const std::int64_t calls = std::max<std::int64_t>(1, bucket_calls_);
+  bucket_calls_ = 0;
   TaskId reduced = produced_by;
   if (n_ > 1) {
     // Stage 0 all-reduces (every rank keeps every gradient); stages 1-3 reduce-scatter to the owners.
@@ -390,6 +406,7 @@ void StepBuilder::reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId p
     // With overlap_comm it runs beside the backward kernels, at the link's rate beside compute.
     const double seconds = (zero_.overlap_comm ? in_.collectives->seconds_beside_compute(kind, bytes)
                                                : in_.collectives->seconds(kind, bytes)) +
+                           static_cast<double>(calls - 1) * in_.collectives->grouped_call_seconds() +
                            executor_reduction_copy_seconds(elements, micro);
     reduced = timeline_.add(Resource::nccl,
                             kind == CollectiveKind::all_reduce ? TaskKind::all_reduce : TaskKind::reduce_scatter,
@@ -599,6 +616,17 @@ void StepBuilder::optimizer_step() {
                     in_.collectives->seconds(CollectiveKind::all_gather, bytes), {after(group_updated)}, -1, micro,
                     bytes);
     }
+  }
+  if (executor_ && zero_.stage == 3 && n_ > 1 && in_.executor_persistent_buckets > 0) {
+    // Our executor at stage 3 (exec/zero/zero_engine.cpp all_gather_persistent): after the update, each rank's
+    // chunks of the persistent tensors go to every rank, a call per persistent bucket in one NCCL group, on the
+    // communication lane while nothing else runs (the next forward reads them).
+    const Bytes bytes = in_.executor_persistent_elements * e_;
+    timeline_.add(Resource::nccl, TaskKind::all_gather,
+                  in_.collectives->seconds(CollectiveKind::all_gather, bytes) +
+                      static_cast<double>(in_.executor_persistent_buckets - 1) *
+                          in_.collectives->grouped_call_seconds(),
+                  {after(updated), after(last_update_)}, -1, micro, bytes);
   }
 }
 

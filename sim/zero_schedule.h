@@ -97,6 +97,15 @@ struct StepScheduleInputs {
   // one per gradient bucket (exec/zero/zero_engine.cpp finish_step), at the cluster's kernel_overhead_seconds each,
   // besides their bytes. 0 at stage 0 (one kernel) or without executor figures.
   double executor_adamw_launch_seconds = 0.0;
+  // zeroplan's executor at stage 3, per layer (its gather unit): the all-gather calls of the unit's fetch and the
+  // reduce-scatter calls of its gradients, each set one NCCL group (sim/executor_layout.h unit_gather_calls,
+  // unit_reduce_calls); and the persistent tensors' buckets, all-gathered in one group after the optimizer step
+  // (exec/zero/zero_engine.cpp all_gather_persistent). Empty / 0: one call per fetch and per bucket, no group.
+  std::vector<std::int64_t> executor_unit_gather_calls;
+  std::vector<std::int64_t> executor_unit_reduce_calls;
+  std::vector<std::int64_t> executor_unit_gather_elements;  // what each unit's gather moves (its partitioned buckets)
+  std::int64_t executor_persistent_buckets = 0;
+  std::int64_t executor_persistent_elements = 0;
   double host_memory_bytes_per_second = 0.0;     // this rank's share of the host memory's streaming rate
   double nvme_read_bandwidth = 0.0;          // this rank's share of the node's NVMe
   double nvme_write_bandwidth = 0.0;
