@@ -37,9 +37,9 @@ HostAndNvmeBytes host_and_nvme_bytes(const MemoryInputs& in, const ZeroConfig& z
   return h;
 }
 
-Bytes executor_process_host_bytes(std::int64_t world_size) {
+Bytes executor_process_host_bytes(std::int64_t world_size, bool convolutions) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  return static_cast<Bytes>((world_size > 1 ? 0.746 : 0.380) * kGiB);
+  return static_cast<Bytes>(((world_size > 1 ? 0.746 : 0.380) + (convolutions ? 0.442 : 0.0)) * kGiB);
 }
 
 Bytes pinned_kernel_share_bytes(Bytes pinned_per_rank) {
@@ -48,16 +48,20 @@ Bytes pinned_kernel_share_bytes(Bytes pinned_per_rank) {
 }
 
 void explain_executor_process_host(const MemoryInputs& in, Bytes pinned_per_rank, std::vector<MemoryTerm>& terms) {
-  const Bytes per_rank = executor_process_host_bytes(in.world_size);
+  const Bytes per_rank = executor_process_host_bytes(in.world_size, in.convolutions);
   terms.push_back({"host",
                    "each rank's process (CUDA runtime and libraries" +
-                       std::string(in.world_size > 1 ? ", NCCL's host side)" : ")"),
+                       std::string(in.world_size > 1 ? ", NCCL's host side" : "") +
+                       std::string(in.convolutions ? ", cuDNN's convolution engines)" : ")"),
                    sat_mul(per_rank, in.ranks_per_node),
                    num(per_rank) + " * ranks per node " + num(in.ranks_per_node),
                    "measured: resident peak (VmHWM) less the pinned states, " +
                        std::string(in.world_size > 1 ? "0.723-0.746 GiB per rank on 2x H200 (2026-11-24)"
                                                      : "0.380 GiB on one H100 (2026-11-25)") +
-                       "; bench/exec/results/"});
+                       "; bench/exec/results/" +
+                       std::string(in.convolutions ? "; a layer list adds 0.442 GiB (ResNet-101 on one H200, "
+                                                     "bench/resnet/results/2026-11-29-h200x2/call15)"
+                                                   : "")});
   if (pinned_per_rank > 0)
     terms.push_back({"host", "the kernel's page tables of each rank's pinned states",
                      sat_mul(pinned_page_table_bytes(pinned_per_rank), in.ranks_per_node),

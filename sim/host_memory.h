@@ -32,8 +32,11 @@ HostAndNvmeBytes host_and_nvme_bytes(const MemoryInputs& in, const ZeroConfig& z
 // the resident peak (VmHWM) less the pinned states: 0.380 GiB at world size 1 (GPT-2 1.5B, stages 1-3 with the
 // optimizer offloaded, one H100 host, 2026-11-25, bench/exec/results/2026-11-25-one-gpu-h100/) and 0.723-0.746 GiB
 // per rank at world size 2 (GPT-2 124M to 1.5B, two H200s, 2026-11-24, bench/exec/results/2026-11-23-two-gpu/);
-// the larger of each.
-Bytes executor_process_host_bytes(std::int64_t world_size);
+// the larger of each. A layer list (`convolutions`) adds what cuDNN's convolution and batch-norm engines bring into
+// the process: 0.442 GiB, ResNet-101's VmHWM on one H200 at stage 0 (0.822 GiB, micro-batch 128, fp16,
+// bench/resnet/results/2026-11-29-h200x2/call15 probe_1gpu.json) less the 0.380 above. The pages are the library
+// files' (VmHWM counts them in each rank; a node's ranks share them).
+Bytes executor_process_host_bytes(std::int64_t world_size, bool convolutions);
 // What the kernel and the GPU driver hold for one rank's `pinned_per_rank` bytes of cudaHostAlloc'd memory beyond
 // the process's resident set and the page tables (the driver's records of the pages it pinned and mapped for the
 // GPUs): measured on a node, not derived, as the node's host memory at its peak (MemAvailable at launch less its

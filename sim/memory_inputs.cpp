@@ -58,6 +58,7 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
   in.executor_grad_bytes = in.mixed_precision && training.grad_accum_dtype == Precision::fp32 ? 4 : in.param_bytes;
   in.activation_bytes = in.param_bytes;
   in.convolution_workspace = model.transformer ? 0 : cluster.runtime.convolution_workspace_bytes;
+  in.convolutions = !model.transformer;
   in.optimizer = training.optimizer;
   in.optimizer_state_bytes = optimizer_state_bytes_per_param(training.optimizer);
   in.world_size = std::max<std::int64_t>(1, cluster.total_gpus());

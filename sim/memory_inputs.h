@@ -26,6 +26,9 @@ struct MemoryInputs {
   // A model with convolutions (a layer list): cuDNN's workspace during a convolution's backward, from the cluster
   // (RuntimeOverhead::convolution_workspace_bytes); 0 for a transformer, which runs GEMMs only.
   std::int64_t convolution_workspace = 0;
+  // A layer list: zeroplan's executor runs its convolutions and batch norms through cuDNN, whose engine libraries
+  // each rank's process then maps (sim/host_memory.h executor_process_host_bytes).
+  bool convolutions = false;
   OptimizerKind optimizer = OptimizerKind::adamw;
   int optimizer_state_bytes = 8;      // K' bytes per parameter, excluding the fp32 master copy
 

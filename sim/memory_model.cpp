@@ -302,7 +302,7 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
   // pinned_kernel_share_bytes, measured on the node).
   const Bytes processes =
       in.engine == TrainingEngine::zeroplan
-          ? sat_mul(sat_add(sat_add(executor_process_host_bytes(in.world_size), pinned_page_table_bytes(pinned_per_rank)),
+          ? sat_mul(sat_add(sat_add(executor_process_host_bytes(in.world_size, in.convolutions), pinned_page_table_bytes(pinned_per_rank)),
                             pinned_kernel_share_bytes(pinned_per_rank)),
                     in.ranks_per_node)
           : 0;

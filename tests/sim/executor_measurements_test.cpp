@@ -730,17 +730,19 @@ TEST(ExecutorMeasurements, LoraRunsWithinTolerances) {
   }
 }
 
-// ResNet-101, fp16, micro-batch 128 per GPU, 32x32 images on two H200 (bench/resnet/results/2026-11-29-h200x2/call7,
-// its README gives the command) at stages 0, 2, 3 and 3 with the optimizer on the CPU: each memory component within
-// 3%, the device total within 5%, the host's pinned states within 3%, the bytes of each collective kind exactly (at
-// stage 3 the persistent BatchNorm tensors and small convolutions inside a block's gathered span are not gathered).
-// The steps are printed, not held: on two GPUs the executor launches the layer list kernel by kernel (no CUDA graph)
-// and stage 3's collectives slow the small convolutions beside them, neither of which the planner models yet.
+// ResNet-101, fp16, micro-batch 128 per GPU, 32x32 images on two H200 (bench/resnet/results/2026-11-29-h200x2/call15,
+// its README gives the command; each layer's tensors placed largest first) at stages 0, 2, 3 and 3 with the
+// optimizer on the CPU: each memory component within 3%, the device total within 5%, the host's pinned states within
+// 3% and the ranks' resident peaks (VmHWM) within 5%, the bytes of each collective kind exactly (at stage 3 the
+// persistent BatchNorm tensors and small convolutions are not gathered with their units), and the step within 10% at
+// stages 0 and 2 (issue 37's rows). Printed, not held: the step at stage 3, whose collectives beside the small
+// convolutions cost more than the planner charges (-22% here); and the node's host memory at its peak, which counts
+// cuDNN's library pages once where each rank's VmHWM counts them (+13% here).
 TEST(ExecutorMeasurements, TwoH200ResNet101MemoryAndCommunication) {
   const std::filesystem::path folder =
-      data_directory() / "bench" / "resnet" / "results" / "2026-11-29-h200x2" / "call7";
-  for (const StoredRun& run : {StoredRun{"s0.json", 0, false}, StoredRun{"s2.json", 2, false},
-                               StoredRun{"s3.json", 3, false}, StoredRun{"s3o.json", 3, true}}) {
+      data_directory() / "bench" / "resnet" / "results" / "2026-11-29-h200x2" / "call15";
+  for (const StoredRun& run : {StoredRun{"ours_s0.json", 0, false}, StoredRun{"ours_s2.json", 2, false},
+                               StoredRun{"ours_s3.json", 3, false}, StoredRun{"ours_s3o.json", 3, true}}) {
     SCOPED_TRACE(run.report);
     std::printf("ResNet-101: %s\n", run.report);
     const nlohmann::json m = read_json_file(folder / run.report).at("measured");
@@ -756,13 +758,23 @@ TEST(ExecutorMeasurements, TwoH200ResNet101MemoryAndCommunication) {
     inputs.offload_optimizer = run.offload ? OffloadDevice::cpu : OffloadDevice::none;
     const Planned p = plan_as_run(inputs);
     expect_memory_within(p, m, false);
+    const HostMemoryBreakdown& h = p.plan.memory.host;
     if (run.offload) {
       std::int64_t host = 0;
       for (const auto& [tag, b] : m.at("host_bytes").items()) host += b.get<std::int64_t>();
-      expect_within(p.plan.memory.host.pinned, host * 2.0, kComponentTolerance, "host pinned");
+      expect_within(h.pinned, host * 2.0, kComponentTolerance, "host pinned");
     }
-    std::printf("  step: predicted %.1f ms, measured %.1f ms (not held)\n", p.step.step_seconds * 1e3,
-                m.at("step_seconds").get<double>() * 1e3);
+    double resident = 0;
+    for (const nlohmann::json& rank : m.at("ranks")) resident += rank.at("host_resident_peak_bytes").get<double>();
+    expect_within(h.total, resident, kTotalTolerance, "host resident");
+    const double node = m.at("host_node_used_peak_bytes").get<double>();
+    std::printf("  node host: predicted %.3f GiB, measured %.3f GiB (%+.1f%%, not held)\n", h.total / 1073741824.0,
+                node / 1073741824.0, 100.0 * (h.total / node - 1.0));
+    if (run.stage < 3)
+      expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    else
+      std::printf("  step: predicted %.1f ms, measured %.1f ms (not held)\n", p.step.step_seconds * 1e3,
+                  m.at("step_seconds").get<double>() * 1e3);
     expect_comm_bytes_equal(p, m);
   }
 }
