@@ -21,8 +21,9 @@ namespace zeroplan::exec {
 PartitionRules partition_rules(const ZeroSettings& zero);
 
 struct ZeroBufferLayout {
-  // Stages 2-3: the buffer each bucket's gradients are written to during backward: rotating buffers of
-  // `rotating_elements` (indices [0, rotating)), then one per embeddings bucket, of its size.
+  // Stages 2-3: the buffer each bucket's gradients are written to during backward: rotating buffers of the largest
+  // bucket, then (stage 3) the persistent buckets' two rotating buffers of the largest persistent bucket, then one
+  // per embeddings bucket, of its size.
   std::vector<int> bucket_slot;            // per bucket
   std::vector<std::int64_t> slot_elements;  // per buffer
   // Stages 2-3: the reduce-scatter's output chunk (communication precision) when it cannot land in the gradient
