@@ -95,12 +95,12 @@ class CpuAdamw {
   // every path; the engine keeps the default.
   explicit CpuAdamw(int threads, CpuIsa isa = detect_cpu_isa());
 
-  // One update of t.count elements with `threads` threads, each taking a contiguous share whose bounds are
-  // multiples of 64 elements (so no two threads write one cache line of any array when the arrays are 64-byte
-  // aligned). Throws std::invalid_argument on a null array, a negative count, both or neither gradient array,
+  // One update of t.count elements with `threads` threads, which take chunks in turn (about eight a thread) whose
+  // bounds are multiples of 64 elements (so no two threads write one cache line of any array when the arrays are
+  // 64-byte aligned). Throws std::invalid_argument on a null array, a negative count, both or neither gradient array,
   // step < 1 or an inconsistent geometry. Calls from several threads run one after the other.
   void update(const AdamwTensors& t, const AdamwHyper& hyper, const DecayGeometry& decay = {});
-  // Several pieces in one pass of the pool (each thread takes a contiguous share of their concatenation): the
+  // Several pieces in one pass of the pool (the threads take chunks of their concatenation): the
   // same per-element result as one update() per piece, without a hand-off to the threads per piece. A rank's
   // partition of a model of many small tensors is hundreds of pieces of a few thousand elements.
   void update(const AdamwTensors* pieces, std::size_t count, const AdamwHyper& hyper, const DecayGeometry& decay = {});
