@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "core/input_error.h"
@@ -309,13 +310,18 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   }
   inputs.static_gathered_params = executor_arena(model, training);
   const bool offloads_optimizer = training.zero.offload_optimizer != OffloadDevice::none;
-  // The executor's device AdamW launches a kernel per gradient bucket: ResNet-101 at stage 3 on two GPUs has a bucket
-  // per run of tensors between two persistent ones, ~180 kernels of a few thousand elements each.
-  if (inputs.static_gathered_params && !training.lora.enabled && !offloads_optimizer && training.zero.stage > 0)
-    if (const auto figures = executor_layout_figures(model, training, world_size, training.zero.stage))
-      inputs.executor_adamw_launch_seconds = static_cast<double>(figures->buckets) * cluster.kernel_overhead_seconds;
-  if (inputs.static_gathered_params && !training.lora.enabled && (training.zero.stage == 3 || offloads_optimizer)) {
-    if (const auto figures = executor_layout_figures(model, training, world_size, training.zero.stage)) {
+  // The executor's own layout (partition, buckets, fetch plan), built once for what follows.
+  const std::optional<ExecutorLayoutFigures> figures =
+      inputs.static_gathered_params && !training.lora.enabled && (training.zero.stage > 0 || offloads_optimizer)
+          ? executor_layout_figures(model, training, world_size, training.zero.stage)
+          : std::nullopt;
+  // The executor's device AdamW launches a kernel per gradient bucket: ResNet-101 at stage 3 on two GPUs has two
+  // buckets a layer (its partitioned and its persistent tensors), 65 kernels of a few thousand to a few million
+  // elements.
+  if (figures && !offloads_optimizer && training.zero.stage > 0)
+    inputs.executor_adamw_launch_seconds = static_cast<double>(figures->buckets) * cluster.kernel_overhead_seconds;
+  if (training.zero.stage == 3 || offloads_optimizer) {
+    if (figures) {
       // The executor's fetch plan keeps a unit gathered from its forward to its backward use when the reuse rule
       // allows: no all-gather (nor NVMe read, nor host copy) for it in backward. One gather unit per layer.
       if (figures->unit_regathered_for_backward.size() == model.layers.size()) {

@@ -294,10 +294,10 @@ CommKind ZeroEngine::reduction_kind() const {
 void ZeroEngine::reduce_buckets(const std::vector<int>& ks) {
   const int stage = config_.zero.stage;
   if (world_ == 1 && stage < 2) return;  // whole gradients of one rank are already reduced
-  // Buckets finished together (a layer's: at stage 3 every run of tensors between two persistent ones is a bucket,
-  // so a ResNet-101 bottleneck block is six) go to NCCL as one group: one kernel launch, where one collective per
-  // bucket interleaved 179 small kernels with the backward's on 2x H200 (stage 3 backward 20.7 ms against stage
-  // 2's 5.3, bench/resnet/results/2026-11-29-h200x2/call5). Grouped only where every bucket is reduced in its own
+  // Buckets finished together (a layer's: at stage 3 its partitioned and its persistent tensors, and more where a
+  // unit outgrows reduce_bucket_size) go to NCCL as one group: one kernel launch, where one collective per bucket
+  // interleaved 179 small kernels with the backward's on 2x H200 when a layer list's tensors were in op order
+  // (stage 3 backward 20.7 ms against stage 2's 5.3, bench/resnet/results/2026-11-29-h200x2/call5). Grouped only where every bucket is reduced in its own
   // buffers: in place, or straight into the gradient partition. A conversion to or from the communication
   // precision, or the accumulation scratch, is one buffer that the buckets take in turn, after each collective; an
   // all-reduce at stages 2-3 (reduce_scatter false) copies the rank's chunk out after it.
