@@ -233,10 +233,11 @@ TEST(DeepSpeedMeasurements, TransformersModulesDeviceUsedOfFullFineTuning) {
 // all 13 modules of each block (sim/simulator.cpp). Printed only (bench/deepspeed/results-pending/README.md):
 // Qwen2-1.5B at stage 3, 17.6% short (host-bound in DeepSpeed's hooks: 634 ms against 257 ms of kernels), TinyLlama
 // QLoRA on two H200, 35.9% short (294 ms against 192 on one: bitsandbytes' Python on the x2 host), and TinyLlama at
-// stage 3 with the optimizer on the CPU, 23.7% over (the CPU step and the parameters' copy back), and TinyLlama at
 // stage 3 with gradient checkpointing on two H200, 17.7% over (559 ms measured; the same row on one H200 is held).
+// TinyLlama at stage 3 with the optimizer on the CPU was 23.7% over while h200x1's pageable cast and copy were the
+// H100 host's; with the H200 host's own (bench/deepspeed/pageable_cast_probe.py) it is held.
 bool transformers_step_not_met(const MeasuredRun& run) {
-  return run.name == "hf_q15_s3" || run.name == "hf_tl_s3o" ||
+  return run.name == "hf_q15_s3" ||
          (run.name == "hf_tl_qlora_s0" && run.file == "hf_lora_s3_bf16_2gpu_h200x2_2026-11-29.json") ||
          (run.name == "hf_tl_s3_gc" && run.file == "hf_tinyllama_qwen2_bf16_2gpu_h200x2_2026-11-29.json");
 }
@@ -257,7 +258,7 @@ TEST(DeepSpeedMeasurements, TransformersModulesStep) {
     expect_within(predicted, measured, kStepTolerance, "step s");
     ++checked;
   }
-  EXPECT_EQ(checked, 32);
+  EXPECT_EQ(checked, 33);
 }
 
 // Stage 0 through DeepSpeed's FP16_UnfusedOptimizer (bf16, torch_adam) with the cache kept after
