@@ -57,6 +57,11 @@ void add_run_command(CLI::App& app, int* status) {
   cmd->add_option("--save-grads", options->save_grads,
                   "Write the first step's gradients (reduced, unscaled, fp32) under the transformers / GPT-2 "
                   "checkpoint names to this safetensors file (one rank, or stage 0)");
+  cmd->add_option("--trace", options->trace,
+                  "Write the timed steps' median step as measured on the GPU's lanes (NCCL calls, the compute lane's "
+                  "waits, offload copies, stage 3's units) beside the plan's timeline, as Chrome trace-event JSON "
+                  "(ui.perfetto.dev); ranks other than 0 write FILE.rank<r>.json");
+  cmd->add_flag("--overwrite", options->overwrite_trace, "Let --trace replace files that exist");
   cmd->add_option("--nvme-path", options->nvme_path,
                   "With --offload-optimizer nvme or --offload-param nvme: the directory on a local disk (NVMe) the "
                   "optimizer states and the parameters swap to (DeepSpeed's offload_optimizer / offload_param "

@@ -60,6 +60,7 @@ class EngineTrainer : public Trainer {
     for (int k = 0; k < kCommKinds; ++k) t.comm_s[k] = ct.seconds[k];
     t.exposed_comm_s = ct.exposed_s;
     t.offload = engine_->last_offload_times();
+    t.timeline = engine_->last_timeline();
   }
 
  private:

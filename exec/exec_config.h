@@ -257,6 +257,9 @@ struct ExecConfig {
   LossScaleSettings loss_scale;
   ZeroSettings zero;
   std::uint64_t seed = 1337;     // parameter initialization
+  // Keep each step's measured timeline (ZeroEngine::last_timeline: the collectives, the compute lane's waits, the
+  // offload copies and, at stage 3, where each parameter unit's compute began): `zeroplan run --trace`.
+  bool record_timeline = false;
 
   std::int64_t tokens_per_step() const { return micro_batch * seq_len * grad_accum; }
 };

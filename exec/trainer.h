@@ -27,6 +27,7 @@ struct StepTimes {
   double comm_s[kCommKinds] = {0, 0, 0};  // busy time of the communication lane per collective kind
   double exposed_comm_s = 0;  // time the compute lane waited for communication
   OffloadTimes offload;       // ZeRO-Offload's pipeline (exec/zero/zero_engine.h), within optimizer_s
+  std::vector<MeasuredSpan> timeline;  // ExecConfig::record_timeline: the step's lanes (ZeroEngine::last_timeline)
 };
 
 struct StepResult {

@@ -1,6 +1,7 @@
 // Step 5 of one `zeroplan run` (run/training_run_steps.h): measured beside predicted, printed by rank 0, and the
 // --report document.
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "core/input_error.h"
 #include "core/units.h"
 #include "exec/activation_accounting.h"
+#include "run/measured_trace.h"
 #include "run/process_memory.h"
 #include "run/training_run_steps.h"
 #include "sim/compute_time.h"
@@ -54,7 +56,7 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
   const std::int64_t host_available_at_start = e.host_available_at_start;
   const auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
                nvme_wait_s, nvme_read_bytes, nvme_write_bytes, param_nvme_wait_s, param_nvme_read_bytes,
-               param_nvme_write_bytes, comm_s, exposed_s, comm_per_step] = t;
+               param_nvme_write_bytes, comm_s, exposed_s, comm_per_step, traced] = t;
   RankGuard* guard_ptr = &guard;
   guard_ptr->set_phase("report");
   const exec::MemoryReport mem = trainer->memory();
@@ -361,6 +363,20 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     if (!f) throw InputError(*o.report, "--report", "cannot open for writing");
     f << doc.dump(2) << '\n';
     std::cout << "report written to " << *o.report << '\n';
+  }
+  if (o.trace && !traced.empty()) {
+    // The timed step whose step time is the median (the lower of the two middle ones), each rank its own.
+    std::vector<std::size_t> order(traced.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return traced[a].first.step_s < traced[b].first.step_s; });
+    const auto& [times, step] = traced[order[(order.size() - 1) / 2]];
+    const std::filesystem::path file = rank_trace_path(*o.trace, env.rank);
+    write_run_trace(file, sim ? &*sim : nullptr, in.model, "predicted: " + e.choice.label(), times, env.rank, step);
+    if (env.rank == 0)
+      std::cout << "trace written to " << file.string()
+                << (world > 1 ? " (the other ranks' beside it, as <name>.rank<r>.json)" : "")
+                << ": the median step measured beside the plan's timeline (open it in ui.perfetto.dev)\n";
   }
 }
 

@@ -32,6 +32,7 @@
 #include "run/hf_checkpoint.h"
 #include "run/image_training.h"
 #include "run/peft_adapter_export.h"
+#include "run/measured_trace.h"
 #include "run/training_run_steps.h"
 #include "sim/executor_device_memory.h"
 #include "sim/executor_layout.h"
@@ -109,6 +110,7 @@ ResolvedRun resolve_run(RunOptions& o) {
                                             std::to_string(resume->state().step) +
                                             "; --steps is the total number of steps, expected more than that");
   }
+  if (o.overwrite_trace && !o.trace) throw InputError(kCli, "--overwrite", "is read with --trace only");
   r.first_step = resume ? resume->state().step : 0;
   r.run_steps = o.steps - r.first_step;
   const std::int64_t first_step = r.first_step, run_steps = r.run_steps;
@@ -141,6 +143,7 @@ ResolvedRun resolve_run(RunOptions& o) {
     throw InputError(kCli, "--gpus", "the launcher started " + std::to_string(env.world) + " ranks but --gpus says " +
                                          std::to_string(world) + " (leave --gpus out under mpirun)");
   if (in.cluster.total_gpus() != world) in.cluster = with_gpu_count(in.cluster, world);
+  if (o.trace) check_trace_paths(*o.trace, world, o.overwrite_trace);
   if (tr.optimizer != OptimizerKind::adamw) throw InputError(kCli, "--optimizer", "the executor implements adamw");
   // DeepSpeed's dtype fields (runtime/engine.py get_data_types): the executor accumulates and reduces gradients
   // in the model precision or in fp32 (exec/zero/zero_engine.h); another dtype would be accepted and not
@@ -362,6 +365,7 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   // summed in order); cuBLASLt, the attention kernels, the gradient norm and NCCL's collectives are already
   // run-to-run deterministic at a fixed world size.
   cfg.zero.deterministic = o.deterministic;
+  cfg.record_timeline = o.trace.has_value();
   tr.deterministic = o.deterministic;  // the plan counts what such a run allocates (no cuDNN attention workspace)
   // The CPU AdamW's threads: --cpu-threads-per-rank, else the node's cores among its ranks (all on this node).
   e.offload_threads = exec::offload::optimizer_threads(cfg.zero.cpu_optimizer_threads, world);
@@ -396,7 +400,9 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
   }
   e.sim = [&]() -> std::optional<StepSimulation> {
     try {
-      return simulate_step(in.model, in.cluster, tr, choice);
+      SimulationOptions options;
+      options.record_events = o.trace.has_value();  // the plan's timeline beside the measured one
+      return simulate_step(in.model, in.cluster, tr, choice, options);
     } catch (const InputError& e) {
       std::cout << "  note: no step-time prediction: " << e.what() << '\n';
       return std::nullopt;
@@ -510,7 +516,7 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
   TrainingRecord t;
   auto& [losses, step_s, fwd_s, bwd_s, opt_s, to_host_s, cpu_adamw_s, to_device_s, param_h2d_s, param_d2h_s,
          nvme_wait_s, nvme_read_bytes, nvme_write_bytes, param_nvme_wait_s, param_nvme_read_bytes,
-         param_nvme_write_bytes, comm_s, exposed_s, comm_per_step] = t;
+         param_nvme_write_bytes, comm_s, exposed_s, comm_per_step, traced] = t;
   auto save = [&](std::int64_t step) {
     CheckpointState st;
     st.step = step;
@@ -575,6 +581,7 @@ TrainingRecord train(RunOptions& o, ResolvedRun& r, RankEngine& e, RankGuard& gu
       param_nvme_write_bytes.push_back(static_cast<double>(r.times.offload.param_nvme_write_bytes));
       param_h2d_s.push_back(r.times.offload.param_to_device_s);
       param_d2h_s.push_back(r.times.offload.param_to_host_s);
+      if (o.trace) traced.emplace_back(r.times, s + 1);
     }
     const double tps = tokens_per_step / r.times.step_s;
     const exec::MemoryReport mem = trainer->memory();

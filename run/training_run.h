@@ -51,6 +51,11 @@ struct RunOptions {
   bool augment = false;
   // --nvme-path: where offload_optimizer nvme swaps (else the DeepSpeed config's offload_optimizer.nvme_path).
   std::optional<std::string> nvme_path;
+  // --trace FILE: the timed steps' median step as measured on the device's lanes, beside the plan's timeline, as
+  // Chrome trace-event JSON (run/measured_trace.h; ranks other than 0 write FILE.rank<r>.json); --overwrite
+  // lets it replace files that exist.
+  std::optional<std::string> trace;
+  bool overwrite_trace = false;
 };
 
 // Returns the exit status (0 trained, 1 the plan does not fit and --force was not given). Throws InputError.

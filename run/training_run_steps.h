@@ -85,6 +85,8 @@ struct TrainingRecord {
   std::vector<double> param_nvme_wait_s, param_nvme_read_bytes, param_nvme_write_bytes;
   std::vector<double> comm_s[exec::kCommKinds], exposed_s;
   AppliedStepComm comm_per_step;  // collective bytes per applied optimizer step (run/applied_step_comm.h)
+  // --trace: each timed step's times and timeline, and its step number (1-based).
+  std::vector<std::pair<exec::StepTimes, std::int64_t>> traced;
 };
 
 // Step 5, report: measured beside predicted (memory per component and per rank, step time and its phases,

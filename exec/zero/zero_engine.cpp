@@ -222,6 +222,8 @@ void ZeroEngine::begin_step() {
   swap_times_ = offload::SwapTimes{};
   if (param_swapper_) param_swapper_->take_times();  // what happened between steps (checkpoints) is not the step's
   const int a = device_.mark(Lane::compute);
+  step_mark_ = a;
+  unit_marks_.clear();
   device_.lane_waits_for(Lane::compute, Lane::comm);
   wait_marks_.emplace_back(a, device_.mark(Lane::compute));
 }
@@ -475,6 +477,7 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
   device_.synchronize();
   collect_comm_times();
   collect_offload_times();
+  collect_timeline();
   return norm;
 }
 
@@ -500,6 +503,22 @@ void ZeroEngine::collect_comm_times() {
   } else {
     for (double s : times_.seconds) times_.exposed_s += s;  // one thread: every collective is waited for
   }
+}
+
+void ZeroEngine::collect_timeline() {
+  timeline_.clear();
+  if (!config_.record_timeline || step_mark_ < 0) return;
+  const auto span = [&](const char* lane, std::string name, int a, int b) {
+    timeline_.push_back(MeasuredSpan{lane, std::move(name), device_.seconds_between(step_mark_, a),
+                                     device_.seconds_between(a, b)});
+  };
+  for (const auto& [kind, a, b] : comm_marks_) span("collectives", to_string(static_cast<CommKind>(kind)), a, b);
+  for (const auto& [a, b] : wait_marks_) span("compute waits", "wait for another lane", a, b);
+  for (const auto& [unit, m] : unit_marks_) span("compute", "unit " + std::to_string(unit), m, m);
+  for (const auto& [a, b] : to_host_marks_) span("D2H", "gradients to host", a, b);
+  for (const auto& [a, b] : to_device_marks_) span("H2D", "parameters to device", a, b);
+  for (const auto& [a, b] : param_h2d_marks_) span("H2D", "offloaded parameters to device", a, b);
+  for (const auto& [a, b] : param_d2h_marks_) span("D2H", "offloaded parameters to host", a, b);
 }
 
 std::vector<float> ZeroEngine::gathered_params() {
@@ -768,6 +787,7 @@ void ZeroEngine::params_needed(std::int64_t lo, std::int64_t hi) {
     throw std::logic_error("ZeroEngine: the model used parameters [" + std::to_string(lo) + ", " + std::to_string(hi) +
                            ") where its schedule expects unit " + std::to_string(step.unit));
   for (const Zero3Gather& g : step.gathers) gather_unit(g.unit, g.arena_offset);
+  if (config_.record_timeline) unit_marks_.emplace_back(step.unit, device_.mark(Lane::compute));
   if (!buffers_.unit_buckets[step.unit].empty()) {
     const int a = device_.mark(Lane::compute);
     device_.wait_event(gather_event_base_ + step.unit, Lane::compute);

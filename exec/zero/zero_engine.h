@@ -110,6 +110,15 @@ struct CommTimes {
   double exposed_s = 0;
 };
 
+// One interval (or, with seconds 0, one instant) of a measured step on one lane, in seconds from the step's first
+// mark on the compute lane (ZeroEngine::begin_step): what `zeroplan run --trace` lays beside the plan's timeline.
+struct MeasuredSpan {
+  std::string lane;  // "collectives", "compute waits", "compute", "D2H", "H2D"
+  std::string name;  // "all_gather", "wait for the comm lane", "unit 12", ...
+  double start_s = 0;
+  double seconds = 0;
+};
+
 // Seconds of one step's ZeRO-Offload pipeline, summed over its pieces: gradient copies to the host (to_host
 // lane), the CPU AdamW (host clock), parameter copies to the device (to_device lane).
 struct OffloadTimes {
@@ -211,6 +220,8 @@ class ZeroEngine {
 
   const CommTimes& last_comm_times() const { return times_; }
   const OffloadTimes& last_offload_times() const { return offload_times_; }
+  // The last step's timeline (ExecConfig::record_timeline; empty otherwise).
+  const std::vector<MeasuredSpan>& last_timeline() const { return timeline_; }
   bool offloads_optimizer() const { return offload_; }
   bool offloads_params() const { return offload_param_; }
   // offload_optimizer nvme and offload_param nvme: the swap files' bytes (0 without).
@@ -249,6 +260,7 @@ class ZeroEngine {
   // lane's work so far.
   void all_gather_group(std::size_t first, std::size_t last, Lane after = Lane::compute);
   void collect_comm_times();
+  void collect_timeline();
   bool stage3() const { return config_.zero.stage == 3; }
   // Stage 3: the fetch plan's gathers and releases.
   void setup_stage3();
@@ -340,6 +352,10 @@ class ZeroEngine {
   std::vector<std::tuple<int, int, int>> comm_marks_;
   std::vector<std::pair<int, int>> wait_marks_;
   CommTimes times_;
+  // ExecConfig::record_timeline: the step's first mark, where each stage-3 unit's compute began (unit, mark).
+  int step_mark_ = -1;
+  std::vector<std::pair<int, int>> unit_marks_;
+  std::vector<MeasuredSpan> timeline_;
 
   // Stage 3
   struct FreedRange {
