@@ -47,13 +47,15 @@ Zero3FetchPlan make_zero3_fetch_plan(const std::vector<std::int64_t>& unit_eleme
   for (int u : uses)
     if (u < 0 || u >= units) throw std::invalid_argument("zero3 fetch plan: use of unit " + std::to_string(u) +
                                                          " outside [0, " + std::to_string(units) + ")");
-  if (rules.prefetch_elements < 0 || rules.max_live_elements < 0 || rules.max_reuse_distance < 0)
-    throw std::invalid_argument("zero3 fetch plan: negative prefetch, live or reuse bound");
+  if (rules.prefetch_elements < 0 || rules.max_live_elements < 0 || rules.max_reuse_distance < 0 ||
+      rules.max_units_ahead < 0)
+    throw std::invalid_argument("zero3 fetch plan: negative prefetch, live, reuse or units-ahead bound");
 
   Zero3FetchPlan plan;
   plan.unit_elements = unit_elements;
   std::vector<bool> resident(units, false), ahead(units, false);  // ahead: gathered, its use not reached yet
   std::int64_t live = 0, ahead_elements = 0;
+  int ahead_units = 0;
   ArenaPlacement arena;
   const int n = static_cast<int>(uses.size());
 
@@ -68,6 +70,7 @@ Zero3FetchPlan make_zero3_fetch_plan(const std::vector<std::int64_t>& unit_eleme
     if (prefetch) {
       ahead[unit] = true;
       ahead_elements += e;
+      ++ahead_units;
     }
   };
   auto release = [&](Zero3UseStep& step, int unit) {
@@ -86,6 +89,7 @@ Zero3FetchPlan make_zero3_fetch_plan(const std::vector<std::int64_t>& unit_eleme
       if (ahead[u]) {
         ahead[u] = false;
         ahead_elements -= unit_elements[u];
+        --ahead_units;
       }
       // Prefetch the next units not resident, within the prefetch bucket and the live bound.
       if (rules.prefetch_elements > 0) {
@@ -95,6 +99,7 @@ Zero3FetchPlan make_zero3_fetch_plan(const std::vector<std::int64_t>& unit_eleme
           if (e == 0 || resident[v]) continue;
           const bool first_ahead = ahead_elements == 0;
           if (!first_ahead && ahead_elements + e > rules.prefetch_elements) break;
+          if (rules.max_units_ahead > 0 && ahead_units >= rules.max_units_ahead) break;
           if (live + e > rules.max_live_elements) break;
           gather(step, v, true);
         }

@@ -17,6 +17,8 @@
 //              splits such a module's parameters instead);
 //   live bound no prefetch that would make the gathered elements exceed stage3_max_live_parameters (the unit
 //              in use is always gathered);
+//   units ahead (ours, not DeepSpeed's) at most max_units_ahead units gathered ahead of their use at once, where
+//              the engine sets it: the prefetch then comes a unit or two per use instead of in one burst;
 //   reuse      after its use a unit stays gathered when its next use in the schedule comes within
 //              stage3_max_reuse_distance elements of other units' uses, otherwise it is released;
 //   persistence units (or parts) below stage3_param_persistence_threshold are never gathered: their size here
@@ -34,6 +36,7 @@ struct Zero3FetchRules {
   std::int64_t prefetch_elements = 50'000'000;      // stage3_prefetch_bucket_size (DeepSpeed default 5e7)
   std::int64_t max_live_elements = 1'000'000'000;   // stage3_max_live_parameters (default 1e9)
   std::int64_t max_reuse_distance = 1'000'000'000;  // stage3_max_reuse_distance (default 1e9)
+  int max_units_ahead = 0;                          // units gathered ahead of their use at once; 0: no bound
 };
 
 struct Zero3Gather {

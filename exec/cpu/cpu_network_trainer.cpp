@@ -76,8 +76,10 @@ class CpuNetworkTrainer final : public NetworkTrainer {
       bwd += std::chrono::duration<double>(c - b).count();
     }
     const auto o0 = clock::now();
-    r.loss = engine_->sum_over_ranks(loss) / global;
-    r.correct = static_cast<std::int64_t>(std::llround(engine_->sum_over_ranks(correct)));
+    double sums[2] = {loss, correct};
+    engine_->sum_over_ranks(sums, 2);
+    r.loss = sums[0] / global;
+    r.correct = static_cast<std::int64_t>(std::llround(sums[1]));
     finish_host_step(r, fwd, bwd, t0, o0);
     return r;
   }

@@ -146,8 +146,10 @@ class CudaNetworkTrainer final : public NetworkTrainer {
       loss += host_losses_.get()[i];
       correct += host_correct_.get()[i];
     }
-    r.loss = engine_->sum_over_ranks(loss) / global;
-    r.correct = static_cast<std::int64_t>(std::llround(engine_->sum_over_ranks(correct)));
+    double sums[2] = {loss, correct};
+    engine_->sum_over_ranks(sums, 2);
+    r.loss = sums[0] / global;
+    r.correct = static_cast<std::int64_t>(std::llround(sums[1]));
     CUDA_CHECK(cudaEventRecord(ev_end_.get(), stream_));
     CUDA_CHECK(cudaEventSynchronize(ev_end_.get()));
     double fwd = 0, bwd = 0;

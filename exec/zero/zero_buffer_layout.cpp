@@ -128,6 +128,13 @@ void stage3_units(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPart
   rules.prefetch_elements = zero.prefetch_bucket_elements;
   rules.max_live_elements = zero.max_live_parameters;
   rules.max_reuse_distance = zero.max_reuse_distance;
+  // A layer list's micro-step is replayed as one CUDA graph (exec/cuda/step_graphs.cuh). ResNet-101's prefetch,
+  // issued in one burst (at its fourth unit the 27 units left, the whole model within the 5e7-element bucket), held
+  // the compute lane until the burst's last all-gather was done, 0.45-1.2 ms a step on 2x H200; issued a unit or two
+  // per use (a 1e6-element bucket) the all-gathers ran beside the kernels and forward took 2.9-3.1 ms against
+  // 3.3-3.9 (`zeroplan run --trace`, bench/resnet/results/2026-11-30-h200x2/call21 and call23). Transformers run
+  // eagerly and keep DeepSpeed's rule alone.
+  if (layout.is_network()) rules.max_units_ahead = kGraphPrefetchUnitsAhead;
   z.train_plan = make_zero3_fetch_plan(unit_elements, train, rules);
   z.forward_plan = make_zero3_fetch_plan(unit_elements, forward, rules);
   z.arena_elements = std::max(z.train_plan.arena_elements, z.forward_plan.arena_elements);

@@ -17,6 +17,10 @@
 
 namespace zeroplan::exec {
 
+// Stage 3 of a layer list (replayed as a CUDA graph): units gathered ahead of their use at once
+// (core/zero3_fetch_plan.h max_units_ahead; zero_buffer_layout.cpp says why).
+inline constexpr int kGraphPrefetchUnitsAhead = 2;
+
 // The partition rules of a configuration (stage 3 cuts at gather units and persistence runs).
 PartitionRules partition_rules(const ZeroSettings& zero);
 

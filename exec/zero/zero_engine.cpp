@@ -389,6 +389,8 @@ double ZeroEngine::sum_over_ranks(double value) {
   return value;
 }
 
+void ZeroEngine::sum_over_ranks(double* values, int count) { comm_.all_reduce_host(values, count); }
+
 double ZeroEngine::finish_step(double loss_scale, const std::function<bool(double)>& skip) {
   if (frozen_) throw std::logic_error("ZeroEngine: an optimizer step of frozen parameters");
   complete_deferred_update();  // (a forward has normally done it: it needs every parameter)

@@ -211,6 +211,9 @@ class ZeroEngine {
 
   // Sum of a host value over ranks (losses), deterministic.
   double sum_over_ranks(double value);
+  // Several host values summed over ranks in one reduction (a layer list's loss and correct count: each host
+  // reduction is a copy up, an all-reduce, a copy down and a wait, after the step's last kernel).
+  void sum_over_ranks(double* values, int count);
 
   // Whole parameters as floats (tests; stage 3 gathers them unit by unit) and setting them (also the master).
   std::vector<float> gathered_params();

@@ -106,3 +106,28 @@ TEST(Zero3FetchPlan, RejectsUnknownUnitsAndNegativeSizes) {
   bad.max_reuse_distance = -1;
   EXPECT_THROW(make_zero3_fetch_plan({5}, {0}, bad), std::invalid_argument);
 }
+
+// A bucket that holds every unit prefetches them all at the first use (DeepSpeed's rule); with at most two units
+// ahead (the layer lists' graphs: exec/zero/zero_buffer_layout.cpp) they come two uses ahead, one a use, and the
+// volume and the arena are unchanged (every unit is kept for its backward use either way).
+TEST(Zero3FetchPlan, UnitsAheadSpreadTheBucketsPrefetchOverTheUses) {
+  const std::vector<std::int64_t> units = {5, 5, 5, 5, 5, 5};
+  const std::vector<int> uses = {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0};
+  Zero3FetchRules rules;
+  rules.prefetch_elements = 1000;
+  const Zero3FetchPlan burst = make_zero3_fetch_plan(units, uses, rules);
+  ASSERT_EQ(burst.steps[0].gathers.size(), 6u);  // unit 0 on demand, the five others ahead
+  rules.max_units_ahead = 2;
+  const Zero3FetchPlan spread = make_zero3_fetch_plan(units, uses, rules);
+  ASSERT_EQ(spread.steps.size(), uses.size());
+  const std::vector<std::vector<int>> want = {{0, 1, 2}, {3}, {4}, {5}, {}, {}, {}, {}, {}, {}, {}, {}};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    std::vector<int> got;
+    for (const Zero3Gather& g : spread.steps[i].gathers) got.push_back(g.unit);
+    EXPECT_EQ(got, want[i]) << "use " << i;
+  }
+  EXPECT_EQ(spread.gathered_elements, burst.gathered_elements);
+  EXPECT_EQ(spread.arena_elements, burst.arena_elements);
+  rules.max_units_ahead = -1;
+  EXPECT_THROW(make_zero3_fetch_plan(units, uses, rules), std::invalid_argument);
+}
