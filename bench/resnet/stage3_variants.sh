@@ -17,6 +17,9 @@ JSON
 cat > $W/none_persistent.json <<'JSON'
 {"zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
 JSON
+for pf in 1000000 5000000; do
+  echo "{\"zero_optimization\": {\"stage\": 3, \"stage3_prefetch_bucket_size\": $pf}}" > $W/prefetch_$pf.json
+done
 VARIANTS=${VARIANTS:-"s2||--stage 2
 s3||--stage 3
 s3_ch2|NCCL_MAX_NCHANNELS=2|--stage 3
