@@ -9,7 +9,8 @@
 #            bf16) against `zeroplan run --init-from` on the same weights and tokens, step 1's loss and every
 #            parameter's gradient (--save-grads), for TinyLlama-, Llama-3- and Qwen2-shaped configs; then an
 #            exported checkpoint loaded by LlamaForCausalLM.from_pretrained gives the same loss
-#   speed    TinyLlama 1.1B, micro-batch 4 x 2048, bf16, stages 0-3 on N GPUs beside their plans (SPEED_STAGES)
+#   speed    TinyLlama 1.1B, micro-batch 4 x 2048, bf16, stages 0-3 on N GPUs beside their plans (SPEED_STAGES), each
+#            median step traced beside its plan (speed_sK.trace.json, `zeroplan run --trace`)
 #   peers    bench/llama/hf_peer.py on N GPUs in the same call (PEER_MODES; default ddp fsdp2 fsdp2_compile ds_s3)
 #   big      Llama-2 7B, micro-batch 2 x 2048, stage 3, with and without the optimizer on the CPU (BIG_ROWS)
 #   bigpeers bench/llama/hf_peer.py on Llama-2 7B, micro-batch 2 x 2048, on N GPUs (BIG_PEER_MODES; default fsdp2_compile
@@ -133,7 +134,7 @@ if has speed; then
   for s in ${SPEED_STAGES:-0 3 1 2}; do
     need 45 "TinyLlama stage $s" || break
     timeout 200 $RUN run --model $C/tinyllama-1.1b.json "${CLUSTER[@]}" --gpus $N --stage $s --micro-batch 4 --seq 2048 --precision bf16 \
-      --steps ${STEPS:-12} --force --report "$L/speed_s$s.json" > "$L/speed_s$s.log" 2>&1
+      --steps ${STEPS:-12} --force --report "$L/speed_s$s.json" --trace "$L/speed_s$s.trace.json" > "$L/speed_s$s.log" 2>&1
     say "ours TinyLlama s$s rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/speed_s$s.log" | cut -c1-90) | $(grep -E 'step .*predicted' "$L/speed_s$s.log" | head -1 | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/speed_s$s.log" | tr -s ' ')"
   done
 fi
@@ -160,7 +161,7 @@ if has big; then
     need 90 "Llama-2 7B $row" || break
     extra=""; [ $row = s3_optcpu ] && extra="--offload-optimizer cpu"
     timeout 300 $RUN run --model $C/llama2-7b.json "${CLUSTER[@]}" --gpus $N --stage 3 $extra --micro-batch 2 --seq 2048 --precision bf16 \
-      --steps 8 --force --report "$L/big_$row.json" > "$L/big_$row.log" 2>&1
+      --steps 8 --force --report "$L/big_$row.json" --trace "$L/big_$row.trace.json" > "$L/big_$row.log" 2>&1
     say "ours Llama-2 7B $row rc=$?: $(grep -E '^  [0-9]+ tokens/s' "$L/big_$row.log" | cut -c1-100) | $(grep -E 'step .*predicted' "$L/big_$row.log" | head -1 | cut -c1-100) | $(grep -E 'total \(device view\)' "$L/big_$row.log" | tr -s ' ')"
   done
 fi
