@@ -348,14 +348,13 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
     tr.notes.push_back("run: the layer list is launched kernel by kernel (no CUDA graph where the micro-step does host "
                        "work: offload_param, the optimizer on the CPU at stages 1-2, fp32 gradient accumulation); the "
                        "plan times its kernels, not the host's launches");
-  // Stage 3 of a layer list on several GPUs: a group of reduce-scatters per layer and a cross-lane wait per bucket
-  // and unit in the replayed graph, which the plan does not charge (`zeroplan run --trace`,
+  // Stage 3 of a layer list on several GPUs: a group of reduce-scatters per layer beside the backward's small
+  // kernels, which cost it more than the plan charges (`zeroplan run --trace`,
   // bench/resnet/results/2026-11-30-h200x2/README.md).
   if (o.backend == "cuda" && cfg.network && cfg.zero.stage == 3 && world > 1)
-    tr.notes.push_back("run: stage 3 of a layer list reduce-scatters each layer as its own NCCL group and waits on the "
-                       "other lanes at every unit and bucket; the plan does not charge those waits: ResNet-101 on "
-                       "2x H200 was planned 14-20% short without offload, 8.5-9.2% with the optimizer on the CPU "
-                       "(bench/resnet/results/2026-11-30-h200x2/)");
+    tr.notes.push_back("run: stage 3 of a layer list reduce-scatters each layer as its own NCCL group beside the "
+                       "backward's small kernels, which the plan undercharges: ResNet-101 on 2x H200 was planned "
+                       "11% short without offload, 6% with the optimizer on the CPU (bench/resnet/results/2026-11-30-h200x2/)");
   if (!tr.zero.overlap_comm_given && world > 1 && cfg.zero.stage > 0)
     tr.notes.push_back("run: gradient reductions overlap backward (overlap_comm true; a DeepSpeed config can say "
                        "false)");

@@ -20,6 +20,13 @@ namespace zeroplan::schedule_internal {
 // sub_group_size when smaller.
 constexpr std::int64_t kExecutorOffloadPieceElements = std::int64_t{1} << 24;
 
+// What one wait of the executor's compute lane for another lane costs it when nothing is left to wait for (an event
+// wait between two timing marks, exec/zero/zero_engine.cpp params_needed and prepare_gradients): the median span of
+// such waits in `zeroplan run --trace` on 2x H200, 2.7-2.9 us in ResNet-101's replayed graphs (127 a step at stage 3,
+// bench/resnet/results/2026-11-30-h200x2/call21) and 2.9-3.1 us in TinyLlama's and Llama-2 7B's eager steps (96 and
+// 136, bench/llama/results/2026-11-30-h200x2/call1).
+constexpr double kExecutorLaneWaitSeconds = 2.9e-6;
+
 class StepBuilder {
  public:
   StepBuilder(const StepScheduleInputs& inputs, Timeline& timeline)
@@ -69,6 +76,9 @@ class StepBuilder {
 
   std::int32_t layer_at(bool forward, std::size_t position) const;
   bool kept_from_forward(bool forward, std::size_t index) const;
+  // Our executor at stage 3 on several GPUs: its compute lane's waits at layer `index` in one pass (the unit's
+  // all-gather when it has partitioned buckets; in backward also each bucket's gradient buffer), in seconds.
+  double executor_lane_waits(bool forward, std::size_t index) const;
 
   void run_pass(bool forward, std::int32_t micro);
 

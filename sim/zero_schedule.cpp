@@ -163,7 +163,8 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
     TaskId first = kNoTask;
     TaskId consumer = kNoTask;
     if (forward) {
-      first = consumer = timeline_.add(Resource::gpu_compute, TaskKind::forward, work.forward_seconds,
+      first = consumer = timeline_.add(Resource::gpu_compute, TaskKind::forward,
+                                       work.forward_seconds + executor_lane_waits(true, index),
                                        first_deps.data(), first_deps.size(), layer, micro, 0, work.forward_flops);
       timeline_.set_memory(first, in_.activation_bytes[index], 0, MemoryUse::activations);
       if (index + 1 == count) timeline_.set_memory(first, in_.logits_bytes, 0, MemoryUse::logits);
@@ -173,7 +174,8 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
                               first_deps.data(), first_deps.size(), layer, micro, 0, work.recompute_flops);
       }
       const TaskId input = timeline_.add(Resource::gpu_compute, TaskKind::backward_input,
-                                         work.backward_input_seconds, first_deps.data(), first_deps.size(), layer,
+                                         work.backward_input_seconds + executor_lane_waits(false, index),
+                                         first_deps.data(), first_deps.size(), layer,
                                          micro, 0, work.backward_flops / 2.0);
       if (first == kNoTask) first = input;
       consumer = timeline_.add(Resource::gpu_compute, TaskKind::backward_weight, work.backward_weight_seconds,
@@ -270,6 +272,13 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
     previous_compute = consumer;
     last_compute_ = consumer;
   }
+}
+
+double StepBuilder::executor_lane_waits(bool forward, std::size_t index) const {
+  if (!executor_ || index >= in_.executor_unit_gather_calls.size()) return 0.0;
+  std::int64_t waits = in_.executor_unit_gather_calls[index] > 0 ? 1 : 0;
+  if (!forward && index < in_.executor_unit_reduce_calls.size()) waits += in_.executor_unit_reduce_calls[index];
+  return static_cast<double>(waits) * kExecutorLaneWaitSeconds;
 }
 
 // Our executor's fetch plan keeps the layer gathered from its forward use to its backward use.
