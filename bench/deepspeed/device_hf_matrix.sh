@@ -79,6 +79,9 @@ row_spec() {
     # Llama-2 7B: built on the GPU (~15 s); its QLoRA base (13.5 GB bf16) is written to local disk first.
     l7_lora_s0)  echo "$L7|--stage 0 $LORA|$LORA|200|110" ;;
     l7_qlora_s0) echo "$L7|--stage 0 $LORA --quantize-base nf4|$LORA --quantize-base nf4 --base-dir $W/base_l7|300|220" ;;
+    # Llama-2 7B full fine-tuning on two H200 (planned 127 and 66 GiB a GPU at micro-batch 4): under zero.Init.
+    l7_s3)       echo "$L7|--stage 3||240|150" ;;
+    l7_s3o)      echo "$L7|--stage 3 --offload-optimizer cpu||300|220" ;;
     *) return 1 ;;
   esac
 }
