@@ -737,7 +737,7 @@ TEST(ExecutorMeasurements, LoraRunsWithinTolerances) {
 // pinned states within 3% and the ranks' resident peaks (VmHWM) within 5%, the bytes of each collective kind exactly
 // (at stage 3 the persistent BatchNorm tensors and small convolutions are not gathered with their units), and the
 // step within 10% at issue 37's rows: stages 0 and 2, and stage 3 with the optimizer on the CPU where the executor
-// spreads its prefetch (call25: -6.3%). Printed, not held: stage 3 with the optimizer on the CPU before that
+// spreads its prefetch (call25: -5.5%). Printed, not held: stage 3 with the optimizer on the CPU before that
 // (-17..-22%: the burst of all-gathers held the compute lane, bench/resnet/results/2026-11-30-h200x2/call21);
 // stage 3 without offload (-11..-22%: its per-layer reduce-scatter groups beside the small kernels cost the backward
 // more than the planner charges, call21's traces); and the node's host memory at its peak, which counts cuDNN's
