@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -367,10 +368,11 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
   if (o.trace && !traced.empty()) {
     // The timed step whose step time is the median (the lower of the two middle ones), each rank its own.
     std::vector<std::size_t> order(traced.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t a, std::size_t b) { return traced[a].first.step_s < traced[b].first.step_s; });
-    const auto& [times, step] = traced[order[(order.size() - 1) / 2]];
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    const auto middle = order.begin() + static_cast<std::ptrdiff_t>((order.size() - 1) / 2);
+    std::nth_element(order.begin(), middle, order.end(),
+                     [&](std::size_t a, std::size_t b) { return traced[a].first.step_s < traced[b].first.step_s; });
+    const auto& [times, step] = traced[*middle];
     const std::filesystem::path file = rank_trace_path(*o.trace, env.rank);
     write_run_trace(file, sim ? &*sim : nullptr, in.model, "predicted: " + e.choice.label(), times, env.rank, step);
     if (env.rank == 0)

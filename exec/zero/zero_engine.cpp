@@ -385,7 +385,7 @@ void ZeroEngine::reduce_bucket(int k) {
 }
 
 double ZeroEngine::sum_over_ranks(double value) {
-  comm_.all_reduce_host(&value, 1);
+  sum_over_ranks(&value, 1);
   return value;
 }
 
