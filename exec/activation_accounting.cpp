@@ -189,7 +189,9 @@ void add_engine_allocations(std::vector<DeviceAllocation>& a, const ExecConfig& 
   const std::int64_t states = stage == 0 ? n : part;
   // exec/zero/zero_engine.cpp (constructor, setup_stage3); CUDA kernels overwrite, so no micro-step gradients.
   // offload_param (stage 3): the partition in host memory, staging buffers on the device instead.
-  if (!c.zero.offload_param)
+  // Stage 3 with the fp32 master on the device keeps no 16-bit partition (zero_buffer_layout.h
+  // stage3_gathers_cast_master).
+  if (!c.zero.offload_param && !stage3_gathers_cast_master(c.zero, c.precision != ExecPrecision::fp32, frozen))
     a.push_back({"params", e * (stage == 3 ? part : n), owner + (stage == 3 ? "parameter partition" : "parameters")});
   if (!frozen) {
     const std::int64_t grad_bytes = c.zero.fp32_grad_accumulation ? 4 : e;

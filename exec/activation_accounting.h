@@ -7,7 +7,8 @@
 // vocabulary, P = flat parameter count (padded vocabulary rows included), e = element bytes (2 for bf16/fp16, 4
 // for fp32), n = norm statistics per norm (2: LayerNorm's mean and rstd; 1: RMSNorm's rstd).
 //
-// params            e*P                     (16-bit model weights; fp32 in fp32 mode)
+// params            e*P                     (16-bit model weights; fp32 in fp32 mode; stage 3 the partition e*P/N,
+//                                            none with the fp32 master on the device: stage3_gathers_cast_master)
 // grads             e*P                     (gradients in the model precision, accumulated over micro-steps)
 // master_params     4*P in bf16/fp16, 0 in fp32 (fp32 master weights)
 // optimizer_states  8*P                     (AdamW momentum and variance, fp32)

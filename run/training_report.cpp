@@ -279,6 +279,14 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     nlohmann::json expected;
     for (const auto& [name, bytes] : exec::expected_device_memory(cfg).components()) expected[name] = bytes;
     m["executor_formula_bytes"] = expected;
+    // Every buffer the executor allocated for training, as it lists them (exec/activation_accounting.h
+    // device_allocations): what a later planner is checked against when the executor's layout has changed since.
+    if (trainer->backend() == "cuda") {
+      nlohmann::json allocations = nlohmann::json::array();
+      for (const exec::DeviceAllocation& a : exec::device_allocations(cfg, world))
+        allocations.push_back({{"component", a.component}, {"what", a.what}, {"bytes", a.bytes}});
+      m["device_allocations"] = allocations;
+    }
     m["step_seconds"] = step_med;
     m["step_seconds_all"] = step_s;
     m["forward_seconds"] = median(fwd_s);

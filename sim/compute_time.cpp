@@ -10,7 +10,9 @@
 #include "core/input_error.h"
 #include "exec/activation_accounting.h"
 #include "exec/network_plan.h"
+#include "exec/zero/zero_buffer_layout.h"
 #include "sim/activation_memory.h"
+#include "sim/executor_layout.h"
 #include "sim/lora_model.h"
 
 namespace zeroplan {
@@ -639,9 +641,13 @@ double executor_optimizer_step_bytes_per_param(const TrainingConfig& training) {
   const double states = optimizer_state_bytes_per_param(training.optimizer);
   const double e = precision_bytes(training.precision);
   if (training.precision == Precision::fp32) return 4.0 + (4.0 + 4.0 + states) + (4.0 + states);
-  // The norm's read and AdamW's read of the gradients: fp32 with data_types.grad_accum_dtype fp32.
+  // The norm's read and AdamW's read of the gradients: fp32 with data_types.grad_accum_dtype fp32. The 16-bit copy
+  // is written unless stage 3 keeps none (the all-gathers cast the master: exec/zero/zero_buffer_layout.h
+  // stage3_gathers_cast_master; a LoRA plan's adapters, whose engine it is, are too few to count).
   const double g = training.grad_accum_dtype == Precision::fp32 ? 4.0 : e;
-  return g + (g + 4.0 + states) + (4.0 + states + e);
+  const bool copy = !exec::stage3_gathers_cast_master(executor_zero_settings(training, training.zero.stage), true,
+                                                      false);
+  return g + (g + 4.0 + states) + (4.0 + states + (copy ? e : 0.0));
 }
 
 double model_flops_per_token(const ModelDescription& model, const TrainingConfig& training) {

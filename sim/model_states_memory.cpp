@@ -20,6 +20,12 @@ bool executor_offload(const MemoryInputs& in) {
   return in.engine == TrainingEngine::zeroplan && in.offload_optimizer != OffloadDevice::none;
 }
 constexpr const char* kExecutorOffload = "exec/zero/zero_engine.cpp (setup_offload)";
+// zeroplan's executor at stage 3 with the fp32 master on the device keeps no 16-bit partition: each all-gather
+// casts the master's chunk (exec/zero/zero_buffer_layout.h stage3_gathers_cast_master).
+bool executor_casts_master(const MemoryInputs& in) {
+  return in.engine == TrainingEngine::zeroplan && in.stage == 3 && in.mixed_precision &&
+         in.offload_optimizer == OffloadDevice::none && in.offload_param == OffloadDevice::none;
+}
 }  // namespace
 
 Bytes optimizer_state_bytes(const MemoryInputs& in, std::int64_t params) {
@@ -41,6 +47,8 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
   // offload_param moves that partition to host/NVMe (ZeRO-Infinity).
   if (in.stage < 3) {
     b.params = sat_mul(pb, P);
+  } else if (executor_casts_master(in)) {
+    b.params = 0;
   } else if (in.offload_param == OffloadDevice::none) {
     b.params = sat_mul(pb, Pp);
   } else if (in.offload_param == OffloadDevice::cpu) {
@@ -127,6 +135,9 @@ void explain_model_states(const MemoryInputs& in, const ModelStatesBytes& b, std
 
   if (in.stage < 3) {
     terms.push_back({"params", pname, b.params, pb + " * P = " + pb + " * " + P, kZeroPaper});
+  } else if (executor_casts_master(in)) {
+    terms.push_back({"params", pname + " (no partition: each all-gather casts the fp32 master's chunk)", 0, "0",
+                     "exec/zero/zero_buffer_layout.h (stage3_gathers_cast_master)"});
   } else if (in.offload_param == OffloadDevice::none) {
     terms.push_back({"params", pname + " (partition)", b.params,
                      pb + " * ceil(P/N) = " + pb + " * ceil(" + P + " / " + N + ")", kZeroPaper});

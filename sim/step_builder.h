@@ -77,7 +77,8 @@ class StepBuilder {
   std::int32_t layer_at(bool forward, std::size_t position) const;
   bool kept_from_forward(bool forward, std::size_t index) const;
   // Our executor at stage 3 on several GPUs: its compute lane's waits at layer `index` in one pass (the unit's
-  // all-gather when it has partitioned buckets; in backward also each bucket's gradient buffer), in seconds.
+  // all-gather when it has partitioned buckets, and the cast of its chunks before it; in backward also each
+  // bucket's gradient buffer), in seconds.
   double executor_lane_waits(bool forward, std::size_t index) const;
 
   void run_pass(bool forward, std::int32_t micro);
@@ -99,6 +100,7 @@ class StepBuilder {
   void reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId produced_by);
 
   double executor_reduction_copy_seconds(std::int64_t elements, std::int32_t micro) const;
+  double executor_gather_cast_seconds(std::int64_t elements, std::int64_t buckets) const;
 
   // --- DeepSpeed's engine: host hooks, gradient buffers and its reductions --------------------------------
 

@@ -7,8 +7,10 @@
 #include <cmath>
 
 #include "exec/exec_config.h"
+#include "exec/zero/zero_buffer_layout.h"
 #include "exec/zero/zero_partition.h"
 #include "sim/comm_model.h"
+#include "sim/executor_layout.h"
 
 namespace zeroplan {
 
@@ -276,9 +278,17 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
 
 double StepBuilder::executor_lane_waits(bool forward, std::size_t index) const {
   if (!executor_ || index >= in_.executor_unit_gather_calls.size()) return 0.0;
-  std::int64_t waits = in_.executor_unit_gather_calls[index] > 0 ? 1 : 0;
+  const std::int64_t gathers = in_.executor_unit_gather_calls[index];
+  std::int64_t waits = gathers > 0 ? 1 : 0;
   if (!forward && index < in_.executor_unit_reduce_calls.size()) waits += in_.executor_unit_reduce_calls[index];
-  return static_cast<double>(waits) * kExecutorLaneWaitSeconds;
+  // A unit gathered for this use first had its chunks cast from the master on the communication lane: a kernel
+  // over the whole GPU, whose blocks the compute lane's kernels wait behind. Charged at its whole length, an upper
+  // bound: Llama-2 7B at stage 3 on 2x H200 took 6.8 ms a step longer than keeping a 16-bit partition, where its
+  // casts take 11 ms at the streaming rate (bench/llama/results/2026-11-30-h200x2/call4).
+  const double cast = gathers > 0 && n_ > 1 && !kept_from_forward(forward, index)
+                          ? executor_gather_cast_seconds(gather_elements_[index], gathers)
+                          : 0.0;
+  return static_cast<double>(waits) * kExecutorLaneWaitSeconds + cast;
 }
 
 // Our executor's fetch plan keeps the layer gathered from its forward use to its backward use.
@@ -351,7 +361,8 @@ TaskId StepBuilder::fetch(std::int32_t layer, std::int64_t elements, std::int64_
           executor_ && index < in_.executor_unit_gather_calls.size() ? in_.executor_unit_gather_calls[index] : 1;
       const double seconds =
           ds_ ? in_.collectives->seconds(CollectiveKind::all_gather, bytes)
-              : in_.collectives->grouped_seconds_beside_compute(CollectiveKind::all_gather, bytes, calls);
+              : in_.collectives->grouped_seconds_beside_compute(CollectiveKind::all_gather, bytes, calls) +
+                    executor_gather_cast_seconds(elements, calls);
       done = timeline_.add(Resource::nccl, TaskKind::all_gather, seconds, {ready, issued}, layer, micro, bytes);
       issued = {};
       if (allocating == kNoTask) allocating = done;
@@ -435,6 +446,17 @@ void StepBuilder::reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId p
     downloaded_elements_ += ceil_div(partition_bytes, e_);
     downloads_.push_back({downloaded_elements_, last_download_});
   }
+}
+
+// zeroplan's executor at stage 3 with the fp32 master on the device: before each all-gather, a cast of the rank's
+// chunk of every bucket (`elements` / N of them, fp32 read and 16-bit written) into its slot of the gathered
+// buffer on the communication lane (exec/zero/zero_buffer_layout.h stage3_gathers_cast_master).
+double StepBuilder::executor_gather_cast_seconds(std::int64_t elements, std::int64_t buckets) const {
+  if (!executor_ || training_.lora.enabled ||
+      !exec::stage3_gathers_cast_master(executor_zero_settings(training_, zero_.stage), training_.precision != Precision::fp32, false))
+    return 0.0;
+  const double bytes = static_cast<double>(ceil_div(elements, n_)) * (4.0 + precision_bytes(training_.precision));
+  return bytes / in_.streaming_bandwidth + static_cast<double>(buckets) * in_.kernel_overhead_seconds;
 }
 
 // zeroplan's executor: the conversions on the communication lane around one bucket's reduction when its
@@ -634,7 +656,9 @@ void StepBuilder::optimizer_step() {
     timeline_.add(Resource::nccl, TaskKind::all_gather,
                   in_.collectives->seconds(CollectiveKind::all_gather, bytes) +
                       static_cast<double>(in_.executor_persistent_buckets - 1) *
-                          in_.collectives->grouped_call_seconds(),
+                          in_.collectives->grouped_call_seconds() +
+                      executor_gather_cast_seconds(in_.executor_persistent_elements,
+                                                   in_.executor_persistent_buckets),
                   {after(updated), after(last_update_)}, -1, micro, bytes);
   }
 }

@@ -64,36 +64,9 @@ __device__ __forceinline__ bool is_decayed(i64 i, const DecayGeometry& d) {
 // is read and written once, so the accesses carry the evict-first hint (ld.global.cs / st.global.cs). 28 bytes move
 // per parameter (bf16: fp32 master, m and v read and written, the gradient read, the 16-bit copy written). Against
 // the 4-wide kernel with scalar 16-bit accesses it replaced, GPT-2 1.5B's optimizer phase on one H200: 12.4 -> 12.0
-// ms, alternating builds in one call (bench/exec/results/2026-11-26-adamw-kernel-deferral-nccl/).
+// ms, alternating builds in one call (bench/exec/results/2026-11-26-adamw-kernel-deferral-nccl/). load8/store8:
+// exec/cuda/cuda_common.cuh.
 constexpr int kAdamwPerThread = 8;
-
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, float* out) {
-  if constexpr (sizeof(T) == 4) {
-    const float4 a = __ldcs(reinterpret_cast<const float4*>(p)), b = __ldcs(reinterpret_cast<const float4*>(p) + 1);
-    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
-  } else {
-    const float4 raw = __ldcs(reinterpret_cast<const float4*>(p));
-    const T* h = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) out[j] = to_f(h[j]);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void store8(T* p, const float* in) {
-  if constexpr (sizeof(T) == 4) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(in[0], in[1], in[2], in[3]));
-    __stcs(reinterpret_cast<float4*>(p) + 1, make_float4(in[4], in[5], in[6], in[7]));
-  } else {
-    float4 raw;
-    T* h = reinterpret_cast<T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) h[j] = from_f<T>(in[j]);
-    __stcs(reinterpret_cast<float4*>(p), raw);
-  }
-}
 
 struct AdamwScalars {
   float lr, beta1, beta2, bc1, bc2, eps, weight_decay, grad_scale;
@@ -125,7 +98,7 @@ __global__ void adamw_kernel(T* params, float* master, const G* grads, float* m,
     store8(m + i, mm);
     store8(v + i, vv);
     if (master) store8(master + i, w);
-    store8(params + i, w);
+    if (params) store8(params + i, w);  // (stage 3 without a 16-bit partition: none)
     return;
   }
   const i64 last = i + kAdamwPerThread < n ? i + kAdamwPerThread : n;
@@ -134,7 +107,7 @@ __global__ void adamw_kernel(T* params, float* master, const G* grads, float* m,
     const float wd = is_decayed(decay.base + k, decay) ? s.weight_decay : 0.0f;
     adamw_element(w, m[k], v[k], to_f(grads[k]), wd, s);
     if (master) master[k] = w;
-    params[k] = from_f<T>(w);
+    if (params) params[k] = from_f<T>(w);
   }
 }
 

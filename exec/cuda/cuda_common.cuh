@@ -32,6 +32,36 @@ struct alignas(16) Pack {
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Pack*>(p) = *this; }
 };
 
+// Eight elements of T at p (16-byte aligned for 16-bit T, 32-byte for float) as floats, and back, with the
+// evict-first hint (ld.global.cs / st.global.cs): for streams each value of which is read and written once.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float* out) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 a = __ldcs(reinterpret_cast<const float4*>(p)), b = __ldcs(reinterpret_cast<const float4*>(p) + 1);
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+  } else {
+    const float4 raw = __ldcs(reinterpret_cast<const float4*>(p));
+    const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = to_f(h[j]);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float* in) {
+  if constexpr (sizeof(T) == 4) {
+    __stcs(reinterpret_cast<float4*>(p), make_float4(in[0], in[1], in[2], in[3]));
+    __stcs(reinterpret_cast<float4*>(p) + 1, make_float4(in[4], in[5], in[6], in[7]));
+  } else {
+    float4 raw;
+    T* h = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) h[j] = from_f<T>(in[j]);
+    __stcs(reinterpret_cast<float4*>(p), raw);
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;

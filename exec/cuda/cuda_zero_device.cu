@@ -38,6 +38,17 @@ void by_type(CommDtype type, F&& f) {
   }
 }
 
+// dst = src converted, eight elements a thread (n a multiple of 8, both pointers aligned for the 16-byte accesses
+// of eight elements).
+template <typename D, typename S>
+__global__ void convert8_kernel(D* dst, const S* src, i64 n) {
+  const i64 i = (static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= n) return;
+  float x[8];
+  cuda::load8(src + i, x);
+  cuda::store8(dst + i, x);
+}
+
 // combine_kernel over n elements of any pair of element types.
 template <bool kAdd>
 void combine(void* dst, CommDtype dst_type, const void* src, CommDtype src_type, i64 n, cudaStream_t stream) {
@@ -210,6 +221,25 @@ void CudaZeroDevice::convert(void* dst, CommDtype dst_type, const void* src, Com
   if (replayed()) return;
   if (n > 0 && dst_type == src_type) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, n * comm_dtype_bytes(dst_type), cudaMemcpyDeviceToDevice, stream(lane)));
+    return;
+  }
+  const auto aligned = [](const void* p, CommDtype t) {
+    return reinterpret_cast<std::uintptr_t>(p) % (8 * static_cast<std::uintptr_t>(comm_dtype_bytes(t))) == 0;
+  };
+  if (n > 0 && n % 8 == 0 && aligned(dst, dst_type) && aligned(src, src_type)) {
+    // A thread per eight elements over the whole GPU. Stage 3's casts before each all-gather run on the
+    // communication lane beside the compute lane's kernels; capped at 32 or 8 blocks they took longer and held
+    // the GEMMs back longer: Llama-2 7B at stage 3 on 2x H200, 345.4 ms a step against 357.6 (32) and 454.6 (8),
+    // 338.6 keeping a 16-bit partition (bench/llama/results/2026-11-30-h200x2/call4).
+    const int blocks = static_cast<int>(cuda::ceil_div(n / 8, 256));
+    by_type(dst_type, [&](auto d) {
+      by_type(src_type, [&](auto s) {
+        using D = decltype(d);
+        using S = decltype(s);
+        convert8_kernel<D, S><<<blocks, 256, 0, stream(lane)>>>(static_cast<D*>(dst), static_cast<const S*>(src), n);
+        CUDA_CHECK_LAUNCH();
+      });
+    });
     return;
   }
   combine<false>(dst, dst_type, src, src_type, n, stream(lane));

@@ -18,7 +18,8 @@ namespace zeroplan::exec {
 enum class Lane { compute, comm, to_host, to_device };
 constexpr int kLanes = 4;
 
-// AdamW on n elements: params[i] (and master[i] when master is not null: the fp32 copy the update runs on) with
+// AdamW on n elements: params[i] (when not null: stage 3 may keep no 16-bit partition) and master[i] (when not
+// null: the fp32 copy the update runs on) with
 // gradient grads[i] * grad_scale, moments m[i], v[i]; `flat_base` is the flat index of element 0 (weight decay
 // applies by position in the layout). The gradients are in the model's precision, or fp32 when fp32_grads (fp32
 // gradient accumulation). Runs on the compute lane.

@@ -90,7 +90,10 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
                                 " elements; a staging buffer must hold the largest partition chunk, " +
                                 std::to_string(buffers_.largest_chunk) + " elements");
   param_nvme_ = offload_param_ && !config_.zero.param_nvme_path.empty();
-  if (!offload_param_) {
+  gathers_cast_master_ = stage3_gathers_cast_master(config_.zero, !fp32, frozen_);
+  if (gathers_cast_master_) {
+    // No 16-bit partition: the all-gathers cast the master (zero_buffer_layout.h stage3_gathers_cast_master).
+  } else if (!offload_param_) {
     params_ = device_.allocate("params", stage == 3 ? "parameter partition" : "parameters", stage == 3 ? part : n, type_);
     device_.zero(params_, stage == 3 ? part : n, type_, Lane::compute);
   } else if (param_nvme_) {
@@ -177,7 +180,7 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   } else if (stage == 3) {
     // zero.Init: only this rank's chunks (and the persistent tensors, whole) are ever initialized here.
     for (const GradientBucket& b : buckets)
-      device_.init_params(at(params_, b.partition_offset, type_), master_ ? master_ + b.partition_offset : nullptr,
+      device_.init_params(partition_params(b.partition_offset), master_ ? master_ + b.partition_offset : nullptr,
                           b.chunk_begin(rank_), b.chunk);
   } else if (stage == 0 || fp32) {
     device_.init_params(params_, master_, 0, n);
@@ -458,7 +461,7 @@ double ZeroEngine::finish_step(double loss_scale, const std::function<bool(doubl
       const auto update_bucket = [&](const GradientBucket& b) {
         const std::int64_t cb = b.chunk_begin(rank_);
         const void* g = stage == 1 ? at(grads_, cb, grad_type_) : at(grads_, b.partition_offset, grad_type_);
-        void* p = stage == 3 ? at(params_, b.partition_offset, type_) : at(params_, cb, type_);
+        void* p = stage == 3 ? partition_params(b.partition_offset) : at(params_, cb, type_);
         update(AdamwRange{p, master_ ? master_ + b.partition_offset : nullptr, g, m_ + b.partition_offset,
                           v_ + b.partition_offset, b.chunk, cb});
       };
@@ -562,7 +565,7 @@ void ZeroEngine::set_params(const std::vector<float>& flat) {
       const GradientBucket& b = buckets[k];
       float* master = master_ ? master_ + b.partition_offset : nullptr;
       const float* values = flat.data() + b.chunk_begin(rank_);
-      if (!offload_param_) device_.upload_params(at(params_, b.partition_offset, type_), master, values, b.chunk);
+      if (!offload_param_) device_.upload_params(partition_params(b.partition_offset), master, values, b.chunk);
       else if (param_nvme_ || params_ != host_master_) write_host_params(b.partition_offset, values, b.chunk, master);
       // (fp32 with offload_optimizer: the partition is the host master, set below)
       if (b.persistent)
@@ -675,7 +678,7 @@ void ZeroEngine::restore_state(const StateSource& source, int optimizer_step) {
       v.resize(k);
       source(flat + done, k, master.data(), moments ? m.data() : nullptr, moments ? v.data() : nullptr);
       float* mp = state_at >= 0 && master_ ? master_ + state_at + done : nullptr;
-      void* pp = param_at >= 0 && !offload_param_ ? at(params_, param_at + done, type_) : nullptr;
+      void* pp = param_at >= 0 && !offload_param_ && params_ ? at(params_, param_at + done, type_) : nullptr;
       if (param_at >= 0 && offload_param_ && (param_nvme_ || params_ != host_master_)) {
         write_host_params(param_at + done, master.data(), k, mp);  // through the device's rounding
         mp = nullptr;
@@ -862,6 +865,14 @@ void ZeroEngine::gather_buckets(const std::vector<int>& ks, const std::function<
     std::vector<int> used;
     for (std::size_t j = i; j < end; ++j) {
       const GradientBucket& b = buckets[ks[j]];
+      if (gathers_cast_master_) {
+        // The chunk of the master rounded into this rank's own slot of the destination, gathered in place
+        // (NCCL's in-place all-gather: send == recv + rank * count).
+        void* slot = at(dst(ks[j]), static_cast<std::int64_t>(rank_) * b.chunk, type_);
+        device_.convert(slot, type_, master_ + b.partition_offset, CommDtype::f32, b.chunk, Lane::comm);
+        src[j - i] = slot;
+        continue;
+      }
       if (!offload_param_) {
         src[j - i] = at(params_, b.partition_offset, type_);
         continue;

@@ -12,12 +12,14 @@
 //            each finished bucket is reduce-scattered into the rank's gradient partition (accumulated over
 //            micro-steps), the bucket buffer then reused (DeepSpeed's ipg buckets with overlap_comm).
 //   stage 3  parameters are partitioned too (DeepSpeed zero/stage3.py): the rank keeps its chunk of every
-//            bucket of 16-bit params; before each unit (embeddings, a block, the final norm) computes, its
-//            buckets are all-gathered into a gathered-parameter arena, the next units prefetched on the comm
-//            lane, and released after use unless reused soon (core/zero3_fetch_plan.h: the same plan the
-//            planner reads); tensors below stage3_param_persistence_threshold stay whole on every rank and are
-//            all-gathered once after the optimizer step. Gradients as at stage 2. Each rank initializes only
-//            its partition (DeepSpeed's zero.Init): no rank ever holds the whole model.
+//            bucket of 16-bit params, or, with the fp32 master on the device, only the master's chunk, cast into
+//            its own slot before each all-gather (zero_buffer_layout.h stage3_gathers_cast_master); before each
+//            unit (embeddings, a block, the final norm) computes, its buckets are all-gathered into a
+//            gathered-parameter arena, the next units prefetched on the comm lane, and released after use unless
+//            reused soon (core/zero3_fetch_plan.h: the same plan the planner reads); tensors below
+//            stage3_param_persistence_threshold stay whole on every rank and are all-gathered once after the
+//            optimizer step. Gradients as at stage 2. Each rank initializes only its partition (DeepSpeed's
+//            zero.Init): no rank ever holds the whole model.
 // At every stage the global gradient norm (and with it the fp16 overflow decision and the clipping factor) is
 // computed from the reduced gradients and agreed on by all ranks before any parameter changes.
 //
@@ -330,7 +332,13 @@ class ZeroEngine {
   // buckets, at least one), fixed with the partition.
   std::vector<std::pair<std::size_t, std::size_t>> gather_groups_;
 
-  void* params_ = nullptr;           // whole 16-bit (or fp32) parameters; stage 3: the rank's partition
+  void* params_ = nullptr;           // whole 16-bit (or fp32) parameters; stage 3: the rank's partition (none
+                                     //   where gathers_cast_master_)
+  bool gathers_cast_master_ = false;  // stage 3: the all-gathers cast the fp32 master (stage3_gathers_cast_master)
+  // Where the rank's 16-bit partition holds partition element `offset`: null where there is none.
+  void* partition_params(std::int64_t offset) const {
+    return params_ ? static_cast<char*>(params_) + offset * comm_dtype_bytes(type_) : nullptr;
+  }
   void* grads_ = nullptr;            // stages 0-1: whole gradients; stage 2: the rank's gradient partition
   // Stages 0-1 on backends whose kernels always accumulate (the CPU reference): micro-steps after the first
   // write here and are added to grads_ bucket by bucket, so the step's gradient is the sum of per-micro-step

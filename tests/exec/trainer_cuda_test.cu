@@ -7,12 +7,15 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "exec/activation_accounting.h"
+#include "exec/comm/nccl_communicator.h"
 #include "exec/cuda/cuda_trainer.h"
 #include "exec/cuda/device_allocator.h"
 #include "exec/token_data.h"
@@ -36,6 +39,18 @@ ExecConfig small_model(ExecPrecision precision) {
   c.optimizer.learning_rate = 1e-3;
   c.optimizer.weight_decay = 0.1;
   c.seed = 5;
+  return c;
+}
+
+// small_model at stage 3 with several buckets, LayerNorm and biases persistent, two micro-steps and the ordered
+// reductions (--deterministic), so that two ways of running it can be compared bit for bit.
+ExecConfig small_stage3_model(ExecPrecision precision) {
+  ExecConfig c = small_model(precision);
+  c.grad_accum = 2;
+  c.zero.stage = 3;
+  c.zero.reduce_bucket_elements = 40000;
+  c.zero.param_persistence_threshold = 1000;
+  c.zero.deterministic = true;
   return c;
 }
 
@@ -427,12 +442,7 @@ TEST(CudaTrainer, ParameterOffloadEqualsTheDevicePartition) {
   for (ExecPrecision precision : {ExecPrecision::fp32, ExecPrecision::bf16, ExecPrecision::fp16})
     for (bool optimizer : {false, true}) {
       const std::string what = to_string(precision) + (optimizer ? ", optimizer offloaded too" : ", device AdamW");
-      ExecConfig c = small_model(precision);
-      c.grad_accum = 2;
-      c.zero.stage = 3;
-      c.zero.reduce_bucket_elements = 40000;
-      c.zero.param_persistence_threshold = 1000;
-      c.zero.deterministic = true;
+      ExecConfig c = small_stage3_model(precision);
       c.zero.offload_optimizer = optimizer;
       c.zero.cpu_optimizer_threads = 4;
       c.optimizer.grad_clip = 0.5;
@@ -457,6 +467,9 @@ TEST(CudaTrainer, ParameterOffloadEqualsTheDevicePartition) {
       }
       const std::vector<float> pd = dev->params();
       EXPECT_EQ(differing_elements(off->params(), pd), "equal") << what;
+      // The device engine gathers from its fp32 master on the device in 16-bit training (no 16-bit partition),
+      // else from its partition: the same bits as the offloaded 16-bit partition's gathers, above.
+      EXPECT_EQ(dev->memory().component("params") == 0, precision != ExecPrecision::fp32 && !optimizer) << what;
       std::vector<float> md, mo, m1, m2, v1, v2;
       dev->read_owned_state(md, m1, v1);
       off->read_owned_state(mo, m2, v2);
@@ -476,6 +489,71 @@ TEST(CudaTrainer, ParameterOffloadEqualsTheDevicePartition) {
       off->set_params(pd);
       EXPECT_EQ(off->params(), pd) << what << ": set_params";
     }
+}
+
+// Stage 3 on two GPUs over NCCL, 16-bit: the device engine keeps no 16-bit partition and each all-gather casts its
+// rank's chunk of the fp32 master into its own slot and gathers in place; with offload_param the 16-bit partition
+// is kept (in host memory) and gathered from a staging buffer. With --deterministic the two runs are equal, bit for
+// bit, on both ranks: losses, gradient norms and parameters (bf16 and fp16, clipping on, two micro-steps). Skipped
+// below two GPUs.
+TEST(CudaTrainer, TwoGpuStage3GathersTheCastMasterAsTheKeptPartition) {
+  REQUIRE_GPU();
+  int gpus = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&gpus));
+  if (gpus < 2) GTEST_SKIP() << "needs two GPUs; this machine has " << gpus;
+  constexpr int kSteps = 3;
+  for (ExecPrecision precision : {ExecPrecision::bf16, ExecPrecision::fp16}) {
+    struct RankRun {
+      std::vector<double> loss, norm;
+      std::vector<float> params;
+      std::int64_t params_bytes = -1;
+      std::string failure;
+    };
+    auto run_two_ranks = [&](bool keep_partition) {
+      ExecConfig c = small_stage3_model(precision);
+      c.optimizer.grad_clip = 0.5;
+      c.zero.offload_param = keep_partition;
+      c.zero.param_buffer_count = 2;
+      const std::string id = make_nccl_unique_id_hex();
+      std::vector<RankRun> runs(2);
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < 2; ++r)
+        ranks.emplace_back([&, r] {
+          try {
+            CUDA_CHECK(cudaSetDevice(r));
+            CommWatch watch;
+            watch.timeout_s = 60;  // a rank that failed leaves its peer waiting: it stops within a minute
+            auto comm = make_nccl_communicator(r, 2, r, id, nullptr, watch);
+            auto t = make_cuda_trainer(c, comm.get());
+            auto src = TokenSource::synthetic(c.shape.vocab, 40 + r);
+            for (int s = 0; s < kSteps; ++s) {
+              const auto b = src.next_batch(c.micro_batch * c.grad_accum, c.seq_len);
+              const auto res = t->step(b.inputs, b.targets);
+              runs[r].loss.push_back(res.loss);
+              runs[r].norm.push_back(res.grad_norm);
+            }
+            runs[r].params = t->params();
+            runs[r].params_bytes = t->memory().component("params");
+          } catch (const std::exception& e) {
+            runs[r].failure = e.what();
+          }
+        });
+      for (std::thread& t : ranks) t.join();
+      return runs;
+    };
+    const std::vector<RankRun> cast = run_two_ranks(false), kept = run_two_ranks(true);
+    CUDA_CHECK(cudaSetDevice(0));
+    for (int r = 0; r < 2; ++r) {
+      const std::string label = to_string(precision) + ", rank " + std::to_string(r);
+      ASSERT_TRUE(cast[r].failure.empty()) << label << ": " << cast[r].failure;
+      ASSERT_TRUE(kept[r].failure.empty()) << label << " (offload_param): " << kept[r].failure;
+      EXPECT_EQ(cast[r].params_bytes, 0) << label;
+      EXPECT_EQ(cast[r].loss, kept[r].loss) << label;
+      EXPECT_EQ(cast[r].norm, kept[r].norm) << label;
+      EXPECT_EQ(differing_elements(cast[r].params, kept[r].params), "equal") << label;
+      EXPECT_EQ(differing_elements(cast[r].params, cast[0].params), "equal") << label << ": against rank 0";
+    }
+  }
 }
 
 // ZeRO-Infinity parameter offload to NVMe (offload_param nvme) on one GPU, every precision, against the partition
@@ -560,17 +638,34 @@ TEST(CudaTrainer, OffloadedFp16OverflowSkipsTheStep) {
 
 TEST(CudaTrainer, AllocatorMatchesTheAccountingFormula) {
   REQUIRE_GPU();
+  for (int stage : {0, 3})
   for (auto rec : {ExecRecompute::none, ExecRecompute::selective, ExecRecompute::full})
    for (bool llama : {false, true}) {
     ExecConfig c = llama ? small_llama(ExecPrecision::bf16, 128) : small_model(ExecPrecision::bf16);
+    c.zero.stage = stage;
+    c.zero.param_persistence_threshold = 1000;  // stage 3: norms persistent, weights gathered
     c.recompute = rec;
     c.zero.fp32_grad_accumulation = rec == ExecRecompute::selective;  // fp32 gradients and the micro-step ones
     auto gpu = make_cuda_trainer(c);
     const auto mem = gpu->memory();
-    const auto expected = expected_device_memory(c);
-    for (const auto& [name, bytes] : expected.components())
-      EXPECT_EQ(mem.component(name), bytes) << name << (llama ? ", llama" : ", gpt2");
-    EXPECT_EQ(mem.peak_total, expected.total());
+    // Stage 0: the closed-form figures; stage 3: the list of allocations the planner counts, summed per component.
+    std::map<std::string, std::int64_t> expected;
+    std::int64_t expected_total = 0;
+    if (stage == 0) {
+      const auto e = expected_device_memory(c);
+      for (const auto& [name, bytes] : e.components()) expected[name] = bytes;
+      expected_total = e.total();
+    } else {
+      for (const DeviceAllocation& a : device_allocations(c, 1)) {
+        expected[a.component] += a.bytes;
+        expected_total += a.bytes;
+      }
+    }
+    for (const auto& [name, bytes] : expected)
+      EXPECT_EQ(mem.component(name), bytes) << name << (llama ? ", llama" : ", gpt2") << ", stage " << stage;
+    EXPECT_EQ(mem.peak_total, expected_total) << "stage " << stage;
+    // Stage 3 with the fp32 master on the device keeps no 16-bit partition (the all-gathers cast the master).
+    if (stage == 3) EXPECT_EQ(mem.component("params"), 0) << (llama ? "llama" : "gpt2");
     EXPECT_GT(mem.device_total, 0);
   }
 }
