@@ -375,7 +375,9 @@ class CpuTrainer final : public EngineTrainer {
     const bool train_model = !lora();  // with LoRA only the adapters (one unit per block) have gradients
     // The ZeRO engine learns which gradients backward writes next and which are final (its buckets).
     if (train_model) {
-      engine_->prepare_gradients(0, layout.block_begin(0));             // embeddings (wte by the tied head)
+      // The tied head writes the embeddings' gradients first; untied, only the encoder's backward writes them,
+      // at the end (where their bucket may take a rotating buffer: exec/zero/zero_buffer_layout.cpp).
+      if (s.tied_head) engine_->prepare_gradients(0, layout.block_begin(0));
       engine_->prepare_gradients(layout.tail_begin(), layout.total());  // the head unit
     }
     // logits = lnf head^T: dlnf = dlogits head; dhead += dlogits^T lnf
@@ -413,6 +415,7 @@ class CpuTrainer final : public EngineTrainer {
       engine_->gradients_final_from(trained.begin);
     }
     if (!train_model) return;  // the embeddings are frozen: nothing below needs their input gradient
+    if (!s.tied_head) engine_->prepare_gradients(0, layout.block_begin(0));
     cpu::encoder_backward(G(layout.wte()), layout.has_wpe() ? G(layout.wpe()) : nullptr, dres.data(), in, B, T, C);
     engine_->gradients_final_from(0);
   }

@@ -692,7 +692,9 @@ class CudaTrainer final : public EngineTrainer {
     const bool layer_norm = s.norm == NormKind::layer_norm;
     const bool train_model = !lora();
     if (train_model) {
-      engine_->prepare_gradients(0, layout.block_begin(0));             // embeddings (wte by the tied head)
+      // The tied head writes the embeddings' gradients first; untied, only the encoder's backward writes them,
+      // at the end (where their bucket may take a rotating buffer: exec/zero/zero_buffer_layout.cpp).
+      if (s.tied_head) engine_->prepare_gradients(0, layout.block_begin(0));
       engine_->prepare_gradients(layout.tail_begin(), layout.total());  // the head unit
     }
     // logits = lnf head^T
@@ -769,6 +771,7 @@ class CudaTrainer final : public EngineTrainer {
       engine_->gradients_final_from(trained.begin);
     }
     if (!train_model) return;  // the embeddings are frozen: nothing below needs their input gradient
+    if (!s.tied_head) engine_->prepare_gradients(0, layout.block_begin(0));
     // The token embedding's gradient: the tied head wrote it first; untied, the first micro-step starts it at 0
     // (the scatter below adds).
     if (!s.tied_head && !acc)

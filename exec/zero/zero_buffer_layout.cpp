@@ -20,37 +20,46 @@ std::vector<std::pair<std::int64_t, std::int64_t>> backward_ranges(const ParamLa
 
 void gradient_buffers(ZeroBufferLayout& z, const ParamLayout& layout, const ZeroPartition& partition,
                       const ZeroSettings& zero, std::int64_t grad_accum) {
-  // The embeddings' buckets have their own buffers (written at the start and the end of backward); the others
-  // rotate over enough buffers that a block never waits for a reduction that needs the block itself, plus one
-  // with overlap_comm so that the next block's backward does not wait for the last reduction either.
+  // The tied embeddings' buckets have their own buffers (written at the start of backward by the logits and at its
+  // end by the encoder); the others rotate over enough buffers that a block never waits for a reduction that needs
+  // the block itself, plus one with overlap_comm so that the next block's backward does not wait for the last
+  // reduction either. Untied embeddings are written once, at the end of backward, and join the rotation where
+  // their bucket is no larger than its buffers (Llama-2 7B: 131M elements beside 202M blocks; not TinyLlama's 66M
+  // beside 44M, whose rotation would grow). The partitioned and the persistent buckets rotate apart (below), so a
+  // unit's count of each sets its own rotation: Llama-2 7B at stage 3 rotated three 202M-element buffers where two
+  // serve (each block one partitioned bucket and one persistent one).
   const auto& buckets = partition.buckets();
+  std::int64_t largest = 0, largest_persistent = 0;
+  for (const GradientBucket& b : buckets)
+    if (!b.embeddings && !b.persistent) largest = std::max(largest, b.elements());
+  for (const GradientBucket& b : buckets)
+    if (!b.embeddings && b.persistent) largest_persistent = std::max(largest_persistent, b.elements());
+  const bool tied = layout.embeddings_reread();
+  const auto own_buffer = [&](const GradientBucket& b) {
+    return b.embeddings && (tied || b.persistent || b.elements() > largest);
+  };
   int per_range = 1, persistent_per_range = 1;
   for (const auto& [lo, hi] : backward_ranges(layout)) {
     int k = 0, p = 0;
     for (const GradientBucket& b : buckets)
-      if (!b.embeddings && b.begin < hi && b.end > lo) ++k, p += b.persistent;
+      if (!own_buffer(b) && b.begin < hi && b.end > lo) (b.persistent ? p : k) += 1;
     per_range = std::max(per_range, k);
     persistent_per_range = std::max(persistent_per_range, p);
   }
   const int rotating = zero.overlap_comm ? per_range + 1 : per_range;
-  std::int64_t largest = 0, largest_persistent = 0;
-  for (const GradientBucket& b : buckets)
-    if (!b.embeddings) largest = std::max(largest, b.elements());
-  for (const GradientBucket& b : buckets)
-    if (!b.embeddings && b.persistent) largest_persistent = std::max(largest_persistent, b.elements());
   // Stage 3: a unit's persistent tensors (norms, biases, small convolutions) are a bucket of their own beside its
   // partitioned one (or several, reduce_bucket_size each), and they rotate over small buffers of their own: twice a
   // unit's persistent buckets with overlap_comm, since a unit writes its own while the previous unit's are reduced.
   // In the one rotation, with one buffer more than a unit's buckets, a unit took back the buffer of the previous
   // unit's first bucket while that reduction was still running, and the compute waited at every unit: ResNet-101 at
   // stage 3 on 2x H200, ~1 ms a step over its 35 units at 25-30 us a reduction beside the convolutions
-  // (bench/resnet/results/2026-11-29-h200x2/call16). The partitioned buckets keep the rotation and sizes they had.
+  // (bench/resnet/results/2026-11-29-h200x2/call16).
   const int persistent_rotating = zero.overlap_comm ? 2 * persistent_per_range : persistent_per_range;
   z.bucket_slot.assign(buckets.size(), -1);
   int next = 0, next_persistent = 0;
   std::vector<std::size_t> persistent;
   for (std::size_t k = 0; k < buckets.size(); ++k) {
-    if (buckets[k].embeddings) continue;
+    if (own_buffer(buckets[k])) continue;
     if (buckets[k].persistent) persistent.push_back(k);
     else z.bucket_slot[k] = next++ % rotating;
   }
@@ -59,7 +68,7 @@ void gradient_buffers(ZeroBufferLayout& z, const ParamLayout& layout, const Zero
   for (std::size_t k : persistent) z.bucket_slot[k] = persistent_first + next_persistent++ % persistent_rotating;
   for (int i = 0; i < std::min(persistent_rotating, next_persistent); ++i) z.slot_elements.push_back(largest_persistent);
   for (std::size_t k = 0; k < buckets.size(); ++k)
-    if (buckets[k].embeddings) {
+    if (own_buffer(buckets[k])) {
       z.bucket_slot[k] = static_cast<int>(z.slot_elements.size());
       z.slot_elements.push_back(buckets[k].elements());
     }
