@@ -171,6 +171,28 @@ double cpu_optimizer_rate(const ClusterDescription& cluster, const TrainingConfi
 
 namespace {
 
+// The executor's stage-3 figures per gather unit (sim/executor_layout.h), per layer of the description: the units
+// are its layers, except that an untied head's final norm and LM head are one unit (exec/param_layout.h), gathered
+// and reduced where the description's LM head layer computes. `norm_value`: what the final norm's layer takes
+// (`copy`: the unit's own, for whether it is regathered; else 0 for its calls and elements, counted at the head).
+// None when the units match the layers otherwise.
+template <typename T>
+std::optional<std::vector<T>> unit_figures_per_layer(const ModelDescription& model, const std::vector<T>& units,
+                                                     bool copy) {
+  const std::size_t n = model.layers.size();
+  if (units.size() == n) return units;
+  if (units.empty() || units.size() + 1 != n || n < 2 || model.layers[n - 2].kind != "norm" ||
+      model.layers[n - 1].kind != "lm_head")
+    return std::nullopt;
+  std::vector<T> layers(units.begin(), units.end());
+  layers.insert(layers.end() - 1, copy ? units.back() : T{});
+  return layers;
+}
+
+}  // namespace
+
+namespace {
+
 // The steady micro-step's exposed communication stands for every skipped one only if the communication of the
 // micro-steps up to it ends before the boundary micro-step computes: then what it overlaps is steady micro-steps
 // alone, as in the full step (zero_schedule.h SteadyMicroSteps). Otherwise the step is built whole.
@@ -323,11 +345,13 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
   if (training.zero.stage == 3 || offloads_optimizer) {
     if (figures) {
       // The executor's fetch plan keeps a unit gathered from its forward to its backward use when the reuse rule
-      // allows: no all-gather (nor NVMe read, nor host copy) for it in backward. One gather unit per layer.
-      if (figures->unit_regathered_for_backward.size() == model.layers.size()) {
-        inputs.backward_regathers = figures->unit_regathered_for_backward;
+      // allows: no all-gather (nor NVMe read, nor host copy) for it in backward.
+      if (const auto regathers = unit_figures_per_layer(model, figures->unit_regathered_for_backward, true)) {
+        inputs.backward_regathers = *regathers;
         inputs.head_regathers_embeddings = figures->head_regathers_embeddings;
-        if (training.zero.offload_param == OffloadDevice::nvme) {
+        // (per unit: a description whose layers are its units; others read the default share)
+        if (training.zero.offload_param == OffloadDevice::nvme &&
+            figures->unit_regathered_for_backward.size() == model.layers.size()) {
           inputs.nvme_forward_read_share = figures->param_nvme_forward_read_share;
           inputs.nvme_backward_read_share = figures->param_nvme_backward_read_share;
           inputs.nvme_head_read_share = figures->param_nvme_head_read_share;
@@ -339,11 +363,11 @@ StepSimulation simulate_step(const ModelDescription& model, const ClusterDescrip
       }
       // Stage 3 on several GPUs: the NCCL calls of each unit's gather and reduction, and the persistent tensors'
       // gather after the step.
-      if (training.zero.stage == 3 && world_size > 1 &&
-          figures->unit_gather_calls.size() == model.layers.size()) {
-        inputs.executor_unit_gather_calls = figures->unit_gather_calls;
-        inputs.executor_unit_reduce_calls = figures->unit_reduce_calls;
-        inputs.executor_unit_gather_elements = figures->unit_gather_elements;
+      const auto gather_calls = unit_figures_per_layer(model, figures->unit_gather_calls, false);
+      if (training.zero.stage == 3 && world_size > 1 && gather_calls) {
+        inputs.executor_unit_gather_calls = *gather_calls;
+        inputs.executor_unit_reduce_calls = *unit_figures_per_layer(model, figures->unit_reduce_calls, false);
+        inputs.executor_unit_gather_elements = *unit_figures_per_layer(model, figures->unit_gather_elements, false);
         inputs.executor_persistent_buckets = figures->persistent_buckets;
         inputs.executor_persistent_elements = figures->persistent_elements;
       }
