@@ -4,7 +4,8 @@
 #   run(command="PARTS='build tests correct speed' bash bench/llama/device_llama.sh", carry=[...], kind="nvidia-h200-x2")
 # PARTS (default "build tests correct speed"):
 #   build    the CLI and the GPU tests in build-dev (bench/exec/device_common.sh's configuration)
-#   tests    the executor's GPU tests (kernels against the CPU reference, whole steps)
+#   tests    the executor's GPU tests (kernels against the CPU reference, whole steps; GTEST_FILTER), beside `correct`
+#            on the last GPU, else on every GPU
 #   correct  transformers (bench/llama/hf_reference.py make: LlamaForCausalLM / Qwen2ForCausalLM, eager, fp32 and
 #            bf16) against `zeroplan run --init-from` on the same weights and tokens, step 1's loss and every
 #            parameter's gradient (--save-grads), for TinyLlama-, Llama-3- and Qwen2-shaped configs; then an
@@ -60,7 +61,10 @@ fi
 # The GPU tests run on the last GPU while the correctness checks use the first (both are small).
 tests_pid=""
 if has tests; then
-  CUDA_VISIBLE_DEVICES=$((N - 1)) timeout 240 $BUILD/tests/exec/zeroplan_exec_cuda_tests > "$L/gpu_tests.log" 2>&1 &
+  # Beside `correct` (GPU 0) on the last GPU alone; otherwise on every GPU (the two-GPU tests need two).
+  visible=$(seq -s, 0 $((N - 1))); has correct && visible=$((N - 1))
+  CUDA_VISIBLE_DEVICES=$visible GTEST_FILTER=${GTEST_FILTER:-*} timeout 240 $BUILD/tests/exec/zeroplan_exec_cuda_tests \
+    > "$L/gpu_tests.log" 2>&1 &
   tests_pid=$!
 fi
 tests_done() {
