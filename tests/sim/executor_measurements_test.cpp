@@ -44,6 +44,12 @@ struct Planned {
   // The workspace of cuDNN's fused attention in the plan (exec/activation_accounting.h): runs measured before the
   // executor used it (2026-11-29; their reports have no attention_kernel) allocated none.
   std::int64_t attention_workspace = 0;
+  // Whether the executor's layout for this plan changed on 2026-11-30 (stage 3 keeps no 16-bit parameter partition
+  // and rotates gradient buffers by a unit's partitioned buckets alone; an untied model's embeddings bucket takes a
+  // rotating buffer where it fits one: exec/zero/zero_buffer_layout.*). Reports from before then have no
+  // device_allocations list: their parameters, buffers and device total are printed, not held; every other
+  // component, the step and the bytes still are.
+  bool layout_changed = false;
 };
 
 // What `zeroplan run` plans for `inputs` (run/training_run.cpp): the executor's engine, dropout 0, the stage and
@@ -70,9 +76,11 @@ Planned plan_as_run(PlanInputs inputs, bool deterministic = false,
   options.search_max_micro_batch = false;
   TrainingConfig applied = in.training;
   applied.zero.stage = choice.stage;
+  const bool untied = in.model.transformer && !in.model.transformer->tied_embeddings;
   return {evaluate_plan(in.model, in.cluster, in.training, choice, options),
           simulate_step(in.model, in.cluster, in.training, choice),
-          exec::cudnn_attention_workspace_bytes(executor_planned_config(in.model, applied, choice.stage))};
+          exec::cudnn_attention_workspace_bytes(executor_planned_config(in.model, applied, choice.stage)),
+          choice.stage == 3 || (choice.stage == 2 && untied)};
 }
 
 // The runs of GPT-2 1.5B (or `model`), micro-batch 8, seq 1024, bf16, on a bundled cluster.
@@ -119,19 +127,27 @@ void expect_memory_within(const Planned& p, const nlohmann::json& m, bool offloa
   const nlohmann::json& measured = m.at("gpu_bytes");
   const Bytes before_cudnn_attention = m.contains("attention_kernel") ? 0 : p.attention_workspace;
   const auto bytes = [&](const char* tag) { return measured.value(tag, std::int64_t{0}); };
-  expect_within(g.params, bytes("params"), kComponentTolerance, "params");
+  const bool earlier_layout = p.layout_changed && !m.contains("device_allocations");
+  // Held, or printed for a report of the executor's layout before 2026-11-30 (Planned::layout_changed).
+  const auto layout_dependent = [&](double predicted, double measured_bytes, double tolerance, const std::string& what) {
+    if (!earlier_layout) return expect_within(predicted, measured_bytes, tolerance, what);
+    const double error = measured_bytes == 0 ? (predicted == 0 ? 0.0 : 1.0) : predicted / measured_bytes - 1.0;
+    std::printf("  %-18s predicted %16.0f measured %16.0f  %+6.2f%% (not held: measured before the 2026-11-30 "
+                "layout)\n", what.c_str(), predicted, measured_bytes, 100.0 * error);
+  };
+  layout_dependent(g.params, bytes("params"), kComponentTolerance, "params");
   expect_within(g.grads, bytes("grads"), kComponentTolerance, "grads");
   expect_within(g.master_params, bytes("master_params"), kComponentTolerance, "master_params");
   expect_within(g.optimizer_states, bytes("optimizer_states"), kComponentTolerance, "optimizer_states");
   expect_within(g.activations, bytes("activations"), kComponentTolerance, "activations");
   expect_within(g.logits, bytes("logits"), kComponentTolerance, "logits");
-  expect_within(g.gradient_buckets + g.gathered_params + g.offload_buffers,
-                bytes("gradient_buckets") + bytes("gathered_params") + bytes("offload_buffers"), kComponentTolerance,
-                "buffers");
+  layout_dependent(g.gradient_buckets + g.gathered_params + g.offload_buffers,
+                   bytes("gradient_buckets") + bytes("gathered_params") + bytes("offload_buffers"), kComponentTolerance,
+                   "buffers");
   expect_within(g.runtime_overhead - before_cudnn_attention, bytes("runtime_overhead"), kComponentTolerance,
                 "runtime_overhead");
-  expect_within(g.total - before_cudnn_attention, m.at("device_used_peak_bytes").get<double>(), kTotalTolerance,
-                "device total");
+  layout_dependent(g.total - before_cudnn_attention, m.at("device_used_peak_bytes").get<double>(), kTotalTolerance,
+                   "device total");
   if (offload) {
     std::int64_t host = 0;
     for (const auto& [tag, b] : m.at("host_bytes").items()) host += b.get<std::int64_t>();
@@ -387,6 +403,34 @@ TEST(ExecutorMeasurements, OneGpuSelectiveRecomputeWithinTolerances) {
       expect_memory_within(p, m, false);
       expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     }
+  // Stage 3 again on one H200 after the 2026-11-30 layout (no 16-bit parameter partition: each unit's gather casts
+  // the fp32 master into the arena; 2026-11-30-one-gpu-h200-stage3-cast/, its README gives the command): memory
+  // held. These runs used cuDNN's fused attention, which the planner times at h200x1's calibrated rate, measured at
+  // Llama-2 7B's head size 128; at GPT-2's 64 cuDNN gains less over the executor's own kernels (0.68x their time
+  // against 0.45x, bench/llama/results/2026-11-29-h200x1-cudnn-attention): the step is printed (-9.9..-11.9%).
+  for (Checkpointing mode : {Checkpointing::none, Checkpointing::selective}) {
+    const std::string report = "rc_s3_" + to_string(mode) + ".json";
+    SCOPED_TRACE("2026-11-30-one-gpu-h200-stage3-cast/" + report);
+    std::printf("h200x1.json (2026-11-30): %s\n", report.c_str());
+    const nlohmann::json m = read_json_file(results("2026-11-30-one-gpu-h200-stage3-cast") / report).at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), 3);
+    ASSERT_TRUE(m.contains("device_allocations"));
+    PlanInputs inputs;
+    inputs.checkpointing = mode;
+    inputs.model = "gpt2-1.5b";
+    inputs.cluster = (data_directory() / "configs" / "clusters" / "h200x1.json").string();
+    inputs.gpus = 1;
+    inputs.micro_batch = 8;
+    inputs.seq = 1024;
+    inputs.precision = Precision::bf16;
+    inputs.stage = 3;
+    const Planned p =
+        plan_as_run(inputs, false, std::nullopt, m.value("attention_kernel", std::string()) == "cudnn_fused");
+    expect_memory_within(p, m, false);
+    std::printf("  step: predicted %.1f ms, measured %.1f ms (not held)\n", p.step.step_seconds * 1e3,
+                m.at("step_seconds").get<double>() * 1e3);
+    expect_comm_bytes_equal(p, m);
+  }
 }
 
 // Two H200, 2026-11-26 (bench/exec/results/2026-11-26-two-gpu-h200/, its README gives the commands): GPT-2 1.5B at
@@ -403,14 +447,21 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
     int micro_batch;
   };
   // (stage 2 at the default buckets left out, as above)
-  for (const Run& run : {Run{"run_s0.json", 0, Checkpointing::none, "gpt2-1.5b", 8},
-                         Run{"run_s1.json", 1, Checkpointing::none, "gpt2-1.5b", 8},
-                         Run{"run_s3.json", 3, Checkpointing::none, "gpt2-1.5b", 8},
-                         Run{"run_s3_selective.json", 3, Checkpointing::selective, "gpt2-1.5b", 8},
-                         Run{"largest_s3.json", 3, Checkpointing::none, "bench/exec/models/gpt2-h6144-l36.json", 1}}) {
+  // 2026-11-26's rows, and 2026-11-30's stage 3 without a 16-bit parameter partition (each all-gather casts the
+  // fp32 master; 2026-11-30-two-gpu-h200-stage3-cast/, its README gives the command).
+  for (const Run& run : {Run{"2026-11-26-two-gpu-h200/run_s0.json", 0, Checkpointing::none, "gpt2-1.5b", 8},
+                         Run{"2026-11-26-two-gpu-h200/run_s1.json", 1, Checkpointing::none, "gpt2-1.5b", 8},
+                         Run{"2026-11-26-two-gpu-h200/run_s3.json", 3, Checkpointing::none, "gpt2-1.5b", 8},
+                         Run{"2026-11-26-two-gpu-h200/run_s3_selective.json", 3, Checkpointing::selective,
+                             "gpt2-1.5b", 8},
+                         Run{"2026-11-26-two-gpu-h200/largest_s3.json", 3, Checkpointing::none,
+                             "bench/exec/models/gpt2-h6144-l36.json", 1},
+                         Run{"2026-11-30-two-gpu-h200-stage3-cast/run_s3.json", 3, Checkpointing::none, "gpt2-1.5b", 8},
+                         Run{"2026-11-30-two-gpu-h200-stage3-cast/run_s3_selective.json", 3, Checkpointing::selective,
+                             "gpt2-1.5b", 8}}) {
     SCOPED_TRACE(run.report);
     std::printf("two H200: %s\n", run.report);
-    const nlohmann::json doc = read_json_file(results("2026-11-26-two-gpu-h200") / run.report);
+    const nlohmann::json doc = read_json_file(results(run.report));
     const nlohmann::json& m = doc.at("measured");
     ASSERT_EQ(m.at("stage").get<int>(), run.stage);
     ASSERT_EQ(m.at("world_size").get<int>(), 2);
@@ -455,13 +506,18 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
     int stage;
     int micro_batch;
   };
-  for (const Run& run : {Run{"speed_s0.json", "tinyllama-1.1b.json", 0, 4},
-                         Run{"speed_s2.json", "tinyllama-1.1b.json", 2, 4},
-                         Run{"speed_s3.json", "tinyllama-1.1b.json", 3, 4},
-                         Run{"call2/big_s3.json", "llama2-7b.json", 3, 2}}) {
+  // 2026-11-28's rows, and 2026-11-30 call5's: stage 3 without a 16-bit parameter partition (each all-gather casts
+  // the fp32 master), the gradient buffers rotated by a unit's partitioned buckets, cuDNN's fused attention.
+  for (const Run& run : {Run{"2026-11-28-h200x2/speed_s0.json", "tinyllama-1.1b.json", 0, 4},
+                         Run{"2026-11-28-h200x2/speed_s2.json", "tinyllama-1.1b.json", 2, 4},
+                         Run{"2026-11-28-h200x2/speed_s3.json", "tinyllama-1.1b.json", 3, 4},
+                         Run{"2026-11-28-h200x2/call2/big_s3.json", "llama2-7b.json", 3, 2},
+                         Run{"2026-11-30-h200x2/call5/speed_s2.json", "tinyllama-1.1b.json", 2, 4},
+                         Run{"2026-11-30-h200x2/call5/speed_s3.json", "tinyllama-1.1b.json", 3, 4},
+                         Run{"2026-11-30-h200x2/call5/big_s3.json", "llama2-7b.json", 3, 2}}) {
     SCOPED_TRACE(run.report);
     std::printf("two H200, Llama: %s\n", run.report);
-    const std::filesystem::path folder = data_directory() / "bench" / "llama" / "results" / "2026-11-28-h200x2";
+    const std::filesystem::path folder = data_directory() / "bench" / "llama" / "results";
     const nlohmann::json m = read_json_file(folder / run.report).at("measured");
     ASSERT_EQ(m.at("stage").get<int>(), run.stage);
     ASSERT_EQ(m.at("world_size").get<int>(), 2);
@@ -473,7 +529,8 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
     inputs.seq = 2048;
     inputs.precision = Precision::bf16;
     inputs.stage = run.stage;
-    const Planned p = plan_as_run(inputs);
+    const Planned p =
+        plan_as_run(inputs, false, std::nullopt, m.value("attention_kernel", std::string()) == "cudnn_fused");
     expect_memory_within(p, m, false);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     expect_comm_bytes_equal(p, m);
@@ -747,12 +804,15 @@ TEST(ExecutorMeasurements, TwoH200ResNet101MemoryAndCommunication) {
     const char* date;
     const char* call;
     bool spread_prefetch;  // the executor of 4ae0def on: stage 3 with the optimizer on the CPU held
+    bool stage3_only;      // call26: stage 3 again after the 2026-11-30 layout (Planned::layout_changed)
   };
   int offload_steps_held = 0;
-  for (const Call& c : {Call{"2026-11-29-h200x2", "call15", false}, Call{"2026-11-29-h200x2", "call16", false},
-                        Call{"2026-11-30-h200x2", "call25", true}})
+  for (const Call& c : {Call{"2026-11-29-h200x2", "call15", false, false},
+                        Call{"2026-11-29-h200x2", "call16", false, false},
+                        Call{"2026-11-30-h200x2", "call25", true, false}, Call{"2026-11-30-h200x2", "call26", true, true}})
   for (const StoredRun& run : {StoredRun{"ours_s0.json", 0, false}, StoredRun{"ours_s2.json", 2, false},
                                StoredRun{"ours_s3.json", 3, false}, StoredRun{"ours_s3o.json", 3, true}}) {
+    if (c.stage3_only && run.stage < 3) continue;
     const char* call = c.call;
     const std::filesystem::path folder = data_directory() / "bench" / "resnet" / "results" / c.date / call;
     SCOPED_TRACE(std::string(call) + "/" + run.report);
@@ -792,7 +852,7 @@ TEST(ExecutorMeasurements, TwoH200ResNet101MemoryAndCommunication) {
     }
     expect_comm_bytes_equal(p, m);
   }
-  EXPECT_EQ(offload_steps_held, 1);
+  EXPECT_EQ(offload_steps_held, 2);
 }
 
 }  // namespace
