@@ -277,17 +277,21 @@ void StepBuilder::run_pass(bool forward, std::int32_t micro) {
 }
 
 double StepBuilder::executor_lane_waits(bool forward, std::size_t index) const {
-  if (!executor_ || index >= in_.executor_unit_gather_calls.size()) return 0.0;
-  const std::int64_t gathers = in_.executor_unit_gather_calls[index];
-  std::int64_t waits = gathers > 0 ? 1 : 0;
-  if (!forward && index < in_.executor_unit_reduce_calls.size()) waits += in_.executor_unit_reduce_calls[index];
+  if (!executor_ || zero_.stage != 3) return 0.0;
+  // The unit's NCCL calls (several GPUs; one GPU gathers a unit with one cast, no collective).
+  const bool figures = index < in_.executor_unit_gather_calls.size();
+  const std::int64_t gathers = figures ? in_.executor_unit_gather_calls[index] : (gather_elements_[index] > 0 ? 1 : 0);
   // A unit gathered for this use first had its chunks cast from the master on the communication lane: a kernel
   // over the whole GPU, whose blocks the compute lane's kernels wait behind. Charged at its whole length, an upper
   // bound: Llama-2 7B at stage 3 on 2x H200 took 6.8 ms a step longer than keeping a 16-bit partition, where its
-  // casts take 11 ms at the streaming rate (bench/llama/results/2026-11-30-h200x2/call4).
-  const double cast = gathers > 0 && n_ > 1 && !kept_from_forward(forward, index)
+  // casts take 11 ms at the streaming rate (bench/llama/results/2026-11-30-h200x2/call4). On one GPU the cast into
+  // the arena is the whole gather.
+  const double cast = gathers > 0 && !kept_from_forward(forward, index)
                           ? executor_gather_cast_seconds(gather_elements_[index], gathers)
                           : 0.0;
+  if (!figures) return cast;
+  std::int64_t waits = gathers > 0 ? 1 : 0;
+  if (!forward && index < in_.executor_unit_reduce_calls.size()) waits += in_.executor_unit_reduce_calls[index];
   return static_cast<double>(waits) * kExecutorLaneWaitSeconds + cast;
 }
 
@@ -452,8 +456,9 @@ void StepBuilder::reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId p
 // chunk of every bucket (`elements` / N of them, fp32 read and 16-bit written) into its slot of the gathered
 // buffer on the communication lane (exec/zero/zero_buffer_layout.h stage3_gathers_cast_master).
 double StepBuilder::executor_gather_cast_seconds(std::int64_t elements, std::int64_t buckets) const {
+  const bool sixteen_bit = training_.precision != Precision::fp32;
   if (!executor_ || training_.lora.enabled ||
-      !exec::stage3_gathers_cast_master(executor_zero_settings(training_, zero_.stage), training_.precision != Precision::fp32, false))
+      !exec::stage3_gathers_cast_master(executor_zero_settings(training_, zero_.stage), sixteen_bit, false))
     return 0.0;
   const double bytes = static_cast<double>(ceil_div(elements, n_)) * (4.0 + precision_bytes(training_.precision));
   return bytes / in_.streaming_bandwidth + static_cast<double>(buckets) * in_.kernel_overhead_seconds;

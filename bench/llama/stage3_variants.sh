@@ -6,7 +6,7 @@
 # for the second GPU, in the logs):
 #   run(command="bash bench/llama/stage3_variants.sh", kind="nvidia-h200-x2", carry=["bench/deps"])
 # VARIANTS lines: name|environment|model|flags (model: a config under bench/llama/configs, else a bundled model name
-# or a path).
+# or a path; flags with --gpus K run on K of the machine's GPUs, with CUDA_VISIBLE_DEVICES in the environment).
 DEFAULT_PARTS="build variants" LOG_NAME=l3var
 source bench/device_call.sh
 C=bench/llama/configs
@@ -24,7 +24,8 @@ if has variants; then
     [ -z "$name" ] && continue
     need 70 "variant $name" || break
     m=$model; [ -f "$C/$model" ] && m=$C/$model
-    env $envs timeout 200 $RUN run --model $m --cluster h200x$N --gpus $N --precision bf16 $flags \
+    gpus="--gpus $N"; [[ " $flags " == *" --gpus "* ]] && gpus=""  # a variant may run on fewer GPUs
+    env $envs timeout 200 $RUN run --model $m --cluster h200x$N $gpus --precision bf16 $flags \
       --steps ${STEPS:-10} --force --report $L/$name.json --trace $L/$name.trace.json > "$L/$name.log" 2>&1
     rc=$?
     say "$name rc=$rc [$envs $flags]: $(grep -E '^  (step .*predicted|forward .*backward|exposed|reduce_scatter|all_gather)|^  [0-9]+ tokens/s' "$L/$name.log" | sed -E 's/ +/ /g' | tr '\n' ';' | cut -c1-600)"
