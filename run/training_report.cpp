@@ -282,6 +282,8 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     // Every buffer the executor allocated for training, as it lists them (exec/activation_accounting.h
     // device_allocations): what a later planner is checked against when the executor's layout has changed since.
     if (trainer->backend() == "cuda") {
+      // Whether its stage-3 all-gathers ran on the copy engines (the arena an NCCL window).
+      m["copy_engine_gathers"] = exec::stage3_copy_engine_gathers(cfg, world);
       nlohmann::json allocations = nlohmann::json::array();
       for (const exec::DeviceAllocation& a : exec::device_allocations(cfg, world))
         allocations.push_back({{"component", a.component}, {"what", a.what}, {"bytes", a.bytes}});

@@ -419,8 +419,11 @@ bool build_engine(RunOptions& o, ResolvedRun& r, RankGuard& guard, RankEngine& e
 #ifdef ZEROPLAN_HAVE_CUDA
     std::string why;
     if (!exec::cuda_device_available(&why)) throw InputError(kCli, "--backend", "cuda: " + why + " (try --backend cpu)");
+    // Stage 3 of a transformer gathers on the copy engines (exec/zero/zero_buffer_layout.h): the configuration
+    // measured with them; LoRA's engines, offload and layer lists (replayed as CUDA graphs) were not.
+    const bool copy_engine_gathers = exec::stage3_copy_engine_gathers(cfg, world);
     if (world > 1) comm = exec::make_nccl_communicator(env.rank, world, env.local_rank, env.nccl_id_hex, mpi.get(),
-                                                         guard.comm_watch());
+                                                         guard.comm_watch(), copy_engine_gathers);
     trainer = exec::make_cuda_trainer(cfg, comm.get());
 #else
     throw InputError(kCli, "--backend", "this zeroplan was built without the CUDA executor (try --backend cpu)");

@@ -2,6 +2,7 @@
 
 #include "core/lora_modules.h"
 #include "exec/activation_accounting.h"
+#include "exec/zero/zero_buffer_layout.h"
 #include "sim/executor_layout.h"
 
 namespace zeroplan {
@@ -70,6 +71,7 @@ std::optional<ExecutorDeviceBytes> executor_device_bytes(const ModelDescription&
   for (const exec::DeviceAllocation& a : allocations)
     if (a.component == "workspace") b.workspace += a.bytes;
   b.allocation_granularity = exec::allocation_granularity_bytes(allocations);
+  if (exec::stage3_copy_engine_gathers(c, world)) b.nccl_window = exec::kNcclCopyEngineWindowBytes;
   return b;
 }
 

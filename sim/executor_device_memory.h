@@ -19,6 +19,7 @@ namespace zeroplan {
 struct ExecutorDeviceBytes {
   Bytes workspace = 0;               // the allocations tagged workspace (cuBLASLt workspace included)
   Bytes allocation_granularity = 0;  // device memory the allocations occupy beyond their bytes
+  Bytes nccl_window = 0;             // NCCL's resources beside a copy-engine window (exec::kNcclCopyEngineWindowBytes)
 };
 
 // The executor's configuration for a plan: what decides its allocations (shape, batch, precision, recompute, ZeRO

@@ -288,6 +288,7 @@ MemoryEstimate compute(const ModelDescription& model, const ClusterDescription& 
     if (const auto executor = executor_device_bytes(model, training, static_cast<int>(in.world_size), in.stage)) {
       runtime.cublas_workspace = executor->workspace;
       runtime.allocation_granularity = executor->allocation_granularity;
+      runtime.nccl_window = executor->nccl_window;
     }
   gpu.runtime_overhead = runtime.total();
   gpu.total = sat_add(tensor_bytes, gpu.runtime_overhead);

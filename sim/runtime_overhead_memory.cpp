@@ -35,6 +35,10 @@ void explain_executor_runtime(Bytes pinned_host_bytes, const RuntimeOverheadByte
                      "their bytes",
                      "exec/activation_accounting.h (device_allocations, allocation_granularity_bytes); CUDA Driver "
                      "API cuMemGetAllocationGranularity"});
+  if (b.nccl_window > 0)
+    terms.push_back({"runtime_overhead", "NCCL's resources beside the copy-engine window of the gathered parameters",
+                     b.nccl_window, "measured: the device's used bytes above the plan with the arena a window",
+                     "exec/zero/zero_buffer_layout.h (kNcclCopyEngineWindowBytes)"});
   if (b.pinned_page_tables <= 0) return;
   terms.push_back({"runtime_overhead", "GPU page tables of this rank's pinned host memory", b.pinned_page_tables,
                    "ceil(" + num(pinned_host_bytes) + " pinned bytes / 4096) * 8",

@@ -20,8 +20,11 @@ struct RuntimeOverheadBytes {
   Bytes allocator_reserve = 0;
   Bytes pinned_page_tables = 0;      // the GPU's page tables mapping this rank's pinned host memory
   Bytes allocation_granularity = 0;  // zeroplan's executor: its allocations rounded up to the device's pages
+  Bytes nccl_window = 0;             // zeroplan's executor gathering on the copy engines: NCCL's window resources
   Bytes fixed() const { return cuda_context + cublas_workspace + nccl_buffers; }
-  Bytes total() const { return fixed() + allocator_reserve + pinned_page_tables + allocation_granularity; }
+  Bytes total() const {
+    return fixed() + allocator_reserve + pinned_page_tables + allocation_granularity + nccl_window;
+  }
 };
 
 // Device memory the GPU's page tables take to map `pinned_host_bytes` of page-locked host memory of one process

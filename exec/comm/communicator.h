@@ -61,6 +61,12 @@ class Communicator {
   virtual void all_reduce_sum(const void* send, void* recv, std::int64_t count, CommDtype type) = 0;
   virtual void reduce_scatter_sum(const void* send, void* recv, std::int64_t recv_count, CommDtype type) = 0;
   virtual void all_gather(const void* send, void* recv, std::int64_t send_count, CommDtype type) = 0;
+  // Device memory of `bytes` registered with every rank as a symmetric window (collective: every rank calls it, in
+  // the same order, with the same size), owned by the communicator and freed when it goes; null where the
+  // communicator has none (MPI, one rank). NCCL 2.28 runs an all-gather whose output lies in such a window on the
+  // GPUs' copy engines, with no SMs, under the zero-CTA policy its communicators are created with
+  // (nccl_communicator.cpp; NCCL 2.28.1 release notes, "CE (Copy Engine) Collectives").
+  virtual void* allocate_window(std::int64_t) { return nullptr; }
   // Several collectives issued as one (ncclGroupStart/End; a no-op on MPI, whose calls are already complete).
   virtual void group_start() = 0;
   virtual void group_end() = 0;

@@ -26,9 +26,14 @@ std::string make_nccl_unique_id_hex();
 // One rank of `world` on GPU `device` (cudaSetDevice is called), joined through the id from
 // make_nccl_unique_id_hex() (every rank the same). `mpi`, when not null and the id is empty, is used to
 // broadcast a fresh id from rank 0 (the mpirun path). Initialization that does not complete within the watch's
-// timeout (a peer never joined) is aborted and thrown.
+// timeout (a peer never joined) is aborted and thrown. copy_engine_gathers: the communicator is created with NCCL's
+// zero-CTA policy and allocate_window registers symmetric windows, so that all-gathers into them run on the copy
+// engines. The runs asked for it (run/training_run.cpp: stage 3 of a transformer, one process a GPU) are the ones
+// measured with it (bench/llama/results/2026-11-30-h200x2/call7, call8); ranks as threads of one process (the GPU
+// tests) must not: NCCL 2.28.3's window registration failed there (internal error at the first all-gather).
 std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world, int device, const std::string& id_hex,
-                                                     Communicator* mpi, const CommWatch& watch = {});
+                                                     Communicator* mpi, const CommWatch& watch = {},
+                                                     bool copy_engine_gathers = false);
 
 // One rank on the current GPU without NCCL: collectives of one rank are copies (cudaMemcpyAsync on its own
 // stream); nothing is counted, as nothing crosses a wire.

@@ -23,6 +23,10 @@ class CpuZeroDevice final : public ZeroDevice {
 
   CommDtype element_type() const override { return CommDtype::f32; }
   void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) override;
+  // The CPU backend's communicators (MPI, self) allocate no windows: nothing is ever recorded.
+  void record_external(const char* component, const char*, void*, std::int64_t) override {
+    throw std::logic_error(std::string("CPU ZeRO device: no external device memory (") + component + ")");
+  }
   void* allocate_host(const char* component, const char* what, std::int64_t bytes, bool pinned) override;
   // Both lanes are the calling thread: the copies complete before they return, and events have passed.
   void copy_to_host(void* host, const void* device, std::int64_t bytes) override;

@@ -121,6 +121,10 @@ void* CudaZeroDevice::allocate(const char* component, const char* what, std::int
   return alloc_.allocate(component, what, std::max<std::int64_t>(1, elements) * comm_dtype_bytes(type));
 }
 
+void CudaZeroDevice::record_external(const char* component, const char* what, void* ptr, std::int64_t bytes) {
+  alloc_.record_external(component, what, ptr, bytes);
+}
+
 void* CudaZeroDevice::allocate_host(const char* component, const char* what, std::int64_t bytes, bool pinned) {
   if (bytes < 0) throw std::invalid_argument(std::string("host allocation of negative size for ") + what);
   const std::size_t size = static_cast<std::size_t>((std::max<std::int64_t>(1, bytes) + 63) / 64 * 64);

@@ -28,6 +28,7 @@ class CudaZeroDevice final : public ZeroDevice {
 
   CommDtype element_type() const override { return element_; }
   void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) override;
+  void record_external(const char* component, const char* what, void* ptr, std::int64_t bytes) override;
   // Pinned: cudaHostAlloc (portable), so that the copy lanes' cudaMemcpyAsync run asynchronously.
   void* allocate_host(const char* component, const char* what, std::int64_t bytes, bool pinned) override;
   void copy_to_host(void* host, const void* device, std::int64_t bytes) override;

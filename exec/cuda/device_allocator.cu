@@ -24,7 +24,8 @@ DeviceAllocator::DeviceAllocator() {
 }
 
 DeviceAllocator::~DeviceAllocator() {
-  for (auto& [ptr, block] : blocks_) cudaFree(ptr);  // no throw from a destructor
+  for (auto& [ptr, block] : blocks_)
+    if (block.owned) cudaFree(ptr);  // no throw from a destructor
 }
 
 void* DeviceAllocator::allocate(const std::string& component, const std::string& what, std::int64_t bytes) {
@@ -60,8 +61,20 @@ void DeviceAllocator::free(void* ptr) {
   if (it == blocks_.end()) return;
   live_[it->second.component] -= it->second.bytes;
   live_total_ -= it->second.bytes;
-  CUDA_CHECK(cudaFree(ptr));
+  if (it->second.owned) CUDA_CHECK(cudaFree(ptr));
   blocks_.erase(it);
+}
+
+void DeviceAllocator::record_external(const std::string& component, const std::string& what, void* ptr,
+                                      std::int64_t bytes) {
+  if (!ptr || bytes <= 0) throw std::invalid_argument("external device memory of " + std::to_string(bytes) +
+                                                      " bytes at null or empty for " + what);
+  blocks_[ptr] = Block{component, bytes, false};
+  if (!live_.count(component)) order_.push_back(component);
+  live_[component] += bytes;
+  peak_[component] = std::max(peak_[component], live_[component]);
+  live_total_ += bytes;
+  peak_total_ = std::max(peak_total_, live_total_);
 }
 
 std::int64_t DeviceAllocator::peak_bytes(const std::string& c) const {

@@ -32,6 +32,9 @@ class DeviceAllocator {
     return static_cast<T*>(allocate(component, what, count * static_cast<std::int64_t>(sizeof(T))));
   }
   void free(void* ptr);
+  // Counts `bytes` at `ptr` that another library allocated and frees (NCCL's symmetric memory, the ZeRO engine's
+  // gathered-parameter arena: exec/comm/communicator.h allocate_window) under its component, as allocate() would.
+  void record_external(const std::string& component, const std::string& what, void* ptr, std::int64_t bytes);
 
   std::int64_t peak_bytes(const std::string& component) const;
   std::int64_t peak_total() const { return peak_total_; }
@@ -47,6 +50,7 @@ class DeviceAllocator {
   struct Block {
     std::string component;
     std::int64_t bytes;
+    bool owned = true;  // false: record_external's, freed by its owner
   };
   std::map<void*, Block> blocks_;
   std::vector<std::string> order_;

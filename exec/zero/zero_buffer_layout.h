@@ -33,6 +33,19 @@ inline bool stage3_gathers_cast_master(const ZeroSettings& zero, bool sixteen_bi
   return zero.stage == 3 && sixteen_bit && !frozen && !zero.offload_optimizer && !zero.offload_param;
 }
 
+// Whether a run's stage-3 all-gathers go to NCCL's copy engines (exec/comm/nccl_communicator.h copy_engine_gathers,
+// the gathered-parameter arena an NCCL window): stage 3 of a transformer on several ranks, without LoRA or offload,
+// the configuration measured with them (bench/llama/results/2026-11-30-h200x2/call7, call8).
+inline bool stage3_copy_engine_gathers(const ExecConfig& c, int world) {
+  return world > 1 && c.zero.stage == 3 && !c.network && !c.lora.enabled && !c.zero.offload_optimizer &&
+         !c.zero.offload_param;
+}
+// Device memory NCCL 2.28.3 takes beside a communicator created with the zero-CTA policy and one registered window,
+// outside the window itself: the device used by TinyLlama's and Llama-2 7B's stage-3 runs on 2x H200 rose by
+// exactly this much over their plans with the arena as a window, whatever the arena's size (0.36 and 1.38 GiB;
+// bench/llama/results/2026-11-30-h200x2/call8).
+inline constexpr std::int64_t kNcclCopyEngineWindowBytes = 48'300'032;
+
 // The partition rules of a configuration (stage 3 cuts at gather units and persistence runs).
 PartitionRules partition_rules(const ZeroSettings& zero);
 

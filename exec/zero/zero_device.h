@@ -41,6 +41,9 @@ class ZeroDevice {
   virtual CommDtype element_type() const = 0;
   // Tagged with a planner component name ("params", "grads", "gradient_buckets", ...) for the memory report.
   virtual void* allocate(const char* component, const char* what, std::int64_t elements, CommDtype type) = 0;
+  // Counts device memory another library allocated (the communicator's window: communicator.h allocate_window) in
+  // the memory report under `component`, as allocate() would have.
+  virtual void record_external(const char* component, const char* what, void* ptr, std::int64_t bytes) = 0;
   // Host memory for offloaded states, 64-byte aligned and zeroed, tagged with a host component name for the
   // memory report ("offload_master_params", ...). pinned: page-locked (CUDA: cudaHostAlloc), so that the copies
   // below run asynchronously; otherwise ordinary memory (DeepSpeed's pin_memory false). The CPU backend's memory is

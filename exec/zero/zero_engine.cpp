@@ -735,7 +735,15 @@ void ZeroEngine::setup_stage3() {
   const auto& buckets = partition_.buckets();
   if (buffers_.persistent_elements > 0)
     persistent_ = device_.allocate("gathered_params", "persistent parameters (whole)", buffers_.persistent_elements, type_);
-  if (buffers_.arena_elements > 0)
+  // A transformer's arena is the communicator's window where it has one, so that NCCL gathers into it on the copy
+  // engines (communicator.h allocate_window). A layer list's micro-step replays as a CUDA graph, where copy-engine
+  // collectives were not measured: its arena stays ours.
+  if (buffers_.arena_elements > 0 && !layout_.is_network()) {
+    const std::int64_t bytes = buffers_.arena_elements * comm_dtype_bytes(type_);
+    arena_ = comm_.allocate_window(bytes);
+    if (arena_) device_.record_external("gathered_params", "gathered parameters (arena, NCCL window)", arena_, bytes);
+  }
+  if (buffers_.arena_elements > 0 && !arena_)
     arena_ = device_.allocate("gathered_params", "gathered parameters (arena)", buffers_.arena_elements, type_);
   for (std::size_t k = 0; k < buckets.size(); ++k)
     if (buckets[k].persistent)

@@ -27,6 +27,7 @@ class RecordingDevice final : public ZeroDevice {
   std::map<std::string, std::int64_t> bytes;
 
   CommDtype element_type() const override { return CommDtype::bf16; }
+  void record_external(const char* component, const char*, void*, std::int64_t n) override { bytes[component] += n; }
   void* allocate(const char* component, const char*, std::int64_t elements, CommDtype type) override {
     const std::int64_t n = std::max<std::int64_t>(1, elements) * comm_dtype_bytes(type);
     bytes[component] += n;
