@@ -567,12 +567,7 @@ TEST(CudaTrainer, ParameterOffloadToNvmeEqualsTheHostPartition) {
   for (ExecPrecision precision : {ExecPrecision::fp32, ExecPrecision::bf16})
     for (bool optimizer : {false, true}) {
       const std::string what = to_string(precision) + (optimizer ? ", optimizer offloaded too" : ", device AdamW");
-      ExecConfig c = small_model(precision);
-      c.grad_accum = 2;
-      c.zero.stage = 3;
-      c.zero.reduce_bucket_elements = 40000;
-      c.zero.param_persistence_threshold = 1000;
-      c.zero.deterministic = true;
+      ExecConfig c = small_stage3_model(precision);
       c.zero.offload_optimizer = optimizer;
       c.zero.cpu_optimizer_threads = 4;
       c.zero.offload_param = true;
