@@ -173,9 +173,9 @@ namespace {
 
 // The executor's stage-3 figures per gather unit (sim/executor_layout.h), per layer of the description: the units
 // are its layers, except that an untied head's final norm and LM head are one unit (exec/param_layout.h), gathered
-// and reduced where the description's LM head layer computes. `norm_value`: what the final norm's layer takes
-// (`copy`: the unit's own, for whether it is regathered; else 0 for its calls and elements, counted at the head).
-// None when the units match the layers otherwise.
+// and reduced where the description's LM head layer computes. The final norm's layer takes the head unit's figure
+// with `copy` (whether it is regathered), else 0 (its calls and elements, counted at the head). None when the units
+// match the layers otherwise.
 template <typename T>
 std::optional<std::vector<T>> unit_figures_per_layer(const ModelDescription& model, const std::vector<T>& units,
                                                      bool copy) {
@@ -188,10 +188,6 @@ std::optional<std::vector<T>> unit_figures_per_layer(const ModelDescription& mod
   layers.insert(layers.end() - 1, copy ? units.back() : T{});
   return layers;
 }
-
-}  // namespace
-
-namespace {
 
 // The steady micro-step's exposed communication stands for every skipped one only if the communication of the
 // micro-steps up to it ends before the boundary micro-step computes: then what it overlaps is steady micro-steps

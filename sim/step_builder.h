@@ -44,7 +44,8 @@ class StepBuilder {
                             ? 4
                             : precision_bytes(inputs.training->precision)),
         ds_(inputs.deepspeed),
-        executor_(inputs.training->engine == TrainingEngine::zeroplan) {}
+        executor_(inputs.training->engine == TrainingEngine::zeroplan),
+        executor_casts_master_(executor_ && casts_master(*inputs.training)) {}
 
   SteadyMicroSteps build();
 
@@ -167,6 +168,10 @@ class StepBuilder {
 
   const bool ds_;                              // DeepSpeed's engine (the paths of deepspeed_engine.h)
   const bool executor_;                        // zeroplan's executor (exec/zero/zero_engine.cpp)
+  // Its stage-3 all-gathers cast the fp32 master first (exec/zero/zero_buffer_layout.h stage3_gathers_cast_master;
+  // a LoRA plan's adapters, whose engine casts, are too few to count).
+  const bool executor_casts_master_;
+  static bool casts_master(const TrainingConfig& training);
   std::int64_t total_params_ = 1;
   std::int64_t total_tensors_ = 1;             // parameter tensors of the model (DeepSpeed's per-tensor work)
   bool micro_first_backward_ = true;           // the micro-step's first gradient hook has not run yet

@@ -455,11 +455,14 @@ void StepBuilder::reduce_bucket(std::int32_t layer, std::int32_t micro, TaskId p
 // zeroplan's executor at stage 3 with the fp32 master on the device: before each all-gather, a cast of the rank's
 // chunk of every bucket (`elements` / N of them, fp32 read and 16-bit written) into its slot of the gathered
 // buffer on the communication lane (exec/zero/zero_buffer_layout.h stage3_gathers_cast_master).
+bool StepBuilder::casts_master(const TrainingConfig& training) {
+  return !training.lora.enabled &&
+         exec::stage3_gathers_cast_master(executor_zero_settings(training, training.zero.stage),
+                                          training.precision != Precision::fp32, false);
+}
+
 double StepBuilder::executor_gather_cast_seconds(std::int64_t elements, std::int64_t buckets) const {
-  const bool sixteen_bit = training_.precision != Precision::fp32;
-  if (!executor_ || training_.lora.enabled ||
-      !exec::stage3_gathers_cast_master(executor_zero_settings(training_, zero_.stage), sixteen_bit, false))
-    return 0.0;
+  if (!executor_casts_master_) return 0.0;
   const double bytes = static_cast<double>(ceil_div(elements, n_)) * (4.0 + precision_bytes(training_.precision));
   return bytes / in_.streaming_bandwidth + static_cast<double>(buckets) * in_.kernel_overhead_seconds;
 }
