@@ -15,7 +15,8 @@
 #   peers    bench/llama/hf_peer.py on N GPUs in the same call (PEER_MODES; default ddp fsdp2 fsdp2_compile ds_s3)
 #   big      Llama-2 7B, micro-batch 2 x 2048, stage 3, with and without the optimizer on the CPU (BIG_ROWS)
 #   bigpeers bench/llama/hf_peer.py on Llama-2 7B, micro-batch 2 x 2048, on N GPUs (BIG_PEER_MODES; default fsdp2_compile
-#            fsdp2 ds_s3 ds_s3_optcpu: DeepSpeed stage 3, with and without DeepSpeedCPUAdam, the cores over the ranks)
+#            fsdp2 ds_s3 ds_s3_optcpu: DeepSpeed stage 3, with and without DeepSpeedCPUAdam, the cores over the ranks;
+#            fsdp2_optcpu / fsdp2_compile_optcpu: FSDP2's CPUOffloadPolicy, the step on the CPU)
 #   attention  the executor's attention kernels (bench/attention_benchmark.cu) against cuDNN's fused attention and
 #            FlashAttention-2 through PyTorch's SDPA (bench/llama/attention_peer.py) at GPT-2's and Llama's shapes
 #            (ATTENTION_SHAPES, default all), forward and backward, one GPU, before the GPU tests start
@@ -147,6 +148,7 @@ fi
 peer_args() {
   case $1 in
     ds_s*_optcpu) local stage=${1%_optcpu}; echo "--mode deepspeed --stage ${stage#ds_s} --offload-optimizer cpu" ;;
+    fsdp2*_optcpu) echo "--mode ${1%_optcpu} --offload-optimizer cpu" ;;
     ds_s*) echo "--mode deepspeed --stage ${1#ds_s}" ;;
     *) echo "--mode $1" ;;
   esac

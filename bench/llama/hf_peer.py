@@ -8,6 +8,9 @@ the GPT-2 peers. Modes:
   fsdp2          fully_shard per decoder layer, then the root; MixedPrecisionPolicy(param_dtype=bf16,
                  reduce_dtype=fp32): bf16 compute, fp32 reductions, fp32 sharded parameters (master weights)
   fsdp2_compile  the same with torch.compile per decoder layer (in place, before fully_shard, as torchtitan does)
+                 fsdp2 and fsdp2_compile with --offload-optimizer cpu: CPUOffloadPolicy(pin_memory=True) (FSDP2's
+                 offload: sharded parameters, gradients and optimizer states in host memory, the step on the CPU),
+                 torch AdamW fused on the CPU tensors (torch/distributed/fsdp/_fully_shard/_fsdp_api.py)
   deepspeed      deepspeed.initialize with a config dict: bf16, zero_optimization.stage = --stage (0-3),
                  gradient_clipping 1.0, micro batch per GPU; the optimizer from the config: torch AdamW (fused),
                  or with --offload-optimizer cpu DeepSpeedCPUAdam (DeepSpeed's choice for ZeRO-Offload). Stage 3
@@ -96,7 +99,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1234, help="model init (every rank the same)")
     ap.add_argument("--stage", type=int, choices=[0, 1, 2, 3], default=2, help="deepspeed: ZeRO stage")
-    ap.add_argument("--offload-optimizer", choices=["none", "cpu"], default="none", help="deepspeed")
+    ap.add_argument("--offload-optimizer", choices=["none", "cpu"], default="none",
+                    help="deepspeed: DeepSpeedCPUAdam; fsdp2: CPUOffloadPolicy")
     ap.add_argument("--offload-param", choices=["none", "cpu"], default="none", help="deepspeed, stage 3")
     ap.add_argument("--no-zero-init", action="store_true", help="deepspeed stage 3: build the model whole")
     ap.add_argument("--activation-checkpointing", action="store_true",
@@ -107,8 +111,10 @@ def main():
     a = ap.parse_args()
     if a.warmup >= a.steps:
         ap.error(f"--warmup {a.warmup} must be below --steps {a.steps}")
-    if a.mode != "deepspeed" and (a.offload_optimizer != "none" or a.offload_param != "none"):
-        ap.error("--offload-* are deepspeed options")
+    if a.mode != "deepspeed" and a.offload_param != "none":
+        ap.error("--offload-param is a deepspeed option (fsdp2's --offload-optimizer cpu offloads the parameters too)")
+    if a.mode == "ddp" and a.offload_optimizer != "none":
+        ap.error("--offload-optimizer: deepspeed, fsdp2 or fsdp2_compile")
 
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
@@ -117,7 +123,9 @@ def main():
         import deepspeed
         deepspeed.init_distributed()
     else:
-        dist.init_process_group("nccl", device_id=dev)
+        # CPU offload's sharded gradients are CPU DTensors: their norm's all-reduce needs gloo beside NCCL (as
+        # torchtitan initialises "cuda:nccl,cpu:gloo" for its CPU offload)
+        dist.init_process_group("cuda:nccl,cpu:gloo" if a.offload_optimizer == "cpu" else "nccl", device_id=dev)
     rank, world = dist.get_rank(), dist.get_world_size()
     B, T = a.micro_batch, a.seq
 
@@ -148,13 +156,15 @@ def main():
         opt = torch.optim.AdamW(param_groups(model), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
         autocast = True
     elif a.mode in ("fsdp2", "fsdp2_compile"):
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        offload = CPUOffloadPolicy(pin_memory=True) if a.offload_optimizer == "cpu" else OffloadPolicy()
         for layer in model.model.layers:
             if a.mode == "fsdp2_compile":
                 layer.compile(fullgraph=a.fullgraph)
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
+            fully_shard(layer, mp_policy=mp, offload_policy=offload)
+        fully_shard(model, mp_policy=mp, offload_policy=offload)
+        # fused on either device (torch's CPU kernel of AdamW since 2.4)
         opt = torch.optim.AdamW(param_groups(model), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     else:
         import deepspeed
@@ -196,8 +206,9 @@ def main():
         med_max = stats_max[2].item()  # the slowest rank's median (they wait for one another anyway)
         tokens_per_second = B * T * world / med_max
         tflops_per_gpu = tokens_per_second * flops_per_token / world / 1e12
-        label = a.mode if a.mode != "deepspeed" else f"deepspeed_s{a.stage}" + \
-            ("_offopt" if a.offload_optimizer == "cpu" else "") + ("_offparam" if a.offload_param == "cpu" else "")
+        label = (a.mode + ("_offload" if a.offload_optimizer == "cpu" else "")) if a.mode != "deepspeed" else \
+            f"deepspeed_s{a.stage}" + ("_offopt" if a.offload_optimizer == "cpu" else "") + \
+            ("_offparam" if a.offload_param == "cpu" else "")
         row = {"peer": a.name or label, "model": os.path.basename(a.config), "gpus": world, "micro_batch": B,
                "seq": T, "step_seconds_median": med_max, "step_ms": 1e3 * med_max,
                "tokens_per_second": tokens_per_second, "tflops_per_gpu": tflops_per_gpu,
