@@ -45,6 +45,11 @@ std::vector<BlockSaved> block_saved(const ModelShape& s) {
           {s.hidden, true}, {s.mlp_in_dim(), false}, {s.ffn_hidden, true}};
 }
 std::int64_t norm_stat_rows(const ModelShape& s) { return s.norm == NormKind::layer_norm ? 2 : 1; }  // per norm
+// block_saved's MLP entries, [kMlpSavedFirst, end): one allocation of their own (mlp_saved_layout).
+constexpr std::size_t kMlpSavedFirst = 5;
+constexpr const char* kMlpSavedName = "MLP pre-activations and activation outputs (block by block)";
+constexpr const char* kMlpSavedWithGradientsName =
+    "MLP pre-activations and activation outputs (block by block), and the gradient partition over them";
 
 }  // namespace
 
@@ -181,7 +186,7 @@ namespace {
 // `owner` prefixes each name ("frozen base: ", "adapters: " with LoRA's two engines), so that a plan's terms say
 // which engine holds what.
 void add_engine_allocations(std::vector<DeviceAllocation>& a, const ExecConfig& c, const ParamLayout& layout, int world,
-                            bool frozen, const std::string& owner = "") {
+                            bool frozen, const std::string& owner = "", bool holds_partition = false) {
   const ZeroPartition partition(layout, world, 0, partition_rules(c.zero));
   const ZeroBufferLayout buffers = zero_buffer_layout(layout, partition, c.zero, c.grad_accum);
   const std::int64_t e = element_bytes(c.precision), n = layout.total(), part = partition.partition_elements();
@@ -195,7 +200,9 @@ void add_engine_allocations(std::vector<DeviceAllocation>& a, const ExecConfig& 
     a.push_back({"params", e * (stage == 3 ? part : n), owner + (stage == 3 ? "parameter partition" : "parameters")});
   if (!frozen) {
     const std::int64_t grad_bytes = c.zero.fp32_grad_accumulation ? 4 : e;
-    a.push_back({"grads", grad_bytes * (stage >= 2 ? part : n), owner + (stage >= 2 ? "gradient partition" : "gradients")});
+    // (the partition in the trainer's MLP tensors instead: mlp_saved_layout)
+    if (!holds_partition)
+      a.push_back({"grads", grad_bytes * (stage >= 2 ? part : n), owner + (stage >= 2 ? "gradient partition" : "gradients")});
     if (!c.zero.offload_optimizer) {
       if (c.precision != ExecPrecision::fp32) a.push_back({"master_params", 4 * states, owner + "fp32 master weights"});
       a.push_back({"optimizer_states", 4 * states, owner + "AdamW momentum"});
@@ -238,7 +245,7 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
     add_engine_allocations(a, c,
                            c.network ? ParamLayout(*c.network, zero_alignment(world))
                                      : ParamLayout(c.shape, zero_alignment(world)),
-                           world, false);
+                           world, false, "", !c.network && mlp_saved_layout(c, world).holds_gradient_partition);
   }
   if (c.network) {
     const NetworkDeviceLayout d = network_device_layout(c, plan_network(*c.network));
@@ -255,8 +262,11 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
                                             "norm 2 inputs",  "norm 2 outputs", "MLP pre-activations",
                                             "MLP activations"};
   const std::vector<BlockSaved> saved = block_saved(s);
-  for (std::size_t i = 0; i < saved.size(); ++i)
+  for (std::size_t i = 0; i < kMlpSavedFirst; ++i)
     if (!(selective && saved[i].recomputed)) a.push_back({"activations", e * nb * bt * saved[i].width, kSavedNames[i]});
+  const MlpSavedLayout mlp = mlp_saved_layout(c, world);
+  a.push_back({"activations", mlp.bytes(),
+               mlp.holds_gradient_partition ? kMlpSavedWithGradientsName : kMlpSavedName});
   a.push_back({"activations", 4 * nb * 2 * norm_stat_rows(s) * bt, "norm statistics"});
   a.push_back({"activations", 4 * nb * bt * H, "attention logsumexp"});
   a.push_back({"activations", e * bt * C, "final norm output"});
@@ -298,6 +308,39 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
     }
   }
   return a;
+}
+
+MlpSavedLayout mlp_saved_layout(const ExecConfig& c, int world) {
+  MlpSavedLayout m;
+  if (c.network) return m;
+  const ModelShape& s = c.shape;
+  const std::int64_t e = element_bytes(c.precision), bt = c.micro_batch * c.seq_len;
+  m.blocks = c.recompute == ExecRecompute::full ? 1 : s.layers;
+  m.activations_offset = e * bt * s.mlp_in_dim();
+  m.block_stride = m.activations_offset + (c.recompute == ExecRecompute::selective ? 0 : e * bt * s.ffn_hidden);
+  const bool fp32_gradients = c.precision != ExecPrecision::fp32 && c.zero.fp32_grad_accumulation;
+  if (c.lora.enabled || c.zero.stage < 2 || c.grad_accum != 1 || c.recompute == ExecRecompute::full ||
+      c.zero.offload_optimizer || c.zero.offload_param || fp32_gradients || world < 1)
+    return m;
+  const ParamLayout layout = trained_layout(c, world);
+  const ZeroPartition partition(layout, world, 0, partition_rules(c.zero));
+  // A bucket reduced once block r's backward is done may write its chunk up to the end of block r's tensors, at
+  // beyond + (L - r) * stride; the buckets reduced before any block (the head unit's) take r = L, the embeddings'
+  // (reduced last) r = 0.
+  const std::int64_t L = s.layers, stride = m.block_stride;
+  std::int64_t beyond = 0;
+  for (const GradientBucket& b : partition.buckets()) {
+    std::int64_t r = 0;
+    if (b.begin >= layout.tail_begin()) r = L;
+    else if (b.begin >= layout.block_begin(0))
+      while (r + 1 < L && layout.block_begin(r + 1) <= b.begin) ++r;
+    beyond = std::max(beyond, e * (b.partition_offset + b.chunk) - (L - r) * stride);
+  }
+  beyond = (beyond + kNetworkAlignment - 1) / kNetworkAlignment * kNetworkAlignment;
+  if (beyond >= e * partition.partition_elements()) return m;  // nothing saved
+  m.gradient_partition_beyond = beyond;
+  m.holds_gradient_partition = true;
+  return m;
 }
 
 std::int64_t allocation_granularity_bytes(const std::vector<DeviceAllocation>& allocations) {

@@ -9,7 +9,9 @@
 //
 // params            e*P                     (16-bit model weights; fp32 in fp32 mode; stage 3 the partition e*P/N,
 //                                            none with the fp32 master on the device: stage3_gathers_cast_master)
-// grads             e*P                     (gradients in the model precision, accumulated over micro-steps)
+// grads             e*P                     (gradients in the model precision, accumulated over micro-steps; stages
+//                                            2-3 the partition e*P/N, none where it lies over the MLP tensors:
+//                                            mlp_saved_layout, whose bytes ahead of the blocks count as activations)
 // master_params     4*P in bf16/fp16, 0 in fp32 (fp32 master weights)
 // optimizer_states  8*P                     (AdamW momentum and variance, fp32)
 // activations       saved for backward, no recompute: per layer, the tensors Korthikanti et al. 2022
@@ -140,6 +142,37 @@ ExpectedMemory expected_device_memory(const ExecConfig& config);
 // initialization and of set_params / restore_state are freed before training and left out. With LoRA the frozen
 // base's engine comes first, then the adapters', then the trainer's buffers (the header's notes above).
 std::vector<DeviceAllocation> device_allocations(const ExecConfig& config, int world);
+
+// The kept blocks' MLP tensors, one allocation laid out in the backward's order (exec/cuda/cuda_trainer.cu
+// allocate): block L-1's first, block 0's last, each block's pre-activations (FC, or gate and up) followed by its
+// activation outputs (none under selective recompute, which rebuilds them in the backward working set).
+//
+// Stages 2-3 may keep the reduced gradient partition in it (exec/zero/zero_engine.h GradientPartitionHome::trainer):
+// the partition sits at the allocation's start, and its chunks run in the order the backward reduces the buckets
+// (exec/zero/zero_partition.h: the top of the layout first), so each bucket's reduce-scatter, which waits for the
+// backward of the lowest block the bucket reaches, writes its chunk below the end of that block's MLP tensors, over
+// blocks the backward has finished with; nothing reads them before the next forward, and the optimizer has read the
+// partition by then. The chunks reduced before any block's backward (the final norm's and an untied head's) take
+// bytes ahead of the blocks: gradient_partition_beyond. FSDP2 gets the same from PyTorch's caching allocator, which
+// hands its sharded gradients the blocks the backward frees (torch/distributed/fsdp/_fully_shard/
+// _fsdp_param_group.py post_backward); DeepSpeed keeps a partition of its own (stage_1_and_2.py
+// single_partition_of_fp32_groups, stage3.py grad_partitions_flat_buffer). It applies with one micro-step a step
+// (the partition lives from the reduce-scatters to the update of one step), no full recompute (its one set of
+// block buffers is rebuilt for every block), neither offload (the host holds the reduced gradients), no LoRA, no
+// fp32 gradient accumulation, and where it saves bytes.
+struct MlpSavedLayout {
+  std::int64_t blocks = 0;              // kept blocks: L, or 1 under full recompute
+  std::int64_t block_stride = 0;        // bytes per block: e*sb*FI, plus e*sb*F for the activation outputs
+  std::int64_t activations_offset = 0;  // a block's activation outputs after its pre-activations (e*sb*FI)
+  std::int64_t gradient_partition_beyond = 0;  // bytes ahead of the blocks (the partition's first chunks)
+  bool holds_gradient_partition = false;       // the partition at offset 0
+  // Where kept block k's pre-activations start.
+  std::int64_t block_offset(std::int64_t k) const {
+    return gradient_partition_beyond + (blocks - 1 - k) * block_stride;
+  }
+  std::int64_t bytes() const { return gradient_partition_beyond + blocks * block_stride; }
+};
+MlpSavedLayout mlp_saved_layout(const ExecConfig& config, int world);
 
 // The CUDA network trainer's own device buffers (exec/cuda/cuda_network_trainer.cu allocate, in this order), from
 // the network plan (exec/network_plan.h) at micro-batch B, e bytes per element. Sub-buffers start at multiples of

@@ -284,6 +284,8 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
     if (trainer->backend() == "cuda") {
       // Whether its stage-3 all-gathers ran on the copy engines (the arena an NCCL window).
       m["copy_engine_gathers"] = exec::stage3_copy_engine_gathers(cfg, world);
+      // Whether the gradient partition lay over the MLP tensors (exec/activation_accounting.h mlp_saved_layout).
+      m["gradient_partition_over_activations"] = exec::mlp_saved_layout(cfg, world).holds_gradient_partition;
       nlohmann::json allocations = nlohmann::json::array();
       for (const exec::DeviceAllocation& a : exec::device_allocations(cfg, world))
         allocations.push_back({{"component", a.component}, {"what", a.what}, {"bytes", a.bytes}});

@@ -199,8 +199,11 @@ ActivationBytes activation_bytes(const ModelDescription& model, const TrainingCo
       }
     }
   }
+  if (model.transformer && in.executor_grads_over_activations)
+    out.gradient_partition_beyond = in.executor_grads_beyond_activations;
   out.total = sat_add(sat_add(sat_add(out.saved_layers, out.recompute_live), out.backward_working_set),
                       sat_add(sat_add(out.embedding_dropout_mask, out.final_norm), out.convolution_workspace));
+  out.total = sat_add(out.total, out.gradient_partition_beyond);
   return out;
 }
 
@@ -278,6 +281,12 @@ void explain_activations(const ModelDescription& model, const TrainingConfig& tr
                      "max(MLP: (" + num(mlp_tensors(shape.activation)) + "f + 2h) e, attention: (3h + 2kv) e + " +
                          (training.fused_attention ? "4a" : "2 a s e") + ") * s*b = " + per_token + " * " + T,
                      "zeroplan (largest per-layer gradient temporaries)"});
+  if (in.executor_grads_over_activations)
+    terms.push_back({"activations",
+                     "the gradient partition over the blocks' MLP tensors: its bytes past them (the head unit's chunks, "
+                     "reduced before any block's backward frees its tensors)",
+                     b.gradient_partition_beyond, "chunks placed at or above the block their bucket waits for",
+                     "exec/activation_accounting.h (mlp_saved_layout)"});
   if (b.embedding_dropout_mask > 0)
     terms.push_back({"activations", "embedding dropout mask", b.embedding_dropout_mask, "h * s*b = " + h + " * " + T,
                      kOutputLayer});

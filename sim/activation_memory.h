@@ -60,6 +60,9 @@ struct ActivationBytes {
   Bytes convolution_workspace = 0;
   Bytes embedding_dropout_mask = 0; // 1-byte mask on the embedding output when dropout > 0
   Bytes final_norm = 0;             // final norm input + output + statistics
+  // zeroplan's executor at stages 2-3: the gradient partition's bytes past the blocks' MLP tensors it lies over
+  // (MemoryInputs::executor_grads_beyond_activations)
+  Bytes gradient_partition_beyond = 0;
   Bytes total = 0;                  // everything above: the activations component
   Bytes logits = 0;                 // logits, fp32 copy, their gradients (the logits component)
 };

@@ -1,6 +1,7 @@
 #include "sim/executor_layout.h"
 
 #include "core/input_error.h"
+#include "exec/activation_accounting.h"
 #include "exec/lora_layout.h"
 #include "exec/param_layout.h"
 #include "exec/zero/zero_buffer_layout.h"
@@ -240,7 +241,13 @@ ExecutorLayoutFigures layout_figures(const exec::ParamLayout& layout, const Trai
 std::optional<ExecutorLayoutFigures> executor_layout_figures(const ModelDescription& model,
                                                              const TrainingConfig& training, int world, int stage) {
   if (!executor_trains(model) || world < 1 || training.zero.reduce_bucket_size < 1) return std::nullopt;
-  return layout_figures(executor_param_layout(model, world), training, world, stage);
+  ExecutorLayoutFigures f = layout_figures(executor_param_layout(model, world), training, world, stage);
+  if (model.transformer) {
+    const exec::MlpSavedLayout mlp = exec::mlp_saved_layout(executor_planned_config(model, training, stage), world);
+    f.gradient_partition_over_activations = mlp.holds_gradient_partition;
+    f.gradient_partition_beyond_bytes = mlp.gradient_partition_beyond;
+  }
+  return f;
 }
 
 std::optional<ExecutorLoraFigures> executor_lora_layout_figures(const ModelDescription& model,

@@ -60,6 +60,10 @@ struct ExecutorLayoutFigures {
   // (released after the first layer because the head's use lies beyond stage3_max_reuse_distance: GPT-2 1.5B at the
   // default 1e9 elements).
   bool head_regathers_embeddings = false;
+  // Stages 2-3 of a transformer: the gradient partition over the kept blocks' MLP tensors (exec/activation_accounting.h
+  // mlp_saved_layout), and the bytes of that allocation past the blocks' own (the head unit's chunks).
+  bool gradient_partition_over_activations = false;
+  std::int64_t gradient_partition_beyond_bytes = 0;
   std::int64_t param_staging_elements = 0;  // stage 3 with offload_param cpu: device staging buffers, all of them
   std::int64_t largest_chunk = 0;           // stage 3: the largest partition chunk (offload_param.buffer_size)
   // offload_optimizer: rank 0's pieces (each bucket's chunk cut at min(kOffloadPieceElements, sub_group_size),

@@ -148,6 +148,8 @@ MemoryInputs gather_memory_inputs(const ModelDescription& model, const ClusterDe
       in.executor_param_staging = f->param_staging_elements;
       in.executor_offload_pieces = f->offload_pieces;
       in.executor_largest_piece = f->largest_offload_piece;
+      in.executor_grads_over_activations = f->gradient_partition_over_activations;
+      in.executor_grads_beyond_activations = f->gradient_partition_beyond_bytes;
       in.executor_param_nvme_files = f->param_nvme_file_bytes;
       in.executor_param_swap_buffers = f->param_swap_buffer_bytes;
       in.executor_param_host_elements = f->param_host_elements;

@@ -73,6 +73,10 @@ struct MemoryInputs {
   std::int64_t executor_param_staging = 0;        // elements: stage 3 offload_param's device staging buffers
   std::int64_t executor_offload_pieces = 0;       // offload_optimizer: the partition's pieces, and the largest
   std::int64_t executor_largest_piece = 0;
+  // Stages 2-3: the gradient partition lies over the kept blocks' MLP tensors (exec/activation_accounting.h
+  // mlp_saved_layout): no gradient allocation; the activations' allocation grows by the bytes past the blocks.
+  bool executor_grads_over_activations = false;
+  Bytes executor_grads_beyond_activations = 0;
   // offload_param nvme (sim/executor_layout.h): the swap files, the pinned swap buffers, the elements kept in host
   // memory, the disk's bytes per micro-step and per step.
   Bytes executor_param_nvme_files = 0;

@@ -75,6 +75,8 @@ ModelStatesBytes model_states_bytes(const MemoryInputs& in) {
   const int gb = in.engine == TrainingEngine::zeroplan ? in.executor_grad_bytes : pb;
   if (in.stage <= 1) {
     b.grads = sat_add(sat_mul(gb, P), sat_mul(pb, in.executor_micro_step_gradients));
+  } else if (in.executor_grads_over_activations) {
+    b.grads = 0;  // in the activations' allocation (activation_memory.cpp)
   } else if (!optimizer_offloaded(in) || executor_offload(in)) {
     b.grads = sat_mul(gb, Pp);
   }
@@ -159,6 +161,11 @@ void explain_model_states(const MemoryInputs& in, const ModelStatesBytes& b, std
                      pb + " * P = " + pb + " * " + P +
                          (in.stage == 1 ? " (stage 1 reduces at the accumulation boundary)" : ""),
                      kZeroPaper});
+  } else if (in.executor_grads_over_activations) {
+    terms.push_back({"grads", gname + " (partition, over the kept blocks' MLP tensors as the backward frees them)", 0,
+                     "0 (" + gb + " * ceil(P/N) = " + gb + " * ceil(" + P + " / " + N +
+                         ") laid over the activations; see activations)",
+                     "exec/activation_accounting.h (mlp_saved_layout)"});
   } else if (in.offload_optimizer == OffloadDevice::none || executor_offload(in)) {
     terms.push_back({"grads", (fp32_accumulation ? std::string("fp32 gradients") : gname) + " (partition)", b.grads,
                      gb + " * ceil(P/N) = " + gb + " * ceil(" + P + " / " + N + ")",

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "core/nf4_quantization.h"
+#include "exec/activation_accounting.h"
 #include "exec/cpu/cpu_ops.h"
 #include "exec/cpu/cpu_zero_device.h"
 #include "exec/lora_layout.h"
@@ -28,9 +29,11 @@ namespace {
 
 // One block's saved tensors: norm outputs and statistics (mean for LayerNorm only), q/k/v after the rotary
 // embedding, attention output and logsumexp, the second norm's input, the MLP's pre-activation (GELU: fc;
-// SwiGLU: gate and up) and activation output.
+// SwiGLU: gate and up) and activation output (these two in the trainer's MLP buffer, block by block).
 struct LayerActivations {
-  std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, lse, res2, ln2, ln2_mean, ln2_rstd, fc, act;
+  std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, lse, res2, ln2, ln2_mean, ln2_rstd;
+  float* fc = nullptr;
+  float* act = nullptr;
 };
 
 
@@ -57,7 +60,20 @@ class CpuTrainer final : public EngineTrainer {
       adapted_ = adapted_linears(config_.shape, config_.lora);
     }
     device_ = std::make_unique<CpuZeroDevice>(layout_, lora ? lora_adapter_seed(config_.seed) : config_.seed, threads);
-    engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_);
+    // The MLP tensors block by block in fp32, every block's kept (the reference recomputes nothing), and the gradient
+    // partition over them where the CUDA trainer's plan puts it there (exec/activation_accounting.h
+    // mlp_saved_layout): the engine's allocations are the plan's, and the placement is exercised without a GPU.
+    ExecConfig kept = config_;
+    kept.precision = ExecPrecision::fp32;
+    kept.recompute = ExecRecompute::none;
+    mlp_layout_ = mlp_saved_layout(kept, comm_.world());
+    const bool lend = mlp_saved_layout(config_, comm_.world()).holds_gradient_partition &&
+                      mlp_layout_.holds_gradient_partition;
+    engine_ = std::make_unique<ZeroEngine>(config_, layout_, *device_, comm_, Trainability::trainable,
+                                           lend ? GradientPartitionHome::trainer : GradientPartitionHome::engine);
+    if (!lend) mlp_layout_.gradient_partition_beyond = 0;
+    mlp_.assign(static_cast<std::size_t>(mlp_layout_.bytes() / 4), 0.0f);
+    if (lend) engine_->set_gradient_partition(mlp_.data());
     attach(*engine_, scaler_);
     if (lora && config_.lora.quantize_nf4) {
       // The base as the full model would be initialised (the same values with or without quantisation), its
@@ -78,10 +94,12 @@ class CpuTrainer final : public EngineTrainer {
     const bool layer_norm = s.norm == NormKind::layer_norm;
     residual_.assign((s.layers + 1) * BT * C, 0.0f);
     layers_.resize(s.layers);
-    for (auto& a : layers_) {
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      LayerActivations& a = layers_[l];
       a.ln1.resize(BT * C); a.ln1_rstd.resize(BT); a.qkv.resize(BT * s.qkv_dim()); a.att.resize(BT * s.q_dim());
       a.lse.resize(BT * s.heads); a.res2.resize(BT * C); a.ln2.resize(BT * C); a.ln2_rstd.resize(BT);
-      a.fc.resize(BT * s.mlp_in_dim()); a.act.resize(BT * s.ffn_hidden);
+      a.fc = mlp_.data() + mlp_layout_.block_offset(static_cast<std::int64_t>(l)) / 4;
+      a.act = a.fc + mlp_layout_.activations_offset / 4;
       if (layer_norm) { a.ln1_mean.resize(BT); a.ln2_mean.resize(BT); }
     }
     lnf_.resize(BT * C); lnf_rstd_.resize(BT);
@@ -201,7 +219,8 @@ class CpuTrainer final : public EngineTrainer {
     for (const auto& a : layers_)
       act += static_cast<std::int64_t>(a.ln1.size() + a.ln1_mean.size() + a.ln1_rstd.size() + a.qkv.size() + a.att.size() +
                                        a.lse.size() + a.res2.size() + a.ln2.size() + a.ln2_mean.size() +
-                                       a.ln2_rstd.size() + a.fc.size() + a.act.size()) * 4;
+                                       a.ln2_rstd.size()) * 4;
+    act += static_cast<std::int64_t>(mlp_.size()) * 4;
     for (const auto& xa : lora_xa_) act += static_cast<std::int64_t>(xa.size()) * 4;
     MemoryReport r;
     r.peak_by_component = device_->bytes_by_component();
@@ -346,10 +365,10 @@ class CpuTrainer final : public EngineTrainer {
       linear_forward(l, kAttProjW, a.res2.data(), a.att.data(), Pb(l, kAttProjB), Q, C);
       for (i64 i = 0; i < BT * C; ++i) a.res2[i] += x[i];
       norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), Pb(l, kLn2W), Pb(l, kLn2B));
-      linear_forward(l, kFcW, a.fc.data(), a.ln2.data(), Pb(l, kFcB), C, FI);
-      if (s.mlp == MlpKind::gelu) cpu::gelu_forward(a.act.data(), a.fc.data(), BT * F);
-      else cpu::swiglu_forward(a.act.data(), a.fc.data(), BT, F);
-      linear_forward(l, kFcProjW, y, a.act.data(), Pb(l, kFcProjB), F, C);
+      linear_forward(l, kFcW, a.fc, a.ln2.data(), Pb(l, kFcB), C, FI);
+      if (s.mlp == MlpKind::gelu) cpu::gelu_forward(a.act, a.fc, BT * F);
+      else cpu::swiglu_forward(a.act, a.fc, BT, F);
+      linear_forward(l, kFcProjW, y, a.act, Pb(l, kFcProjB), F, C);
       for (i64 i = 0; i < BT * C; ++i) y[i] += a.res2[i];
     }
     const float* xf = residual_.data() + s.layers * BT * C;
@@ -397,9 +416,9 @@ class CpuTrainer final : public EngineTrainer {
       auto& a = layers_[l];
       const float* x = residual_.data() + l * BT * C;
       // y = res2 + down(act(fc)): dres flows to res2 unchanged
-      linear_backward(l, kFcProjW, dact.data(), Gb(l, kFcProjB), dres.data(), a.act.data(), F, C);
-      if (s.mlp == MlpKind::gelu) cpu::gelu_backward(dfc.data(), a.fc.data(), dact.data(), BT * F);
-      else cpu::swiglu_backward(dfc.data(), a.fc.data(), dact.data(), BT, F);
+      linear_backward(l, kFcProjW, dact.data(), Gb(l, kFcProjB), dres.data(), a.act, F, C);
+      if (s.mlp == MlpKind::gelu) cpu::gelu_backward(dfc.data(), a.fc, dact.data(), BT * F);
+      else cpu::swiglu_backward(dfc.data(), a.fc, dact.data(), BT, F);
       linear_backward(l, kFcW, dln.data(), Gb(l, kFcB), dfc.data(), a.ln2.data(), C, FI);
       norm_backward(dres.data(), Gb(l, kLn2W), Gb(l, kLn2B), dln.data(), a.res2.data(), Pb(l, kLn2W), a.ln2_mean.data(),
                     a.ln2_rstd.data());
@@ -440,6 +459,8 @@ class CpuTrainer final : public EngineTrainer {
   std::unique_ptr<CpuZeroDevice> device_;
   std::unique_ptr<ZeroEngine> engine_;
   std::vector<float> residual_;  // (L+1) x (B,T,C): the input of each block and of the final norm
+  MlpSavedLayout mlp_layout_;   // (fp32, every block kept)
+  std::vector<float> mlp_;      // the MLP tensors block by block, and the gradient partition over them when lent
   std::vector<LayerActivations> layers_;
   std::vector<float> lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
   std::vector<float> rope_cos_, rope_sin_;  // (T, HS/2) rotary tables (rotary models only)

@@ -122,7 +122,10 @@ class CudaTrainer final : public EngineTrainer {
       zero_device_ = std::make_unique<CudaZeroDevice>(layout_, lora ? lora_adapter_seed(config_.seed) : config_.seed,
                                                       element_type(), *alloc_, stream_,
                                                       static_cast<cudaStream_t>(comm_->comm_stream()));
-      engine_ = std::make_unique<ZeroEngine>(config_, layout_, *zero_device_, *comm_);
+      mlp_layout_ = mlp_saved_layout(config_, comm_->world());
+      engine_ = std::make_unique<ZeroEngine>(config_, layout_, *zero_device_, *comm_, Trainability::trainable,
+                                             mlp_layout_.holds_gradient_partition ? GradientPartitionHome::trainer
+                                                                                    : GradientPartitionHome::engine);
       attach(*engine_, scaler_);
       allocate();
       matmul_ = std::make_unique<cuda::Matmul>(cublas_ws_, static_cast<std::size_t>(kCublasWorkspaceBytes),
@@ -460,8 +463,14 @@ class CudaTrainer final : public EngineTrainer {
     T* att = A("attention outputs", nb * bt * Q);
     T* res2 = A("norm 2 inputs", nb * bt * C);
     T* ln2 = selective ? nullptr : A("norm 2 outputs", nb * bt * C);
-    T* fc = A("MLP pre-activations (FC, or gate and up)", nb * bt * FI);
-    T* act = selective ? nullptr : A("MLP activation outputs", nb * bt * F);
+    // The MLP's tensors block by block, and the gradient partition over them where the engine was lent it
+    // (activation_accounting.h mlp_saved_layout).
+    char* mlp = static_cast<char*>(alloc_->allocate(
+        "activations",
+        mlp_layout_.holds_gradient_partition ? "MLP tensors (block by block) and the gradient partition over them"
+                                               : "MLP pre-activations and activation outputs (block by block)",
+        mlp_layout_.bytes()));
+    if (mlp_layout_.holds_gradient_partition) engine_->set_gradient_partition(mlp);
     const i64 stats_rows = layer_norm ? 4 : 2;  // mean and rstd of both norms, or rstd alone
     float* stats = F32("norm statistics", nb * stats_rows * bt);
     float* lse = F32("attention logsumexp", nb * bt * s.heads);
@@ -483,8 +492,8 @@ class CudaTrainer final : public EngineTrainer {
       b.att = att + k * bt * Q;
       b.res2 = res2 + k * bt * C;
       b.ln2 = selective ? dln_ : ln2 + k * bt * C;
-      b.fc = fc + k * bt * FI;
-      b.act = selective ? d4_ : act + k * bt * F;
+      b.fc = reinterpret_cast<T*>(mlp + mlp_layout_.block_offset(k));
+      b.act = selective ? d4_ : reinterpret_cast<T*>(mlp + mlp_layout_.block_offset(k) + mlp_layout_.activations_offset);
       b.ln1_mean = layer_norm ? st : nullptr;
       b.ln1_rstd = layer_norm ? st + bt : st;
       b.ln2_mean = layer_norm ? st + 2 * bt : nullptr;
@@ -822,6 +831,7 @@ class CudaTrainer final : public EngineTrainer {
   std::unique_ptr<ZeroEngine> base_engine_;
   std::unique_ptr<CudaZeroDevice> zero_device_;
   std::unique_ptr<ZeroEngine> engine_;
+  MlpSavedLayout mlp_layout_;  // the MLP tensors' allocation, and whether the gradient partition lies over them
   std::unique_ptr<cuda::Matmul> matmul_;
   std::unique_ptr<cuda::CudnnAttention> cudnn_attention_;  // null: our attention kernels
   std::string attention_note_;

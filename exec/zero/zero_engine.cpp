@@ -45,7 +45,7 @@ ExecConfig for_element_type(ExecConfig config, CommDtype element) {
 }  // namespace
 
 ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm,
-                       Trainability trainability)
+                       Trainability trainability, GradientPartitionHome gradient_home)
     : config_(for_element_type(config, device.element_type())),
       frozen_(trainability == Trainability::frozen),
       layout_(layout),
@@ -109,7 +109,14 @@ ZeroEngine::ZeroEngine(const ExecConfig& config, const ParamLayout& layout, Zero
   }
   const std::int64_t states = stage == 0 ? n : part;
   const std::int64_t grad_elements = stage >= 2 ? part : n;
-  if (!frozen_)
+  grads_lent_ = gradient_home == GradientPartitionHome::trainer;
+  // A lent partition must be written whole by each step's reduce-scatters before anything reads it, and read by the
+  // update before the next forward (exec/activation_accounting.h mlp_saved_layout).
+  if (grads_lent_ && (frozen_ || stage < 2 || config_.grad_accum != 1 || offload_ || offload_param_ ||
+                      grad_type_ != type_))
+    throw std::logic_error("ZeroEngine: a gradient partition lent by the trainer needs trained parameters at stage "
+                           "2-3, one micro-step a step, no offload and gradients in the model's precision");
+  if (!frozen_ && !grads_lent_)
     grads_ = device_.allocate("grads", stage >= 2 ? "gradient partition" : "gradients", grad_elements, grad_type_);
   if (!offload_ && !frozen_) {
     if (!fp32)
@@ -231,7 +238,15 @@ void ZeroEngine::begin_step() {
   wait_marks_.emplace_back(a, device_.mark(Lane::compute));
 }
 
+void ZeroEngine::set_gradient_partition(void* partition) {
+  if (!grads_lent_ || grads_) throw std::logic_error("ZeroEngine: set_gradient_partition without a partition to lend");
+  if (!partition || reinterpret_cast<std::uintptr_t>(partition) % 16 != 0)
+    throw std::logic_error("ZeroEngine: a lent gradient partition must be 16-byte aligned");
+  grads_ = partition;
+}
+
 void ZeroEngine::begin_micro_step(std::int64_t micro) {
+  if (grads_lent_ && !grads_) throw std::logic_error("ZeroEngine: the trainer never lent the gradient partition");
   if (stage3()) start_schedule(&buffers_.train_plan);
   micro_ = micro;
   boundary_ = micro == config_.grad_accum - 1;

@@ -155,10 +155,20 @@ struct OffloadTimes {
 // _get_trainable_parameter_groups). So: whole at stages 0-2, partitioned and gathered unit by unit at stage 3.
 enum class Trainability { trainable, frozen };
 
+// Where stages 2-3 keep the rank's reduced gradient partition: an allocation of the engine's own, or memory the
+// trainer lends it (set_gradient_partition) over activations the backward has finished with
+// (exec/activation_accounting.h mlp_saved_layout says where, and when it may).
+enum class GradientPartitionHome { engine, trainer };
+
 class ZeroEngine {
  public:
   ZeroEngine(const ExecConfig& config, const ParamLayout& layout, ZeroDevice& device, Communicator& comm,
-             Trainability trainability = Trainability::trainable);
+             Trainability trainability = Trainability::trainable,
+             GradientPartitionHome gradient_home = GradientPartitionHome::engine);
+  // GradientPartitionHome::trainer: the partition's partition_elements() elements (16-byte aligned), lent before
+  // the first micro-step. Every element is written by a reduce-scatter before the step reads it, so it starts as
+  // whatever the memory held.
+  void set_gradient_partition(void* partition);
   bool frozen() const { return frozen_; }
 
   const ZeroPartition& partition() const { return partition_; }
@@ -340,6 +350,7 @@ class ZeroEngine {
     return params_ ? static_cast<char*>(params_) + offset * comm_dtype_bytes(type_) : nullptr;
   }
   void* grads_ = nullptr;            // stages 0-1: whole gradients; stage 2: the rank's gradient partition
+  bool grads_lent_ = false;          // GradientPartitionHome::trainer: grads_ is the trainer's
   // Stages 0-1 on backends whose kernels always accumulate (the CPU reference): micro-steps after the first
   // write here and are added to grads_ bucket by bucket, so the step's gradient is the sum of per-micro-step
   // gradients, summed in the order the ranks' gradients are (and DeepSpeed's accumulation order).

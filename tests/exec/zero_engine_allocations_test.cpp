@@ -16,7 +16,9 @@
 #include "exec/activation_accounting.h"
 #include "exec/lora_layout.h"
 #include "exec/param_layout.h"
+#include "exec/zero/zero_buffer_layout.h"
 #include "exec/zero/zero_engine.h"
+#include "exec/zero/zero_partition.h"
 
 namespace zeroplan::exec {
 namespace {
@@ -114,7 +116,10 @@ TEST(ZeroEngineAllocations, EqualWhatThePlannerCountsForEveryGradientPrecision) 
           RecordingDevice device;
           IdleCommunicator comm(world);
           const ParamLayout layout(c.shape, zero_alignment(world));
-          const ZeroEngine engine(c, layout, device, comm);
+          // As the trainers build it: the gradient partition lent where the MLP tensors hold it.
+          const bool lent = mlp_saved_layout(c, world).holds_gradient_partition;
+          const ZeroEngine engine(c, layout, device, comm, Trainability::trainable,
+                                  lent ? GradientPartitionHome::trainer : GradientPartitionHome::engine);
           std::map<std::string, std::int64_t> planned;
           for (const DeviceAllocation& a : device_allocations(c, world)) planned[a.component] += a.bytes;
           for (const char* component : engine_components)
@@ -123,6 +128,91 @@ TEST(ZeroEngineAllocations, EqualWhatThePlannerCountsForEveryGradientPrecision) 
                 << accumulation << " micro-steps, fp32 accumulation " << c.zero.fp32_grad_accumulation
                 << ", fp32 reductions " << c.zero.fp32_communication;
         }
+}
+
+// The gradient partition over the MLP tensors (mlp_saved_layout), replayed in the backward's order: the head unit's
+// gradients are final first, then each block's from the top down, then the embeddings'; a bucket is reduced once
+// all its gradients are (exec/zero/zero_engine.cpp gradients_final_from), and its chunk must then lie inside the
+// allocation and clear of every block whose backward has not run yet. Checked for GPT-2 (tied) and Llama (untied)
+// shapes, stages 2-3, 1-4 ranks, with and without selective recompute; and the settings that keep a partition of the
+// engine's own do.
+TEST(MlpSavedLayout, TheGradientPartitionLandsOnlyOnBlocksTheBackwardHasFinished) {
+  int held = 0;
+  for (const bool llama : {false, true})
+    for (const int stage : {2, 3})
+      for (const int world : {1, 2, 4})
+        for (const ExecRecompute recompute : {ExecRecompute::none, ExecRecompute::selective}) {
+          ExecConfig c;
+          c.shape = llama ? make_llama_shape(300, 128, 4, 4, 2, 352, 256) : make_shape(257, 128, 4, 2, 256);
+          c.micro_batch = 2;
+          c.seq_len = 64;
+          c.precision = ExecPrecision::bf16;
+          c.recompute = recompute;
+          c.zero.stage = stage;
+          c.zero.reduce_bucket_elements = 30000;  // buckets that straddle blocks at stage 2
+          c.zero.param_persistence_threshold = 1000;
+          const MlpSavedLayout m = mlp_saved_layout(c, world);
+          SCOPED_TRACE(std::string(llama ? "llama" : "gpt-2") + ", stage " + std::to_string(stage) + ", " +
+                       std::to_string(world) + " ranks" + (recompute == ExecRecompute::selective ? ", selective" : ""));
+          ASSERT_TRUE(m.holds_gradient_partition);
+          ++held;
+          const ParamLayout layout = trained_layout(c, world);
+          const ZeroPartition partition(layout, world, 0, partition_rules(c.zero));
+          const std::int64_t L = c.shape.layers, e = 2;
+          EXPECT_LE(e * partition.partition_elements(), m.bytes());
+          EXPECT_LT(m.gradient_partition_beyond, e * partition.partition_elements());  // it saves bytes
+          std::vector<bool> reduced(partition.buckets().size(), false);
+          // (finished from, blocks still to run their backward: [0, live))
+          std::vector<std::pair<std::int64_t, std::int64_t>> events{{layout.tail_begin(), L}};
+          for (std::int64_t l = L - 1; l >= 0; --l) events.emplace_back(layout.block_begin(l), l);
+          events.emplace_back(0, 0);
+          for (const auto& [from, live] : events)
+            for (std::size_t k = 0; k < partition.buckets().size(); ++k) {
+              const GradientBucket& b = partition.buckets()[k];
+              if (reduced[k] || b.begin < from) continue;
+              reduced[k] = true;
+              const std::int64_t lo = e * b.partition_offset, hi = e * (b.partition_offset + b.chunk);
+              EXPECT_LE(hi, m.bytes());
+              for (std::int64_t block = 0; block < live; ++block) {
+                const std::int64_t begin = m.block_offset(block), end = begin + m.block_stride;
+                EXPECT_TRUE(hi <= begin || lo >= end)
+                    << "bucket " << k << "'s chunk [" << lo << ", " << hi << ") over block " << block << " ["
+                    << begin << ", " << end << "), whose backward has not run";
+              }
+            }
+          EXPECT_TRUE(std::all_of(reduced.begin(), reduced.end(), [](bool r) { return r; }));
+          // Every block's tensors inside the allocation, none overlapping another's.
+          for (std::int64_t block = 0; block + 1 < L; ++block)
+            EXPECT_EQ(m.block_offset(block) - m.block_offset(block + 1), m.block_stride);
+          EXPECT_EQ(m.block_offset(0) + m.block_stride, m.bytes());
+        }
+  EXPECT_EQ(held, 24);
+  // What keeps the engine's own partition: one step of several micro-steps, full recompute, either offload, LoRA,
+  // fp32 gradient accumulation, stages 0-1.
+  ExecConfig c;
+  c.shape = make_llama_shape(300, 128, 4, 4, 2, 352, 256);
+  c.micro_batch = 2;
+  c.seq_len = 64;
+  c.precision = ExecPrecision::bf16;
+  c.zero.stage = 3;
+  ASSERT_TRUE(mlp_saved_layout(c, 2).holds_gradient_partition);
+  const auto kept_apart = [&](auto change) {
+    ExecConfig d = c;
+    change(d);
+    return !mlp_saved_layout(d, 2).holds_gradient_partition;
+  };
+  EXPECT_TRUE(kept_apart([](ExecConfig& d) { d.grad_accum = 2; }));
+  EXPECT_TRUE(kept_apart([](ExecConfig& d) { d.recompute = ExecRecompute::full; }));
+  EXPECT_TRUE(kept_apart([](ExecConfig& d) { d.zero.offload_optimizer = true; }));
+  EXPECT_TRUE(kept_apart([](ExecConfig& d) { d.zero.offload_param = true; }));
+  EXPECT_TRUE(kept_apart([](ExecConfig& d) { d.zero.fp32_grad_accumulation = true; }));
+  EXPECT_TRUE(kept_apart([](ExecConfig& d) { d.zero.stage = 1; }));
+  EXPECT_TRUE(kept_apart([](ExecConfig& d) {
+    d.lora.enabled = true;
+    d.lora.rank = 4;
+    d.lora.alpha = 8;
+    d.lora.modules = {"self_attn.q_proj"};
+  }));
 }
 
 // LoRA: the frozen base's engine (parameters only; stage 3's partition and gathered units) and the adapters' engine
