@@ -475,7 +475,12 @@ TEST(ExecutorMeasurements, TwoH200StageThreeAndTheLargestModelWithinTolerances) 
                              "bench/exec/models/gpt2-h6144-l36.json", 1},
                          Run{"2026-11-30-two-gpu-h200-stage3-cast/run_s3.json", 3, Checkpointing::none, "gpt2-1.5b", 8},
                          Run{"2026-11-30-two-gpu-h200-stage3-cast/run_s3_selective.json", 3, Checkpointing::selective,
-                             "gpt2-1.5b", 8}}) {
+                             "gpt2-1.5b", 8},
+                         // the gradient partition over the MLP tensors (exec/activation_accounting.h mlp_saved_layout)
+                         Run{"2026-11-30-two-gpu-h200-gradients-over-mlp/run_s3.json", 3, Checkpointing::none,
+                             "gpt2-1.5b", 8},
+                         Run{"2026-11-30-two-gpu-h200-gradients-over-mlp/run_s3_selective.json", 3,
+                             Checkpointing::selective, "gpt2-1.5b", 8}}) {
     SCOPED_TRACE(run.report);
     std::printf("two H200: %s\n", run.report);
     const nlohmann::json doc = read_json_file(results(run.report));
@@ -674,6 +679,8 @@ TEST(ExecutorMeasurements, TwoH200TailBucketRunsWithinTolerances) {
   expect_stored_run_within(deferred / "speed/run_s0.json", "h200x2.json", 0, 2);
   expect_stored_run_within(deferred / "speed/run_s2.json", "h200x2.json", 2, 2);
   expect_stored_run_within(deferred / "speed/run_one.json", "h200x2.json", 0, 1);
+  // Stage 2 with the gradient partition over the MLP tensors (2026-11-30).
+  expect_stored_run_within(results("2026-11-30-two-gpu-h200-gradients-over-mlp") / "run_s2.json", "h200x2.json", 2, 2);
   // The offload rows: stage 3 here and after the CPU AdamW's streaming stores
   // (2026-11-26-offload-h200-streaming-stores/call4), and every offload row after stages 1-2 deferred their
   // update into the next forward (2026-11-26-offload-h200-deferred-update/; the stage-2 rows measured before that
