@@ -47,9 +47,6 @@ std::vector<BlockSaved> block_saved(const ModelShape& s) {
 std::int64_t norm_stat_rows(const ModelShape& s) { return s.norm == NormKind::layer_norm ? 2 : 1; }  // per norm
 // block_saved's MLP entries, [kMlpSavedFirst, end): one allocation of their own (mlp_saved_layout).
 constexpr std::size_t kMlpSavedFirst = 5;
-constexpr const char* kMlpSavedName = "MLP pre-activations and activation outputs (block by block)";
-constexpr const char* kMlpSavedWithGradientsName =
-    "MLP pre-activations and activation outputs (block by block), and the gradient partition over them";
 
 }  // namespace
 
@@ -258,15 +255,14 @@ std::vector<DeviceAllocation> device_allocations(const ExecConfig& c, int world)
   const std::int64_t bt = B * T, nb = c.recompute == ExecRecompute::full ? 1 : L;
   a.push_back({"activations", e * (L + 1) * bt * C, "block inputs (residual stream)"});
   const bool selective = c.recompute == ExecRecompute::selective;
-  static const char* const kSavedNames[] = {"norm 1 outputs", "QKV",           "attention outputs",
-                                            "norm 2 inputs",  "norm 2 outputs", "MLP pre-activations",
-                                            "MLP activations"};
+  // block_saved's entries before the MLP's, then the MLP's tensors as one allocation (mlp_saved_layout)
+  static const char* const kSavedNames[kMlpSavedFirst] = {"norm 1 outputs", "QKV", "attention outputs",
+                                                          "norm 2 inputs", "norm 2 outputs"};
   const std::vector<BlockSaved> saved = block_saved(s);
   for (std::size_t i = 0; i < kMlpSavedFirst; ++i)
     if (!(selective && saved[i].recomputed)) a.push_back({"activations", e * nb * bt * saved[i].width, kSavedNames[i]});
   const MlpSavedLayout mlp = mlp_saved_layout(c, world);
-  a.push_back({"activations", mlp.bytes(),
-               mlp.holds_gradient_partition ? kMlpSavedWithGradientsName : kMlpSavedName});
+  a.push_back({"activations", mlp.bytes(), mlp.name()});
   a.push_back({"activations", 4 * nb * 2 * norm_stat_rows(s) * bt, "norm statistics"});
   a.push_back({"activations", 4 * nb * bt * H, "attention logsumexp"});
   a.push_back({"activations", e * bt * C, "final norm output"});

@@ -171,6 +171,12 @@ struct MlpSavedLayout {
     return gradient_partition_beyond + (blocks - 1 - k) * block_stride;
   }
   std::int64_t bytes() const { return gradient_partition_beyond + blocks * block_stride; }
+  // The allocation's name, as the trainer gives it and device_allocations lists it.
+  const char* name() const {
+    return holds_gradient_partition
+               ? "MLP pre-activations and activation outputs (block by block), and the gradient partition over them"
+               : "MLP pre-activations and activation outputs (block by block)";
+  }
 };
 MlpSavedLayout mlp_saved_layout(const ExecConfig& config, int world);
 

@@ -465,11 +465,7 @@ class CudaTrainer final : public EngineTrainer {
     T* ln2 = selective ? nullptr : A("norm 2 outputs", nb * bt * C);
     // The MLP's tensors block by block, and the gradient partition over them where the engine was lent it
     // (activation_accounting.h mlp_saved_layout).
-    char* mlp = static_cast<char*>(alloc_->allocate(
-        "activations",
-        mlp_layout_.holds_gradient_partition ? "MLP tensors (block by block) and the gradient partition over them"
-                                               : "MLP pre-activations and activation outputs (block by block)",
-        mlp_layout_.bytes()));
+    char* mlp = static_cast<char*>(alloc_->allocate("activations", mlp_layout_.name(), mlp_layout_.bytes()));
     if (mlp_layout_.holds_gradient_partition) engine_->set_gradient_partition(mlp);
     const i64 stats_rows = layer_norm ? 4 : 2;  // mean and rstd of both norms, or rstd alone
     float* stats = F32("norm statistics", nb * stats_rows * bt);
