@@ -294,6 +294,10 @@ class ZeroEngine {
   // offload_param: where bucket k's chunk is in host memory (offload_param cpu, or a chunk nvme keeps there), or
   // null for a chunk on NVMe.
   void* host_chunk(int k) const;
+  // offload_param: bucket k's chunk from host memory (or, on NVMe, from its swap buffer, read ahead by the plan and
+  // released once the copy is done) into staging buffer s on the to_device lane, once the last user of that buffer
+  // is done with it (its staging event).
+  void stage_param_chunk(int k, int s);
   // offload_param nvme: the swapper and its event ids; n values of bucket k's chunk from element `offset` copied
   // from host memory `src` (already rounded to the element type) to its file; the chunk read into `out`.
   void setup_param_swap();

@@ -66,20 +66,7 @@ void ZeroEngine::update_offloaded_params(const std::function<void(const AdamwRan
     const int s = static_cast<int>(next_staging_++ % staging_.size());
     void* resident = host_chunk(k);  // null: the chunk is on NVMe
     if (fp32) {
-      offload::ParamSwapper::Held held;
-      const void* from = resident;
-      if (!from) {
-        held = param_swapper_->acquire(k);
-        from = held.data;
-      }
-      device_.wait_event(staging_event_base_ + s, Lane::to_device);
-      const int a = device_.mark(Lane::to_device);
-      device_.copy_to_device(staging_[s], from, b.chunk * eb);
-      param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
-      if (held.buffer >= 0) {
-        device_.record_event(swap_event_base_ + held.buffer, Lane::to_device);
-        param_swapper_->release(held.buffer);
-      }
+      stage_param_chunk(k, s);
       device_.lane_waits_for(Lane::compute, Lane::to_device);
     } else {
       device_.wait_event(staging_event_base_ + s, Lane::compute);
@@ -113,6 +100,23 @@ void ZeroEngine::update_offloaded_params(const std::function<void(const AdamwRan
 
 bool ZeroEngine::buckets_on_nvme(int k) const {
   return param_nvme_ && buffers_.param_nvme_chunk[static_cast<std::size_t>(k)] > 0;
+}
+
+void ZeroEngine::stage_param_chunk(int k, int s) {
+  const void* host = host_chunk(k);
+  offload::ParamSwapper::Held held;
+  if (!host) {
+    held = param_swapper_->acquire(k);
+    host = held.data;
+  }
+  device_.wait_event(staging_event_base_ + s, Lane::to_device);
+  const int a = device_.mark(Lane::to_device);
+  device_.copy_to_device(staging_[s], host, partition_.buckets()[k].chunk * comm_dtype_bytes(type_));
+  param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
+  if (held.buffer >= 0) {
+    device_.record_event(swap_event_base_ + held.buffer, Lane::to_device);
+    param_swapper_->release(held.buffer);
+  }
 }
 
 void* ZeroEngine::host_chunk(int k) const {

@@ -144,7 +144,6 @@ void ZeroEngine::all_gather_persistent() {
 void ZeroEngine::gather_buckets(const std::vector<int>& ks, const std::function<void*(int)>& dst,
                                 std::int64_t group_elements) {
   const auto& buckets = partition_.buckets();
-  const std::int64_t eb = comm_dtype_bytes(type_);
   const std::size_t most = offload_param_ ? staging_.size() : ks.size();
   std::size_t i = 0;
   while (i < ks.size()) {
@@ -172,20 +171,7 @@ void ZeroEngine::gather_buckets(const std::vector<int>& ks, const std::function<
       // Host to device into a staging buffer once the all-gather (or copy back) that last used it is done. A
       // chunk on NVMe comes from its swap buffer (read ahead by the plan), free again once the copy is done.
       const int s = static_cast<int>(next_staging_++ % staging_.size());
-      void* host = host_chunk(ks[j]);
-      offload::ParamSwapper::Held held;
-      if (!host) {
-        held = param_swapper_->acquire(ks[j]);
-        host = const_cast<void*>(held.data);
-      }
-      device_.wait_event(staging_event_base_ + s, Lane::to_device);
-      const int a = device_.mark(Lane::to_device);
-      device_.copy_to_device(staging_[s], host, b.chunk * eb);
-      param_h2d_marks_.emplace_back(a, device_.mark(Lane::to_device));
-      if (held.buffer >= 0) {
-        device_.record_event(swap_event_base_ + held.buffer, Lane::to_device);
-        param_swapper_->release(held.buffer);
-      }
+      stage_param_chunk(ks[j], s);
       src[j - i] = staging_[s];
       used.push_back(s);
     }
