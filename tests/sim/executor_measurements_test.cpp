@@ -702,6 +702,58 @@ TEST(ExecutorMeasurements, TwoH200TailBucketRunsWithinTolerances) {
   }
 }
 
+// Two H200 on the executor's layout of 2026-11-30 (bench/exec/results/2026-11-30-two-gpu-h200-current-layout/, its
+// README gives the command): GPT-2 1.5B at stages 0, 1 and 3, stage 2 with 2e8-element buckets and with fp32
+// accumulation over 2 micro-steps, stage 1 with fp32 accumulation and reductions, the one-GPU run, the three offload
+// rows, and parameters on NVMe with every chunk on the disk (GPT-2 124M and 355M). The earlier folders' rows of these
+// settings print the components the layout changed; these hold every component, the device total, the host's
+// figures, the step and the bytes of each collective kind (the disk's too).
+TEST(ExecutorMeasurements, TwoH200CurrentLayoutRunsWithinTolerances) {
+  const std::filesystem::path folder = results("2026-11-30-two-gpu-h200-current-layout");
+  struct Run {
+    const char* report;
+    int stage, gpus;
+    const char* ds_config;
+    std::optional<std::int64_t> grad_accum;
+  };
+  for (const Run& run : {Run{"run_s0.json", 0, 2, "", {}}, Run{"run_s1.json", 1, 2, "", {}},
+                         Run{"run_s3.json", 3, 2, "", {}},
+                         Run{"run_s2_bucket2e8.json", 2, 2, "bench/exec/models/ds-stage2-bucket-2e8.json", {}},
+                         Run{"run_s2_acc32.json", 2, 2, "bench/exec/models/ds-stage2-fp32-accumulation.json", 2},
+                         Run{"run_s1_acc32_comm32.json", 1, 2,
+                             "bench/exec/models/ds-stage1-fp32-accumulation-and-reductions.json", 2},
+                         Run{"run_one.json", 0, 1, "", {}}}) {
+    SCOPED_TRACE(run.report);
+    std::printf("two H200, current layout: %s\n", run.report);
+    const nlohmann::json m = read_json_file(folder / run.report).at("measured");
+    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+    ASSERT_EQ(m.at("world_size").get<int>(), run.gpus);
+    ASSERT_TRUE(m.contains("device_allocations") && m.contains("gradient_partition_over_activations"));
+    const Planned p = plan_like_the_run("h200x2.json", run.stage, false, run.gpus, false, "gpt2-1.5b",
+                                        OffloadDevice::cpu, Checkpointing::none, 8, run.ds_config, run.grad_accum,
+                                        m.value("attention_kernel", std::string()) == "cudnn_fused");
+    expect_memory_within(p, m, false);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    expect_comm_bytes_equal(p, m);
+  }
+  for (const char* report : {"off_s2optimizercpu.json", "off_s3optimizercpu.json", "off_s3optimizercpuparamcpu.json"}) {
+    SCOPED_TRACE(report);
+    std::printf("two H200, current layout: %s\n", report);
+    const nlohmann::json m = read_json_file(folder / report).at("measured");
+    const bool param = std::string(report).find("param") != std::string::npos;
+    const Planned p = plan_like_the_run("h200x2.json", m.at("stage").get<int>(), true, 2, param, "gpt2-1.5b",
+                                        OffloadDevice::cpu, Checkpointing::none, 8, "", {},
+                                        m.value("attention_kernel", std::string()) == "cudnn_fused");
+    expect_memory_within(p, m, true);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    expect_comm_bytes_equal(p, m);
+  }
+  const std::filesystem::path cluster = data_directory() / "configs" / "clusters" / "h200x2.json";
+  for (const NvmeRun& run : {NvmeRun{"pnvme_gpt2-124m.json", "gpt2-124m", cluster, true},
+                             NvmeRun{"pnvme_gpt2-355m.json", "gpt2-355m", cluster, true}})
+    expect_param_nvme_run_within(run, folder, 2, kStepTolerance);
+}
+
 // ZeRO-Offload's claim on 2x H200 (bench/exec/results/2026-11-26-offload-h200/, its README gives the commands): the
 // largest layer count of hidden 6144 the planner fits at stage 3 with optimizer and parameters on the CPU, planned on
 // the cluster with the host memory available then (35 layers, 17.1B parameters), and the 34-layer run that measured
