@@ -307,10 +307,10 @@ void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t p
 
 }  // namespace
 
-Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
-                                     const TrainingConfig& training, const DeepSpeedEnginePath& path,
-                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss,
-                                     Bytes device_free_bytes) {
+DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
+                                                      const TrainingConfig& training, const DeepSpeedEnginePath& path,
+                                                      const DeepSpeedGpuBytes& gpu, Bytes activation_block,
+                                                      const LossTensorBytes& loss, Bytes device_free_bytes) {
   CachedSegments cache(activation_block);
   CachedSegments side_stream(0);  // stage 3's reduce_and_partition_stream (transformers' rows, below)
   const TransientGpuBytes& t = gpu.transient;
@@ -726,7 +726,8 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
     Bytes at_loss = 0;
     forward(accumulates_in_grads && micro_steps > 1);
     loss_pass(false, &at_loss, nullptr);
-    return sat_add(sat_add(sat_add(at_loss, side_stream.idle_bytes()), init_idle), in.deepspeed_process_device_extra);
+    return {sat_add(sat_add(sat_add(at_loss, side_stream.idle_bytes()), init_idle), in.deepspeed_process_device_extra),
+            at_loss};
   }
   // The step's peak is in the backward pass, with the activations still live: stage_1_and_2.py setup_buckets
   // allocates the reduce buckets at the first gradient hook (torch.empty(reduce_bucket_size), released only at the
@@ -740,7 +741,7 @@ Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const Memory
   }
   Displaced displaced;  // a later micro-step's, live in its backward
   displace_activations(displaced);
-  return sat_add(sat_add(cache.idle_bytes(), init_idle), in.deepspeed_process_device_extra);
+  return {sat_add(sat_add(cache.idle_bytes(), init_idle), in.deepspeed_process_device_extra), 0};
 }
 
 Bytes deepspeed_overflow_test_segments(const MemoryInputs& in, const TrainingConfig& training,

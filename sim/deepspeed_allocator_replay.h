@@ -73,10 +73,20 @@ struct LossTensorBytes;    // sim/deepspeed_memory.h
 // Stages 1-2 flatten on the host instead (moving the parameters there and emptying the cache: nothing is left)
 // when the device's free memory is below the flat buffer; `device_free_bytes` is the device's memory less the CUDA
 // context.
-Bytes deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
-                                     const TrainingConfig& training, const DeepSpeedEnginePath& path,
-                                     const DeepSpeedGpuBytes& gpu, Bytes activation_block, const LossTensorBytes& loss,
-                                     Bytes device_free_bytes);
+// `idle_at_loss` is the part of it measured at the loss's backward: the default stream's free blocks there, which
+// the step's later requests (the optimizer's fp32 gradients and temporaries, FP16_UnfusedOptimizer's per-parameter
+// ones) take before any new segment is made. Where the step's allocated peak comes later than the loss (full
+// activation checkpointing: the loss holds little beside the model states), the timeline's peak holds only what of
+// it is still idle then (sim/simulator.cpp). The side stream's segments, the small pools and the process's memory
+// outside the allocator are not part of it.
+struct DeepSpeedCachedReserve {
+  Bytes total = 0;
+  Bytes idle_at_loss = 0;  // 0 without a language model's loss (the replay then measures in the backward)
+};
+DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
+                                                      const TrainingConfig& training, const DeepSpeedEnginePath& path,
+                                                      const DeepSpeedGpuBytes& gpu, Bytes activation_block,
+                                                      const LossTensorBytes& loss, Bytes device_free_bytes);
 
 // fp16 at stage 3 with the optimizer on the GPU: the overflow test's segments, reserved and idle at the default
 // stream's peak. stage3.py has_overflow runs torch.isinf and torch.isnan over the whole gradient partition

@@ -96,9 +96,11 @@ MemoryEstimate compute_deepspeed(const ModelDescription& model, const ClusterDes
   LossTensorBytes loss = loss_tensor_bytes(model, training, activations, cluster.runtime.cublas_workspace_bytes);
   // LoRA: the output head is frozen, so its backward makes no weight gradient (only the input gradient).
   if (training.lora.enabled) loss.embedding_grad = 0;
-  const Bytes flat_segments = deepspeed_flat_buffer_segments(
+  const DeepSpeedCachedReserve reserve = deepspeed_flat_buffer_segments(
       model, in, training, path, ds, largest_activation_block(model, training, activations), loss,
       cluster.gpu_memory_bytes - cluster.runtime.cuda_context_bytes);
+  const Bytes flat_segments = reserve.total;
+  estimate.reserve_idle_at_loss = reserve.idle_at_loss;
   const Bytes overflow_test = deepspeed_overflow_test_segments(in, training, path);
   const Bytes second_communicator =
       !deepspeed_uses_second_communicator(in, training) ? 0

@@ -56,6 +56,9 @@ struct MemoryEstimate {
   // The part of gpu (grads, gradient_buckets, optimizer_states) that exists only at times of the step, which the
   // step's timeline places (DeepSpeed engine; zero for zeroplan's engine): gpu is the sum of worst cases.
   TransientGpuBytes transient;
+  // Of gpu.runtime_overhead, the caching allocator's idle segments as measured at the loss's backward (DeepSpeed
+  // engine, a language model: sim/deepspeed_allocator_replay.h DeepSpeedCachedReserve::idle_at_loss); 0 otherwise.
+  Bytes reserve_idle_at_loss = 0;
   HostMemoryBreakdown host;
   Bytes nvme_bytes = 0;             // per node
   Bytes init_peak_gpu_bytes = 0;    // peak while the engine initializes, when it differs (0 otherwise)

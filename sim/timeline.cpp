@@ -182,4 +182,14 @@ Bytes Timeline::peak_memory(Bytes baseline, double* peak_time, std::array<Bytes,
   return peak;
 }
 
+Bytes Timeline::peak_memory_while(MemoryUse use, Bytes baseline) {
+  Bytes in_use = baseline, peak = 0, live = 0;
+  for (const MemoryChange& change : memory_changes()) {
+    in_use += change.delta;
+    if (change.use == use) live += change.delta;
+    if (live > 0) peak = std::max(peak, in_use);
+  }
+  return peak;
+}
+
 }  // namespace zeroplan

@@ -143,6 +143,8 @@ class Timeline {
   // `at_peak`, when given, receives the bytes of each MemoryUse live at the peak (they sum to peak - baseline).
   Bytes peak_memory(Bytes baseline, double* peak_time = nullptr,
                     std::array<Bytes, kMemoryUseCount>* at_peak = nullptr);
+  // The highest in use (from `baseline`) while bytes of `use` are live; 0 when they never are.
+  Bytes peak_memory_while(MemoryUse use, Bytes baseline);
 
  private:
   std::vector<TimelineTask> tasks_;

@@ -62,6 +62,24 @@ TEST(TimelineScheduling, MemoryPeakFollowsAllocationsAndFrees) {
   EXPECT_DOUBLE_EQ(when, 3.0);  // 150 live, 50 freed, 60 allocated: 1160, not 1210
 }
 
+// The loss's window (logits live) and a later, higher peak (the optimizer step's temporaries): the highest use
+// while the logits are live is the window's own, not the step's.
+TEST(TimelineScheduling, MemoryPeakWhileAUseIsLive) {
+  Timeline timeline;
+  const TaskId forward = timeline.add(Resource::gpu_compute, TaskKind::forward, 1.0, {});
+  const TaskId head = timeline.add(Resource::gpu_compute, TaskKind::forward, 1.0, {});
+  const TaskId backward = timeline.add(Resource::gpu_compute, TaskKind::backward_input, 1.0, {});
+  const TaskId step = timeline.add(Resource::gpu_compute, TaskKind::optimizer_step, 1.0, {});
+  timeline.set_memory(forward, 100, 0);
+  timeline.set_memory(head, 40, 0, MemoryUse::logits);
+  timeline.free_at_finish(backward, 40, MemoryUse::logits);
+  timeline.free_at_finish(backward, 100);
+  timeline.set_memory(step, 300, 300, MemoryUse::optimizer_temporaries);
+  EXPECT_EQ(timeline.peak_memory(1000), 1300);
+  EXPECT_EQ(timeline.peak_memory_while(MemoryUse::logits, 1000), 1140);
+  EXPECT_EQ(timeline.peak_memory_while(MemoryUse::gradient_buckets, 1000), 0);  // never live
+}
+
 TEST(TimelineScheduling, ClearKeepsNothingButCapacity) {
   Timeline timeline;
   timeline.reserve(16);
