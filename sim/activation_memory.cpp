@@ -285,7 +285,10 @@ void explain_activations(const ModelDescription& model, const TrainingConfig& tr
     terms.push_back({"activations",
                      "the gradient partition over the blocks' MLP tensors: its bytes past them (the head unit's chunks, "
                      "reduced before any block's backward frees its tensors)",
-                     b.gradient_partition_beyond, "chunks placed at or above the block their bucket waits for",
+                     b.gradient_partition_beyond,
+                     "the partition from the allocation's start in the backward's reduction order, each chunk ending "
+                     "within the MLP tensors of the lowest block its bucket waits for; the chunks reduced before any "
+                     "block's backward ahead of the blocks",
                      "exec/activation_accounting.h (mlp_saved_layout)"});
   if (b.embedding_dropout_mask > 0)
     terms.push_back({"activations", "embedding dropout mask", b.embedding_dropout_mask, "h * s*b = " + h + " * " + T,
