@@ -57,6 +57,7 @@ Zero3FetchPlan make_zero3_fetch_plan(const std::vector<std::int64_t>& unit_eleme
   std::int64_t live = 0, ahead_elements = 0;
   int ahead_units = 0;
   ArenaPlacement arena;
+  std::vector<int> counted;  // kept units already counted toward the bucket at this use
   const int n = static_cast<int>(uses.size());
 
   auto gather = [&](Zero3UseStep& step, int unit, bool prefetch) {
@@ -91,14 +92,26 @@ Zero3FetchPlan make_zero3_fetch_plan(const std::vector<std::int64_t>& unit_eleme
         ahead_elements -= unit_elements[u];
         --ahead_units;
       }
-      // Prefetch the next units not resident, within the prefetch bucket and the live bound.
+      // Prefetch the next units not resident, within the prefetch bucket (with the kept units the schedule uses
+      // before them) and the live bound.
       if (rules.prefetch_elements > 0) {
+        std::int64_t kept_ahead = 0;
+        counted.clear();
         for (int j = i + 1; j < n; ++j) {
           const int v = uses[j];
           const std::int64_t e = unit_elements[v];
-          if (e == 0 || resident[v]) continue;
-          const bool first_ahead = ahead_elements == 0;
-          if (!first_ahead && ahead_elements + e > rules.prefetch_elements) break;
+          if (e == 0 || v == u) continue;
+          if (resident[v]) {
+            if (!ahead[v] && std::find(counted.begin(), counted.end(), v) == counted.end()) {
+              counted.push_back(v);
+              kept_ahead += e;
+            }
+            if (ahead_elements + kept_ahead >= rules.prefetch_elements) break;  // the bucket is full
+            continue;
+          }
+          const std::int64_t window = ahead_elements + kept_ahead;
+          const bool first_ahead = window == 0;
+          if (!first_ahead && window + e > rules.prefetch_elements) break;
           if (rules.max_units_ahead > 0 && ahead_units >= rules.max_units_ahead) break;
           if (live + e > rules.max_live_elements) break;
           gather(step, v, true);

@@ -15,6 +15,14 @@
 //              stage3_prefetch_bucket_size; the first unit ahead is always prefetched when the bucket is > 0,
 //              even if larger than it (a larger-than-bucket unit would otherwise never overlap; DeepSpeed
 //              splits such a module's parameters instead);
+//   kept units (ours, not DeepSpeed's) units still gathered from an earlier use (the reuse rule kept them) that the
+//              schedule uses before a unit to gather count toward the bucket as prefetched ones do, so the first
+//              unit to gather is "first ahead" only when nothing gathered lies between it and the unit in use.
+//              DeepSpeed's coordinator skips available parameters when it fills its prefetch (partitioned_param_
+//              coordinator.py fetch_sub_module): at a transformer's turn from forward to backward, with the last
+//              blocks kept, it gathers the first block not kept as well, at the activations' peak (Llama-2 7B:
+//              block 29 beside blocks 30, 31 and the head, 738M elements gathered where 536M serve). FSDP2
+//              prefetches one module ahead, gathered or not;
 //   live bound no prefetch that would make the gathered elements exceed stage3_max_live_parameters (the unit
 //              in use is always gathered);
 //   units ahead (ours, not DeepSpeed's) at most max_units_ahead units gathered ahead of their use at once, where

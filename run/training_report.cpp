@@ -286,6 +286,9 @@ void report(RunOptions& o, ResolvedRun& r, RankEngine& e, const TrainingRecord& 
       m["copy_engine_gathers"] = exec::stage3_copy_engine_gathers(cfg, world);
       // Whether the gradient partition lay over the MLP tensors (exec/activation_accounting.h mlp_saved_layout).
       m["gradient_partition_over_activations"] = exec::mlp_saved_layout(cfg, world).holds_gradient_partition;
+      // Stage 3: the fetch plan counted the units kept gathered toward the prefetch bucket (core/zero3_fetch_plan.h
+      // "kept units", since 2026-11-30's third session): what a later planner is checked against.
+      if (cfg.zero.stage == 3) m["zero3_kept_units_fill_prefetch"] = true;
       nlohmann::json allocations = nlohmann::json::array();
       for (const exec::DeviceAllocation& a : exec::device_allocations(cfg, world))
         allocations.push_back({{"component", a.component}, {"what", a.what}, {"bytes", a.bytes}});

@@ -74,6 +74,34 @@ TEST(Zero3FetchPlan, LargeReuseDistanceKeepsEveryUnitGatheredOnce) {
   EXPECT_EQ(plan.steps[10].releases, std::vector<int>{1});
 }
 
+// An untied Llama-like model at the turn from forward to backward: embeddings (10), three blocks (20 each), the head
+// unit (10); the embeddings' backward reads no parameters. The reuse distance keeps blocks 2 and 3 gathered for the
+// backward (60 and 20 elements of other uses before their next) and releases block 1 (100). Kept units ahead fill
+// the 5-element bucket, so block 1 is gathered at block 2's backward use, one unit ahead, not beside the kept units
+// and the head at the forward's end (DeepSpeed's coordinator, which skips available parameters, would: 70 live).
+TEST(Zero3FetchPlan, KeptUnitsAheadFillThePrefetchBucket) {
+  Zero3FetchRules rules;
+  rules.prefetch_elements = 5;
+  rules.max_reuse_distance = 65;
+  const Zero3FetchPlan plan =
+      make_zero3_fetch_plan({10, 20, 20, 20, 10}, {0, 1, 2, 3, 4, 4, 3, 2, 1}, rules);
+  ASSERT_EQ(plan.steps.size(), 9u);
+  const std::vector<Expected> expected = {
+      {{{0, 0, false}, {1, 10, true}}, {0}},  // the embeddings, then block 1 ahead
+      {{{2, 30, true}}, {1}},                 // block 1 released: 100 elements before its backward
+      {{{3, 0, true}}, {}},                   // block 2 kept: 60
+      {{{4, 20, true}}, {}},                  // block 3 kept: 20
+      {{}, {}},                               // the head's forward: blocks 3 and 2 kept ahead, nothing gathered
+      {{}, {4}},                              // the head's backward
+      {{}, {3}},                              // block 3: block 2 kept ahead
+      {{{1, 0, true}}, {2}},                  // block 2: block 1, one unit ahead
+      {{}, {1}}};
+  for (int i = 0; i < 9; ++i) expect_step(plan.steps[static_cast<std::size_t>(i)], expected[static_cast<std::size_t>(i)], i);
+  EXPECT_EQ(plan.peak_live_elements, 50);
+  EXPECT_EQ(plan.arena_elements, 50);
+  EXPECT_EQ(plan.gathered_elements, 100);  // block 1 twice, every other unit once
+}
+
 TEST(Zero3FetchPlan, LiveBoundStopsPrefetchButNeverTheUnitInUse) {
   Zero3FetchRules rules;
   rules.prefetch_elements = 1000;

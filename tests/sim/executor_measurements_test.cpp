@@ -58,6 +58,11 @@ struct Planned {
   // since 2026-11-30's second session): reports from before then (no gradient_partition_over_activations in them)
   // allocated the partition apart; their gradients, activations and device total are printed, not held.
   bool grads_over_activations = false;
+  // Whether the plan is a transformer's at stage 3, whose fetch plan counts the units kept gathered toward the prefetch bucket
+  // (core/zero3_fetch_plan.h "kept units", since 2026-11-30's third session): reports from before then (no
+  // zero3_kept_units_fill_prefetch in them) gathered the first unit not kept beside them at the forward's end; their
+  // buffers and device total are printed, not held.
+  bool kept_units_fill_prefetch = false;
 };
 
 // What `zeroplan run` plans for `inputs` (run/training_run.cpp): the executor's engine, dropout 0, the stage and
@@ -92,7 +97,8 @@ Planned plan_as_run(PlanInputs inputs, bool deterministic = false,
           exec::cudnn_attention_workspace_bytes(executor),
           choice.stage == 3 || (choice.stage == 2 && untied),
           exec::stage3_copy_engine_gathers(executor, world) ? exec::kNcclCopyEngineWindowBytes : 0,
-          exec::mlp_saved_layout(executor, world).holds_gradient_partition};
+          exec::mlp_saved_layout(executor, world).holds_gradient_partition,
+          choice.stage == 3 && in.model.transformer.has_value()};
 }
 
 // The runs of GPT-2 1.5B (or `model`), micro-batch 8, seq 1024, bf16, on a bundled cluster.
@@ -143,6 +149,7 @@ void expect_memory_within(const Planned& p, const nlohmann::json& m, bool offloa
   const auto bytes = [&](const char* tag) { return measured.value(tag, std::int64_t{0}); };
   const bool earlier_layout = p.layout_changed && !m.contains("device_allocations");
   const bool earlier_gradients = p.grads_over_activations && !m.contains("gradient_partition_over_activations");
+  const bool earlier_fetch = p.kept_units_fill_prefetch && !m.contains("zero3_kept_units_fill_prefetch");
   // Held, or printed for a report of the executor's layout before 2026-11-30 (Planned::layout_changed) or before
   // the gradient partition over the MLP tensors (Planned::grads_over_activations).
   const auto held_unless = [&](bool earlier, const char* since) {
@@ -154,6 +161,8 @@ void expect_memory_within(const Planned& p, const nlohmann::json& m, bool offloa
     };
   };
   const auto layout_dependent = held_unless(earlier_layout, "the 2026-11-30 layout");
+  const auto fetch_dependent = held_unless(earlier_layout || earlier_fetch,
+                                           earlier_layout ? "the 2026-11-30 layout" : "the kept units' prefetch rule");
   const auto gradients_dependent = held_unless(earlier_gradients, "the gradient partition over the activations");
   layout_dependent(g.params, bytes("params"), kComponentTolerance, "params");
   gradients_dependent(g.grads, bytes("grads"), kComponentTolerance, "grads");
@@ -161,12 +170,12 @@ void expect_memory_within(const Planned& p, const nlohmann::json& m, bool offloa
   expect_within(g.optimizer_states, bytes("optimizer_states"), kComponentTolerance, "optimizer_states");
   gradients_dependent(g.activations, bytes("activations"), kComponentTolerance, "activations");
   expect_within(g.logits, bytes("logits"), kComponentTolerance, "logits");
-  layout_dependent(g.gradient_buckets + g.gathered_params + g.offload_buffers,
+  fetch_dependent(g.gradient_buckets + g.gathered_params + g.offload_buffers,
                    bytes("gradient_buckets") + bytes("gathered_params") + bytes("offload_buffers"), kComponentTolerance,
                    "buffers");
   expect_within(g.runtime_overhead - absent_from_the_run, bytes("runtime_overhead"), kComponentTolerance,
                 "runtime_overhead");
-  held_unless(earlier_layout || earlier_gradients, "the executor's current layout")(
+  held_unless(earlier_layout || earlier_gradients || earlier_fetch, "the executor's current layout")(
       g.total - absent_from_the_run, m.at("device_used_peak_bytes").get<double>(), kTotalTolerance, "device total");
   if (offload) {
     std::int64_t host = 0;
@@ -530,6 +539,7 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
     int micro_batch;
     bool copy_engine_gathers = false;  // a run of the copy-engine build before its reports said so (call8)
     std::int64_t seq = 2048;
+    Checkpointing checkpointing = Checkpointing::none;
   };
   // 2026-11-28's rows, and 2026-11-30 call5's: stage 3 without a 16-bit parameter partition (each all-gather casts
   // the fp32 master), the gradient buffers rotated by a unit's partitioned buckets, cuDNN's fused attention.
@@ -552,7 +562,13 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
                          Run{"2026-11-30-h200x2/call14/speed_s2.json", "tinyllama-1.1b.json", 2, 4},
                          Run{"2026-11-30-h200x2/call14/speed_s3.json", "tinyllama-1.1b.json", 3, 4},
                          Run{"2026-11-30-h200x2/call14/big_s3.json", "llama2-7b.json", 3, 2},
-                         Run{"2026-11-30-h200x2/call14/headline/headline_run.json", "llama2-13b", 3, 2, false, 4096}}) {
+                         Run{"2026-11-30-h200x2/call14/headline/headline_run.json", "llama2-13b", 3, 2, false, 4096},
+                         // call19: stage 3 with the kept units filling the prefetch bucket (core/zero3_fetch_plan.h)
+                         Run{"2026-11-30-h200x2/call19/tl_s3.json", "tinyllama-1.1b.json", 3, 4},
+                         Run{"2026-11-30-h200x2/call19/l7_s3.json", "llama2-7b.json", 3, 2},
+                         Run{"2026-11-30-h200x2/call19/l7_s3_sel.json", "llama2-7b.json", 3, 2, false, 2048,
+                             Checkpointing::selective},
+                         Run{"2026-11-30-h200x2/call19/headline/headline_run.json", "llama2-13b", 3, 2, false, 4096}}) {
     SCOPED_TRACE(run.report);
     std::printf("two H200, Llama: %s\n", run.report);
     const std::filesystem::path folder = data_directory() / "bench" / "llama" / "results";
@@ -568,6 +584,7 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
     inputs.seq = run.seq;
     inputs.precision = Precision::bf16;
     inputs.stage = run.stage;
+    inputs.checkpointing = run.checkpointing;
     const Planned p =
         plan_as_run(inputs, false, std::nullopt, m.value("attention_kernel", std::string()) == "cudnn_fused");
     expect_memory_within(p, m, false, run.copy_engine_gathers);
@@ -702,6 +719,28 @@ TEST(ExecutorMeasurements, TwoH200TailBucketRunsWithinTolerances) {
   }
 }
 
+// The offload and parameter-NVMe rows `bench/exec/device_run_multi.sh offload param_nvme` writes into `folder` on two
+// H200 (GPT-2 1.5B at stage 2 and 3 with the optimizer on the CPU, stage 3 with the parameters too; GPT-2 124M and 355M
+// with every parameter chunk on the disk), each planned as it ran: memory, host, step and bytes held.
+void expect_two_h200_offload_and_param_nvme_runs(const std::filesystem::path& folder, const char* label) {
+  for (const char* report : {"off_s2optimizercpu.json", "off_s3optimizercpu.json", "off_s3optimizercpuparamcpu.json"}) {
+    SCOPED_TRACE(report);
+    std::printf("two H200, %s: %s\n", label, report);
+    const nlohmann::json m = read_json_file(folder / report).at("measured");
+    const bool param = std::string(report).find("param") != std::string::npos;
+    const Planned p = plan_like_the_run("h200x2.json", m.at("stage").get<int>(), true, 2, param, "gpt2-1.5b",
+                                        OffloadDevice::cpu, Checkpointing::none, 8, "", {},
+                                        m.value("attention_kernel", std::string()) == "cudnn_fused");
+    expect_memory_within(p, m, true);
+    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+    expect_comm_bytes_equal(p, m);
+  }
+  const std::filesystem::path cluster = data_directory() / "configs" / "clusters" / "h200x2.json";
+  for (const NvmeRun& run : {NvmeRun{"pnvme_gpt2-124m.json", "gpt2-124m", cluster, true},
+                             NvmeRun{"pnvme_gpt2-355m.json", "gpt2-355m", cluster, true}})
+    expect_param_nvme_run_within(run, folder, 2, kStepTolerance);
+}
+
 // Two H200 on the executor's layout of 2026-11-30 (bench/exec/results/2026-11-30-two-gpu-h200-current-layout/, its
 // README gives the command): GPT-2 1.5B at stages 0, 1 and 3, stage 2 with 2e8-element buckets and with fp32
 // accumulation over 2 micro-steps, stage 1 with fp32 accumulation and reductions, the one-GPU run, the three offload
@@ -736,22 +775,28 @@ TEST(ExecutorMeasurements, TwoH200CurrentLayoutRunsWithinTolerances) {
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     expect_comm_bytes_equal(p, m);
   }
-  for (const char* report : {"off_s2optimizercpu.json", "off_s3optimizercpu.json", "off_s3optimizercpuparamcpu.json"}) {
+  expect_two_h200_offload_and_param_nvme_runs(folder, "current layout");
+}
+
+// The stage-3 rows of the test above again, and stage 3 with selective recompute, after stage 3's prefetch counted the
+// units kept gathered toward its bucket (bench/exec/results/2026-11-30-two-gpu-h200-kept-units/, its README gives the
+// command): every component, the device total, the host's figures, the step and the bytes held.
+TEST(ExecutorMeasurements, TwoH200KeptUnitsPrefetchRunsWithinTolerances) {
+  const std::filesystem::path folder = results("2026-11-30-two-gpu-h200-kept-units");
+  for (const auto& [report, mode] : {std::pair{"run_s3.json", Checkpointing::none},
+                                     std::pair{"run_s3_selective.json", Checkpointing::selective}}) {
     SCOPED_TRACE(report);
-    std::printf("two H200, current layout: %s\n", report);
+    std::printf("two H200, kept units: %s\n", report);
     const nlohmann::json m = read_json_file(folder / report).at("measured");
-    const bool param = std::string(report).find("param") != std::string::npos;
-    const Planned p = plan_like_the_run("h200x2.json", m.at("stage").get<int>(), true, 2, param, "gpt2-1.5b",
-                                        OffloadDevice::cpu, Checkpointing::none, 8, "", {},
-                                        m.value("attention_kernel", std::string()) == "cudnn_fused");
-    expect_memory_within(p, m, true);
+    ASSERT_EQ(m.at("stage").get<int>(), 3);
+    ASSERT_TRUE(m.value("zero3_kept_units_fill_prefetch", false));
+    const Planned p = plan_like_the_run("h200x2.json", 3, false, 2, false, "gpt2-1.5b", OffloadDevice::cpu, mode, 8, "",
+                                        {}, m.value("attention_kernel", std::string()) == "cudnn_fused");
+    expect_memory_within(p, m, false);
     expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
     expect_comm_bytes_equal(p, m);
   }
-  const std::filesystem::path cluster = data_directory() / "configs" / "clusters" / "h200x2.json";
-  for (const NvmeRun& run : {NvmeRun{"pnvme_gpt2-124m.json", "gpt2-124m", cluster, true},
-                             NvmeRun{"pnvme_gpt2-355m.json", "gpt2-355m", cluster, true}})
-    expect_param_nvme_run_within(run, folder, 2, kStepTolerance);
+  expect_two_h200_offload_and_param_nvme_runs(folder, "kept units");
 }
 
 // ZeRO-Offload's claim on 2x H200 (bench/exec/results/2026-11-26-offload-h200/, its README gives the commands): the
