@@ -434,12 +434,14 @@ TEST(ExecutorMeasurements, OneGpuSelectiveRecomputeWithinTolerances) {
     }
   // Stage 3 again on one H200 after the 2026-11-30 layout (no 16-bit parameter partition: each unit's gather casts
   // the fp32 master into the arena; 2026-11-30-one-gpu-h200-stage3-cast/, its README gives the command), with
-  // cuDNN's fused attention: memory, bytes and step held.
+  // cuDNN's fused attention, and after the kept units filled the prefetch bucket (2026-11-30-one-gpu-h200-kept-units/):
+  // memory, bytes and step held (the first folder's buffers and device total printed: core/zero3_fetch_plan.h).
+  for (const char* folder : {"2026-11-30-one-gpu-h200-stage3-cast", "2026-11-30-one-gpu-h200-kept-units"})
   for (Checkpointing mode : {Checkpointing::none, Checkpointing::selective}) {
     const std::string report = "rc_s3_" + to_string(mode) + ".json";
-    SCOPED_TRACE("2026-11-30-one-gpu-h200-stage3-cast/" + report);
-    std::printf("h200x1.json (2026-11-30): %s\n", report.c_str());
-    const nlohmann::json m = read_json_file(results("2026-11-30-one-gpu-h200-stage3-cast") / report).at("measured");
+    SCOPED_TRACE(std::string(folder) + "/" + report);
+    std::printf("h200x1.json (%s): %s\n", folder, report.c_str());
+    const nlohmann::json m = read_json_file(results(folder) / report).at("measured");
     ASSERT_EQ(m.at("stage").get<int>(), 3);
     ASSERT_TRUE(m.contains("device_allocations"));
     PlanInputs inputs;
