@@ -46,6 +46,8 @@ def main():
     parser.add_argument("last", type=int, help="event index after the window")
     parser.add_argument("--made-before", type=int, nargs="*", default=[], help="event indices splitting other segments")
     parser.add_argument("--min-mib", type=float, default=16.0)
+    parser.add_argument("--segments-made", action="store_true",
+                        help="instead: the segments made in the window, by what made them, and their sizes")
     a = parser.parse_args()
     try:
         with (gzip.open(a.trace, "rt") if a.trace.endswith(".gz") else open(a.trace)) as f:
@@ -73,6 +75,22 @@ def main():
         if e["action"] == "segment_alloc":
             maker = frames_of(events[i + 1]) if i + 1 < len(events) else ""
             made.append((e["addr"], e["size"], origin(i, maker or frames_of(e))))
+    if a.segments_made:
+        totals, counts, sizes = collections.Counter(), collections.Counter(), collections.defaultdict(collections.Counter)
+        for i in range(a.first, a.last):
+            e = events[i]
+            if e["action"] != "segment_alloc":
+                continue
+            maker = frames_of(events[i + 1]) if i + 1 < len(events) else ""
+            kind = request_kind(maker or frames_of(e))
+            totals[kind] += e["size"]
+            counts[kind] += 1
+            sizes[kind][round(e["size"] / MIB)] += 1
+        print(f"{a.trace}: segments made in events [{a.first}, {a.last})")
+        for kind in sorted(totals):
+            shown = ", ".join(f"{c} x {mib} MiB" for mib, c in sorted(sizes[kind].items(), reverse=True))
+            print(f"  {kind:<20} {counts[kind]:>4} segments, {totals[kind] / MIB:>8.0f} MiB: {shown}")
+        return
     seen = {m[0] for m in made}
     for s in segments:
         if s["address"] not in seen:
