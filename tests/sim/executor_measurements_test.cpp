@@ -749,34 +749,41 @@ void expect_two_h200_offload_and_param_nvme_runs(const std::filesystem::path& fo
 // rows, and parameters on NVMe with every chunk on the disk (GPT-2 124M and 355M). The earlier folders' rows of these
 // settings print the components the layout changed; these hold every component, the device total, the host's
 // figures, the step and the bytes of each collective kind (the disk's too).
+// A GPT-2 1.5B run (micro-batch 8 x 1024, bf16, no offload) of a two-H200 folder, planned as it ran on h200x2: its
+// report must carry each of `required` (the layout fields the held components depend on; zeroplan run writes
+// zero3_kept_units_fill_prefetch only as true); memory, step and bytes held.
+struct Gpt2Run {
+  const char* report;
+  int stage, gpus;
+  const char* ds_config = "";
+  std::optional<std::int64_t> grad_accum = {};
+  Checkpointing mode = Checkpointing::none;
+};
+void expect_two_h200_gpt2_run(const std::filesystem::path& folder, const Gpt2Run& run, const char* label,
+                              std::initializer_list<const char*> required) {
+  SCOPED_TRACE(run.report);
+  std::printf("two H200, %s: %s\n", label, run.report);
+  const nlohmann::json m = read_json_file(folder / run.report).at("measured");
+  ASSERT_EQ(m.at("stage").get<int>(), run.stage);
+  ASSERT_EQ(m.at("world_size").get<int>(), run.gpus);
+  for (const char* field : required) ASSERT_TRUE(m.contains(field)) << field;
+  const Planned p = plan_like_the_run("h200x2.json", run.stage, false, run.gpus, false, "gpt2-1.5b", OffloadDevice::cpu,
+                                      run.mode, 8, run.ds_config, run.grad_accum,
+                                      m.value("attention_kernel", std::string()) == "cudnn_fused");
+  expect_memory_within(p, m, false);
+  expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
+  expect_comm_bytes_equal(p, m);
+}
+
 TEST(ExecutorMeasurements, TwoH200CurrentLayoutRunsWithinTolerances) {
   const std::filesystem::path folder = results("2026-11-30-two-gpu-h200-current-layout");
-  struct Run {
-    const char* report;
-    int stage, gpus;
-    const char* ds_config;
-    std::optional<std::int64_t> grad_accum;
-  };
-  for (const Run& run : {Run{"run_s0.json", 0, 2, "", {}}, Run{"run_s1.json", 1, 2, "", {}},
-                         Run{"run_s3.json", 3, 2, "", {}},
-                         Run{"run_s2_bucket2e8.json", 2, 2, "bench/exec/models/ds-stage2-bucket-2e8.json", {}},
-                         Run{"run_s2_acc32.json", 2, 2, "bench/exec/models/ds-stage2-fp32-accumulation.json", 2},
-                         Run{"run_s1_acc32_comm32.json", 1, 2,
-                             "bench/exec/models/ds-stage1-fp32-accumulation-and-reductions.json", 2},
-                         Run{"run_one.json", 0, 1, "", {}}}) {
-    SCOPED_TRACE(run.report);
-    std::printf("two H200, current layout: %s\n", run.report);
-    const nlohmann::json m = read_json_file(folder / run.report).at("measured");
-    ASSERT_EQ(m.at("stage").get<int>(), run.stage);
-    ASSERT_EQ(m.at("world_size").get<int>(), run.gpus);
-    ASSERT_TRUE(m.contains("device_allocations") && m.contains("gradient_partition_over_activations"));
-    const Planned p = plan_like_the_run("h200x2.json", run.stage, false, run.gpus, false, "gpt2-1.5b",
-                                        OffloadDevice::cpu, Checkpointing::none, 8, run.ds_config, run.grad_accum,
-                                        m.value("attention_kernel", std::string()) == "cudnn_fused");
-    expect_memory_within(p, m, false);
-    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
-    expect_comm_bytes_equal(p, m);
-  }
+  for (const Gpt2Run& run : {Gpt2Run{"run_s0.json", 0, 2}, Gpt2Run{"run_s1.json", 1, 2}, Gpt2Run{"run_s3.json", 3, 2},
+                             Gpt2Run{"run_s2_bucket2e8.json", 2, 2, "bench/exec/models/ds-stage2-bucket-2e8.json"},
+                             Gpt2Run{"run_s2_acc32.json", 2, 2, "bench/exec/models/ds-stage2-fp32-accumulation.json", 2},
+                             Gpt2Run{"run_s1_acc32_comm32.json", 1, 2,
+                                     "bench/exec/models/ds-stage1-fp32-accumulation-and-reductions.json", 2},
+                             Gpt2Run{"run_one.json", 0, 1}})
+    expect_two_h200_gpt2_run(folder, run, "current layout", {"device_allocations", "gradient_partition_over_activations"});
   expect_two_h200_offload_and_param_nvme_runs(folder, "current layout");
 }
 
@@ -785,19 +792,9 @@ TEST(ExecutorMeasurements, TwoH200CurrentLayoutRunsWithinTolerances) {
 // command): every component, the device total, the host's figures, the step and the bytes held.
 TEST(ExecutorMeasurements, TwoH200KeptUnitsPrefetchRunsWithinTolerances) {
   const std::filesystem::path folder = results("2026-11-30-two-gpu-h200-kept-units");
-  for (const auto& [report, mode] : {std::pair{"run_s3.json", Checkpointing::none},
-                                     std::pair{"run_s3_selective.json", Checkpointing::selective}}) {
-    SCOPED_TRACE(report);
-    std::printf("two H200, kept units: %s\n", report);
-    const nlohmann::json m = read_json_file(folder / report).at("measured");
-    ASSERT_EQ(m.at("stage").get<int>(), 3);
-    ASSERT_TRUE(m.value("zero3_kept_units_fill_prefetch", false));
-    const Planned p = plan_like_the_run("h200x2.json", 3, false, 2, false, "gpt2-1.5b", OffloadDevice::cpu, mode, 8, "",
-                                        {}, m.value("attention_kernel", std::string()) == "cudnn_fused");
-    expect_memory_within(p, m, false);
-    expect_within(p.step.step_seconds * 1e3, m.at("step_seconds").get<double>() * 1e3, kStepTolerance, "step ms");
-    expect_comm_bytes_equal(p, m);
-  }
+  for (const Gpt2Run& run : {Gpt2Run{"run_s3.json", 3, 2},
+                             Gpt2Run{"run_s3_selective.json", 3, 2, "", {}, Checkpointing::selective}})
+    expect_two_h200_gpt2_run(folder, run, "kept units", {"zero3_kept_units_fill_prefetch"});
   expect_two_h200_offload_and_param_nvme_runs(folder, "kept units");
 }
 
