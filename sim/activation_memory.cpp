@@ -24,15 +24,18 @@ int mlp_tensors(ActivationKind activation) { return activation == ActivationKind
 //    the input itself); the normalised value cast back, saved by the weight's multiply when the weight trains (h e);
 //    the output, saved by the next linears when one of them trains (h e).
 //  - Attention: SDPA saves its inputs (the rotated q and k, and v: the list's q, k, v; rotary embeddings save only
-//    cos and sin) and its output (h e); transpose(1, 2).reshape copies the output into o_proj's input, saved when
-//    o_proj trains (h e).
+//    cos and sin) and its output (h e), which is also o_proj's input: cuDNN's, flash and the memory-efficient
+//    kernels write the output in the query's (batch, sequence, heads, head_dim) layout, so sdpa_attention.py's
+//    transpose(1, 2).contiguous() and the reshape before o_proj copy nothing. The allocator history of TinyLlama at
+//    stage 1 on one H200 (bench/deepspeed/results-pending/memtrace-2026-11-29-hf/hf_tl_s1.memtrace.json.gz) has one
+//    32 MiB block a layer from sdpa_attention.py live at the loss and none from the reshape; counted twice, the
+//    attention output put every transformers row's allocated peak 0.7-2 GiB high (+2.5..+7.3%).
 //  - LlamaMLP down_proj(act_fn(gate_proj(x)) * up_proj(x)): gate (SiLU's input), silu(gate) and up (the product's
 //    inputs): 3fe; the product, saved when down_proj trains (f e).
-// Training everything that is 4h + 2he a norm where the list has 2he, 2he for the attention output where it has
-// he, and 4fe for the MLP where it has 3fe: measured against TinyLlama-1.1B and Qwen2-0.5B under DeepSpeed on one
-// H200 (bench/deepspeed/results-pending/hf_tinyllama_qwen2_bf16_1gpu_h200x1_2026-11-29.json). With LoRA the frozen
-// embedding's output needs no gradient, so the first block's first norm keeps nothing either; that one norm of the
-// model's 2L is not taken off here.
+// Training everything that is 4h + 2he a norm where the list has 2he, and 4fe for the MLP where it has 3fe (the
+// same trace, layer by layer: the norms' 64 MiB fp32 inputs and two 32 MiB casts, the MLP's four 88 MiB tensors).
+// With LoRA the frozen embedding's output needs no gradient, so the first block's first norm keeps nothing either;
+// that one norm of the model's 2L is not taken off here.
 
 // Whether a block linear (modeling_llama.py's name and path in the block) keeps its input for backward: every
 // weight trains, or PEFT adapts it (a target equal to its name or path, or all-linear: core/lora_modules.h).
@@ -46,7 +49,6 @@ bool linear_saves_input(const TrainingConfig& training, const std::string& name,
 struct TransformersSaved {
   bool norm_weights = true;  // the RMSNorm weights train (the normalised value kept)
   bool attention_in = true;  // q_proj, k_proj or v_proj keeps the first norm's output
-  bool o_proj_in = true;
   bool mlp_in = true;        // gate_proj or up_proj keeps the second norm's output
   bool down_proj_in = true;
 };
@@ -57,7 +59,6 @@ TransformersSaved transformers_saved(const TrainingConfig& training) {
   s.attention_in = linear_saves_input(training, "q_proj", "self_attn.q_proj") ||
                    linear_saves_input(training, "k_proj", "self_attn.k_proj") ||
                    linear_saves_input(training, "v_proj", "self_attn.v_proj");
-  s.o_proj_in = linear_saves_input(training, "o_proj", "self_attn.o_proj");
   s.mlp_in = linear_saves_input(training, "gate_proj", "mlp.gate_proj") ||
              linear_saves_input(training, "up_proj", "mlp.up_proj");
   s.down_proj_in = linear_saves_input(training, "down_proj", "mlp.down_proj");
@@ -122,7 +123,6 @@ BlockActivationTerms block_activation_terms(const TransformerShape& shape, const
     const TransformersSaved saved = transformers_saved(training);
     t.norm_inputs_outputs = transformers_norm_bytes(shape, e, saved.norm_weights, saved.attention_in) +
                             transformers_norm_bytes(shape, e, saved.norm_weights, saved.mlp_in);
-    t.attention_output = (saved.o_proj_in ? 2 : 1) * h * e;
     t.mlp = (saved.down_proj_in ? 4 : 3) * f * e;
   }
   t.dropout_masks = dropout ? 2 * h : 0;

@@ -490,8 +490,10 @@ std::vector<LayerCompute> executor_network_times(const ComputeTimer& timer, cons
 // - Rotary embeddings (apply_rotary_pos_emb) on q and k, per element: q * cos (2e), rotate_half's neg of one half
 //   (e) and cat (2e), * sin (2e), the sum (3e); backward the two products' gradients (2e each), neg (e), each
 //   half's slice gradient zero-filled and copied in (2e each), and the three gradients of q added (3e each, two).
-// - The attention output copied into o_proj's layout (transpose(1, 2).reshape: 2e), and q's and k's gradients into
-//   the projections' layout in backward (2e each).
+// - q's and k's gradients copied into the projections' layout in backward (2e each). The attention output needs no
+//   copy into o_proj's layout: SDPA writes it in the query's (batch, sequence, heads, head_dim) layout, so
+//   transpose(1, 2).contiguous() is a view (one copy_ of [4, 2048, 32, 64] a layer in both TinyLlama profiles, q's
+//   gradient, and no forward allocation for it in the allocator trace of sim/activation_memory.cpp).
 // - Two residual adds (3e each); backward five gradient accumulations of h (3e each): the residual stream's two,
 //   q/k/v's common input's two, gate/up's one.
 // - SwiGLU: silu(gate) (2e), * up (3e); backward the product's two gradients (3e each) and silu_backward (3e).
@@ -512,7 +514,7 @@ EagerBlockBytes eager_llama_block_bytes(const TransformerShape& shape, double to
   const double nf = tokens * static_cast<double>(shape.ffn_hidden);
   const EagerBlockBytes norm = eager_rms_norm_bytes(n, e);
   EagerBlockBytes b;
-  b.forward = 2.0 * norm.forward + 10.0 * e * qk + 2.0 * e * n + 2.0 * 3.0 * e * n + 5.0 * e * nf;
+  b.forward = 2.0 * norm.forward + 10.0 * e * qk + 2.0 * 3.0 * e * n + 5.0 * e * nf;
   b.backward_input = 2.0 * norm.backward_input + 15.0 * e * qk + 2.0 * e * qk + 5.0 * 3.0 * e * n + 9.0 * e * nf;
   b.backward_weight = 2.0 * norm.backward_weight;
   return b;

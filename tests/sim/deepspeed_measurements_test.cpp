@@ -147,6 +147,17 @@ void expect_within(double predicted, double measured, double tolerance, const st
   EXPECT_LE(std::abs(error), tolerance) << what << ": predicted " << predicted << ", measured " << measured;
 }
 
+// A row a test holds is checked against the tolerance; one it does not is printed beside it. Returns `held`.
+bool expect_within_if_held(bool held, double predicted, double measured, double tolerance, const std::string& what) {
+  if (held) {
+    expect_within(predicted, measured, tolerance, what);
+  } else {
+    std::printf("  %-18s predicted %9.3f measured %9.3f  %+6.1f%%\n", what.c_str(), predicted, measured,
+                100.0 * (predicted / measured - 1.0));
+  }
+  return held;
+}
+
 TEST(DeepSpeedMeasurements, EveryStoredRunWithinTheIssuesTolerances) {
   const std::vector<MeasuredRun> runs = stored_runs();
   ASSERT_GE(runs.size(), 4u) << "issue 13's four runs are stored";
@@ -176,59 +187,70 @@ TEST(DeepSpeedMeasurements, EveryStoredRunWithinTheIssuesTolerances) {
 }
 
 // transformers' own modules under DeepSpeed (issue 38; bench/deepspeed/results-pending/README.md): rows kept out of
-// ../results (their step times and the LoRA rows are not met yet; device used: the next test), whose allocated
-// peak the planner meets once it counts what modeling_llama.py's eager modules keep for backward: full fine-tuning of
-// TinyLlama-1.1B at stages 0-3 and with the optimizer on the CPU, Qwen2-0.5B at stages 0 and 3, on one H200, and
-// the same on two (TinyLlama at stage 3 in the LoRA file).
-TEST(DeepSpeedMeasurements, TransformersModulesAllocatedPeakOfFullFineTuning) {
-  int checked = 0;
+// ../results (their step times are not all met yet), whose allocated peak the planner meets once it counts what
+// modeling_llama.py's eager modules keep for backward, as the allocator history of a TinyLlama row shows them
+// (sim/activation_memory.cpp): full fine-tuning of TinyLlama-1.1B at stages 0-3 and with the optimizer on the CPU,
+// Qwen2-0.5B and 1.5B, Llama-2 7B on two H200; and PEFT LoRA / bitsandbytes QLoRA of TinyLlama, Llama-2 7B,
+// Mistral-7B and Llama-3-8B at stage 0 on one and two H200. Printed only: the rows with gradient checkpointing (their
+// peak is the recomputed block's backward: +6-7%) and TinyLlama's LoRA at stage 3 (-11.7%: 2.3 GiB more allocated
+// than planned, not traced).
+bool lora_at_stage_three(const MeasuredRun& run) { return run.name == "hf_tl_lora_s3"; }
+
+TEST(DeepSpeedMeasurements, TransformersModulesAllocatedPeak) {
+  int checked = 0, lora = 0;
   for (const MeasuredRun& run : stored_runs("results-pending", "hf_")) {
-    if (run.lora.any() || run.inputs.checkpointing.value_or(Checkpointing::none) != Checkpointing::none) continue;
     SCOPED_TRACE(run.file + ": " + run.name);
-    std::printf("%s (%s)\n", run.name.c_str(), run.file.c_str());
+    const bool held = run.inputs.checkpointing.value_or(Checkpointing::none) == Checkpointing::none &&
+                      !lora_at_stage_three(run);
+    std::printf("%s (%s)%s\n", run.name.c_str(), run.file.c_str(), held ? "" : " (printed only)");
     const Prediction p = predict(run);
     EXPECT_EQ(p.resolved.training.model_code, ModelCode::transformers) << "a config.json defaults to transformers'";
-    expect_within(p.peak_allocated_gib, run.measured.at("peak_allocated_gib").get<double>(), kMemoryTolerance,
-                  "peak allocated GiB");
+    const double predicted = p.peak_allocated_gib, measured = run.measured.at("peak_allocated_gib").get<double>();
+    if (!expect_within_if_held(held, predicted, measured, kMemoryTolerance, "peak allocated GiB")) continue;
     ++checked;
+    if (run.lora.any()) ++lora;
   }
-  EXPECT_EQ(checked, 21);
+  EXPECT_EQ(checked, 33);
+  EXPECT_EQ(lora, 12);
 }
 
 // The same rows' device used (cudaMemGetInfo), with the caching allocator's reserve above the allocated peak that
 // transformers' modules leave: their activations, many blocks of at most the MLP's width, are carved from the
 // free blocks of DeepSpeed's flat segments and the first loss's segments (sim/deepspeed_memory.cpp
 // CachedSegments::fill_with_activations; the tl_s1 / tl_s3 allocator histories in bench/deepspeed/results-pending/
-// memtrace-2026-11-29-hf/). Every hf_ row is printed; the full fine-tuning rows are held to the issue's 5%, stage 0's
+// memtrace-2026-11-29-hf/). Every hf_ row is printed and held to the issue's 5% but the ones named below; stage 0's
 // (DeepSpeed's FP16_UnfusedOptimizer) with the per-parameter segments initialize_optimizer_states leaves free
 // (sim/deepspeed_memory.cpp per_parameter_burst; the hf_tl_s0 allocator history in memtrace-2026-11-29-stage0/).
 // With full checkpointing (transformers' gradient_checkpointing) the allocated peak is the optimizer step's, after
-// the loss: its requests take the segments idle at the loss (sim/simulator.cpp, MemoryEstimate::reserve_idle_at_loss),
-// held since: TinyLlama at stage 0 and at stage 3 on one H200 (+23.2% and +17.9% when the idle segments at the loss
-// were added to the step's peak). LoRA / QLoRA rows are printed only, and TinyLlama's stage 3 on two H200, with and
-// without checkpointing: its allocated peak is within 3.4% (6.4% checkpointed), but the caching allocator reserved
-// 7.2 GiB above it at two ranks (35.9 GiB reserved of 37.7 device used; 7.5 of 24.1 checkpointed), more than the
-// replay, traced at one rank, gives: planned 35.0 GiB (-7.0%) and 20.8 (-13.9%).
-TEST(DeepSpeedMeasurements, TransformersModulesDeviceUsedOfFullFineTuning) {
-  int checked = 0;
+// the loss: its requests take the segments idle at the loss (sim/simulator.cpp, MemoryEstimate::reserve_idle_at_loss).
+// Printed only:
+// - stage 3 on two H200 with the optimizer on the GPU (TinyLlama with and without checkpointing, Llama-2 7B): the
+//   caching allocator reserved more above the allocated peak at two ranks (TinyLlama 7.2 GiB, 7.5 checkpointed,
+//   Llama-2 7B 18.2) than the replay gives (device used planned -8.9%, -14.0%, -6.2%). The two-rank trace (memtrace-2026-11-30-hf-x2/) has the step's segments idle at the loss and
+//   DeepSpeed's coalesced all-gather buffers and per-parameter copies in the forward, none of which a one-rank run
+//   makes (its 11 steps: 190 coalesced buffers of 102-191 MiB, 922 per-parameter copies of 22 and 125 MiB); the replay
+//   makes neither. Llama-2 7B's row met 5% (-4.6%) only while the activations counted the attention output twice.
+// - TinyLlama's LoRA at stage 3, whose allocated peak is not met (the test above).
+bool two_rank_stage_three(const MeasuredRun& run) {
+  return (run.name == "hf_tl_s3" && run.file == "hf_lora_s3_bf16_2gpu_h200x2_2026-11-29.json") ||
+         (run.name == "hf_tl_s3_gc" && run.file == "hf_tinyllama_qwen2_bf16_2gpu_h200x2_2026-11-29.json") ||
+         (run.name == "hf_l7_s3" && run.file == "hf_llama2_7b_full_bf16_2gpu_h200x2_2026-11-30.json");
+}
+
+TEST(DeepSpeedMeasurements, TransformersModulesDeviceUsed) {
+  int checked = 0, lora = 0;
   for (const MeasuredRun& run : stored_runs("results-pending", "hf_")) {
     SCOPED_TRACE(run.file + ": " + run.name);
-    const bool two_rank_stage3 =
-        (run.name == "hf_tl_s3" && run.file == "hf_lora_s3_bf16_2gpu_h200x2_2026-11-29.json") ||
-        (run.name == "hf_tl_s3_gc" && run.file == "hf_tinyllama_qwen2_bf16_2gpu_h200x2_2026-11-29.json");
-    const bool held = !run.lora.any() && !two_rank_stage3;
+    const bool held = !two_rank_stage_three(run) && !lora_at_stage_three(run);
     std::printf("%s (%s)%s\n", run.name.c_str(), run.file.c_str(), held ? "" : " (printed only)");
     const Prediction p = predict(run);
     const double predicted = p.device_used_gib, measured = run.measured.at("device_used_gib").get<double>();
-    if (!held) {
-      std::printf("  %-18s predicted %9.3f measured %9.3f  %+6.1f%%\n", "device used GiB", predicted, measured,
-                  100.0 * (predicted / measured - 1.0));
-      continue;
-    }
-    expect_within(predicted, measured, kMemoryTolerance, "device used GiB");
+    if (!expect_within_if_held(held, predicted, measured, kMemoryTolerance, "device used GiB")) continue;
     ++checked;
+    if (run.lora.any()) ++lora;
   }
-  EXPECT_EQ(checked, 23);
+  EXPECT_EQ(checked, 34);
+  EXPECT_EQ(lora, 12);
 }
 
 // The step of every transformers row (full fine-tuning at stages 0-3, with the optimizer on the CPU and with
@@ -255,12 +277,7 @@ TEST(DeepSpeedMeasurements, TransformersModulesStep) {
     std::printf("%s (%s)%s\n", run.name.c_str(), run.file.c_str(), held ? "" : " (printed only)");
     const Prediction p = predict(run);
     const double predicted = p.step_seconds, measured = run.measured.at("step_seconds").get<double>();
-    if (!held) {
-      std::printf("  %-18s predicted %9.3f measured %9.3f  %+6.1f%%\n", "step s", predicted, measured,
-                  100.0 * (predicted / measured - 1.0));
-      continue;
-    }
-    expect_within(predicted, measured, kStepTolerance, "step s");
+    if (!expect_within_if_held(held, predicted, measured, kStepTolerance, "step s")) continue;
     ++checked;
   }
   EXPECT_EQ(checked, 35);
@@ -294,12 +311,7 @@ TEST(DeepSpeedMeasurements, StageZeroUnfusedOptimizerWithTheCacheKept) {
     std::printf("%s (%s)%s\n", run.name.c_str(), run.file.c_str(), hold ? "" : " (printed only)");
     const Prediction p = predict(run);
     const double predicted = p.device_used_gib, measured = run.measured.at("device_used_gib").get<double>();
-    if (!hold) {
-      std::printf("  %-18s predicted %9.3f measured %9.3f  %+6.1f%%\n", "device used GiB", predicted, measured,
-                  100.0 * (predicted / measured - 1.0));
-      continue;
-    }
-    expect_within(predicted, measured, kMemoryTolerance, "device used GiB");
+    if (!expect_within_if_held(hold, predicted, measured, kMemoryTolerance, "device used GiB")) continue;
     ++held;
   }
   EXPECT_EQ(held, 2);
