@@ -525,8 +525,10 @@ void read_zero(const Reader& reader, const JsonFields& top) {
   } else {
     zero.overlap_comm = zero.stage == 3;
     zero.overlap_comm_given = false;
-    reader.note("zero_optimization.overlap_comm not set: DeepSpeed's default, true at stage 3 and false below (" +
-                std::string(zero.overlap_comm ? "true" : "false") + " for stage " + std::to_string(zero.stage) + ")");
+    // The engine is chosen later (--engine): say both defaults, as sim/plan_choice.cpp apply_choice applies them.
+    reader.note("zero_optimization.overlap_comm not set: each plan takes its engine's default: DeepSpeed's, true at "
+                "stage 3 and false below (" + std::string(zero.overlap_comm ? "true" : "false") + " for stage " +
+                std::to_string(zero.stage) + "); zeroplan's executor (--engine zeroplan) overlaps at every stage");
   }
   zero.contiguous_gradients = section.boolean_or("contiguous_gradients", zero.contiguous_gradients);
   zero.use_multi_rank_bucket_allreduce =

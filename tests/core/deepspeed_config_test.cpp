@@ -75,7 +75,7 @@ TEST(DeepSpeedConfig, ExplicitBatchSizesAndNoAutos) {
   EXPECT_EQ(training.micro_batch, 8);
   EXPECT_EQ(training.grad_accum, 4);
   EXPECT_FALSE(training.zero.overlap_comm);  // DeepSpeed's default below stage 3
-  EXPECT_TRUE(any_contains(training.notes, "overlap_comm not set: DeepSpeed's default"));
+  EXPECT_TRUE(any_contains(training.notes, "overlap_comm not set: each plan takes its engine's default: DeepSpeed's"));
   EXPECT_DOUBLE_EQ(training.adam_beta2, 0.95);
 }
 

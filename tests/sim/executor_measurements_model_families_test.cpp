@@ -36,6 +36,7 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
     bool copy_engine_gathers = false;  // a run of the copy-engine build before its reports said so (call8)
     std::int64_t seq = 2048;
     Checkpointing checkpointing = Checkpointing::none;
+    const char* ds_config = "";  // the run's --ds-config, from the repository's root
   };
   // 2026-11-28's rows, and 2026-11-30 call5's: stage 3 without a 16-bit parameter partition (each all-gather casts
   // the fp32 master), the gradient buffers rotated by a unit's partitioned buckets, cuDNN's fused attention.
@@ -64,7 +65,12 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
                          Run{"2026-11-30-h200x2/call19/l7_s3.json", "llama2-7b.json", 3, 2},
                          Run{"2026-11-30-h200x2/call19/l7_s3_sel.json", "llama2-7b.json", 3, 2, false, 2048,
                              Checkpointing::selective},
-                         Run{"2026-11-30-h200x2/call19/headline/headline_run.json", "llama2-13b", 3, 2, false, 4096}}) {
+                         Run{"2026-11-30-h200x2/call19/headline/headline_run.json", "llama2-13b", 3, 2, false, 4096},
+                         // call21: stage 2 with DeepSpeed's default 5e8-element reduce buckets and with 5e7, stage 3
+                         Run{"2026-11-30-h200x2/call21/tl_s2.json", "tinyllama-1.1b.json", 2, 4},
+                         Run{"2026-11-30-h200x2/call21/tl_s2_b5e7.json", "tinyllama-1.1b.json", 2, 4, false, 2048,
+                             Checkpointing::none, "bench/llama/stage2_reduce_bucket_5e7.json"},
+                         Run{"2026-11-30-h200x2/call21/tl_s3.json", "tinyllama-1.1b.json", 3, 4}}) {
     SCOPED_TRACE(run.report);
     std::printf("two H200, Llama: %s\n", run.report);
     const std::filesystem::path folder = data_directory() / "bench" / "llama" / "results";
@@ -81,6 +87,7 @@ TEST(ExecutorMeasurements, TwoH200LlamaRunsWithinTolerances) {
     inputs.precision = Precision::bf16;
     inputs.stage = run.stage;
     inputs.checkpointing = run.checkpointing;
+    if (*run.ds_config) inputs.ds_config = (data_directory() / run.ds_config).string();
     const Planned p =
         plan_as_run(inputs, false, std::nullopt, m.value("attention_kernel", std::string()) == "cudnn_fused");
     expect_memory_within(p, m, false, run.copy_engine_gathers);
