@@ -37,10 +37,23 @@ int mlp_tensors(ActivationKind activation) { return activation == ActivationKind
 // With LoRA the frozen embedding's output needs no gradient, so the first block's first norm keeps nothing either;
 // that one norm of the model's 2L is not taken off here.
 
+// Under zero.Init at stage 3 DeepSpeed runs every F.linear as zero/linear.py's LinearFunctionForZeroStage3 (as the
+// timeline times it: sim/deepspeed_schedule.cpp), whose forward saves its input, weight and bias whether or not the
+// weight trains (ctx.save_for_backward(input, weight, bias)). So a LoRA plan's frozen 16-bit linears keep their inputs
+// there, the LM head's too: the allocator history of TinyLlama's LoRA row at stage 3 on one H200
+// (bench/deepspeed/results-pending/memtrace-2026-11-30-lora-s3/) has at the loss, per layer, the second norm's output
+// (32 MiB) and the product down_proj takes (88 MiB), and the final norm's output, which the same row at stage 0 frees.
+// bitsandbytes' quantized linears do not call F.linear.
+bool zero3_linear_functions(const TrainingConfig& training) {
+  return training.engine == TrainingEngine::deepspeed && training.zero.stage == 3 && training.zero.zero_init &&
+         training.lora.quantize_base == BaseQuantization::none;
+}
+
 // Whether a block linear (modeling_llama.py's name and path in the block) keeps its input for backward: every
-// weight trains, or PEFT adapts it (a target equal to its name or path, or all-linear: core/lora_modules.h).
+// weight trains, or PEFT adapts it (a target equal to its name or path, or all-linear: core/lora_modules.h), or
+// DeepSpeed's stage-3 linear function runs it.
 bool linear_saves_input(const TrainingConfig& training, const std::string& name, const std::string& path) {
-  if (!training.lora.enabled) return true;
+  if (!training.lora.enabled || zero3_linear_functions(training)) return true;
   return std::any_of(training.lora.targets.begin(), training.lora.targets.end(), [&](const std::string& t) {
     return t == "all-linear" || t == name || t == path;
   });
@@ -165,10 +178,13 @@ ActivationBytes activation_bytes(const ModelDescription& model, const TrainingCo
     out.backward_working_set = sat_mul(backward_working_set_per_token(shape, training, e), T);
     out.embedding_dropout_mask = shape.dropout > 0.0 ? sat_mul(shape.hidden, T) : 0;
     // The final norm's input and output (its output the LM head's input); transformers': its fp32 input, and the
-    // normalised value and output when the norm and the head train (a LoRA plan's are frozen).
-    const Bytes final_norm = transformers_llama_modules(shape, training)
-                                 ? transformers_norm_bytes(shape, e, !training.lora.enabled, !training.lora.enabled)
-                                 : 2 * shape.hidden * e;
+    // normalised value and output when the norm and the head train (a LoRA plan's are frozen; the output is kept
+    // where DeepSpeed's stage-3 linear function runs the head).
+    const Bytes final_norm =
+        transformers_llama_modules(shape, training)
+            ? transformers_norm_bytes(shape, e, !training.lora.enabled,
+                                      !training.lora.enabled || zero3_linear_functions(training))
+            : 2 * shape.hidden * e;
     out.final_norm = sat_mul(final_norm + norm_statistics_per_norm(shape.norm), T);
     out.logits = sat_mul(logits_per_token(shape, training, e), T);
   } else {

@@ -404,7 +404,15 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   std::array<Request, 8> block_requests{};
   int block_request_count = 0;
   std::int64_t blocks = 0;
-  Bytes norm_temporary_rest = 0;  // see the cuBLAS workspace in loss_pass
+  // LlamaRMSNorm.forward's fp32 temporaries (hidden_states.to(torch.float32), .pow(2), the product with rsqrt: 4h
+  // bytes per token each, freed within the norm) get segments of their own in the first forward, and a hidden-state
+  // tensor of the model's precision (h * e per token) later takes part of one: the rest stays free (TinyLlama-1.1B:
+  // 32 MiB of a 64 MiB segment, three of them free at the loss in the LoRA row's stage-3 trace). See the cuBLAS
+  // workspace in loss_pass.
+  Bytes norm_temporary_rest = 0;
+  if (fluid_activations && model.transformer->norm == NormKind::rms_norm && in.activation_bytes < 4)
+    norm_temporary_rest = sat_mul(sat_mul((4 - in.activation_bytes), model.transformer->hidden),
+                                  activation_bytes(model, training, in).tokens);
   if (per_parameter) {
     const auto each_tensor = [&](auto&& tensor) {
       if (training.lora.enabled) {
@@ -443,11 +451,6 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
           block_requests[static_cast<std::size_t>(block_request_count++)] = {sat_mul(per_token, T), count};
       };
       blocks = activations.layers;
-      // LlamaRMSNorm.forward's fp32 temporaries (hidden_states.to(torch.float32), .pow(2), the product with rsqrt:
-      // 4h bytes per token each, freed within the norm) get segments of their own in the first forward, and a
-      // hidden-state tensor of the model's precision (h * a per token) later takes part of one: the rest stays free
-      // (TinyLlama-1.1B: 32 MiB of the last block's 64 MiB segment, where the trace's cuBLAS workspace is).
-      if (llama && a < 4) norm_temporary_rest = sat_mul((4 - a) * h, T);
       if (training.checkpointing == Checkpointing::full) {
         add(h * a, 1);  // the block's input, its checkpoint
       } else {
@@ -529,7 +532,7 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
       per_parameter_segments.take(loss.backward_workspace);
       init_free.take(loss.backward_workspace);
       init_free_held.take(loss.backward_workspace);
-    } else if (first && per_parameter && norm_temporary_rest >= loss.backward_workspace) {
+    } else if (first && norm_temporary_rest >= loss.backward_workspace) {
       // Else the free rest of an RMSNorm temporary's segment (norm_temporary_rest) is the best fit, not a loss
       // segment: the workspace sits among the activations' own segments (TinyLlama-1.1B, traced: every loss
       // segment holds a loss tensor at the peak). Qwen2-0.5B's rest (14 MiB) is smaller than the workspace.
