@@ -48,9 +48,10 @@ L7=bench/llama/configs/llama2-7b.json
 L3=bench/llama/configs/llama3-8b.json
 M7=bench/llama/configs/mistral-7b.json
 Q15=bench/llama/configs/qwen2-1.5b.json
+L13=bench/llama/configs/llama2-13b.json
 LORA="--lora-rank 16 --lora-alpha 32 --lora-targets q_proj,k_proj,v_proj,o_proj"
 # A row: MODEL|plan flags (stage, offload, checkpointing, LoRA)|ds_peer flags|seconds it is given (timeout)|
-# seconds left that it needs to start (need). Every row bf16, micro-batch 4 x seq 2048, 3 + 8 steps. Expected
+# seconds left that it needs to start (need)|micro-batch (default 4). Every row bf16, seq 2048, 3 + 8 steps. Expected
 # ~30-40 s a row (torchrun and imports ~15 s, the model built on the GPU or under zero.Init, initialize, 11 steps
 # of 0.1-0.7 s, two host probes); the first row also compiles DeepSpeed's fused Adam (JIT, cached for the rest),
 # the offload row its CPU Adam, the QLoRA row first writes its bf16 base checkpoint: ~+30-60 s each. All eleven:
@@ -82,6 +83,11 @@ row_spec() {
     # Llama-2 7B full fine-tuning on two H200 (planned 127 and 66 GiB a GPU at micro-batch 4): under zero.Init.
     l7_s3)       echo "$L7|--stage 3||240|150" ;;
     l7_s3o)      echo "$L7|--stage 3 --offload-optimizer cpu||300|220" ;;
+    # Llama-2 13B on two H200: stage 3 at micro-batch 1 (planned 125.6 GiB a GPU), and with DeepSpeedCPUAdam at 4
+    # (planned 93.8 GiB a GPU and 235.5 GiB of the node's 251.8 GiB host memory; ~8 s a step).
+    m7_s3)       echo "$M7|--stage 3||240|150" ;;
+    l13_s3)      echo "$L13|--stage 3||300|200|1" ;;
+    l13_s3o)     echo "$L13|--stage 3 --offload-optimizer cpu||540|400|4" ;;
     *) return 1 ;;
   esac
 }
@@ -90,14 +96,14 @@ rows_done=()
 if has rows; then
   for row in $HF_ROWS; do
     spec=$(row_spec $row) || { say "$row: unknown row (see row_spec in bench/deepspeed/device_hf_matrix.sh)"; continue; }
-    IFS='|' read -r model plan_flags peer_flags limit expect <<< "$spec"
+    IFS='|' read -r model plan_flags peer_flags limit expect micro_batch <<< "$spec"
     need $expect "row $row (~$expect s)" || continue
     left=$(( $(time_left) - 15 )); [ $left -lt $limit ] && limit=$left
     # The optimizer as bench/deepspeed/make_matrix.sh gives the GPT-2 rows: torch's AdamW on the GPU (torch_adam; the
     # default FusedAdam is a JIT build, whose arch parsing fails on torch 2.11's "9.0a"), DeepSpeedCPUAdam offloaded.
     base=bench/deepspeed/base_torch_adam.json
     [[ "$plan_flags" == *"--offload-optimizer cpu"* ]] && base=bench/deepspeed/base_cpu_adam.json
-    flags="--model $model --ds-config $base --micro-batch 4 --seq 2048 --precision bf16 --gpus $N --cluster $CLUSTER $plan_flags --cpu-threads-per-rank $THREADS"
+    flags="--model $model --ds-config $base --micro-batch ${micro_batch:-4} --seq 2048 --precision bf16 --gpus $N --cluster $CLUSTER $plan_flags --cpu-threads-per-rank $THREADS"
     ds=$CONFIGS/$row.json
     rm -f $ds
     timeout 60 $RUN plan $flags --emit-ds-config $ds --overwrite -f json > $W/$row.plan.json 2> "$L/$row.plan.log"; rc=$?

@@ -38,6 +38,10 @@ CONFIGS = {
     "llama2-7b": llama(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                        intermediate_size=11008, vocab_size=32000, rope_theta=10000.0, rms_norm_eps=1e-5,
                        max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
+    # meta-llama/Llama-2-13b-hf: multi-head (40 kv heads), untied
+    "llama2-13b": llama(hidden_size=5120, num_hidden_layers=40, num_attention_heads=40, num_key_value_heads=40,
+                        intermediate_size=13824, vocab_size=32000, rope_theta=10000.0, rms_norm_eps=1e-5,
+                        max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2),
     # meta-llama/Llama-3.1-8B: GQA 32/8, head_dim 128, rope_scaling "llama3", untied
     "llama3-8b": llama(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                        intermediate_size=14336, vocab_size=128256, rope_theta=500000.0, rope_scaling=LLAMA3_ROPE,
