@@ -15,6 +15,7 @@
 #include "core/input_error.h"
 #include "core/units.h"
 #include "sim/host_bound_note.h"
+#include "sim/measured_memory_miss_note.h"
 #include "sim/plan_json.h"
 #include "sim/plan_timing.h"
 #include "sim/planner.h"
@@ -387,6 +388,9 @@ int run_plan(const PlanCommandOptions& options) {
     }
     for (const std::string& note :
          host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
+      std::cout << "  " << note << '\n';
+    for (const std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
+                                                              inputs.cluster.total_gpus(), inputs.margin, "--margin"))
       std::cout << "  " << note << '\n';
   }
 

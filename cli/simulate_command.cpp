@@ -14,6 +14,7 @@
 #include "sim/chrome_trace.h"
 #include "sim/deepspeed_engine.h"
 #include "sim/host_bound_note.h"
+#include "sim/measured_memory_miss_note.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
 #include "sim/simulation_json.h"
@@ -197,6 +198,9 @@ int run_simulate(const SimulateCommandOptions& options) {
     }
     for (const std::string& note :
          host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
+      std::cout << note << '\n';
+    for (const std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
+                                                              inputs.cluster.total_gpus(), inputs.margin, "--margin"))
       std::cout << note << '\n';
   }
   if (plans.size() == 1) {

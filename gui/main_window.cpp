@@ -165,7 +165,7 @@ bool MainWindow::applyInputs(const GuiInputs& inputs) {
   } catch (const InputError& error) {
     if (comparison_) {  // the panel shows the previous state again
       input_panel_->showResolved(*comparison_);
-      input_panel_->showSimulationNote(QString::fromStdString(simulated_.host_bound));
+      input_panel_->showSimulationNote(QString::fromStdString(simulated_.notes));
     }
     reporter_->report(tr("Cannot use these inputs"), QString::fromStdString(error.what()));
     return false;
@@ -173,7 +173,7 @@ bool MainWindow::applyInputs(const GuiInputs& inputs) {
   comparison_ = std::move(comparison);
   simulated_ = std::move(simulated);
   input_panel_->showResolved(*comparison_);
-  input_panel_->showSimulationNote(QString::fromStdString(simulated_.host_bound));
+  input_panel_->showSimulationNote(QString::fromStdString(simulated_.notes));
   showComparison();
   measured_view_->setComparison(&*comparison_);  // the selected report is matched with the new plans
   return true;
