@@ -407,6 +407,27 @@ TEST(CpuThreads, ThreadsPerRankIsAnInput) {
                           {"--cpu-threads-per-rank"});
 }
 
+// The verdict of a plan of a kind whose device used was measured above its plan by more than the margin kept
+// (sim/measured_memory_miss_note.h: DeepSpeed's stage 3 of transformers' modules on several GPUs, nothing offloaded)
+// says so in plan, simulate and recommend, and names the margin that covers it; a margin that does, one GPU, or our
+// own executor's plan says nothing.
+TEST(MeasuredMemoryMiss, VerdictsOfStageThreeOnSeveralGpusSaySo) {
+  const std::string model = " --model " + std::string(ZEROPLAN_SOURCE_DIR) + "/bench/llama/configs/tinyllama-1.1b.json"
+                            " --micro-batch 4 --seq 2048 --cluster h200x2";
+  const std::string said = "memory: device used of stage 3 (stage 3 of transformers' modules on 2 GPUs";
+  for (const char* command : {"plan", "simulate", "recommend"}) {
+    const CommandResult result = run(std::string(command) + model + " --gpus 2 --stage 3");
+    EXPECT_EQ(result.status, 0) << command << ": " << result.errors;
+    EXPECT_NE(result.output.find(said), std::string::npos) << command << ": " << result.output;
+    EXPECT_NE(result.output.find("--margin 15 does"), std::string::npos) << command;
+  }
+  EXPECT_EQ(run("plan" + model + " --gpus 2 --stage 3 --margin 15").output.find("memory: device used"),
+            std::string::npos);
+  EXPECT_EQ(run("plan" + model + " --gpus 1 --stage 3").output.find("memory: device used"), std::string::npos);
+  EXPECT_EQ(run("plan" + model + " --gpus 2 --stage 3 --engine zeroplan").output.find("memory: device used"),
+            std::string::npos);
+}
+
 // --host-op-seconds: a slower host (the probe's figure above the cluster's host.eager_op_seconds) makes DeepSpeed's
 // host-bound stage 3 slower and leaves the memory alone; the engine zeroplan plan does not move; a cluster without
 // the reference figure, or a figure that is no time per operation, is refused naming the flag.
