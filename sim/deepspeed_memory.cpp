@@ -110,6 +110,7 @@ DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConf
         // partition is flattened and converted to fp32 (stage_1_and_2.py step: flatten, .to(fp32)).
         t.grad_partition = sat_mul(separate ? a : e, Pp);
         t.step_grads = separate && a == 4 ? 0 : sat_add(sat_mul(separate ? a : e, Pp), sat_mul(4, Pp));
+        t.step_flat_copy = t.step_grads > 0 ? sat_mul(separate ? a : e, Pp) : 0;
         t.step_temporaries = adam_temporaries(in, path, Pp);
       }
       return b;
@@ -133,9 +134,10 @@ DeepSpeedGpuBytes deepspeed_gpu_bytes(const MemoryInputs& in, const TrainingConf
       if (!offload) {
         // stage3.py _prepare_fp32_grad_for_sub_group: the sub-group's gradient partitions flattened (torch.cat, in
         // the accumulation dtype) and converted to fp32 (a no-op when already fp32): both exist during the
-        // conversion; the fp32 gradient lives to the end of the sub-group's step.
+        // conversion, the flat copy dropped with it; the fp32 gradient lives to the end of the sub-group's step.
         const std::int64_t sub_group = std::min(zero.sub_group_size, Pp);
         t.step_grads = a == 4 ? sat_mul(4, sub_group) : sat_mul(a + 4, sub_group);
+        t.step_flat_copy = a == 4 ? 0 : sat_mul(a, sub_group);
         t.step_temporaries = adam_temporaries(in, path, sub_group);
       }
       return b;

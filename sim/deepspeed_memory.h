@@ -34,6 +34,9 @@ struct TransientGpuBytes {
   Bytes reduction_copy = 0;      // one reduction's flat copy (flatten / torch.cat / dtype conversion), per call
   Bytes grad_partition = 0;      // stage 1-2 gradient partition (grads_in_partition), from the reduction to the step
   Bytes step_grads = 0;          // fp32 gradients the optimizer step makes, for the step
+  // Of step_grads, the flattened copy in the gradients' dtype that is converted to fp32 and dropped before the
+  // optimizer runs (stages 1-3): never live beside step_temporaries.
+  Bytes step_flat_copy = 0;
   Bytes step_temporaries = 0;    // Adam's temporaries during the step (torch foreach AdamW)
   Bytes grads() const { return backward_grads + grad_partition + step_grads; }
   Bytes buckets() const { return backward_buckets + reduction_copy; }

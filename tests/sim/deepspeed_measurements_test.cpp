@@ -192,13 +192,18 @@ TEST(DeepSpeedMeasurements, EveryStoredRunWithinTheIssuesTolerances) {
 // (sim/activation_memory.cpp): full fine-tuning of TinyLlama-1.1B at stages 0-3 and with the optimizer on the CPU,
 // Qwen2-0.5B and 1.5B, Llama-2 7B and 13B and Mistral-7B on two H200; and PEFT LoRA / bitsandbytes QLoRA of TinyLlama,
 // Llama-2 7B, Mistral-7B and Llama-3-8B at stage 0 on one and two H200, TinyLlama's LoRA at stage 3 (whose frozen
-// linears keep their inputs under DeepSpeed's stage-3 linear function: memtrace-2026-11-30-lora-s3/). Printed only: the
-// rows with gradient checkpointing (their peak is the recomputed block's backward: +6-7%).
+// linears keep their inputs under DeepSpeed's stage-3 linear function: memtrace-2026-11-30-lora-s3/), and the rows with
+// gradient checkpointing on one H200, whose peak is the optimizer step's (its flattened 16-bit gradients dropped before
+// the optimizer's temporaries: sim/deepspeed_schedule.cpp step_buffers). Printed only: checkpointed stage 3 on two H200
+// (+6.2%, the two-rank stage-3 rows below).
+bool two_rank_stage_three(const MeasuredRun& run);
+
 TEST(DeepSpeedMeasurements, TransformersModulesAllocatedPeak) {
   int checked = 0, lora = 0;
   for (const MeasuredRun& run : stored_runs("results-pending", "hf_")) {
     SCOPED_TRACE(run.file + ": " + run.name);
-    const bool held = run.inputs.checkpointing.value_or(Checkpointing::none) == Checkpointing::none;
+    const bool held = run.inputs.checkpointing.value_or(Checkpointing::none) == Checkpointing::none ||
+                      !two_rank_stage_three(run);
     std::printf("%s (%s)%s\n", run.name.c_str(), run.file.c_str(), held ? "" : " (printed only)");
     const Prediction p = predict(run);
     EXPECT_EQ(p.resolved.training.model_code, ModelCode::transformers) << "a config.json defaults to transformers'";
@@ -207,7 +212,7 @@ TEST(DeepSpeedMeasurements, TransformersModulesAllocatedPeak) {
     ++checked;
     if (run.lora.any()) ++lora;
   }
-  EXPECT_EQ(checked, 42);
+  EXPECT_EQ(checked, 45);
   EXPECT_EQ(lora, 15);
 }
 
