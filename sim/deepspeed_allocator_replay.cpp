@@ -412,7 +412,7 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   Bytes norm_temporary_rest = 0;
   if (fluid_activations && model.transformer->norm == NormKind::rms_norm && in.activation_bytes < 4)
     norm_temporary_rest = sat_mul(sat_mul((4 - in.activation_bytes), model.transformer->hidden),
-                                  activation_bytes(model, training, in).tokens);
+                                  sat_mul(training.seq_len, training.micro_batch));
   if (per_parameter) {
     const auto each_tensor = [&](auto&& tensor) {
       if (training.lora.enabled) {

@@ -183,8 +183,9 @@ class CoordinatorReplayer {
       if (calls_[s].unit != kNoUnit) queue.push_back({calls_[s].unit, static_cast<std::int64_t>(s)});
     // The reuse walk as prefix sums: walked[s] is the elements of calls [0, s); next_use[s] the next call after s
     // that uses call s's unit.
-    std::vector<std::int64_t> walked(steps + 1, 0);
-    for (std::size_t s = 0; s < steps; ++s) walked[s + 1] = sat_add(walked[s], calls_[s].numel);
+    std::vector<std::int64_t> walked{0};
+    walked.reserve(steps + 1);
+    for (std::size_t s = 0; s < steps; ++s) walked.push_back(sat_add(walked.back(), calls_[s].numel));
     std::vector<std::int64_t> next_use(steps, -1);
     std::vector<std::int64_t> upcoming(units_.size(), -1);
     for (std::size_t s = steps; s-- > 0;) {

@@ -12,8 +12,9 @@ namespace {
 // DeepSpeed 0.19.8 at stage 3 with transformers' Llama-family modules on two H200, nothing offloaded: device used
 // (cudaMemGetInfo) against the plan in the eight stored rows (bench/deepspeed/results-pending/hf_*.json), from 0.3%
 // below it (Qwen2-0.5B) to 2.4% and 4.5% above (Llama-2 13B at micro-batch 1, Mistral-7B), 6.2% (Llama-2 7B), 8.8%
-// (TinyLlama, on two machines) and 13.9-14.0% (TinyLlama with gradient checkpointing, on two machines). Where it misses, the caching allocator holds more
-// idle segments at the loss than the planner's replay (sim/deepspeed_allocator_replay.h): DeepSpeed's coalesced
+// (TinyLlama, on two machines) and 13.9-14.0% (TinyLlama with gradient checkpointing, on two machines). Where it
+// misses, the caching allocator holds more idle segments at the loss than the planner's replay
+// (sim/deepspeed_allocator_replay.h): DeepSpeed's coalesced
 // all-gather buffers and per-parameter copies are made in the forward among the activations' requests, which a
 // one-rank run does not make and the replay does not make at all (memtrace-2026-11-30-hf-x2/). The largest miss sets
 // the margin that covers the kind, rounded up.
