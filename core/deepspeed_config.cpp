@@ -535,12 +535,14 @@ void read_zero(const Reader& reader, const JsonFields& top) {
       section.boolean_or("use_multi_rank_bucket_allreduce", zero.use_multi_rank_bucket_allreduce);
   zero.reduce_scatter = section.boolean_or("reduce_scatter", zero.reduce_scatter);
 
-  // Sizes in elements; "auto" as transformers/integrations/deepspeed.py resolves it from config.hidden_size.
+  // Sizes in elements; "auto" as transformers/integrations/deepspeed.py resolves it from config.hidden_size. A bucket
+  // or sub-group of 0 elements holds nothing to reduce, gather or step (`positive`: refused here, naming the file);
+  // a prefetch bucket, persistence threshold, live-parameter budget or reuse distance of 0 turns the feature off.
   auto size = [&](const std::vector<std::string>& keys, std::int64_t& target, const char* rule,
-                  std::int64_t (*resolve)(std::int64_t)) {
+                  std::int64_t (*resolve)(std::int64_t), bool positive = false) {
     for (const auto& key : keys) {
       if (!section.has(key)) continue;
-      if (const auto value = integer_or_auto(section, key, /*allow_zero=*/true)) {
+      if (const auto value = integer_or_auto(section, key, /*allow_zero=*/!positive)) {
         target = *value;
       } else {
         if (!resolve) section.fail(key, "\"auto\" is not resolved for this key; give a number");
@@ -552,15 +554,15 @@ void read_zero(const Reader& reader, const JsonFields& top) {
       return;
     }
   };
-  size({"reduce_bucket_size"}, zero.reduce_bucket_size, "hidden^2", [](std::int64_t h) { return h * h; });
-  size({"allgather_bucket_size"}, zero.allgather_bucket_size, "", nullptr);
+  size({"reduce_bucket_size"}, zero.reduce_bucket_size, "hidden^2", [](std::int64_t h) { return h * h; }, true);
+  size({"allgather_bucket_size"}, zero.allgather_bucket_size, "", nullptr, true);
   size({"stage3_prefetch_bucket_size", "prefetch_bucket_size"}, zero.prefetch_bucket_size, "0.9 * hidden^2",
        [](std::int64_t h) { return static_cast<std::int64_t>(0.9 * static_cast<double>(h) * static_cast<double>(h)); });
   size({"stage3_param_persistence_threshold", "param_persistence_threshold"}, zero.param_persistence_threshold,
        "10 * hidden", [](std::int64_t h) { return 10 * h; });
   size({"stage3_max_live_parameters", "max_live_parameters"}, zero.max_live_parameters, "", nullptr);
   size({"stage3_max_reuse_distance", "max_reuse_distance"}, zero.max_reuse_distance, "", nullptr);
-  size({"sub_group_size"}, zero.sub_group_size, "", nullptr);
+  size({"sub_group_size"}, zero.sub_group_size, "", nullptr, true);
 
   // ZeRO++ and MiCS change what is partitioned and sent; zeroplan models plain ZeRO.
   if (section.has("zero_hpz_partition_size") && section.positive_integer("zero_hpz_partition_size") > 1) {

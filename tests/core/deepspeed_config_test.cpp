@@ -211,6 +211,22 @@ TEST(DeepSpeedConfigErrors, FractionalBucketSize) {
       {"ds_fractional_bucket.json", "zero_optimization.reduce_bucket_size", "2500.5"});
 }
 
+// A bucket or sub-group of 0 elements holds nothing to reduce, gather or step: refused where the config says it
+// (zeroplan run and plan named only "training configuration" when the simulator's check caught it later); a
+// prefetch bucket of 0 turns prefetching off and is read.
+TEST(DeepSpeedConfigErrors, EmptyBucketsAndSubGroups) {
+  for (const char* key : {"reduce_bucket_size", "allgather_bucket_size", "sub_group_size"}) {
+    TrainingConfig training;
+    const nlohmann::json config = {{"zero_optimization", {{"stage", 3}, {key, 0}}}};
+    expect_input_error([&] { apply_deepspeed_config(config, "ds.json", load_model("gpt2-124m"), 1, training); },
+                       {"ds.json", std::string("zero_optimization.") + key, ">= 1", "got 0"});
+  }
+  TrainingConfig training;
+  apply_deepspeed_config(nlohmann::json{{"zero_optimization", {{"stage", 3}, {"stage3_prefetch_bucket_size", 0}}}},
+                         "ds.json", load_model("gpt2-124m"), 1, training);
+  EXPECT_EQ(training.zero.prefetch_bucket_size, 0);
+}
+
 TEST(DeepSpeedConfigErrors, FailureLeavesTrainingUntouched) {
   TrainingConfig training;
   training.micro_batch = 3;
