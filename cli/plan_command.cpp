@@ -320,9 +320,26 @@ int run_plan(const PlanCommandOptions& options) {
     }
   }
 
+  // The lines said beside the verdict (sim/host_bound_note.h, sim/measured_memory_miss_note.h): under the text tables,
+  // and as "verdict_notes" in the JSON.
+  std::vector<std::string> verdict_notes;
+  {
+    std::vector<PlanChoice> choices;
+    std::vector<const StepSimulation*> steps;
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      choices.push_back(plans[i].choice);
+      steps.push_back(times[i] ? &*times[i] : nullptr);
+    }
+    verdict_notes = host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds");
+    for (std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
+                                                        inputs.cluster.total_gpus(), inputs.margin, "--margin"))
+      verdict_notes.push_back(std::move(note));
+  }
+
   if (inputs.format == OutputFormat::json) {
     nlohmann::json document = plans_document(inputs.model, inputs.cluster, inputs.training, plans);
     document["gpu_margin"] = margin_json(inputs.margin);
+    document["verdict_notes"] = verdict_notes;
     for (std::size_t i = 0; i < plans.size(); ++i) {
       document["plans"][i] = timed_plan_to_json(timed[i], inputs.model, inputs.cluster);
       if (options.fewest_gpus) document["plans"][i]["fewest_gpus"] = fewest[i] ? nlohmann::json(*fewest[i]) : nullptr;
@@ -379,20 +396,7 @@ int run_plan(const PlanCommandOptions& options) {
     time_table.add_row({plans[i].choice.label(), step, rate, mfu, exposed});
   }
   print_table(time_table, inputs.format);
-  {
-    std::vector<PlanChoice> choices;
-    std::vector<const StepSimulation*> steps;
-    for (std::size_t i = 0; i < plans.size(); ++i) {
-      choices.push_back(plans[i].choice);
-      steps.push_back(times[i] ? &*times[i] : nullptr);
-    }
-    for (const std::string& note :
-         host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
-      std::cout << "  " << note << '\n';
-    for (const std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
-                                                              inputs.cluster.total_gpus(), inputs.margin, "--margin"))
-      std::cout << "  " << note << '\n';
-  }
+  for (const std::string& note : verdict_notes) std::cout << "  " << note << '\n';
 
   if (options.fewest_gpus || options.largest_model) {
     std::cout << "\nSearches:\n";

@@ -136,6 +136,22 @@ int run_simulate(const SimulateCommandOptions& options) {
     std::cerr << "wrote the step's timeline to " << options.trace << " (open it in ui.perfetto.dev)\n";
   }
 
+  // The lines said beside the verdict (sim/host_bound_note.h, sim/measured_memory_miss_note.h): under the table, and
+  // as "verdict_notes" in the JSON.
+  std::vector<std::string> verdict_notes;
+  {
+    std::vector<PlanChoice> choices;
+    std::vector<const StepSimulation*> steps;
+    for (const SimulatedPlan& plan : plans) {
+      choices.push_back(plan.choice);
+      steps.push_back(&plan.simulation);
+    }
+    verdict_notes = host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds");
+    for (std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
+                                                        inputs.cluster.total_gpus(), inputs.margin, "--margin"))
+      verdict_notes.push_back(std::move(note));
+  }
+
   if (inputs.format == OutputFormat::json) {
     nlohmann::json document;
     document["model"] = inputs.model.name;
@@ -148,6 +164,7 @@ int run_simulate(const SimulateCommandOptions& options) {
     document["checkpointing"] = to_string(inputs.training.checkpointing);
     document["exposed_comm_definition"] = "seconds NCCL is busy while the GPU compute stream is idle";
     document["gpu_margin"] = margin_json(inputs.margin);
+    document["verdict_notes"] = verdict_notes;
     nlohmann::json list = nlohmann::json::array();
     for (const SimulatedPlan& plan : plans) {
       nlohmann::json entry = simulation_json(plan.simulation);
@@ -189,20 +206,7 @@ int run_simulate(const SimulateCommandOptions& options) {
   for (const std::string& plan : left_out) std::cout << "  not simulated: " << plan << '\n';
   std::cout << "fits: the peak plus a " << margin_text(inputs.margin) << " margin within the GPU's memory ("
             << inputs.margin.source << "; --margin sets another)\n";
-  {
-    std::vector<PlanChoice> choices;
-    std::vector<const StepSimulation*> steps;
-    for (const SimulatedPlan& plan : plans) {
-      choices.push_back(plan.choice);
-      steps.push_back(&plan.simulation);
-    }
-    for (const std::string& note :
-         host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds"))
-      std::cout << note << '\n';
-    for (const std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
-                                                              inputs.cluster.total_gpus(), inputs.margin, "--margin"))
-      std::cout << note << '\n';
-  }
+  for (const std::string& note : verdict_notes) std::cout << note << '\n';
   if (plans.size() == 1) {
     print_details(plans.front(), inputs);
   } else {

@@ -1,6 +1,7 @@
 // End-to-end tests of the zeroplan binary: what a user sees (exit status, JSON schema, one-line errors).
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -420,6 +421,15 @@ TEST(MeasuredMemoryMiss, VerdictsOfStageThreeOnSeveralGpusSaySo) {
     EXPECT_EQ(result.status, 0) << command << ": " << result.errors;
     EXPECT_NE(result.output.find(said), std::string::npos) << command << ": " << result.output;
     EXPECT_NE(result.output.find("--margin 15 does"), std::string::npos) << command;
+  }
+  // In the JSON too, beside the host-bound line.
+  for (const char* command : {"plan", "simulate"}) {
+    const CommandResult json = run(std::string(command) + model + " --gpus 2 --stage 3 --format json");
+    ASSERT_EQ(json.status, 0) << json.errors;
+    const nlohmann::json notes = nlohmann::json::parse(json.output).at("verdict_notes");
+    EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [&](const nlohmann::json& n) {
+      return n.get<std::string>().find(said) != std::string::npos;
+    })) << command << ": " << notes.dump();
   }
   EXPECT_EQ(run("plan" + model + " --gpus 2 --stage 3 --margin 15").output.find("memory: device used"),
             std::string::npos);
