@@ -315,7 +315,8 @@ TEST(InputChecks, NotesAgreeWithTheFlags) {
   EXPECT_EQ(seq.output.find("sequence length 1024"), std::string::npos) << seq.output;
 
   const CommandResult hf =
-      run("plan --model llama2-7b --ds-config configs/deepspeed/zero3_hf_auto.json --micro-batch 2");
+      run("plan --model llama2-7b --ds-config " + std::string(ZEROPLAN_SOURCE_DIR) +
+          "/configs/deepspeed/zero3_hf_auto.json --micro-batch 2");
   EXPECT_NE(hf.output.find("train_micro_batch_size_per_gpu auto -> 2 "), std::string::npos) << hf.output;
   EXPECT_NE(hf.output.find("train_batch_size auto -> 2 * 1 * 4 GPUs = 8 "), std::string::npos) << hf.output;
   EXPECT_NE(hf.output.find("global batch 8 samples"), std::string::npos) << hf.output;
