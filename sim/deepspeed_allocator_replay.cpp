@@ -134,7 +134,7 @@ class CachedSegments {
   }
   // The free blocks' sizes, sorted: two states with the same are served alike by every later request.
   struct FreeSizes {
-    std::array<Bytes, 96> sizes;  // [0, count) in use
+    std::array<Bytes, 256> sizes;  // [0, count) in use
     int count = 0;
     bool operator==(const FreeSizes& other) const {
       if (count != other.count) return false;
@@ -160,7 +160,7 @@ class CachedSegments {
   // exceeds kSmallSize (1 MiB) in the large pool.
   static constexpr Bytes kMinBlockSize = 512;
   static constexpr Bytes kSmallSize = 1024 * 1024;
-  static constexpr int kCapacity = 96;
+  static constexpr int kCapacity = 256;
   struct Block {
     int segment;
     Bytes offset;
@@ -305,6 +305,32 @@ void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t p
   for (int i = 0; i < tensors; ++i) cache.allocate(states / tensors);
 }
 
+// stage3.py _create_fp16_sub_groups: the trainable parameters in the model's order, a sub-group closed once it
+// holds sub_group_size partition elements or more (so all but the last overshoot by part of one parameter); each
+// parameter's partition is ceil(numel / world_size) (partition_parameters.py _partition_param). One sub-group when
+// the partition is no larger than sub_group_size.
+std::vector<std::int64_t> stage3_sub_groups(const ModelDescription& model, const TrainingConfig& training,
+                                            const MemoryInputs& in) {
+  const std::int64_t limit = std::max<std::int64_t>(1, training.zero.sub_group_size);
+  if (in.partition_params <= limit) return {in.partition_params};
+  std::vector<std::int64_t> groups;
+  std::int64_t open = 0;
+  const auto add = [&](std::int64_t numel) {
+    open = sat_add(open, ceil_div(numel, std::max<std::int64_t>(1, in.world_size)));
+    if (open >= limit) {
+      groups.push_back(open);
+      open = 0;
+    }
+  };
+  if (training.lora.enabled) {
+    for_each_adapter_tensor(model, training, add);
+  } else {
+    for (const LayerDescription& layer : model.layers) for_each_parameter_tensor(model, layer, add);
+  }
+  if (open > 0) groups.push_back(open);
+  return groups;
+}
+
 }  // namespace
 
 DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
@@ -317,6 +343,9 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   const ZeroConfig& zero = training.zero;
   const bool offload = offloads_optimizer(in);
   const std::int64_t Pp = in.partition_params;
+  const std::vector<std::int64_t> sub_groups = path.wrapper == DeepSpeedOptimizerWrapper::zero_3 && !offload
+                                                   ? stage3_sub_groups(model, training, in)
+                                                   : std::vector<std::int64_t>{};
   // deepspeed.initialize's leftovers (deepspeed_allocator_replay.h): the per-parameter 16-bit copies, by the caching
   // allocator's pools (c10/cuda/CUDACachingAllocator.cpp: under 1 MiB from 2 MiB small-pool segments, up to 10 MiB
   // from 20 MiB segments, larger ones a segment each rounded to 2 MiB), then the master partition's clone.
@@ -404,15 +433,16 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   std::array<Request, 8> block_requests{};
   int block_request_count = 0;
   std::int64_t blocks = 0;
-  // LlamaRMSNorm.forward's fp32 temporaries (hidden_states.to(torch.float32), .pow(2), the product with rsqrt: 4h
-  // bytes per token each, freed within the norm) get segments of their own in the first forward, and a hidden-state
-  // tensor of the model's precision (h * e per token) later takes part of one: the rest stays free (TinyLlama-1.1B:
-  // 32 MiB of a 64 MiB segment, three of them free at the loss in the LoRA row's stage-3 trace). See the cuBLAS
-  // workspace in loss_pass.
-  Bytes norm_temporary_rest = 0;
-  if (fluid_activations && model.transformer->norm == NormKind::rms_norm && in.activation_bytes < 4)
-    norm_temporary_rest = sat_mul(sat_mul((4 - in.activation_bytes), model.transformer->hidden),
-                                  sat_mul(training.seq_len, training.micro_batch));
+  // LlamaRMSNorm.forward's fp32 temporaries (.pow(2) and the product with rsqrt: 4h bytes per token each, freed
+  // within the norm) get segments of their own in the first forward. The final norm's are freed just before the LM
+  // head, so the LM head's backward finds such a segment free (see the cuBLAS workspace in loss_pass): Qwen2-1.5B's
+  // 48 MiB one (modeling_qwen2.py:250-251) holds the workspace in its one-rank stage-3 trace
+  // (memtrace-2026-11-30-q15/), TinyLlama-1.1B's 64 MiB ones in its traces (a hidden-state tensor later takes
+  // half of such a segment: three such rests free at the loss in the LoRA row's stage-3 trace).
+  Bytes norm_temporary_segment = 0;
+  if (fluid_activations && model.transformer->norm == NormKind::rms_norm)
+    norm_temporary_segment = sat_mul(sat_mul(4, model.transformer->hidden),
+                                     sat_mul(training.seq_len, training.micro_batch));
   if (per_parameter) {
     const auto each_tensor = [&](auto&& tensor) {
       if (training.lora.enabled) {
@@ -497,10 +527,35 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   // forward's activations take. transformers' rows (the traces above: the first step's activation segments are what
   // its forward could not carve from that segment and the master clone's).
   if (fluid_activations && !training.deepspeed_empty_cache_after_init && !offload) {
-    if (path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2)
+    if (path.wrapper == DeepSpeedOptimizerWrapper::zero_1_2) {
       cache.release(cache.allocate(sat_mul(4, Pp), true));
-    else if (path.wrapper == DeepSpeedOptimizerWrapper::zero_3)
-      cache.release(cache.allocate(sat_mul(4, std::max<std::int64_t>(1, std::min(zero.sub_group_size, Pp))), true));
+    } else if (path.wrapper == DeepSpeedOptimizerWrapper::zero_3) {
+      // stage3.py _setup_for_real_optimizer, in DeepSpeed 0.19.8's order (the frames of the two-rank trace,
+      // memtrace-2026-11-30-hf-x2/): _create_fp32_partitions makes each sub-group's fp32 master (stage3.py:1172)
+      // from an fp32 temporary (:1170) held in a loop variable, so a sub-group's temporary is freed once the next
+      // one's exists, the last at the function's end; then initialize_optimizer_states' gradient buffer of the
+      // largest sub-group (:1306, freed), the reduce bucket (:782, with contiguous_gradients) and
+      // grad_partitions_flat_buffer (:791), both held for the run. Best fit decides what the first forward finds
+      // free: at two ranks TinyLlama-1.1B's one sub-group puts the buffer in the temporary's 2100 MiB segment and
+      // the bucket and flat gradients in it after (97 MiB left); at one rank the second sub-group's temporary makes
+      // a segment of its own (340 MiB), its master takes the first temporary's segment, the buffer (3858 MiB) no
+      // longer fits there and makes a segment free for the first forward, and the bucket and flat gradients follow
+      // the master (the one-rank trace's final segments, memtrace-2026-11-29-hf/: 338 + 953.7 + 2098.2 MiB and 470
+      // free of 3860, and a 340 MiB one).
+      std::int64_t largest = 0;
+      int temporary = -1;
+      for (std::int64_t n : sub_groups) {
+        const int next = cache.allocate(sat_mul(4, n), true);
+        cache.release(temporary);  // the loop's local rebound only once the next temporary exists
+        temporary = next;
+        cache.allocate(sat_mul(4, n), true);  // the master partition, held
+        largest = std::max(largest, n);
+      }
+      cache.release(temporary);
+      cache.release(cache.allocate(sat_mul(4, largest), true));
+      cache.allocate(gpu.held_buckets, true);
+      cache.allocate(gpu.held_grads, true);
+    }
   }
   // The loss of a micro-step, up to the allocated peak (its backward, three log_probs-sized tensors live) when
   // `peak` is given (its free bytes then), and on to its end otherwise; the first step's LM-head backward also
@@ -532,10 +587,10 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
       per_parameter_segments.take(loss.backward_workspace);
       init_free.take(loss.backward_workspace);
       init_free_held.take(loss.backward_workspace);
-    } else if (first && norm_temporary_rest >= loss.backward_workspace) {
-      // Else the free rest of an RMSNorm temporary's segment (norm_temporary_rest) is the best fit, not a loss
-      // segment: the workspace sits among the activations' own segments (TinyLlama-1.1B, traced: every loss
-      // segment holds a loss tensor at the peak). Qwen2-0.5B's rest (14 MiB) is smaller than the workspace.
+    } else if (first && norm_temporary_segment >= loss.backward_workspace) {
+      // Else the final norm's free temporary segment (norm_temporary_segment) is the best fit, not a loss segment:
+      // the workspace sits among the activations' own segments (TinyLlama-1.1B and Qwen2-1.5B, traced: every loss
+      // segment holds a loss tensor at the peak). Qwen2-0.5B's (28 MiB) is smaller than the workspace.
     } else if (first) {
       cache.allocate(loss.backward_workspace, true);
     }
@@ -682,10 +737,9 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
         // stage3.py step, sub-group by sub-group (_prepare_sub_group .. _release_sub_group): the flattened
         // gradient partitions (torch.cat in the accumulation dtype) and their fp32 conversion, the flat copy freed
         // once converted; the optimizer step (the first creates the states) with torch AdamW's temporary; the fp32
-        // gradient freed at the end. The last sub-group holds the remainder.
-        // Full sub-groups are alike: once one leaves the free blocks as the one before it did, every later full
-        // one does the same (its states, held, take the blocks the same way), so the replay skips to the remainder.
-        const std::int64_t sub_group = std::max<std::int64_t>(1, std::min(zero.sub_group_size, Pp));
+        // gradient freed at the end, for each sub-group (stage3_sub_groups).
+        // Sub-groups of one size are alike: once one leaves the free blocks as the one before it did, every later
+        // one of that size does the same (its states, held, take the blocks the same way), so the replay skips them.
         const int a = path.accumulation_bytes;
         const auto replay = [&](std::int64_t n) {
           const int flat = cache.allocate(sat_mul(a, n));
@@ -696,18 +750,18 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
           cache.release(temporary);
           cache.release(grad);
         };
-        const std::int64_t full = Pp / sub_group;
-        if (full > 0) replay(sub_group);
-        if (full > 1) {
-          CachedSegments::FreeSizes before = cache.free_sizes();
-          for (std::int64_t i = 1; i < full; ++i) {
-            replay(sub_group);
-            const CachedSegments::FreeSizes after = cache.free_sizes();
-            if (after == before) break;
-            before = after;
-          }
+        CachedSegments::FreeSizes before;
+        std::int64_t previous = 0;
+        bool steady = false;
+        for (std::int64_t n : sub_groups) {
+          if (n != previous) steady = false;
+          if (steady) continue;
+          replay(n);
+          const CachedSegments::FreeSizes after = cache.free_sizes();
+          steady = n == previous && after == before;
+          before = after;
+          previous = n;
         }
-        if (Pp % sub_group != 0) replay(Pp % sub_group);
         return;
       }
     }

@@ -421,7 +421,7 @@ TEST(MeasuredMemoryMiss, VerdictsOfStageThreeOnSeveralGpusSaySo) {
     const CommandResult result = run(std::string(command) + model + " --gpus 2 --stage 3");
     EXPECT_EQ(result.status, 0) << command << ": " << result.errors;
     EXPECT_NE(result.output.find(said), std::string::npos) << command << ": " << result.output;
-    EXPECT_NE(result.output.find("--margin 15 does"), std::string::npos) << command;
+    EXPECT_NE(result.output.find("--margin 7 does"), std::string::npos) << command;
   }
   // In the JSON too, beside the host-bound line.
   for (const char* command : {"plan", "simulate"}) {
@@ -432,7 +432,7 @@ TEST(MeasuredMemoryMiss, VerdictsOfStageThreeOnSeveralGpusSaySo) {
       return n.get<std::string>().find(said) != std::string::npos;
     })) << command << ": " << notes.dump();
   }
-  EXPECT_EQ(run("plan" + model + " --gpus 2 --stage 3 --margin 15").output.find("memory: device used"),
+  EXPECT_EQ(run("plan" + model + " --gpus 2 --stage 3 --margin 7").output.find("memory: device used"),
             std::string::npos);
   EXPECT_EQ(run("plan" + model + " --gpus 1 --stage 3").output.find("memory: device used"), std::string::npos);
   EXPECT_EQ(run("plan" + model + " --gpus 2 --stage 3 --engine zeroplan").output.find("memory: device used"),

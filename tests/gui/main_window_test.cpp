@@ -234,7 +234,7 @@ class MainWindowTest : public QObject {
     QVERIFY(errors_.isEmpty());
     const QString note = window_->inputPanel()->summaryLabel()->text();
     QVERIFY2(note.contains("memory: device used of stage 3"), qPrintable(note));
-    QVERIFY2(note.contains("the command line's --margin 15 does"), qPrintable(note));
+    QVERIFY2(note.contains("the command line's --margin 7 does"), qPrintable(note));
     inputs.gpus = 1;
     QVERIFY(window_->applyInputs(inputs));
     QVERIFY(errors_.isEmpty());
