@@ -93,6 +93,24 @@ class CachedSegments {
       bytes -= std::min(bytes, block.bytes);
     }
   }
+  // Holds `bytes` at the end of the largest cached block the forward's activations fill, so that it stays there
+  // when they are freed; false when they fill none longer than that.
+  bool hold_among_activations(Bytes bytes) {
+    int largest = -1;
+    for (int i = 0; i < count_; ++i) {
+      const Block& block = blocks_[static_cast<std::size_t>(i)];
+      if (block.alive && block.activations && block.bytes > bytes &&
+          (largest < 0 || block.bytes > blocks_[static_cast<std::size_t>(largest)].bytes))
+        largest = i;
+    }
+    const int held = largest < 0 ? -1 : free_slot();
+    if (held < 0) return false;
+    Block& block = blocks_[static_cast<std::size_t>(largest)];
+    const Bytes rounded = sat_mul(ceil_div(bytes, kMinBlockSize), kMinBlockSize);
+    block.bytes -= rounded;
+    blocks_[static_cast<std::size_t>(held)] = {block.segment, block.offset + block.bytes, rounded, true, true};
+    return true;
+  }
   void release_activations() {
     own_activation_used_ = 0;
     for (int i = 0; i < count_; ++i) {
@@ -443,6 +461,17 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   if (fluid_activations && model.transformer->norm == NormKind::rms_norm)
     norm_temporary_segment = sat_mul(sat_mul(4, model.transformer->hidden),
                                      sat_mul(training.seq_len, training.micro_batch));
+  // What of such a segment best fit can offer the cuBLAS workspace: a non-final norm's rest beside its hidden-state
+  // tensor ((4 - e) h bytes a token) where that is long enough, else the final norm's whole segment. And the query's
+  // half in the model's precision (modeling_llama.py rotate_half: x1, x2, -x2 of h e / 2 bytes a token, freed within
+  // the attention).
+  const Bytes tokens = sat_mul(training.seq_len, training.micro_batch);
+  const Bytes norm_temporary_rest =
+      fluid_activations ? sat_mul(sat_mul(std::max(0, 4 - in.activation_bytes), model.transformer->hidden), tokens) : 0;
+  const Bytes norm_temporary_free =
+      norm_temporary_rest >= loss.backward_workspace ? norm_temporary_rest : norm_temporary_segment;
+  const Bytes rotary_half =
+      fluid_activations ? sat_mul(ceil_div(sat_mul(model.transformer->hidden, in.activation_bytes), Bytes{2}), tokens) : 0;
   if (per_parameter) {
     const auto each_tensor = [&](auto&& tensor) {
       if (training.lora.enabled) {
@@ -587,6 +616,13 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
       per_parameter_segments.take(loss.backward_workspace);
       init_free.take(loss.backward_workspace);
       init_free_held.take(loss.backward_workspace);
+    } else if (first && rotary_half >= loss.backward_workspace && rotary_half < norm_temporary_free &&
+               cache.hold_among_activations(loss.backward_workspace)) {
+      // Smaller still: a hole rotate_half's temporaries (the query's halves) left where the first forward carved its
+      // activations from a cached block. Llama-2 7B on two H200, 4 x 2048 (memtrace-2026-11-30-l7-x2/): free blocks
+      // of 32 MiB (such a hole in the freed gradient buffer's 3830 MiB segment), 64 (a norm temporary's rest), 64 and
+      // 128 MiB (the final norm's temporary) at the workspace's request, which takes the 32 MiB hole; held there, it
+      // keeps the step's 3820 MiB fp32 gradient out of that segment, which stays the later forwards'.
     } else if (first && norm_temporary_segment >= loss.backward_workspace) {
       // Else the final norm's free temporary segment (norm_temporary_segment) is the best fit, not a loss segment:
       // the workspace sits among the activations' own segments (TinyLlama-1.1B and Qwen2-1.5B, traced: every loss

@@ -14,6 +14,8 @@ offset among equals (get_free_block); split when more than 1 MiB is left (should
 below 10 MiB, the request rounded to 2 MiB above (get_allocation_size); a freed block merges with its free neighbours
 in its segment (try_merge_blocks). Where this reserves what the trace reserved, the request order, not the rules, is
 what a planner's replay has to get right. --without-gathers leaves the all-gather stream's requests out.
+--free-at EVENT instead lists the trace's own free blocks (of --min-mib or more) just before that event, from the
+addresses it recorded, with the segment each is in and what made that segment.
 Used for bench/deepspeed/results-pending/README.md, "Stage 3's set-up replayed" (2026-11-30)."""
 import argparse
 import bisect
@@ -93,11 +95,42 @@ class BestFit:
                 del self.blocks[oid]
 
 
+def list_free_blocks(events, at, min_mib):
+    segments, live, made_at = {}, {}, {}
+    for i, e in enumerate(events[:at]):
+        if e["action"] == "segment_alloc":
+            segments[e["addr"]], made_at[e["addr"]] = e["size"], i
+        elif e["action"] == "segment_free":
+            segments.pop(e["addr"], None)
+        elif e["action"] == "alloc":
+            live[e["addr"]] = e["size"]
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    starts = sorted(segments)
+    in_segment = collections.defaultdict(list)
+    for addr, size in live.items():
+        k = bisect.bisect_right(starts, addr) - 1
+        if k >= 0 and addr < starts[k] + segments[starts[k]]:
+            in_segment[starts[k]].append((addr, size))
+    free = []
+    for start, size in segments.items():
+        position = start
+        for addr, used in sorted(in_segment[start]) + [(start + size, 0)]:
+            if addr - position >= min_mib * MIB:
+                free.append((addr - position, size, made_at[start]))
+            position = max(position, addr + used)
+    print(f"free blocks of {min_mib:g} MiB or more just before event {at} (the trace's own addresses):")
+    for hole, size, made in sorted(free):
+        maker = frames_of(events[made + 1]) if made + 1 < len(events) else ""
+        print(f"  {hole / MIB:8.1f} MiB in a {size / MIB:8.1f} MiB segment made at event {made}: {maker[:90]}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace")
     parser.add_argument("--without-gathers", action="store_true")
     parser.add_argument("--min-mib", type=float, default=16.0, help="free blocks listed at the peak (default 16 MiB)")
+    parser.add_argument("--free-at", type=int, help="list the trace's free blocks just before this event instead")
     a = parser.parse_args()
     try:
         with (gzip.open(a.trace, "rt") if a.trace.endswith(".gz") else open(a.trace)) as f:
@@ -106,6 +139,12 @@ def main():
     except (OSError, ValueError, KeyError) as e:
         print(f"memtrace_best_fit.py: {a.trace}: {e} (expected a ds_peer.py --memory-trace file)", file=sys.stderr)
         sys.exit(2)
+    if a.free_at is not None:
+        if not 0 <= a.free_at <= len(events):
+            print(f"memtrace_best_fit.py: --free-at {a.free_at} outside the trace's {len(events)} events", file=sys.stderr)
+            sys.exit(2)
+        list_free_blocks(events, a.free_at, a.min_mib)
+        return
     made = sorted((e["addr"], e["size"]) for e in events if e["action"] == "segment_alloc")
     starts = [m[0] for m in made]
 
