@@ -15,7 +15,6 @@
 #include "core/input_error.h"
 #include "core/units.h"
 #include "sim/host_bound_note.h"
-#include "sim/measured_memory_miss_note.h"
 #include "sim/plan_json.h"
 #include "sim/plan_timing.h"
 #include "sim/planner.h"
@@ -320,8 +319,8 @@ int run_plan(const PlanCommandOptions& options) {
     }
   }
 
-  // The lines said beside the verdict (sim/host_bound_note.h, sim/measured_memory_miss_note.h): under the text tables,
-  // and as "verdict_notes" in the JSON.
+  // The lines said beside the verdict (sim/host_bound_note.h): under the text tables, and as "verdict_notes" in the
+  // JSON.
   std::vector<std::string> verdict_notes;
   {
     std::vector<PlanChoice> choices;
@@ -331,9 +330,6 @@ int run_plan(const PlanCommandOptions& options) {
       steps.push_back(times[i] ? &*times[i] : nullptr);
     }
     verdict_notes = host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds");
-    for (std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
-                                                        inputs.cluster.total_gpus(), inputs.margin, "--margin"))
-      verdict_notes.push_back(std::move(note));
   }
 
   if (inputs.format == OutputFormat::json) {

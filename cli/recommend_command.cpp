@@ -14,7 +14,6 @@
 #include "core/number_checks.h"
 #include "core/units.h"
 #include "sim/host_bound_note.h"
-#include "sim/measured_memory_miss_note.h"
 #include "sim/lora_model.h"
 #include "sim/plan_json.h"
 #include "sim/recommender.h"
@@ -159,9 +158,6 @@ int run_recommend(const RecommendCommandOptions& options) {
                                                     steps, "--host-op-seconds"))
       std::cout << (gpu_counts.size() > 1 ? "on " + std::to_string(gpus) + " GPU(s), " : std::string()) << note
                 << '\n';
-    for (const std::string& note :
-         measured_memory_miss_notes(inputs.model, inputs.training, choices, gpus, result.margin, "--margin"))
-      std::cout << note << '\n';
   }
   return status;
 }

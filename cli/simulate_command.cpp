@@ -14,7 +14,6 @@
 #include "sim/chrome_trace.h"
 #include "sim/deepspeed_engine.h"
 #include "sim/host_bound_note.h"
-#include "sim/measured_memory_miss_note.h"
 #include "sim/plan_json.h"
 #include "sim/planner.h"
 #include "sim/simulation_json.h"
@@ -136,8 +135,7 @@ int run_simulate(const SimulateCommandOptions& options) {
     std::cerr << "wrote the step's timeline to " << options.trace << " (open it in ui.perfetto.dev)\n";
   }
 
-  // The lines said beside the verdict (sim/host_bound_note.h, sim/measured_memory_miss_note.h): under the table, and
-  // as "verdict_notes" in the JSON.
+  // The lines said beside the verdict (sim/host_bound_note.h): under the table, and as "verdict_notes" in the JSON.
   std::vector<std::string> verdict_notes;
   {
     std::vector<PlanChoice> choices;
@@ -147,9 +145,6 @@ int run_simulate(const SimulateCommandOptions& options) {
       steps.push_back(&plan.simulation);
     }
     verdict_notes = host_bound_notes(inputs.cluster, inputs.training, choices, steps, "--host-op-seconds");
-    for (std::string& note : measured_memory_miss_notes(inputs.model, inputs.training, choices,
-                                                        inputs.cluster.total_gpus(), inputs.margin, "--margin"))
-      verdict_notes.push_back(std::move(note));
   }
 
   if (inputs.format == OutputFormat::json) {

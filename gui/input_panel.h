@@ -32,8 +32,7 @@ class InputPanel : public QWidget {
   // Shows what a comparison resolved to (the DeepSpeed config's values, the model's sequence length, the
   // cluster's GPU count) without emitting inputsChanged. Also how the previous state is put back after an error.
   void showResolved(const Comparison& comparison);
-  // Lines under the resolved inputs from the plans' simulations (sim/host_bound_note.h,
-  // sim/measured_memory_miss_note.h); empty: none.
+  // Lines under the resolved inputs from the plans' simulations (sim/host_bound_note.h); empty: none.
   void showSimulationNote(const QString& note);
 
   // The widgets, for keyboard focus order and for tests.

@@ -5,8 +5,6 @@
 
 #include "core/input_error.h"
 #include "sim/host_bound_note.h"
-#include "sim/measured_memory_miss_note.h"
-#include "sim/memory_margin.h"
 #include "sim/plan_timing.h"
 #include "sim/simulator.h"
 
@@ -44,12 +42,6 @@ SimulatedPlans simulate_plans(const Comparison& comparison) {
   }
   for (const std::string& note :
        host_bound_notes(comparison.cluster, comparison.training, choices, steps, "the host speed field"))
-    out.notes += (out.notes.empty() ? "" : "\n") + note;
-  // The GUI keeps the engine's default margin (gui_planner_options); the command line's --margin sets another.
-  for (const std::string& note : measured_memory_miss_notes(comparison.model, comparison.training, choices,
-                                                            comparison.cluster.total_gpus(),
-                                                            default_memory_margin(comparison.training.engine),
-                                                            "the command line's --margin"))
     out.notes += (out.notes.empty() ? "" : "\n") + note;
   // The plan `zeroplan plan` names as the fastest that fits (sim/plan_timing.h), so the star and the CLI agree.
   out.recommended = recommended_plan(timed);

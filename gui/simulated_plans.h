@@ -29,7 +29,7 @@ struct SimulatedPlans {
   int recommended = -1;                            // index into Comparison::plans, -1 when none fits
   std::string recommendation;                      // why it is recommended (or why none is)
   std::string problem;                             // the simulator's InputError when a plan could not be timed
-  std::string notes;  // sim/host_bound_note.h's and sim/measured_memory_miss_note.h's lines; empty: none
+  std::string notes;  // sim/host_bound_note.h's lines; empty: none
 };
 
 // The simulated step of one plan for the timeline view.

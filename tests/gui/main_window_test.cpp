@@ -220,27 +220,6 @@ class MainWindowTest : public QObject {
     QCOMPARE(errors_.size(), 1);
   }
 
-  // A plan of a kind whose device used was measured above its plan by more than the margin kept (DeepSpeed's stage 3
-  // of transformers' modules on several GPUs: sim/measured_memory_miss_note.h) says so under the inputs, as the CLI's
-  // verdict does; on one GPU, where that kind is met, nothing is said.
-  void stageThreeOnSeveralGpusSaysItsMeasuredMemoryMiss() {
-    GuiInputs inputs;
-    inputs.model = (data_directory() / "bench" / "llama" / "configs" / "tinyllama-1.1b.json").string();
-    inputs.cluster = "h200x2";
-    inputs.gpus = 2;
-    inputs.micro_batch = 4;
-    inputs.seq = 2048;
-    QVERIFY(window_->applyInputs(inputs));
-    QVERIFY(errors_.isEmpty());
-    const QString note = window_->inputPanel()->summaryLabel()->text();
-    QVERIFY2(note.contains("memory: device used of stage 3"), qPrintable(note));
-    QVERIFY2(note.contains("the command line's --margin 7 does"), qPrintable(note));
-    inputs.gpus = 1;
-    QVERIFY(window_->applyInputs(inputs));
-    QVERIFY(errors_.isEmpty());
-    QVERIFY(!window_->inputPanel()->summaryLabel()->text().contains("memory: device used"));
-  }
-
   void badModelFileIsReportedAndThePreviousStateStays() {
     window_->inputPanel()->microBatchBox()->setValue(2);
     const auto before = window_->comparison()->plans;
