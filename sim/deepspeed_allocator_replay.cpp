@@ -349,6 +349,35 @@ std::vector<std::int64_t> stage3_sub_groups(const ModelDescription& model, const
   return groups;
 }
 
+// stage3.py reduce_independent_p_g_buckets_and_remove_grads: in the backward each gradient joins the ipg bucket, which
+// is first reduced when it holds elements and this gradient would take it past reduce_bucket_size; what is left is
+// reduced at the backward's end. The gradients come in the reverse of the forward's order of the trainable
+// parameters (a transformer block's down, up and gate projections, o, v, k and q, then its norms). The bucket's fill
+// sets each reduction's torch.cat (reduce_scatter_coalesced), so the fills in the order they come: Llama-2 7B at two
+// ranks makes a 926 MiB copy first (the LM head, the last block and most of the one before) and a 944 MiB one later
+// (memtrace-2026-11-30-l7-x2/).
+std::vector<std::int64_t> stage3_reduce_bucket_fills(const ModelDescription& model, const TrainingConfig& training) {
+  std::vector<std::int64_t> tensors;
+  const auto add = [&](std::int64_t numel) { tensors.push_back(numel); };
+  if (training.lora.enabled) {
+    for_each_adapter_tensor(model, training, add);
+  } else {
+    for (const LayerDescription& layer : model.layers) for_each_parameter_tensor(model, layer, add);
+  }
+  const std::int64_t limit = std::max<std::int64_t>(1, training.zero.reduce_bucket_size);
+  std::vector<std::int64_t> fills;
+  std::int64_t bucket = 0;
+  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) {
+    if (bucket > 0 && sat_add(bucket, *it) > limit) {
+      fills.push_back(bucket);
+      bucket = 0;
+    }
+    bucket = sat_add(bucket, *it);
+  }
+  if (bucket > 0) fills.push_back(bucket);
+  return fills;
+}
+
 }  // namespace
 
 DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
@@ -653,6 +682,9 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   };
   const int micro_steps = static_cast<int>(std::max<std::int64_t>(1, training.grad_accum));
   const bool reduces_every_micro_step = in.stage >= 2;
+  const std::vector<std::int64_t> reduce_fills =
+      fluid_activations && path.wrapper == DeepSpeedOptimizerWrapper::zero_3 ? stage3_reduce_bucket_fills(model, training)
+                                                                             : std::vector<std::int64_t>{};
   const auto backward = [&](int micro, Held& held) {
     const bool reduces = reduces_every_micro_step || micro + 1 == micro_steps;
     const int bucket_count = zero.overlap_comm ? 2 : 1;
@@ -665,7 +697,14 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
     // pool key, c10/cuda/CUDACachingAllocator.cpp), so torch.cat's segment is idle at the default stream's peak and
     // no forward's activation takes it (the 948 MiB segment of the tl_s3 trace).
     if (fluid_activations && path.wrapper == DeepSpeedOptimizerWrapper::zero_3) {
-      side_stream.release(side_stream.allocate(t.reduction_copy, true));
+      // One copy per bucket reduced (stage3_reduce_bucket_fills): a later, fuller bucket's copy is larger than the
+      // first one's segment and makes a second (Llama-2 7B on two H200: 928 and 946 MiB segments).
+      for (std::int64_t n : reduce_fills) {
+        Bytes copy = sat_mul(path.communication_bytes, n);
+        if (path.communication_bytes != path.accumulation_bytes)
+          copy = sat_add(copy, sat_mul(path.accumulation_bytes, ceil_div(n, std::max<std::int64_t>(1, in.world_size))));
+        side_stream.release(side_stream.allocate(copy, true));
+      }
     } else {
       const int copy = cache.allocate(t.reduction_copy);
       cache.release(copy);
