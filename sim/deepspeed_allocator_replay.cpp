@@ -828,13 +828,18 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
         CachedSegments::FreeSizes before;
         std::int64_t previous = 0;
         bool steady = false;
-        for (std::int64_t n : sub_groups) {
+        for (std::size_t k = 0; k < sub_groups.size(); ++k) {
+          const std::int64_t n = sub_groups[k];
           if (n != previous) steady = false;
-          if (steady) continue;
-          replay(n);
-          const CachedSegments::FreeSizes after = cache.free_sizes();
-          steady = n == previous && after == before;
-          before = after;
+          if (!steady) {
+            replay(n);
+            // Compared only where the next sub-group is of this size (a model of one sub-group asks for none).
+            if (k + 1 < sub_groups.size() && sub_groups[k + 1] == n) {
+              const CachedSegments::FreeSizes after = cache.free_sizes();
+              steady = n == previous && after == before;
+              before = after;
+            }
+          }
           previous = n;
         }
         return;
