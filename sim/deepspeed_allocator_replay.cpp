@@ -29,7 +29,9 @@ constexpr Bytes kRoundLarge = 2 * 1024 * 1024;
 // allocation: the planner's fast path runs this for every configuration it evaluates.
 class CachedSegments {
  public:
-  explicit CachedSegments(Bytes activation_block) : activation_block_(activation_block) {}
+  // `shortest_early`: the shortest request the replay makes `early` (0: unknown, so hold keeps every rest a block).
+  explicit CachedSegments(Bytes activation_block, Bytes shortest_early = 0)
+      : activation_block_(activation_block), shortest_early_(shortest_early) {}
 
   // Returns a handle for release(); -1 for a buffer served from the activations' blocks. `early`: allocated at the
   // start of the backward pass, before it has freed any activation block, so served from these segments whatever
@@ -48,6 +50,23 @@ class CachedSegments {
     split(block, bytes);
     block.used = true;
     return best;
+  }
+  // A tensor held for the rest of the run (the optimizer's states, stage 3's fp32 masters), served as allocate serves
+  // it. Where it makes a segment of its own, that segment is never free again: it is not kept as a block, and the rest
+  // split off it (below kRoundLarge) is counted idle where no later request can take it (a request not `early` is
+  // longer than the activation block, an `early` one at least `shortest_early`). So the blocks best fit and
+  // free_sizes walk do not grow with the sub-groups.
+  void hold(Bytes request, bool early = false) {
+    if (request <= 0 || (!early && request <= activation_block_)) return;
+    const Bytes bytes = sat_mul(ceil_div(request, kMinBlockSize), kMinBlockSize);
+    const Bytes rest = sat_mul(ceil_div(bytes, kRoundLarge), kRoundLarge) - bytes;
+    const bool rest_unreachable = rest <= activation_block_ && rest < shortest_early_;
+    if (best_fit(bytes) >= 0 || (rest > kSmallSize && !rest_unreachable)) {
+      allocate(request, early);
+      return;
+    }
+    ++segments_;
+    if (rest > kSmallSize) held_rest_ = sat_add(held_rest_, rest);
   }
   void release(int handle) {
     if (handle < 0) return;
@@ -143,7 +162,7 @@ class CachedSegments {
   // Bytes cached and not allocated: the free blocks of every segment (the optimizer states the first step created
   // are held from then on), and the activations' own segments they do not use.
   Bytes idle_bytes() const {
-    Bytes idle = own_activation_segments_ - own_activation_used_;
+    Bytes idle = sat_add(own_activation_segments_ - own_activation_used_, held_rest_);
     for (int i = 0; i < count_; ++i) {
       const Block& block = blocks_[static_cast<std::size_t>(i)];
       if (block.alive && !block.used) idle = sat_add(idle, block.bytes);
@@ -167,9 +186,7 @@ class CachedSegments {
       const Block& block = blocks_[static_cast<std::size_t>(i)];
       if (block.alive && !block.used) f.sizes[static_cast<std::size_t>(f.count++)] = block.bytes;
     }
-    for (int i = 1; i < f.count; ++i)  // insertion sort: a handful of blocks
-      for (int j = i; j > 0 && f.sizes[static_cast<std::size_t>(j - 1)] > f.sizes[static_cast<std::size_t>(j)]; --j)
-        std::swap(f.sizes[static_cast<std::size_t>(j - 1)], f.sizes[static_cast<std::size_t>(j)]);
+    std::sort(f.sizes.begin(), f.sizes.begin() + f.count);
     return f;
   }
 
@@ -203,6 +220,8 @@ class CachedSegments {
     block.bytes = bytes;
   }
   Bytes activation_block_;
+  Bytes shortest_early_;
+  Bytes held_rest_ = 0;  // hold's rests of the segments it made
   Bytes own_activation_segments_ = 0;  // fill_with_activations' segments of their own, and what it uses of them
   Bytes own_activation_used_ = 0;
   std::array<Block, kCapacity> blocks_;  // [0, count_) in use
@@ -320,7 +339,7 @@ void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t p
   const Bytes states = optimizer_state_bytes(in, params);
   if (states <= 0) return;
   const int tensors = in.optimizer == OptimizerKind::sgd_momentum ? 1 : 2;
-  for (int i = 0; i < tensors; ++i) cache.allocate(states / tensors);
+  for (int i = 0; i < tensors; ++i) cache.hold(states / tensors);
 }
 
 // stage3.py _create_fp16_sub_groups: the trainable parameters in the model's order, a sub-group closed once it
@@ -331,19 +350,32 @@ std::vector<std::int64_t> stage3_sub_groups(const ModelDescription& model, const
                                             const MemoryInputs& in) {
   const std::int64_t limit = std::max<std::int64_t>(1, training.zero.sub_group_size);
   if (in.partition_params <= limit) return {in.partition_params};
+  const std::int64_t world = std::max<std::int64_t>(1, in.world_size);
   std::vector<std::int64_t> groups;
   std::int64_t open = 0;
-  const auto add = [&](std::int64_t numel) {
-    open = sat_add(open, ceil_div(numel, std::max<std::int64_t>(1, in.world_size)));
+  const auto add_partition = [&](std::int64_t partition) {
+    open = sat_add(open, partition);
     if (open >= limit) {
       groups.push_back(open);
       open = 0;
     }
   };
+  const auto add = [&](std::int64_t numel) { add_partition(ceil_div(numel, world)); };
   if (training.lora.enabled) {
     for_each_adapter_tensor(model, training, add);
   } else {
-    for (const LayerDescription& layer : model.layers) for_each_parameter_tensor(model, layer, add);
+    // A transformer's blocks have the same tensors: their partitions are taken from the first block walked (the
+    // planner's searches ask for stage 3's sub-groups of an 80-block model for every configuration).
+    std::vector<std::int64_t> block;
+    for (const LayerDescription& layer : model.layers) {
+      if (model.transformer && layer.kind == "transformer_block") {
+        if (block.empty())
+          for_each_parameter_tensor(model, layer, [&](std::int64_t numel) { block.push_back(ceil_div(numel, world)); });
+        for (std::int64_t partition : block) add_partition(partition);
+      } else {
+        for_each_parameter_tensor(model, layer, add);
+      }
+    }
   }
   if (open > 0) groups.push_back(open);
   return groups;
@@ -384,8 +416,6 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
                                                       const TrainingConfig& training, const DeepSpeedEnginePath& path,
                                                       const DeepSpeedGpuBytes& gpu, Bytes activation_block,
                                                       const LossTensorBytes& loss, Bytes device_free_bytes) {
-  CachedSegments cache(activation_block);
-  CachedSegments side_stream(0);  // stage 3's reduce_and_partition_stream (transformers' rows, below)
   const TransientGpuBytes& t = gpu.transient;
   const ZeroConfig& zero = training.zero;
   const bool offload = offloads_optimizer(in);
@@ -393,6 +423,15 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   const std::vector<std::int64_t> sub_groups = path.wrapper == DeepSpeedOptimizerWrapper::zero_3 && !offload
                                                    ? stage3_sub_groups(model, training, in)
                                                    : std::vector<std::int64_t>{};
+  // The shortest request made `early` below (CachedSegments::hold): the loss's tensors and the cuBLAS workspace,
+  // stage 3's held buffers and the sub-groups' fp32 temporaries; the others are longer than the activation block.
+  Bytes shortest_early = kRoundLarge;
+  for (Bytes early : {loss.logits, loss.upcast, loss.log_probs, loss.embedding_grad, loss.backward_workspace,
+                      gpu.held_buckets, gpu.held_grads})
+    if (early > 0) shortest_early = std::min(shortest_early, early);
+  for (std::int64_t n : sub_groups) shortest_early = std::min(shortest_early, sat_mul(4, n));
+  CachedSegments cache(activation_block, shortest_early);
+  CachedSegments side_stream(0);  // stage 3's reduce_and_partition_stream (transformers' rows, below)
   // deepspeed.initialize's leftovers (deepspeed_allocator_replay.h): the per-parameter 16-bit copies, by the caching
   // allocator's pools (c10/cuda/CUDACachingAllocator.cpp: under 1 MiB from 2 MiB small-pool segments, up to 10 MiB
   // from 20 MiB segments, larger ones a segment each rounded to 2 MiB), then the master partition's clone.
@@ -606,13 +645,13 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
         const int next = cache.allocate(sat_mul(4, n), true);
         cache.release(temporary);  // the loop's local rebound only once the next temporary exists
         temporary = next;
-        cache.allocate(sat_mul(4, n), true);  // the master partition, held
+        cache.hold(sat_mul(4, n), true);  // the master partition
         largest = std::max(largest, n);
       }
       cache.release(temporary);
       cache.release(cache.allocate(sat_mul(4, largest), true));
-      cache.allocate(gpu.held_buckets, true);
-      cache.allocate(gpu.held_grads, true);
+      cache.hold(gpu.held_buckets, true);
+      cache.hold(gpu.held_grads, true);
     }
   }
   // The loss of a micro-step, up to the allocated peak (its backward, three log_probs-sized tensors live) when
@@ -813,8 +852,10 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
         // gradient partitions (torch.cat in the accumulation dtype) and their fp32 conversion, the flat copy freed
         // once converted; the optimizer step (the first creates the states) with torch AdamW's temporary; the fp32
         // gradient freed at the end, for each sub-group (stage3_sub_groups).
-        // Sub-groups of one size are alike: once one leaves the free blocks as the one before it did, every later
-        // one of that size does the same (its states, held, take the blocks the same way), so the replay skips them.
+        // A sub-group no larger than one replayed before fits its buffers in the blocks that one's left: once such a
+        // sub-group leaves the free blocks as they were, every later one no larger does the same (its states, held,
+        // take the blocks the same way), so the replay skips them up to the next larger one. Sub-groups overshoot
+        // sub_group_size by different parts of a tensor, so their sizes rarely repeat exactly.
         const int a = path.accumulation_bytes;
         const auto replay = [&](std::int64_t n) {
           const int flat = cache.allocate(sat_mul(a, n));
@@ -826,21 +867,21 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
           cache.release(grad);
         };
         CachedSegments::FreeSizes before;
-        std::int64_t previous = 0;
-        bool steady = false;
+        bool compared = false, steady = false;
+        std::int64_t largest = 0;
         for (std::size_t k = 0; k < sub_groups.size(); ++k) {
           const std::int64_t n = sub_groups[k];
-          if (n != previous) steady = false;
-          if (!steady) {
-            replay(n);
-            // Compared only where the next sub-group is of this size (a model of one sub-group asks for none).
-            if (k + 1 < sub_groups.size() && sub_groups[k + 1] == n) {
-              const CachedSegments::FreeSizes after = cache.free_sizes();
-              steady = n == previous && after == before;
-              before = after;
-            }
+          if (n > largest) steady = false;
+          if (steady) continue;
+          const bool fits_an_earlier_one = n <= largest;
+          replay(n);
+          largest = std::max(largest, n);
+          if (k + 1 < sub_groups.size()) {  // a model of one sub-group compares nothing
+            const CachedSegments::FreeSizes after = cache.free_sizes();
+            steady = fits_an_earlier_one && compared && after == before;
+            before = after;
+            compared = true;
           }
-          previous = n;
         }
         return;
       }
