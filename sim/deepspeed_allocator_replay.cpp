@@ -342,12 +342,14 @@ void create_states(CachedSegments& cache, const MemoryInputs& in, std::int64_t p
   for (int i = 0; i < tensors; ++i) cache.hold(states / tensors);
 }
 
+}  // namespace
+
 // stage3.py _create_fp16_sub_groups: the trainable parameters in the model's order, a sub-group closed once it
 // holds sub_group_size partition elements or more (so all but the last overshoot by part of one parameter); each
 // parameter's partition is ceil(numel / world_size) (partition_parameters.py _partition_param). One sub-group when
 // the partition is no larger than sub_group_size.
-std::vector<std::int64_t> stage3_sub_groups(const ModelDescription& model, const TrainingConfig& training,
-                                            const MemoryInputs& in) {
+std::vector<std::int64_t> deepspeed_stage3_sub_groups(const ModelDescription& model, const TrainingConfig& training,
+                                                     const MemoryInputs& in) {
   const std::int64_t limit = std::max<std::int64_t>(1, training.zero.sub_group_size);
   if (in.partition_params <= limit) return {in.partition_params};
   const std::int64_t world = std::max<std::int64_t>(1, in.world_size);
@@ -388,7 +390,8 @@ std::vector<std::int64_t> stage3_sub_groups(const ModelDescription& model, const
 // sets each reduction's torch.cat (reduce_scatter_coalesced), so the fills in the order they come: Llama-2 7B at two
 // ranks makes a 926 MiB copy first (the LM head, the last block and most of the one before) and a 944 MiB one later
 // (memtrace-2026-11-30-l7-x2/).
-std::vector<std::int64_t> stage3_reduce_bucket_fills(const ModelDescription& model, const TrainingConfig& training) {
+std::vector<std::int64_t> deepspeed_stage3_reduce_bucket_fills(const ModelDescription& model,
+                                                               const TrainingConfig& training) {
   std::vector<std::int64_t> tensors;
   const auto add = [&](std::int64_t numel) { tensors.push_back(numel); };
   if (training.lora.enabled) {
@@ -410,8 +413,6 @@ std::vector<std::int64_t> stage3_reduce_bucket_fills(const ModelDescription& mod
   return fills;
 }
 
-}  // namespace
-
 DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& model, const MemoryInputs& in,
                                                       const TrainingConfig& training, const DeepSpeedEnginePath& path,
                                                       const DeepSpeedGpuBytes& gpu, Bytes activation_block,
@@ -421,7 +422,7 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   const bool offload = offloads_optimizer(in);
   const std::int64_t Pp = in.partition_params;
   const std::vector<std::int64_t> sub_groups = path.wrapper == DeepSpeedOptimizerWrapper::zero_3 && !offload
-                                                   ? stage3_sub_groups(model, training, in)
+                                                   ? deepspeed_stage3_sub_groups(model, training, in)
                                                    : std::vector<std::int64_t>{};
   // The shortest request made `early` below (CachedSegments::hold): the loss's tensors and the cuBLAS workspace,
   // stage 3's held buffers and the sub-groups' fp32 temporaries; the others are longer than the activation block.
@@ -539,7 +540,9 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   const Bytes norm_temporary_free =
       norm_temporary_rest >= loss.backward_workspace ? norm_temporary_rest : norm_temporary_segment;
   const Bytes rotary_half =
-      fluid_activations ? sat_mul(ceil_div(sat_mul(model.transformer->hidden, in.activation_bytes), Bytes{2}), tokens) : 0;
+      fluid_activations
+          ? sat_mul(ceil_div(sat_mul(model.transformer->hidden, in.activation_bytes), Bytes{2}), tokens)
+          : 0;
   if (per_parameter) {
     const auto each_tensor = [&](auto&& tensor) {
       if (training.lora.enabled) {
@@ -721,9 +724,9 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
   };
   const int micro_steps = static_cast<int>(std::max<std::int64_t>(1, training.grad_accum));
   const bool reduces_every_micro_step = in.stage >= 2;
-  const std::vector<std::int64_t> reduce_fills =
-      fluid_activations && path.wrapper == DeepSpeedOptimizerWrapper::zero_3 ? stage3_reduce_bucket_fills(model, training)
-                                                                             : std::vector<std::int64_t>{};
+  const std::vector<std::int64_t> reduce_fills = fluid_activations && path.wrapper == DeepSpeedOptimizerWrapper::zero_3
+                                                     ? deepspeed_stage3_reduce_bucket_fills(model, training)
+                                                     : std::vector<std::int64_t>{};
   const auto backward = [&](int micro, Held& held) {
     const bool reduces = reduces_every_micro_step || micro + 1 == micro_steps;
     const int bucket_count = zero.overlap_comm ? 2 : 1;
@@ -736,8 +739,8 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
     // pool key, c10/cuda/CUDACachingAllocator.cpp), so torch.cat's segment is idle at the default stream's peak and
     // no forward's activation takes it (the 948 MiB segment of the tl_s3 trace).
     if (fluid_activations && path.wrapper == DeepSpeedOptimizerWrapper::zero_3) {
-      // One copy per bucket reduced (stage3_reduce_bucket_fills): a later, fuller bucket's copy is larger than the
-      // first one's segment and makes a second (Llama-2 7B on two H200: 928 and 946 MiB segments).
+      // One copy per bucket reduced (deepspeed_stage3_reduce_bucket_fills): a later, fuller bucket's copy is larger
+      // than the first one's segment and makes a second (Llama-2 7B on two H200: 928 and 946 MiB segments).
       for (std::int64_t n : reduce_fills) {
         Bytes copy = sat_mul(path.communication_bytes, n);
         if (path.communication_bytes != path.accumulation_bytes)
@@ -851,7 +854,7 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
         // stage3.py step, sub-group by sub-group (_prepare_sub_group .. _release_sub_group): the flattened
         // gradient partitions (torch.cat in the accumulation dtype) and their fp32 conversion, the flat copy freed
         // once converted; the optimizer step (the first creates the states) with torch AdamW's temporary; the fp32
-        // gradient freed at the end, for each sub-group (stage3_sub_groups).
+        // gradient freed at the end, for each sub-group (deepspeed_stage3_sub_groups).
         // A sub-group no larger than one replayed before fits its buffers in the blocks that one's left: once such a
         // sub-group leaves the free blocks as they were, every later one no larger does the same (its states, held,
         // take the blocks the same way), so the replay skips them up to the next larger one. Sub-groups overshoot

@@ -13,6 +13,9 @@
 // runtime_overhead (explain_deepspeed_reserve_and_host in sim/deepspeed_memory.h).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "core/model_description.h"
 #include "core/training_config.h"
 #include "core/units.h"
@@ -100,5 +103,15 @@ DeepSpeedCachedReserve deepspeed_flat_buffer_segments(const ModelDescription& mo
 // probe-2026-11-26/).
 Bytes deepspeed_overflow_test_segments(const MemoryInputs& in, const TrainingConfig& training,
                                        const DeepSpeedEnginePath& path);
+
+// Stage 3's sub-groups, in elements of one rank's partition, as stage3.py _create_fp16_sub_groups cuts the trainable
+// parameters (deepspeed_allocator_replay.cpp says how); the replay's set-up and step go sub-group by sub-group.
+std::vector<std::int64_t> deepspeed_stage3_sub_groups(const ModelDescription& model, const TrainingConfig& training,
+                                                      const MemoryInputs& in);
+
+// The elements in stage 3's ipg bucket at each of a backward's reductions, in their order (stage3.py
+// reduce_independent_p_g_buckets_and_remove_grads); each sets a reduce-scatter's torch.cat.
+std::vector<std::int64_t> deepspeed_stage3_reduce_bucket_fills(const ModelDescription& model,
+                                                               const TrainingConfig& training);
 
 }  // namespace zeroplan

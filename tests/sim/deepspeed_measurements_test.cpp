@@ -228,9 +228,9 @@ TEST(DeepSpeedMeasurements, TransformersModulesAllocatedPeak) {
 // full checkpointing (transformers' gradient_checkpointing) the allocated peak is the optimizer step's, after the loss:
 // its requests take the segments idle at the loss (sim/simulator.cpp, MemoryEstimate::reserve_idle_at_loss). Stage 3
 // on two H200 is held since the replay makes _setup_for_real_optimizer's buffers in DeepSpeed's order and puts
-// autograd's cuBLAS workspace and the reduce-scatter's copies as the traces have them (sim/deepspeed_allocator_replay.cpp;
-// memtrace-2026-11-30-hf-x2/, -l7-x2/, -q15/): TinyLlama -0.6% (-8.8% before), checkpointed -0.2% (-13.9%), Llama-2 7B
-// -2.3% (-6.2%).
+// autograd's cuBLAS workspace and the reduce-scatter's copies as the traces have them
+// (sim/deepspeed_allocator_replay.cpp; memtrace-2026-11-30-hf-x2/, -l7-x2/, -q15/): TinyLlama -0.6% (-8.8% before),
+// checkpointed -0.2% (-13.9%), Llama-2 7B -2.3% (-6.2%).
 TEST(DeepSpeedMeasurements, TransformersModulesDeviceUsed) {
   int checked = 0, lora = 0;
   for (const MeasuredRun& run : stored_runs("results-pending", "hf_")) {
