@@ -37,6 +37,7 @@
 #include "core/training_config.h"
 #include "core/units.h"
 #include "sim/compute_time.h"
+#include "sim/parameter_tensors.h"
 
 namespace zeroplan {
 
@@ -109,6 +110,12 @@ double lora_model_gather_bytes_per_element(const ModelDescription& model, const 
 template <typename Tensor>
 void for_each_adapter_tensor(const ModelDescription& model, const TrainingConfig& training, Tensor&& tensor);
 
+// The tensors DeepSpeed's optimizer flattens and updates, in the model's parameter order: a LoRA plan's adapters (its
+// frozen base keeps tensors of its own, which nothing frees), else every layer's parameter tensors
+// (sim/parameter_tensors.h).
+template <typename Tensor>
+void for_each_trainable_tensor(const ModelDescription& model, const TrainingConfig& training, Tensor&& tensor);
+
 void explain_lora_memory(const LoraFigures& figures, const LoraBaseBytes& base, const TrainingConfig& training,
                          int stage, std::int64_t world_size, std::int64_t tokens, std::vector<MemoryTerm>& terms);
 
@@ -143,6 +150,15 @@ void for_each_adapter_tensor(const ModelDescription& model, const TrainingConfig
   const std::vector<std::int64_t> sizes = lora_adapter_tensor_sizes_per_block(model, training);
   for (std::int64_t block = 0; block < model.transformer->layers; ++block)
     for (std::int64_t numel : sizes) tensor(numel);
+}
+
+template <typename Tensor>
+void for_each_trainable_tensor(const ModelDescription& model, const TrainingConfig& training, Tensor&& tensor) {
+  if (training.lora.enabled) {
+    for_each_adapter_tensor(model, training, tensor);
+    return;
+  }
+  for (const LayerDescription& layer : model.layers) for_each_parameter_tensor(model, layer, tensor);
 }
 
 }  // namespace zeroplan
