@@ -4,7 +4,8 @@
 # (ncu: each kernel's duration, kernels serialised) over `zeroplan run`; the timed steps' kernels summarised by name
 # and grid (bench/llama/kernel_summary.py), in the summary and the logs:
 #   run(command="bash bench/llama/kernel_profile.sh", kind="nvidia-h200-x2", carry=["bench/deps"])
-# PROFILES lines: name|gpus|layers|flags (layers: the Llama-2 7B config cut to that many decoder layers).
+# PROFILES lines: name|gpus|layers|flags[|config] (layers: the config, bench/llama/configs/llama2-7b.json unless
+# named, cut to that many decoder layers).
 DEFAULT_PARTS="build profiles" LOG_NAME=kprof
 source bench/device_call.sh
 has build && build_dev zeroplan
@@ -13,12 +14,12 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 say "ncu: $($NCU --version 2>&1 | tail -1)"
 PROFILES=${PROFILES:-"l7x8_s0_1gpu|1|8|--stage 0 --micro-batch 2 --seq 2048"}
 if has profiles; then
-  while IFS='|' read -r name gpus layers flags; do
+  while IFS='|' read -r name gpus layers flags config; do
     [ -z "$name" ] && continue
     need 120 "profile $name" || break
-    python3 - "$layers" > $L/$name.config.json <<'PY'
+    python3 - "$layers" "${config:-llama2-7b.json}" > $L/$name.config.json <<'PY'
 import json, sys
-c = json.load(open("bench/llama/configs/llama2-7b.json"))
+c = json.load(open("bench/llama/configs/" + sys.argv[2]))
 c["num_hidden_layers"] = int(sys.argv[1])
 print(json.dumps(c))
 PY
