@@ -3,9 +3,8 @@
 // executor's pick among the top 8 (timed 3 runs each at its first step) the fastest there is, and what do a step's
 // GEMMs take at the best rates? Each candidate is also timed under load (run back to back ~200 ms first, the GPU at
 // its power limit as in a step): would a pick made under load be faster there? Shapes: `llama2-7b` (micro-batch
-// 2 x 2048, the default) or `tinyllama` (4 x 2048). Build:
-//   g++ -O2 -std=c++20 -I. -I/usr/local/cuda/include bench/llama/gemm_candidates_probe.cpp
-//     -L/usr/local/cuda/lib64 -lcublasLt -lcudart -o gemm_candidates_probe
+// 2 x 2048, the default) or `tinyllama` (4 x 2048). Built with the executor (bench/CMakeLists.txt):
+//   build/bench/gemm_candidates_probe [llama2-7b|tinyllama]
 #include "exec/cuda/cuda_check.h"
 
 #include <cublasLt.h>
@@ -21,7 +20,7 @@
 
 using i64 = long long;
 
-int main(int argc, char** argv) {
+int run_probe(int argc, char** argv) {
   const std::string model = argc > 1 ? argv[1] : "llama2-7b";
   if (model != "llama2-7b" && model != "tinyllama") {
     std::fprintf(stderr, "gemm_candidates_probe: model must be llama2-7b or tinyllama, got %s\n", model.c_str());
@@ -196,4 +195,13 @@ int main(int argc, char** argv) {
               step_hot_cold_pick_us / 1e3, step_hot_pick_us / 1e3,
               100.0 * (1.0 - step_hot_pick_us / step_hot_cold_pick_us));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_probe(argc, argv);
+  } catch (const zeroplan::exec::CudaError& e) {  // no GPU, or a failed CUDA / cuBLASLt call (file:line)
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }

@@ -5,7 +5,7 @@
 //   - an AdamW over N fp32 elements (master, m, v read and written, bf16 gradient read: 26 bytes an element);
 //   - both at once: the GEMMs on the highest-priority stream told to use SMs - R (cuBLASLt's
 //     CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), the AdamW on the lowest-priority stream.
-// Build: nvcc -O3 -std=c++20 -arch=sm_90 -I. bench/llama/overlap_probe.cu -lcublasLt -o overlap_probe
+// Built with the executor (bench/CMakeLists.txt): build/bench/overlap_probe [ADAMW_ELEMENTS], default 3.37e9.
 #include "exec/cuda/cuda_check.h"
 
 #include <cublasLt.h>
@@ -72,8 +72,16 @@ struct Gemm {
   void* D;
 };
 
-int main(int argc, char** argv) {
-  const i64 n = argc > 1 ? std::atoll(argv[1]) : 3370000000LL;  // one rank's partition of Llama-2 7B on two GPUs
+int run_probe(int argc, char** argv) {
+  i64 n = 3370000000LL;  // one rank's partition of Llama-2 7B on two GPUs
+  if (argc > 1) {
+    char* end = nullptr;
+    n = std::strtoll(argv[1], &end, 10);
+    if (*argv[1] == '\0' || *end != '\0' || n < 8) {
+      std::fprintf(stderr, "overlap_probe: ADAMW_ELEMENTS must be an integer of at least 8, got '%s'\n", argv[1]);
+      return 2;
+    }
+  }
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   int lo_prio = 0, hi_prio = 0;
@@ -232,4 +240,13 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10.2f %10.2f %10.2f %10.1f\n", name, gem[1], ada[1], both[1], flops / gem[1] / 1e9);
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_probe(argc, argv);
+  } catch (const zeroplan::exec::CudaError& e) {  // no GPU, or a failed CUDA / cuBLASLt call (file:line)
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }
