@@ -102,56 +102,40 @@ int run_probe(int argc, char** argv) {
       int found = 0;
       CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 64, h.data(), &found));
       const float alpha = 1, beta = 0;
-      std::vector<double> us(found, 1e30);
+      std::vector<double> us_cold(found, 1e30);  // the burst's microseconds a run (1e30: cuBLASLt cannot run it)
+      // Candidate i run `heat_us` microseconds back to back (untimed), then `runs` timed: microseconds a run.
+      const auto time_us = [&](int i, double heat_us, int runs) {
+        const int heat = heat_us > 0 ? std::max(10, static_cast<int>(heat_us / us_cold[i])) : 0;
+        for (int r = 0; r < heat; ++r)
+          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st));
+        CUDA_CHECK(cudaEventRecord(e0, st));
+        for (int r = 0; r < runs; ++r)
+          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st));
+        CUDA_CHECK(cudaEventRecord(e1, st));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        return ms * 1e3 / runs;
+      };
+      // A burst: two warm-up runs (a candidate cuBLASLt cannot run is skipped), then 10 timed.
       for (int i = 0; i < found; ++i) {
         bool ok = true;
         for (int w = 0; w < 2 && ok; ++w)
           ok = cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st) ==
                CUBLAS_STATUS_SUCCESS;
-        if (!ok) continue;
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        for (int r = 0; r < 10; ++r)
-          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st));
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        us[i] = ms * 100.0;  // per run, microseconds
+        if (ok) us_cold[i] = time_us(i, 0, 10);
       }
+      const std::vector<double>& us = us_cold;
       // Under load: each candidate run back to back for about 200 ms (the GPU at its power limit, as in a training
       // step), then 20 runs timed.
       std::vector<double> hot(found, 1e30);
-      for (int i = 0; i < found; ++i) {
-        if (us[i] >= 1e30) continue;
-        const int heat = std::max(10, static_cast<int>(200000.0 / us[i]));
-        for (int r = 0; r < heat; ++r)
-          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st));
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        for (int r = 0; r < 20; ++r)
-          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st));
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        hot[i] = ms * 50.0;
-      }
+      for (int i = 0; i < found; ++i)
+        if (us[i] < 1e30) hot[i] = time_us(i, 200000.0, 20);
       const int hot_best = static_cast<int>(std::min_element(hot.begin(), hot.end()) - hot.begin());
       const int best = static_cast<int>(std::min_element(us.begin(), us.end()) - us.begin());
-      // The two picks timed again, alternating under load (four rounds, medians): the minimum of eight noisy loaded
-      // timings above favours the pick made under load by its noise alone.
-      const auto loaded_us = [&](int i) {
-        const int heat = std::max(10, static_cast<int>(100000.0 / us[i]));
-        for (int r = 0; r < heat; ++r)
-          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st));
-        CUDA_CHECK(cudaEventRecord(e0, st));
-        for (int r = 0; r < 20; ++r)
-          CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, d, lc, d, lc, &h[i].algo, ws, ws_bytes, st));
-        CUDA_CHECK(cudaEventRecord(e1, st));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        return ms * 50.0;
-      };
+      // The two picks timed again, alternating under load (four rounds of 100 ms of load and 20 runs, medians): the
+      // minimum of eight noisy loaded timings above favours the pick made under load by its noise alone.
+      const auto loaded_us = [&](int i) { return time_us(i, 100000.0, 20); };
       double again_cold = 0, again_hot = 0;
       {
         std::vector<double> c, w;
