@@ -17,6 +17,10 @@ if has profiles; then
   while IFS='|' read -r name gpus layers flags config; do
     [ -z "$name" ] && continue
     need 120 "profile $name" || break
+    if [ ! -f "bench/llama/configs/${config:-llama2-7b.json}" ]; then
+      say "profile $name: no config bench/llama/configs/${config} (PROFILES field 5: a file of bench/llama/configs/)"
+      continue
+    fi
     python3 - "$layers" "${config:-llama2-7b.json}" > $L/$name.config.json <<'PY'
 import json, sys
 c = json.load(open("bench/llama/configs/" + sys.argv[2]))
